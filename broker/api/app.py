@@ -1,0 +1,103 @@
+"""The FastAPI application: wiring, error handlers and health."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from sqlalchemy import text
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from broker import __version__
+from broker.api.auth import Authenticator
+from broker.api.limits import BodyLimit, BodyTooLarge, problem_413
+from broker.api.problems import PROBLEM_JSON, Problem
+from broker.api.routes_jobs import router as jobs_router
+from broker.api.schemas import Health
+from broker.config import IsthmusConfig
+from broker.domain.spec import JobSpec
+from broker.orchestration.transitions import JobNotFound
+from broker.store.db import Database
+
+log = logging.getLogger("isthmus.api")
+
+
+def create_app(config: IsthmusConfig, db: Database) -> FastAPI:
+    app = FastAPI(
+        title="Isthmus",
+        version=__version__,
+        description="One job lifecycle and one quota ledger for GPU gangs on Slurm and Kubernetes",
+    )
+    app.state.config = config
+    app.state.db = db
+    app.state.authenticator = Authenticator(config)
+    app.add_middleware(BodyLimit, max_bytes=config.server.max_body_bytes)
+    app.include_router(jobs_router)
+
+    @app.exception_handler(Problem)
+    async def _problem(request: Request, exc: Problem) -> JSONResponse:
+        return exc.response(request.url.path)
+
+    @app.exception_handler(BodyTooLarge)
+    async def _too_large(request: Request, exc: BodyTooLarge) -> Response:
+        body = problem_413(config.server.max_body_bytes)
+        return Response(body, status_code=413, media_type=PROBLEM_JSON)
+
+    @app.exception_handler(JobNotFound)
+    async def _not_found(request: Request, exc: JobNotFound) -> JSONResponse:
+        return Problem(404, "job-not-found", "Job not found", str(exc)).response(request.url.path)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [
+            {
+                "field": ".".join(str(p) for p in e["loc"] if p not in ("query", "path", "header")),
+                "message": e["msg"],
+            }
+            for e in exc.errors()
+        ]
+        detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
+        return Problem(422, "invalid-request", "Invalid request", detail, errors).response(
+            request.url.path
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        slug = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
+        return Problem(exc.status_code, slug, str(exc.detail), str(exc.detail)).response(
+            request.url.path
+        )
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return Problem(
+            500, "internal-error", "Internal error",
+            "the server failed; the request was not applied and can be retried",
+        ).response(request.url.path)
+
+    @app.get("/healthz", response_model=Health, tags=["meta"])
+    def healthz() -> Health:
+        with db.read() as s:
+            s.execute(text("SELECT 1"))
+        return Health(status="ok", database=db.dialect, version=__version__)
+
+    def openapi() -> dict[str, object]:
+        if app.openapi_schema is None:
+            from fastapi.openapi.utils import get_openapi
+
+            schema = get_openapi(
+                title=app.title, version=app.version, description=app.description,
+                routes=app.routes,
+            )
+            comps = schema.setdefault("components", {}).setdefault("schemas", {})
+            spec_schema = JobSpec.model_json_schema(ref_template="#/components/schemas/{model}")
+            comps.update(spec_schema.pop("$defs", {}))
+            comps["JobSpec"] = spec_schema
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app

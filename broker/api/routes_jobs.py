@@ -1,0 +1,180 @@
+"""/v1/jobs: submit, read, list, events, cancel."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from pydantic import ValidationError
+
+from broker.api.auth import Principal, principal
+from broker.api.problems import Problem, invalid_spec
+from broker.api.schemas import EventOut, JobOut, JobPage
+from broker.config import IsthmusConfig
+from broker.domain import JobState
+from broker.domain.ids import is_job_id
+from broker.domain.spec import JobSpec
+from broker.feasibility import request_problems
+from broker.orchestration.rules import Outcome
+from broker.orchestration.submission import IdempotencyConflict, cancel_job, submit_job
+from broker.store.db import Database
+from broker.store.queries import get_job, job_events, list_jobs
+from broker.store.tables import JobRow
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+Caller = Annotated[Principal, Depends(principal)]
+
+
+def _db(request: Request) -> Database:
+    db: Database = request.app.state.db
+    return db
+
+
+def _config(request: Request) -> IsthmusConfig:
+    cfg: IsthmusConfig = request.app.state.config
+    return cfg
+
+
+def _not_found(job_id: str) -> Problem:
+    return Problem(404, "job-not-found", "Job not found", f"no job with id '{job_id}'")
+
+
+def _visible_job(db: Database, job_id: str, caller: Principal) -> JobRow:
+    if not is_job_id(job_id):
+        raise _not_found(job_id)
+    with db.read() as s:
+        job = get_job(s, job_id)
+    # Another team's job is reported as missing, so ids do not leak across teams.
+    if job is None or not caller.can_see(job.team):
+        raise _not_found(job_id)
+    return job
+
+
+def _spec_from_body(body: bytes, content_type: str) -> JobSpec:
+    media = content_type.split(";")[0].strip().lower()
+    if media != "application/json" and not media.endswith("+json"):
+        raise Problem(
+            415, "unsupported-media-type", "Unsupported content type",
+            f"send the job spec as application/json, not '{media or 'nothing'}'",
+            [{"field": "Content-Type", "message": "must be application/json"}],
+        )
+    try:
+        return JobSpec.model_validate_json(body)
+    except ValidationError as exc:
+        raise invalid_spec(exc) from None
+
+
+_SPEC_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/JobSpec"}}},
+    }
+}
+
+
+@router.post(
+    "", status_code=201, response_model=JobOut, openapi_extra=_SPEC_BODY,
+    responses={200: {"model": JobOut, "description": "replay of an idempotent submission"}},
+)
+async def submit(
+    request: Request,
+    response: Response,
+    caller: Caller,
+    idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
+) -> JobOut:
+    spec = _spec_from_body(await request.body(), request.headers.get("content-type", ""))
+    config = _config(request)
+    problems = request_problems(config, spec, None if caller.is_admin else caller.team)
+    if problems:
+        status = 403 if any(p.field == "team" and "token" in p.message for p in problems) else 422
+        raise Problem(
+            status, "invalid-spec" if status == 422 else "forbidden-team",
+            "Invalid job spec" if status == 422 else "Not your team",
+            "; ".join(f"{p.field}: {p.message}" for p in problems),
+            [{"field": p.field, "message": p.message} for p in problems],
+        )
+    try:
+        result = await run_in_threadpool(
+            submit_job, _db(request), config, spec, caller.name, idempotency_key
+        )
+    except IdempotencyConflict as exc:
+        raise Problem(
+            409, "idempotency-key-reused", "Idempotency key reused", str(exc),
+            [{"field": "Idempotency-Key", "message": "use a new key for a different job"}],
+        ) from None
+    response.headers["Location"] = f"/v1/jobs/{result.job.id}"
+    if not result.created:
+        response.status_code = 200
+        response.headers["Idempotent-Replayed"] = "true"
+    return JobOut.of(result.job)
+
+
+@router.get("/{job_id}", response_model=JobOut)
+def get(job_id: str, request: Request, caller: Caller) -> JobOut:
+    return JobOut.of(_visible_job(_db(request), job_id, caller))
+
+
+def _decode_cursor(cursor: str) -> str:
+    try:
+        value = base64.urlsafe_b64decode(cursor.encode() + b"==").decode()
+    except (binascii.Error, UnicodeDecodeError):
+        value = ""
+    if not is_job_id(value):
+        raise Problem(
+            422, "invalid-cursor", "Invalid cursor", "cursor: pass next_cursor from a previous page",
+            [{"field": "cursor", "message": "not a cursor returned by this API"}],
+        )
+    return value
+
+
+@router.get("", response_model=JobPage)
+def list_(
+    request: Request,
+    caller: Caller,
+    team: str | None = None,
+    state: Annotated[list[JobState] | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: str | None = None,
+) -> JobPage:
+    if not caller.is_admin:
+        if team is not None and team != caller.team:
+            raise Problem(
+                403, "forbidden-team", "Not your team",
+                f"team: your token can list only team '{caller.team}'",
+                [{"field": "team", "message": f"must be '{caller.team}' or omitted"}],
+            )
+        team = caller.team
+    before = _decode_cursor(cursor) if cursor else None
+    with _db(request).read() as s:
+        rows = list_jobs(
+            s, team=team, states=[st.value for st in state or []], limit=limit + 1,
+            before_id=before,
+        )
+    more = len(rows) > limit
+    rows = rows[:limit]
+    nxt = base64.urlsafe_b64encode(rows[-1].id.encode()).decode().rstrip("=") if more else None
+    return JobPage(items=[JobOut.of(r) for r in rows], next_cursor=nxt)
+
+
+@router.get("/{job_id}/events", response_model=list[EventOut])
+def events(job_id: str, request: Request, caller: Caller) -> list[EventOut]:
+    db = _db(request)
+    _visible_job(db, job_id, caller)
+    with db.read() as s:
+        return [EventOut.of(e) for e in job_events(s, job_id)]
+
+
+@router.post("/{job_id}/cancel", response_model=JobOut)
+def cancel(job_id: str, request: Request, caller: Caller) -> JobOut:
+    db = _db(request)
+    _visible_job(db, job_id, caller)
+    result = cancel_job(db, job_id, caller.name, caller.is_admin)
+    if result.outcome in (Outcome.REJECT, Outcome.ABORT):
+        raise Problem(
+            409, "not-cancellable", "Job cannot be cancelled",
+            f"job {job_id} is {result.job.state}; only a job that has not ended can be cancelled",
+        )
+    return JobOut.of(result.job)

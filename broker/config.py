@@ -1,0 +1,250 @@
+"""The isthmus.yaml model: backends, pools, flavors, teams with quotas and cohorts, API tokens.
+
+Cross-references are checked when the file is loaded, so that a typo in a pool's flavor is an
+error at start-up naming the pool and the field, not a job stuck later.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import os
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from broker.domain.spec import BackendKind
+
+NAME = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+LOOPBACK_NAMES = {"localhost", "ip6-localhost"}
+
+
+class ConfigError(ValueError):
+    """A configuration problem, with one line per issue naming the field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Role(StrEnum):
+    USER = "user"
+    ADMIN = "admin"
+
+
+class ApiToken(_Strict):
+    """A bearer token. The secret itself is never in the file: give its SHA-256 or an env var."""
+
+    name: str = Field(min_length=1)
+    team: str | None = None
+    role: Role = Role.USER
+    token_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    token_env: str | None = None
+
+    @model_validator(mode="after")
+    def _one_secret(self) -> ApiToken:
+        if (self.token_sha256 is None) == (self.token_env is None):
+            raise ValueError("give exactly one of token_sha256 or token_env")
+        if self.role is Role.USER and not self.team:
+            raise ValueError("a user token needs a team")
+        return self
+
+    def digest(self) -> str | None:
+        if self.token_sha256:
+            return self.token_sha256
+        secret = os.environ.get(self.token_env or "")
+        return hashlib.sha256(secret.encode()).hexdigest() if secret else None
+
+
+class Auth(_Strict):
+    mode: Literal["none", "token"] = "token"
+    tokens: list[ApiToken] = Field(default_factory=list)
+
+
+class Server(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=1, le=65535)
+    max_body_bytes: int = Field(default=256 * 1024, ge=1024)
+
+
+class Limits(_Strict):
+    max_replicas: int = Field(default=512, ge=1)
+    max_gpus_per_job: int = Field(default=4096, ge=1)
+
+
+class PriorityClass(_Strict):
+    name: str = Field(pattern=NAME)
+    value: int
+    preempting: bool = False
+
+
+class Flavor(_Strict):
+    name: str = Field(pattern=NAME)
+    gpu_model: str
+    gpu_memory_gb: int = Field(ge=1)
+    interconnect: str | None = None
+    cost_weight: float = Field(default=1.0, gt=0)
+
+
+class Backend(_Strict):
+    name: str = Field(pattern=NAME)
+    kind: BackendKind
+    settings: dict[str, Any] = Field(default_factory=dict, description="backend-specific")
+
+
+class PoolCapacity(_Strict):
+    """Static shape of a pool, used to reject jobs that could never fit. Live capacity comes
+    from the backend's inventory."""
+
+    nodes: int = Field(ge=1)
+    gpus_per_node: int = Field(ge=1)
+    nodes_per_rack: int | None = Field(default=None, ge=1)
+    racks_per_block: int | None = Field(default=None, ge=1)
+
+
+class Pool(_Strict):
+    name: str = Field(pattern=NAME)
+    backend: str
+    flavor: str
+    partition: str | None = None
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    capacity: PoolCapacity | None = None
+    cost_weight: float = Field(default=1.0, gt=0)
+    shared: bool = True
+    drained: bool = False
+
+
+class Quota(_Strict):
+    nominal: int = Field(ge=0, description="GPUs of this flavor the team owns")
+    borrowing_limit: int | None = Field(default=None, ge=0, description="None: unlimited")
+    lending_limit: int | None = Field(default=None, ge=0, description="None: all of nominal")
+
+
+class Cohort(_Strict):
+    name: str = Field(pattern=NAME)
+
+
+class Team(_Strict):
+    name: str = Field(pattern=NAME)
+    cohort: str | None = None
+    quotas: dict[str, Quota] = Field(default_factory=dict, description="by flavor name")
+
+
+def is_loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class IsthmusConfig(_Strict):
+    server: Server = Field(default_factory=Server)
+    database: str = "sqlite:///isthmus.db"
+    auth: Auth = Field(default_factory=Auth)
+    limits: Limits = Field(default_factory=Limits)
+    priority_classes: list[PriorityClass] = Field(
+        default_factory=lambda: [
+            PriorityClass(name="low", value=0),
+            PriorityClass(name="normal", value=100),
+            PriorityClass(name="high", value=1000, preempting=True),
+        ]
+    )
+    flavors: list[Flavor] = Field(default_factory=list)
+    backends: list[Backend] = Field(default_factory=list)
+    pools: list[Pool] = Field(default_factory=list)
+    cohorts: list[Cohort] = Field(default_factory=list)
+    teams: list[Team] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _references(self) -> IsthmusConfig:
+        problems: list[str] = []
+        for label, items in (
+            ("flavors", self.flavors),
+            ("backends", self.backends),
+            ("pools", self.pools),
+            ("cohorts", self.cohorts),
+            ("teams", self.teams),
+            ("priority_classes", self.priority_classes),
+        ):
+            names = [i.name for i in items]
+            dup = sorted({n for n in names if names.count(n) > 1})
+            if dup:
+                problems.append(f"{label}: duplicate name(s) {dup}")
+        flavors = {f.name for f in self.flavors}
+        backends = {b.name for b in self.backends}
+        cohorts = {c.name for c in self.cohorts}
+        teams = {t.name for t in self.teams}
+        for i, p in enumerate(self.pools):
+            if p.backend not in backends:
+                problems.append(f"pools[{i}].backend: '{p.backend}' is not in backends")
+            if p.flavor not in flavors:
+                problems.append(f"pools[{i}].flavor: '{p.flavor}' is not in flavors")
+        for i, t in enumerate(self.teams):
+            if t.cohort is not None and t.cohort not in cohorts:
+                problems.append(f"teams[{i}].cohort: '{t.cohort}' is not in cohorts")
+            for f in t.quotas:
+                if f not in flavors:
+                    problems.append(f"teams[{i}].quotas.{f}: '{f}' is not in flavors")
+        for i, tok in enumerate(self.auth.tokens):
+            if tok.team is not None and tok.team not in teams:
+                problems.append(f"auth.tokens[{i}].team: '{tok.team}' is not in teams")
+        if self.auth.mode == "none" and not is_loopback(self.server.host):
+            problems.append(
+                f"auth.mode: 'none' is allowed only on a loopback listener, and server.host is "
+                f"'{self.server.host}'; use host 127.0.0.1 or set auth.mode: token"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    # look-ups used on every request; the lists are short
+    def team(self, name: str) -> Team | None:
+        return next((t for t in self.teams if t.name == name), None)
+
+    def flavor(self, name: str) -> Flavor | None:
+        return next((f for f in self.flavors if f.name == name), None)
+
+    def priority_class(self, name: str) -> PriorityClass | None:
+        return next((p for p in self.priority_classes if p.name == name), None)
+
+    def backend(self, name: str) -> Backend | None:
+        return next((b for b in self.backends if b.name == name), None)
+
+
+def format_validation_error(exc: ValidationError, prefix: str = "") -> list[str]:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"] if p != "__root__")
+        where = f"{prefix}{loc}" if loc else (prefix.rstrip(".") or "(top level)")
+        msg = err["msg"].removeprefix("Value error, ")
+        lines.append(f"{where}: {msg}")
+    return lines
+
+
+def parse_config(data: Any, source: str = "config") -> IsthmusConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping")
+    try:
+        return IsthmusConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(
+            "\n".join(f"{source}: {line}" for line in format_validation_error(exc))
+        ) from None
+
+
+def load_config(path: str | Path) -> IsthmusConfig:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read the configuration ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+    return parse_config(data, str(p))

@@ -1,0 +1,142 @@
+"""Stable reason codes (CamelCase) with a severity ranking.
+
+Every state carries one reason. When several apply (a queued job blocked by quota in one pool
+and by capacity in another) the most severe one is shown; `most_severe` picks it
+deterministically, breaking ties by code so that the same inputs always give the same answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from broker.domain.failures import FailureCategory
+
+
+class ReasonKind(StrEnum):
+    PROGRESS = "progress"  # the job moves forward; nothing to act on
+    WAIT = "wait"  # the job waits for something outside it
+    FAILURE = "failure"  # an attempt ended badly
+    REJECTION = "rejection"  # the job can never run as specified
+    END = "end"  # a final outcome that is not a failure
+    REFUSAL = "refusal"  # why set_state refused a proposal; never stored on a job
+
+
+class Reason(StrEnum):
+    # progress
+    Submitted = "Submitted"
+    Validating = "Validating"
+    WaitingForAdmission = "WaitingForAdmission"
+    Admitted = "Admitted"
+    Dispatching = "Dispatching"
+    BackendPending = "BackendPending"
+    PullingImage = "PullingImage"
+    WaitingForAllRanks = "WaitingForAllRanks"
+    Running = "Running"
+    RetryScheduled = "RetryScheduled"
+    # waiting
+    FairShareBehind = "FairShareBehind"
+    HigherPriorityAhead = "HigherPriorityAhead"
+    BackoffAfterFailure = "BackoffAfterFailure"
+    WaitingForPreemption = "WaitingForPreemption"
+    InsufficientCapacity = "InsufficientCapacity"
+    TopologyUnsatisfiable = "TopologyUnsatisfiable"
+    BorrowLimitReached = "BorrowLimitReached"
+    QuotaExhausted = "QuotaExhausted"
+    PoolDrained = "PoolDrained"
+    NoFlavorFits = "NoFlavorFits"
+    BackendUnavailable = "BackendUnavailable"
+    DispatchRefused = "DispatchRefused"
+    # attempt failures
+    Preempted = "Preempted"
+    Orchestration = "Orchestration"
+    InfraTransient = "InfraTransient"
+    ResourceEnv = "ResourceEnv"
+    UserError = "UserError"
+    Unknown = "Unknown"
+    # rejections (the spec can never run here)
+    SpecInvalid = "SpecInvalid"
+    ExceedsCapacity = "ExceedsCapacity"
+    NoPoolOffersFlavor = "NoPoolOffersFlavor"
+    NoQuotaInCohort = "NoQuotaInCohort"
+    # ends
+    Succeeded = "Succeeded"
+    CancelledByUser = "CancelledByUser"
+    CancelledByAdmin = "CancelledByAdmin"
+    RetriesExhausted = "RetriesExhausted"
+    # refusals of a proposed transition (outcomes only)
+    TransitionNotAllowed = "TransitionNotAllowed"
+    RetryNotDecided = "RetryNotDecided"
+
+
+@dataclass(frozen=True, slots=True)
+class ReasonInfo:
+    severity: int
+    kind: ReasonKind
+    summary: str
+
+
+R, K = Reason, ReasonKind
+
+REASONS: dict[Reason, ReasonInfo] = {
+    R.Submitted: ReasonInfo(0, K.PROGRESS, "accepted by the API"),
+    R.Validating: ReasonInfo(0, K.PROGRESS, "checking the spec against the configuration"),
+    R.WaitingForAdmission: ReasonInfo(1, K.PROGRESS, "valid; waiting for the next admission cycle"),
+    R.Admitted: ReasonInfo(0, K.PROGRESS, "quota reserved and placement chosen"),
+    R.Dispatching: ReasonInfo(0, K.PROGRESS, "creating the backend object"),
+    R.BackendPending: ReasonInfo(2, K.PROGRESS, "the backend has the job and has not started it"),
+    R.PullingImage: ReasonInfo(2, K.PROGRESS, "ranks are pulling their image"),
+    R.WaitingForAllRanks: ReasonInfo(3, K.PROGRESS, "some ranks run, the gang is not complete"),
+    R.Running: ReasonInfo(0, K.PROGRESS, "every rank of the gang runs"),
+    R.RetryScheduled: ReasonInfo(1, K.PROGRESS, "the retry policy allowed another attempt"),
+    R.FairShareBehind: ReasonInfo(10, K.WAIT, "teams with less recent usage go first"),
+    R.HigherPriorityAhead: ReasonInfo(15, K.WAIT, "higher-priority jobs are ahead"),
+    R.BackoffAfterFailure: ReasonInfo(20, K.WAIT, "waiting out the retry backoff"),
+    R.WaitingForPreemption: ReasonInfo(25, K.WAIT, "victims are being preempted to make room"),
+    R.InsufficientCapacity: ReasonInfo(30, K.WAIT, "not enough free GPUs in any fitting pool"),
+    R.TopologyUnsatisfiable: ReasonInfo(35, K.WAIT, "no topology domain holds the whole gang"),
+    R.BorrowLimitReached: ReasonInfo(40, K.WAIT, "the cohort borrowing limit is reached"),
+    R.QuotaExhausted: ReasonInfo(45, K.WAIT, "the team's quota for this flavor is used up"),
+    R.PoolDrained: ReasonInfo(48, K.WAIT, "the only fitting pools are drained"),
+    R.NoFlavorFits: ReasonInfo(50, K.WAIT, "no acceptable flavor is currently offered"),
+    R.BackendUnavailable: ReasonInfo(55, K.WAIT, "the backend cannot be reached"),
+    R.DispatchRefused: ReasonInfo(56, K.WAIT, "the backend refused the object; placement redone"),
+    R.Preempted: ReasonInfo(60, K.FAILURE, "preempted to make room for other work"),
+    R.Orchestration: ReasonInfo(65, K.FAILURE, "lost or out-of-sync backend object"),
+    R.InfraTransient: ReasonInfo(70, K.FAILURE, "node, network or storage failure"),
+    R.ResourceEnv: ReasonInfo(75, K.FAILURE, "driver, image or disk problem"),
+    R.UserError: ReasonInfo(80, K.FAILURE, "the job's own code or configuration failed"),
+    R.Unknown: ReasonInfo(62, K.FAILURE, "the backend gave no usable evidence"),
+    R.SpecInvalid: ReasonInfo(90, K.REJECTION, "the spec is not valid for this configuration"),
+    R.ExceedsCapacity: ReasonInfo(90, K.REJECTION, "larger than any pool could ever hold"),
+    R.NoPoolOffersFlavor: ReasonInfo(90, K.REJECTION, "no pool offers an acceptable flavor"),
+    R.NoQuotaInCohort: ReasonInfo(90, K.REJECTION, "no quota for these flavors in the cohort"),
+    R.Succeeded: ReasonInfo(0, K.END, "every rank finished successfully"),
+    R.CancelledByUser: ReasonInfo(5, K.END, "cancelled by its owner"),
+    R.CancelledByAdmin: ReasonInfo(5, K.END, "cancelled by an administrator"),
+    R.RetriesExhausted: ReasonInfo(85, K.FAILURE, "no attempts or retry budget left"),
+    R.TransitionNotAllowed: ReasonInfo(0, K.REFUSAL, "the lifecycle does not allow this move"),
+    R.RetryNotDecided: ReasonInfo(0, K.REFUSAL, "only the retry engine may retry a failed job"),
+}
+
+FAILURE_REASON: dict[FailureCategory, Reason] = {
+    FailureCategory.USER_ERROR: R.UserError,
+    FailureCategory.INFRA_TRANSIENT: R.InfraTransient,
+    FailureCategory.RESOURCE_ENV: R.ResourceEnv,
+    FailureCategory.ORCHESTRATION: R.Orchestration,
+    FailureCategory.UNKNOWN: R.Unknown,
+}
+
+
+def severity(reason: Reason) -> int:
+    return REASONS[reason].severity
+
+
+def most_severe(reasons: Iterable[Reason]) -> Reason | None:
+    """The most severe reason; ties go to the alphabetically first code, for stability."""
+    best: Reason | None = None
+    for r in reasons:
+        if best is None or (severity(r), best.value) > (severity(best), r.value):
+            best = r
+    return best

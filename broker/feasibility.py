@@ -1,0 +1,198 @@
+"""Checks of a JobSpec against the configuration, before a job is queued.
+
+Two kinds of answer:
+- `request_problems`: the request itself is wrong for this installation (unknown team, flavor
+  or priority class, a gang above the configured cap). The API answers 4xx; nothing is stored.
+- `feasibility`: the spec is well formed but could never run here (no pool offers its flavors,
+  larger than any pool's topology domain, no quota reachable in the team's cohort). The job is
+  stored and goes VALIDATING -> REJECTED with a reason saying which limit and by how much.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from broker.config import Flavor, IsthmusConfig, Pool, PoolCapacity, Team
+from broker.domain import Reason
+from broker.domain.spec import JobSpec, TopologyLevel
+
+
+@dataclass(frozen=True, slots=True)
+class FieldProblem:
+    field: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    ok: bool
+    reason: Reason
+    message: str
+
+
+def request_problems(
+    config: IsthmusConfig, spec: JobSpec, caller_team: str | None
+) -> list[FieldProblem]:
+    out: list[FieldProblem] = []
+    if config.team(spec.team) is None:
+        known = ", ".join(sorted(t.name for t in config.teams)) or "none configured"
+        out.append(FieldProblem("team", f"unknown team '{spec.team}'; known teams: {known}"))
+    elif caller_team is not None and spec.team != caller_team:
+        out.append(
+            FieldProblem("team", f"your token belongs to team '{caller_team}', not '{spec.team}'")
+        )
+    for i, name in enumerate(spec.flavors):
+        if config.flavor(name) is None:
+            known = ", ".join(sorted(f.name for f in config.flavors)) or "none configured"
+            out.append(FieldProblem(f"flavors[{i}]", f"unknown flavor '{name}'; known: {known}"))
+    if config.priority_class(spec.priority) is None:
+        known = ", ".join(p.name for p in config.priority_classes)
+        out.append(
+            FieldProblem("priority", f"unknown priority class '{spec.priority}'; use one of {known}")
+        )
+    if spec.gang.replicas > config.limits.max_replicas:
+        out.append(
+            FieldProblem(
+                "gang.replicas",
+                f"{spec.gang.replicas} replicas is above this installation's cap of "
+                f"{config.limits.max_replicas}",
+            )
+        )
+    if spec.gang.total_gpus > config.limits.max_gpus_per_job:
+        out.append(
+            FieldProblem(
+                "gang",
+                f"{spec.gang.total_gpus} GPUs in total is above this installation's cap of "
+                f"{config.limits.max_gpus_per_job} per job",
+            )
+        )
+    return out
+
+
+def acceptable_flavors(config: IsthmusConfig, spec: JobSpec) -> list[Flavor]:
+    """The spec's flavors in preference order, narrowed by its constraints (if any)."""
+    if spec.flavors:
+        flavors = [f for f in (config.flavor(n) for n in spec.flavors) if f is not None]
+    else:
+        flavors = sorted(config.flavors, key=lambda f: (f.cost_weight, f.name))
+    c = spec.constraints
+    if c is None:
+        return flavors
+    return [
+        f
+        for f in flavors
+        if (c.gpu_model is None or c.gpu_model.lower() in f.gpu_model.lower())
+        and (c.min_gpu_memory_gb is None or f.gpu_memory_gb >= c.min_gpu_memory_gb)
+        and (c.interconnect is None or (f.interconnect or "").lower() == c.interconnect.lower())
+    ]
+
+
+def candidate_pools(config: IsthmusConfig, spec: JobSpec, flavors: list[Flavor]) -> list[Pool]:
+    names = {f.name for f in flavors}
+    kinds = {b.name: b.kind.value for b in config.backends}
+    return [
+        p
+        for p in config.pools
+        if p.flavor in names and spec.backend in ("any", kinds.get(p.backend))
+    ]
+
+
+def replicas_per_domain(cap: PoolCapacity, level: TopologyLevel | None, gpus: int) -> int:
+    """How many replicas of `gpus` GPUs the largest domain at `level` can hold."""
+    per_node = cap.gpus_per_node // gpus
+    if level is TopologyLevel.NODE:
+        nodes = 1
+    elif level is TopologyLevel.RACK:
+        nodes = min(cap.nodes, cap.nodes_per_rack or cap.nodes)
+    elif level is TopologyLevel.BLOCK:
+        per_block = (
+            cap.nodes_per_rack * cap.racks_per_block
+            if cap.nodes_per_rack and cap.racks_per_block
+            else cap.nodes
+        )
+        nodes = min(cap.nodes, per_block)
+    else:
+        nodes = cap.nodes
+    return per_node * nodes
+
+
+def _reachable_quota(config: IsthmusConfig, team: Team, flavor: str) -> tuple[int, int]:
+    """(nominal, borrowable) GPUs of `flavor` for `team` inside its cohort."""
+    own = team.quotas.get(flavor)
+    nominal = own.nominal if own else 0
+    if team.cohort is None:
+        return nominal, 0
+    lendable = 0
+    for other in config.teams:
+        if other.name == team.name or other.cohort != team.cohort:
+            continue
+        q = other.quotas.get(flavor)
+        if q is not None:
+            lendable += q.nominal if q.lending_limit is None else min(q.lending_limit, q.nominal)
+    limit = own.borrowing_limit if own else 0
+    return nominal, lendable if limit is None else min(limit, lendable)
+
+
+def feasibility(config: IsthmusConfig, spec: JobSpec) -> Verdict:
+    gang = spec.gang
+    flavors = acceptable_flavors(config, spec)
+    wanted = ", ".join(spec.flavors) or "flavors matching the constraints"
+    if not flavors:
+        return Verdict(False, Reason.NoPoolOffersFlavor, f"no configured flavor matches {wanted}")
+    pools = candidate_pools(config, spec, flavors)
+    if not pools:
+        where = "" if spec.backend == "any" else f" on backend kind '{spec.backend}'"
+        return Verdict(
+            False,
+            Reason.NoPoolOffersFlavor,
+            f"no pool{where} offers {', '.join(f.name for f in flavors)}",
+        )
+
+    level = spec.topology.required
+    sized = [p for p in pools if p.capacity is not None]
+    if sized and len(sized) == len(pools):
+        best_pool, best = max(
+            ((p, replicas_per_domain(p.capacity, level, gang.gpus_per_replica)) for p in sized),
+            key=lambda pb: (pb[1], pb[0].name),
+        )
+        if best < gang.replicas:
+            cap = best_pool.capacity
+            assert cap is not None
+            within = f"within one {level.value}" if level else "in one pool"
+            if cap.gpus_per_node < gang.gpus_per_replica:
+                detail = (
+                    f"each replica needs {gang.gpus_per_replica} GPUs and the largest node of an "
+                    f"acceptable pool has {cap.gpus_per_node}"
+                )
+            else:
+                short = gang.replicas - best
+                detail = (
+                    f"the largest such domain (pool {best_pool.name}) holds {best} replicas; "
+                    f"short by {short} replicas ({short * gang.gpus_per_replica} GPUs)"
+                )
+            return Verdict(
+                False,
+                Reason.ExceedsCapacity,
+                f"needs {gang.replicas} x {gang.gpus_per_replica} GPUs {within}; {detail}",
+            )
+
+    team = config.team(spec.team)
+    assert team is not None, "request_problems rejects unknown teams first"
+    offered = {p.flavor for p in pools}
+    best_reach, best_note = -1, ""
+    for f in flavors:
+        if f.name not in offered:
+            continue
+        nominal, borrow = _reachable_quota(config, team, f.name)
+        if nominal + borrow > best_reach:
+            best_reach = nominal + borrow
+            best_note = f"{f.name}: nominal {nominal} + borrowable {borrow}"
+    if best_reach < gang.total_gpus:
+        cohort = f" in cohort {team.cohort}" if team.cohort else ""
+        return Verdict(
+            False,
+            Reason.NoQuotaInCohort,
+            f"needs {gang.total_gpus} GPUs; the most team {team.name} can reach{cohort} is "
+            f"{best_reach} ({best_note}), short by {gang.total_gpus - best_reach}",
+        )
+    return Verdict(True, Reason.WaitingForAdmission, "valid; waiting for the next admission cycle")

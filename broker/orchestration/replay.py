@@ -1,0 +1,89 @@
+"""Rebuild a job's state, reason and attempt count from its events, and compare with the row."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlmodel import Session
+
+from broker.domain import JobState, is_allowed
+from broker.store.tables import JobEventRow, JobRow
+
+
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    state: str
+    reason: str
+    message: str
+    attempt: int
+    last_seq: int
+    problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Mismatch:
+    job_id: str
+    field: str
+    stored: object
+    replayed: object
+
+
+def replay(events: Iterable[JobEventRow]) -> Replayed:
+    """Fold events in seq order. Gaps, bad first events and illegal moves are problems."""
+    state: str | None = None
+    reason = message = ""
+    attempt = seq = 0
+    problems: list[str] = []
+    for ev in events:
+        if ev.seq != seq + 1:
+            problems.append(f"event seq {ev.seq} follows {seq}")
+        if seq == 0 and (ev.from_state is not None or ev.to_state != JobState.SUBMITTED):
+            problems.append("first event is not the SUBMITTED creation")
+        elif seq > 0:
+            if ev.from_state != state:
+                problems.append(f"seq {ev.seq} starts from {ev.from_state}, replay is at {state}")
+            if state and not is_allowed(JobState(state), JobState(ev.to_state)):
+                problems.append(f"seq {ev.seq}: {state} -> {ev.to_state} is not allowed")
+            if ev.to_state == JobState.ADMITTED and state != JobState.ADMITTED:
+                attempt += 1
+        state, reason, message, seq = ev.to_state, ev.reason, ev.message, ev.seq
+    if state is None:
+        problems.append("no events")
+    return Replayed(state or "", reason, message, attempt, seq, tuple(problems))
+
+
+def compare(job: JobRow, rep: Replayed) -> list[Mismatch]:
+    out = [
+        Mismatch(job.id, name, getattr(job, name), getattr(rep, name))
+        for name in ("state", "reason", "message", "attempt", "last_seq")
+        if getattr(job, name) != getattr(rep, name)
+    ]
+    out += [Mismatch(job.id, "events", None, p) for p in rep.problems]
+    return out
+
+
+def check_all(session: Session, batch: int = 500) -> Iterator[Mismatch]:
+    """Stream every job with its events in id order, in batches; yield each mismatch."""
+    after = ""
+    while True:
+        jobs = list(
+            session.execute(
+                select(JobRow).where(JobRow.id > after).order_by(JobRow.id).limit(batch)  # type: ignore[arg-type]
+            ).scalars()
+        )
+        if not jobs:
+            return
+        ids = [j.id for j in jobs]
+        by_job: dict[str, list[JobEventRow]] = {i: [] for i in ids}
+        rows = session.execute(
+            select(JobEventRow)
+            .where(JobEventRow.job_id.in_(ids))  # type: ignore[attr-defined]
+            .order_by(JobEventRow.job_id, JobEventRow.seq)  # type: ignore[arg-type]
+        ).scalars()
+        for ev in rows:
+            by_job[ev.job_id].append(ev)
+        for job in jobs:
+            yield from compare(job, replay(by_job[job.id]))
+        after = ids[-1]

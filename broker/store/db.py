@@ -1,0 +1,125 @@
+"""Engines and sessions for SQLite (embedded default) and PostgreSQL (production).
+
+SQLite: WAL, and write transactions start with BEGIN IMMEDIATE so that a job row read under
+"lock" cannot be changed by another writer before commit (SQLite has no row locks; the
+database write lock stands in for them). Reads use a second engine with deferred BEGIN so
+they never wait for writers. PostgreSQL: one engine; row locks are SELECT ... FOR UPDATE.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlmodel import Session
+
+SUPPORTED = ("sqlite", "postgresql")
+
+
+class DatabaseURLError(ValueError):
+    pass
+
+
+def normalise_url(url: str) -> str:
+    """Accept postgres:// and postgresql:// and pin the psycopg 3 driver."""
+    try:
+        parsed = make_url(url)
+    except sa.exc.ArgumentError as exc:
+        raise DatabaseURLError(
+            f"database URL '{url}' is not valid; use sqlite:///path/to/isthmus.db or "
+            "postgresql://user@host:port/dbname"
+        ) from exc
+    backend = parsed.get_backend_name()
+    if backend == "postgres":
+        backend = "postgresql"
+    if backend not in SUPPORTED:
+        raise DatabaseURLError(
+            f"database '{backend}' is not supported; use sqlite:///... or postgresql://..."
+        )
+    if backend == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed.render_as_string(hide_password=False)
+
+
+def _sqlite_engine(url: str, immediate: bool, synchronous: str) -> sa.Engine:
+    path = make_url(url).database
+    if path and path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(
+        url,
+        connect_args={"check_same_thread": False, "timeout": 30},
+        pool_size=8,
+        max_overflow=8,
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(f"PRAGMA synchronous={synchronous}")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: sa.Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+@dataclass
+class Database:
+    url: str
+    writer: sa.Engine
+    reader: sa.Engine
+
+    @property
+    def dialect(self) -> str:
+        return self.writer.dialect.name
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.dialect == "sqlite"
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[Session]:
+        """A transaction that commits on success and rolls back on any exception."""
+        with Session(self.writer, expire_on_commit=False) as session, session.begin():
+            yield session
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[Session]:
+        with Session(self.reader, expire_on_commit=False) as session, session.begin():
+            yield session
+
+    def dispose(self) -> None:
+        self.writer.dispose()
+        if self.reader is not self.writer:
+            self.reader.dispose()
+
+
+def open_database(url: str, *, migrate: bool = True, sqlite_synchronous: str = "FULL") -> Database:
+    """Open (and by default migrate) the database at `url`."""
+    url = normalise_url(url)
+    if make_url(url).get_backend_name() == "sqlite":
+        if sqlite_synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise DatabaseURLError("sqlite_synchronous must be OFF, NORMAL, FULL or EXTRA")
+        writer = _sqlite_engine(url, immediate=True, synchronous=sqlite_synchronous)
+        reader = _sqlite_engine(url, immediate=False, synchronous=sqlite_synchronous)
+    else:
+        writer = sa.create_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
+        reader = writer
+    db = Database(url=url, writer=writer, reader=reader)
+    if migrate:
+        from broker.store.migrate import upgrade
+
+        upgrade(db)
+    return db

@@ -1,0 +1,101 @@
+"""SQLModel tables. The schema itself is created by the versioned migrations, not by these."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.types import TypeDecorator
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC on both databases (SQLite stores no zone; we always mean UTC)."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the store; use broker.store.utcnow()")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class JobRow(SQLModel, table=True):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        sa.UniqueConstraint("team", "idempotency_key", name="uq_jobs_team_idempotency_key"),
+        sa.Index("ix_jobs_team_state", "team", "state"),
+        sa.Index("ix_jobs_state", "state"),
+    )
+
+    id: str = Field(primary_key=True, max_length=16)
+    name: str = Field(max_length=63)
+    team: str = Field(max_length=63)
+    queue: str = Field(max_length=63)
+    priority: str = Field(max_length=63)
+    state: str = Field(max_length=16)
+    reason: str = Field(max_length=40)
+    message: str = Field(default="", sa_type=sa.Text)
+    attempt: int = 0
+    last_seq: int = 0
+    total_gpus: int
+    spec_json: str = Field(sa_type=sa.Text)
+    spec_hash: str = Field(max_length=64)
+    idempotency_key: str | None = Field(default=None, max_length=255)
+    submitted_by: str = Field(max_length=255)
+    created_at: datetime = Field(sa_type=UTCDateTime)
+    updated_at: datetime = Field(sa_type=UTCDateTime)
+    first_useful_work_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+
+
+class JobEventRow(SQLModel, table=True):
+    """Append-only: rows are inserted by set_state and never updated or deleted."""
+
+    __tablename__ = "job_events"
+    __table_args__ = (
+        sa.UniqueConstraint("job_id", "seq", name="uq_job_events_job_seq"),
+        sa.UniqueConstraint("job_id", "cause_key", name="uq_job_events_job_cause"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: str = Field(foreign_key="jobs.id", max_length=16)
+    seq: int
+    at: datetime = Field(sa_type=UTCDateTime)
+    from_state: str | None = Field(default=None, max_length=16)
+    to_state: str = Field(max_length=16)
+    reason: str = Field(max_length=40)
+    message: str = Field(default="", sa_type=sa.Text)
+    cause_kind: str = Field(max_length=32)
+    cause_key: str | None = Field(default=None, max_length=255)
+    actor: str = Field(max_length=255)
+    attempt: int = 0
+    facts_ref: str | None = Field(default=None, max_length=255)
+    details_json: str | None = Field(default=None, sa_type=sa.Text)
+
+
+class AttemptRow(SQLModel, table=True):
+    __tablename__ = "attempts"
+    __table_args__ = (sa.UniqueConstraint("job_id", "number", name="uq_attempts_job_number"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: str = Field(foreign_key="jobs.id", max_length=16)
+    number: int
+    snapshot_json: str = Field(sa_type=sa.Text)
+    spec_hash: str = Field(max_length=64)
+    backend_name: str = Field(max_length=63)
+    created_at: datetime = Field(sa_type=UTCDateTime)
+    ended_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    failure: str | None = Field(default=None, max_length=32)
