@@ -19,8 +19,16 @@ pid_of() {
   [[ -s $f ]] || return 1
   pid=$(tr -dc '0-9' <"$f")
   [[ -n $pid && -r /proc/$pid/comm ]] || return 1
+  proc_alive "$pid" || return 1
   [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == "$comm" ]] || return 1
   printf '%s\n' "$pid"
+}
+
+# proc_alive PID: exists and is not a zombie (PID 1 here may reap late)
+proc_alive() {
+  local st
+  st=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+  [[ -n $st && $st != Z ]]
 }
 
 # stop_pid NAME COMM [GRACE_SECONDS]: TERM, wait, KILL; removes the pid file.
@@ -30,12 +38,10 @@ stop_pid() {
     log "stopping $name (pid $pid)"
     kill -TERM "$pid" 2>/dev/null || true
     for ((i = 0; i < grace * 10; i++)); do
-      [[ -d /proc/$pid ]] || break
-      # a zombie of ours counts as gone
-      [[ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" == Z ]] && break
+      proc_alive "$pid" || break
       sleep 0.1
     done
-    if [[ -d /proc/$pid ]]; then
+    if proc_alive "$pid"; then
       log "$name (pid $pid) ignored TERM for ${grace}s, sending KILL"
       kill -KILL "$pid" 2>/dev/null || true
     fi
