@@ -1,0 +1,209 @@
+"""`isthmus`: run the server, submit and inspect jobs, check the database and configuration."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+import yaml
+
+from broker.cli.output import console, emit_json, errors, events_table, job_detail, job_table
+from broker.cli.output import problem as show_problem
+from broker.client import ApiError, Client
+from broker.config import ConfigError, load_config
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+db_app = typer.Typer(no_args_is_help=True, help="Database maintenance.")
+config_app = typer.Typer(no_args_is_help=True, help="Configuration checks.")
+app.add_typer(db_app, name="db")
+app.add_typer(config_app, name="config")
+
+ServerUrl = Annotated[
+    str, typer.Option("--server", envvar="ISTHMUS_URL", help="API base URL")
+]
+Token = Annotated[
+    str | None,
+    typer.Option("--token", envvar="ISTHMUS_TOKEN", help="API token (prefer the env var)",
+                 show_default=False),
+]
+AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    errors.print(f"[bold red]error[/]: {message}")
+    raise typer.Exit(code)
+
+
+def _call(server: str, token: str | None, fn: str, *args: Any) -> Any:
+    try:
+        with Client(server, token) as c:
+            return getattr(c, fn)(*args)
+    except ApiError as exc:
+        show_problem(exc.status, exc.problem)
+        raise typer.Exit(1) from None
+    except OSError as exc:  # httpx transport errors derive from OSError-like classes below
+        _fail(f"cannot reach the Isthmus API at {server}: {exc}")
+    except Exception as exc:
+        if exc.__class__.__module__.startswith("httpx"):
+            _fail(f"cannot reach the Isthmus API at {server}: {exc}")
+        raise
+
+
+@app.command()
+def server(
+    config: Annotated[Path, typer.Option("--config", "-c", help="isthmus.yaml")],
+    db: Annotated[str | None, typer.Option("--db", help="database URL (overrides config)")] = None,
+    host: Annotated[str | None, typer.Option("--host")] = None,
+    port: Annotated[int | None, typer.Option("--port")] = None,
+) -> None:
+    """Run the API server."""
+    from broker.server import ServerError, run
+
+    try:
+        run(config, db_url=db, host=host, port=port)
+    except (ConfigError, ServerError) as exc:
+        _fail(str(exc))
+
+
+def _read_spec(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text() if str(path) != "-" else typer.get_text_stream("stdin").read()
+    except OSError as exc:
+        _fail(f"{path}: {exc.strerror}")
+    try:
+        data = (
+            json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        )
+    except (ValueError, yaml.YAMLError) as exc:
+        _fail(f"{path}: not valid JSON/YAML: {exc}")
+    if not isinstance(data, dict):
+        _fail(f"{path}: a job spec must be a mapping")
+    return data
+
+
+@app.command()
+def submit(
+    file: Annotated[Path, typer.Option("-f", "--file", help="job spec (.json or .yaml)")],
+    idempotency_key: Annotated[str | None, typer.Option("--idempotency-key")] = None,
+    server: ServerUrl = DEFAULT_URL,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """Submit a job spec."""
+    job = _call(server, token, "submit", _read_spec(file), idempotency_key)
+    if as_json:
+        emit_json(job)
+    else:
+        console.print(f"[bold]{job['id']}[/] {job['state']} ({job['reason']}): {job['message']}")
+
+
+@app.command()
+def status(
+    job_id: str, server: ServerUrl = DEFAULT_URL, token: Token = None, as_json: AsJson = False
+) -> None:
+    """Show one job: state, reason and message."""
+    job = _call(server, token, "job", job_id)
+    emit_json(job) if as_json else console.print(job_detail(job))
+
+
+@app.command("list")
+def list_(
+    team: Annotated[str | None, typer.Option()] = None,
+    state: Annotated[list[str] | None, typer.Option(help="repeatable")] = None,
+    limit: Annotated[int, typer.Option()] = 50,
+    server: ServerUrl = DEFAULT_URL,
+    token: Token = None,
+    as_json: AsJson = False,
+) -> None:
+    """List jobs, newest first."""
+    page = _call(server, token, "jobs", team, state, limit)
+    emit_json(page) if as_json else console.print(job_table(page["items"]))
+
+
+@app.command()
+def events(
+    job_id: str, server: ServerUrl = DEFAULT_URL, token: Token = None, as_json: AsJson = False
+) -> None:
+    """Show a job's event history."""
+    evs = _call(server, token, "events", job_id)
+    emit_json(evs) if as_json else console.print(events_table(evs))
+
+
+@app.command()
+def cancel(
+    job_id: str, server: ServerUrl = DEFAULT_URL, token: Token = None, as_json: AsJson = False
+) -> None:
+    """Cancel a job that has not ended."""
+    job = _call(server, token, "cancel", job_id)
+    if as_json:
+        emit_json(job)
+    else:
+        console.print(f"[bold]{job['id']}[/] {job['state']} ({job['reason']})")
+
+
+@db_app.command("check")
+def db_check(
+    db: Annotated[str | None, typer.Option("--db", help="database URL")] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c")] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Rebuild every job from its events and compare with the stored rows (exit 1 on mismatch)."""
+    from broker.orchestration.replay import check_all
+    from broker.store.db import DatabaseURLError, open_database
+
+    if db is None:
+        if config is None:
+            _fail("give --db URL or --config FILE")
+        try:
+            db = load_config(config).database
+        except ConfigError as exc:
+            _fail(str(exc))
+    try:
+        database = open_database(db, migrate=False)
+    except DatabaseURLError as exc:
+        _fail(str(exc))
+    checked = 0
+    mismatches = []
+    try:
+        with database.read() as s:
+            from sqlalchemy import func, select
+
+            from broker.store.tables import JobRow
+
+            checked = s.execute(select(func.count()).select_from(JobRow)).scalar_one()
+            mismatches = list(check_all(s))
+    except Exception as exc:
+        _fail(f"cannot read {db}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}")
+    finally:
+        database.dispose()
+    if as_json:
+        emit_json({"jobs": checked, "mismatches": [m.__dict__ for m in mismatches]})
+    else:
+        for m in mismatches:
+            console.print(
+                f"[red]MISMATCH[/] job {m.job_id} {m.field}: stored={m.stored!r} "
+                f"replayed={m.replayed!r}"
+            )
+        console.print(f"checked {checked} jobs: {len(mismatches)} mismatches")
+    if mismatches:
+        raise typer.Exit(1)
+
+
+@config_app.command("check")
+def config_check(file: Path) -> None:
+    """Validate an isthmus.yaml and print a summary."""
+    try:
+        cfg = load_config(file)
+    except ConfigError as exc:
+        _fail(str(exc), code=1)
+    console.print(
+        f"{file}: OK: {len(cfg.backends)} backends, {len(cfg.pools)} pools, "
+        f"{len(cfg.flavors)} flavors, {len(cfg.teams)} teams, auth {cfg.auth.mode}"
+    )
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,76 @@
+"""A small Python client for the v1 API (used by the CLI; usable from notebooks)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+
+class ApiError(Exception):
+    """A problem+json answer, kept whole so callers can show the field errors."""
+
+    def __init__(self, status: int, problem: dict[str, Any]) -> None:
+        self.status = status
+        self.problem = problem
+        super().__init__(problem.get("detail") or problem.get("title") or f"HTTP {status}")
+
+
+class Client:
+    def __init__(self, base_url: str, token: str | None = None, timeout: float = 30.0) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: str, path: str, **kw: Any) -> Any:
+        r = self._http.request(method, path, **kw)
+        if r.status_code >= 400:
+            try:
+                body = r.json()
+            except ValueError:
+                body = {"title": r.reason_phrase, "detail": r.text[:500]}
+            raise ApiError(r.status_code, body if isinstance(body, dict) else {"detail": body})
+        return r.json()
+
+    def submit(self, spec: dict[str, Any], idempotency_key: str | None = None) -> dict[str, Any]:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        result: dict[str, Any] = self._call("POST", "/v1/jobs", json=spec, headers=headers)
+        return result
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", f"/v1/jobs/{job_id}")
+        return result
+
+    def jobs(
+        self, team: str | None = None, states: list[str] | None = None, limit: int = 50,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {"limit": limit}
+        if team:
+            params["team"] = team
+        if states:
+            params["state"] = states
+        if cursor:
+            params["cursor"] = cursor
+        result: dict[str, Any] = self._call("GET", "/v1/jobs", params=params)
+        return result
+
+    def events(self, job_id: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", f"/v1/jobs/{job_id}/events")
+        return result
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", f"/v1/jobs/{job_id}/cancel")
+        return result
+
+    def health(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", "/healthz")
+        return result

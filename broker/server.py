@@ -1,0 +1,45 @@
+"""Start-up of the API server: configuration, database, listener checks."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from broker.config import is_loopback, load_config
+
+
+class ServerError(RuntimeError):
+    pass
+
+
+def run(
+    config_path: Path, *, db_url: str | None = None, host: str | None = None,
+    port: int | None = None,
+) -> None:
+    import uvicorn
+
+    from broker.api.app import create_app
+    from broker.store.db import DatabaseURLError, open_database
+
+    config = load_config(config_path)
+    host = host or config.server.host
+    port = port or config.server.port
+    if config.auth.mode == "none" and not is_loopback(host):
+        raise ServerError(
+            f"auth.mode is 'none', which is allowed only on a loopback listener; "
+            f"--host {host} is not loopback. Listen on 127.0.0.1 or configure tokens."
+        )
+    if config.auth.mode == "token":
+        missing = [t.name for t in config.auth.tokens if t.digest() is None]
+        if missing:
+            raise ServerError(f"auth.tokens: the env vars of token(s) {missing} are not set")
+    try:
+        db = open_database(db_url or config.database)
+    except DatabaseURLError as exc:
+        raise ServerError(str(exc)) from None
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("isthmus").info(
+        "isthmus listening on %s:%d (database %s, auth %s)", host, port, db.dialect,
+        config.auth.mode,
+    )
+    uvicorn.run(create_app(config, db), host=host, port=port, log_level="warning")

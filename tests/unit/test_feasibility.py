@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+import pytest
+
+from broker.config import IsthmusConfig, Quota
+from broker.domain import Reason
+from broker.feasibility import feasibility, request_problems
+from tests.builders import SpecBuilder, spec
+
+
+@pytest.mark.parametrize(
+    ("builder", "reason", "words"),
+    [
+        (spec(), Reason.WaitingForAdmission, "valid"),
+        (spec().replicas(5).gpus(8).flavors("h100-80g"), Reason.ExceedsCapacity,
+         "needs 5 x 8 GPUs within one rack; the largest such domain (pool k8s-h100) holds 4 "
+         "replicas; short by 1 replicas (8 GPUs)"),
+        (spec().replicas(2).gpus(8).topology("node"), Reason.ExceedsCapacity,
+         "within one node"),
+        (spec().replicas(9).gpus(8).topology(None).flavors("h100-80g").backend("slurm"),
+         Reason.ExceedsCapacity, "in one pool"),
+        (spec().replicas(1).gpus(16).topology(None), Reason.ExceedsCapacity,
+         "each replica needs 16 GPUs and the largest node of an acceptable pool has 8"),
+        (spec().set("flavors", []).set("constraints", {"min_gpu_memory_gb": 141}),
+         Reason.NoPoolOffersFlavor, "no configured flavor matches"),
+    ],
+    ids=["fits", "rack-too-small", "node-too-small", "pool-too-small",
+         "replica-larger-than-node", "constraints-match-nothing"],
+)
+def test_feasibility(
+    example_config: IsthmusConfig, builder: SpecBuilder, reason: Reason, words: str
+) -> None:
+    verdict = feasibility(example_config, builder.build())
+    assert verdict.reason == reason
+    assert words in verdict.message
+    assert verdict.ok == (reason is Reason.WaitingForAdmission)
+
+
+def _with_quotas(cfg: IsthmusConfig, quotas: dict[str, dict[str, dict[str, int]]]) -> IsthmusConfig:
+    teams = [
+        t.model_copy(update={"quotas": {f: Quota(**q) for f, q in quotas.get(t.name, {}).items()}})
+        for t in cfg.teams
+    ]
+    return cfg.model_copy(update={"teams": teams})
+
+
+@pytest.mark.parametrize(
+    ("quotas", "words"),
+    [
+        ({"vision": {"a100-80g": {"nominal": 16, "borrowing_limit": 8}},
+          "language": {"a100-80g": {"nominal": 32, "lending_limit": 16}}},
+         "needs 32 GPUs; the most team vision can reach in cohort research is 24 (a100-80g: "
+         "nominal 16 + borrowable 8), short by 8"),
+        ({"vision": {"a100-80g": {"nominal": 16}},
+          "language": {"a100-80g": {"nominal": 32, "lending_limit": 8}}},
+         "is 24 (a100-80g: nominal 16 + borrowable 8)"),
+        ({"vision": {"a100-80g": {"nominal": 8, "borrowing_limit": 0}},
+          "language": {"a100-80g": {"nominal": 32}}},
+         "is 8 (a100-80g: nominal 8 + borrowable 0)"),
+    ],
+    ids=["borrowing-limit", "lending-limit", "no-borrowing"],
+)
+def test_quota_reachable_in_cohort(
+    example_config: IsthmusConfig, quotas: dict[str, dict[str, dict[str, int]]], words: str
+) -> None:
+    cfg = _with_quotas(example_config, quotas)
+    verdict = feasibility(cfg, spec().replicas(4).gpus(8).flavors("a100-80g").build())
+    assert verdict.reason is Reason.NoQuotaInCohort
+    assert words in verdict.message
+
+
+def test_no_pool_of_the_backend_kind(example_config: IsthmusConfig) -> None:
+    cfg = example_config.model_copy(
+        update={"pools": [p for p in example_config.pools if p.backend != "k8s-local"]}
+    )
+    verdict = feasibility(cfg, spec().backend("k8s").build())
+    assert verdict.reason is Reason.NoPoolOffersFlavor
+    assert "on backend kind 'k8s'" in verdict.message
+
+
+def test_team_without_any_quota_is_rejected(example_config: IsthmusConfig) -> None:
+    teams = [t.model_copy(update={"quotas": {}}) for t in example_config.teams]
+    cfg = example_config.model_copy(update={"teams": teams})
+    verdict = feasibility(cfg, spec().build())
+    assert verdict.reason is Reason.NoQuotaInCohort
+    assert "is 0" in verdict.message
+
+
+@pytest.mark.parametrize(
+    ("builder", "field"),
+    [
+        (spec().team("robotics"), "team"),
+        (spec().flavors("h100-80g", "b200"), "flavors[1]"),
+        (spec().set("priority", "urgent"), "priority"),
+        (spec().replicas(300).gpus(1), "gang.replicas"),
+    ],
+    ids=["unknown-team", "unknown-flavor", "unknown-priority", "replicas-cap"],
+)
+def test_request_problems(example_config: IsthmusConfig, builder: SpecBuilder, field: str) -> None:
+    problems = request_problems(example_config, builder.build(), None)
+    assert [p.field for p in problems] == [field]
+
+
+def test_user_may_submit_only_for_own_team(example_config: IsthmusConfig) -> None:
+    problems = request_problems(example_config, spec().build(), "language")
+    assert problems and problems[0].field == "team" and "token" in problems[0].message
