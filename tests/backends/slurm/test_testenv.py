@@ -263,3 +263,39 @@ def test_slurmrestd_submits_gang_as_unprivileged_user(slurm_cluster: SlurmCluste
     lines = sorted((workdir / f"out-{job_id}.txt").read_text().splitlines())
     assert len(lines) == 2 and all(line.startswith("h100-") for line in lines), lines
     assert all(line.endswith(" 0,1,2,3,4,5,6,7") for line in lines), lines
+
+
+def test_killed_node_fails_its_gang_with_node_fail(
+    idle_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    script = _write_script(tmp_path / "long.sh", "#!/bin/bash\nsrun sleep 300\n")
+    job_id = idle_cluster.run(
+        [
+            "sbatch",
+            "--parsable",
+            "-p",
+            "a100",
+            "-N",
+            "2",
+            "--gres=gpu:a100:8",
+            "-o",
+            "/dev/null",
+            str(script),
+        ]
+    ).stdout.strip()
+
+    def nodes_when_running() -> str | None:
+        out = idle_cluster.run(["squeue", "-j", job_id, "-h", "-o", "%T %N"]).stdout.split()
+        return out[1] if out and out[0] == "RUNNING" else None
+
+    nodelist = wait_until(nodes_when_running, timeout=30, what="gang RUNNING")
+    hosts = idle_cluster.run(["scontrol", "show", "hostnames", nodelist]).stdout.split()
+    try:
+        idle_cluster.kill_node(hosts[0])
+        row = wait_until(lambda: _sacct_row(idle_cluster, job_id), timeout=60, what="job end")
+        assert row[1] == "NODE_FAIL", row
+        assert idle_cluster.node_states()[hosts[0]].startswith("down"), idle_cluster.node_states()
+    finally:
+        idle_cluster.cancel_all()
+        idle_cluster.restore_nodes()
+    idle_cluster.wait_idle(timeout=60)
