@@ -13,6 +13,11 @@ import (
 
 // runKwok mirrors sigs.k8s.io/kwok/cmd/kwok's main.
 func runKwok() int {
+	// The Kubernetes packages linked into this binary register a non-bool --version flag
+	// (component-base/version/verflag) on pflag.CommandLine at init; cobra merges that set
+	// into kwok's root command, whose own --version is a bool. kwok needs none of them.
+	pflag.CommandLine = pflag.NewFlagSet(os.Args[0], pflag.ExitOnError)
+
 	flagset := pflag.NewFlagSet("global", pflag.ContinueOnError)
 	flagset.ParseErrorsAllowlist.UnknownFlags = true
 	flagset.Usage = func() {}

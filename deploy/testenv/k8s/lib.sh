@@ -1,0 +1,54 @@
+# Shared helpers for deploy/testenv/k8s/{up,down}. Sourced, not executed.
+# shellcheck shell=bash
+
+K8S_HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+K8S_CACHE=${ISTHMUS_CACHE:-$HOME/.cache/isthmus}/k8s
+K8S_STATE=${ISTHMUS_K8S_STATE:-/tmp/isthmus-k8s}
+# Processes in start order; down stops them in reverse.
+K8S_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+
+log() { printf '[k8s %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# pid_alive PIDFILE BIN: the pid in PIDFILE runs, and is one of ours (its command line
+# contains BIN, the directory of the multi-call binary and its symlinks), so a recycled
+# pid is never taken for ours.
+pid_alive() {
+  local pidfile=$1 bin=$2 pid
+  [[ -s $pidfile ]] || return 1
+  pid=$(<"$pidfile")
+  [[ $pid =~ ^[0-9]+$ ]] || return 1
+  [[ -r /proc/$pid/cmdline ]] || return 1
+  # a zombie is not alive
+  [[ $(awk '/^State:/{print $2}' "/proc/$pid/status" 2>/dev/null) != Z ]] || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$bin"
+}
+
+# stop_all: stop every component recorded under $K8S_STATE/run, newest first, by pid.
+stop_all() {
+  local run=$K8S_STATE/run i c pidfile pid bin waited
+  [[ -d $run ]] || return 0
+  bin=$(cat "$run/bin" 2>/dev/null || true)
+  [[ -n $bin ]] || return 0
+  for ((i = ${#K8S_COMPONENTS[@]} - 1; i >= 0; i--)); do
+    c=${K8S_COMPONENTS[i]}
+    pidfile=$run/$c.pid
+    if pid_alive "$pidfile" "$bin"; then
+      pid=$(<"$pidfile")
+      log "stopping $c (pid $pid)"
+      kill -TERM "$pid" 2>/dev/null || true
+      waited=0
+      while pid_alive "$pidfile" "$bin" && ((waited < 100)); do
+        sleep 0.1
+        waited=$((waited + 1))
+      done
+      if pid_alive "$pidfile" "$bin"; then
+        log "$c (pid $pid) ignored SIGTERM for 10s; sending SIGKILL"
+        kill -KILL "$pid" 2>/dev/null || true
+        sleep 0.2
+      fi
+    fi
+    rm -f "$pidfile"
+  done
+  rm -f "$run/config.hash"
+}
