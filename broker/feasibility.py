@@ -48,7 +48,9 @@ def request_problems(
     if config.priority_class(spec.priority) is None:
         known = ", ".join(p.name for p in config.priority_classes)
         out.append(
-            FieldProblem("priority", f"unknown priority class '{spec.priority}'; use one of {known}")
+            FieldProblem(
+                "priority", f"unknown priority class '{spec.priority}'; use one of {known}"
+            )
         )
     if spec.gang.replicas > config.limits.max_replicas:
         out.append(
@@ -149,10 +151,10 @@ def feasibility(config: IsthmusConfig, spec: JobSpec) -> Verdict:
         )
 
     level = spec.topology.required
-    sized = [p for p in pools if p.capacity is not None]
+    sized = [(p, p.capacity) for p in pools if p.capacity is not None]
     if sized and len(sized) == len(pools):
         best_pool, best = max(
-            ((p, replicas_per_domain(p.capacity, level, gang.gpus_per_replica)) for p in sized),
+            ((p, replicas_per_domain(c, level, gang.gpus_per_replica)) for p, c in sized),
             key=lambda pb: (pb[1], pb[0].name),
         )
         if best < gang.replicas:

@@ -11,7 +11,9 @@ from broker.domain import JobSpec, JobState, Reason
 from broker.domain.ids import new_job_id
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import append_event
-from broker.store.tables import JobRow, utcnow
+from broker.store import records
+from broker.store.records import JobRecord
+from broker.store.tables import utcnow
 
 CANONICAL: dict[str, Any] = {
     "name": "llama-ft", "team": "vision", "priority": "normal",
@@ -74,16 +76,18 @@ def insert_job_in_state(session: Session, state: JobState, reason: Reason | None
     """Test-only: a job row sitting in `state`, with a consistent one-event history."""
     now = utcnow()
     s = spec().build()
-    job = JobRow(
+    job = JobRecord(
         id=new_job_id(), name=s.name, team=s.team, queue=s.queue, priority=s.priority,
-        state=JobState.SUBMITTED.value, reason=Reason.Submitted.value, message="",
-        total_gpus=s.gang.total_gpus, spec_json=s.canonical_json(), spec_hash=s.spec_hash(),
-        submitted_by="test", created_at=now, updated_at=now,
+        state=JobState.SUBMITTED.value, reason=Reason.Submitted.value, message="", attempt=0,
+        last_seq=0, total_gpus=s.gang.total_gpus, spec_json=s.canonical_json(),
+        spec_hash=s.spec_hash(), idempotency_key=None, submitted_by="test", created_at=now,
+        updated_at=now, unsaved_events=[],
     )
-    session.add(job)
-    session.flush()
-    append_event(session, job, None, JobState.SUBMITTED, Reason.Submitted, "", Cause("test", "t"), now)
+    append_event(
+        session, job, None, JobState.SUBMITTED, Reason.Submitted, "", Cause("test", "t"), now
+    )
+    records.insert_new_job(session, job)
     job.state = state.value
     job.reason = (reason or Reason.Submitted).value
-    session.flush()
+    records.save_state(session, job)
     return job.id

@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from broker import __version__
 from broker.api.auth import Authenticator
+from broker.api.group_commit import SubmitQueue
 from broker.api.limits import BodyLimit, BodyTooLarge, problem_413
 from broker.api.problems import PROBLEM_JSON, Problem
 from broker.api.routes_jobs import router as jobs_router
@@ -33,6 +34,7 @@ def create_app(config: IsthmusConfig, db: Database) -> FastAPI:
     app.state.config = config
     app.state.db = db
     app.state.authenticator = Authenticator(config)
+    app.state.submit_queue = SubmitQueue(db, config)
     app.add_middleware(BodyLimit, max_bytes=config.server.max_body_bytes)
     app.include_router(jobs_router)
 

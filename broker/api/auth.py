@@ -66,6 +66,7 @@ class Authenticator:
         return found
 
 
-def principal(request: Request) -> Principal:
+async def principal(request: Request) -> Principal:
+    """Async on purpose: a sync dependency would cost a worker-thread hop per request."""
     auth: Authenticator = request.app.state.authenticator
     return auth.authenticate(request.headers.get("authorization"))

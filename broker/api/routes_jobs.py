@@ -7,10 +7,10 @@ import binascii
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
-from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 
 from broker.api.auth import Principal, principal
+from broker.api.group_commit import SubmitQueue
 from broker.api.problems import Problem, invalid_spec
 from broker.api.schemas import EventOut, JobOut, JobPage
 from broker.config import IsthmusConfig
@@ -19,10 +19,10 @@ from broker.domain.ids import is_job_id
 from broker.domain.spec import JobSpec
 from broker.feasibility import request_problems
 from broker.orchestration.rules import Outcome
-from broker.orchestration.submission import IdempotencyConflict, cancel_job, submit_job
+from broker.orchestration.submission import IdempotencyConflict, Submission, cancel_job
 from broker.store.db import Database
 from broker.store.queries import get_job, job_events, list_jobs
-from broker.store.tables import JobRow
+from broker.store.records import JobRecord
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 Caller = Annotated[Principal, Depends(principal)]
@@ -42,7 +42,7 @@ def _not_found(job_id: str) -> Problem:
     return Problem(404, "job-not-found", "Job not found", f"no job with id '{job_id}'")
 
 
-def _visible_job(db: Database, job_id: str, caller: Principal) -> JobRow:
+def _visible_job(db: Database, job_id: str, caller: Principal) -> JobRecord:
     if not is_job_id(job_id):
         raise _not_found(job_id)
     with db.read() as s:
@@ -81,10 +81,9 @@ _SPEC_BODY = {
 )
 async def submit(
     request: Request,
-    response: Response,
     caller: Caller,
     idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
-) -> JobOut:
+) -> Response:
     spec = _spec_from_body(await request.body(), request.headers.get("content-type", ""))
     config = _config(request)
     problems = request_problems(config, spec, None if caller.is_admin else caller.team)
@@ -96,20 +95,22 @@ async def submit(
             "; ".join(f"{p.field}: {p.message}" for p in problems),
             [{"field": p.field, "message": p.message} for p in problems],
         )
+    queue: SubmitQueue = request.app.state.submit_queue
     try:
-        result = await run_in_threadpool(
-            submit_job, _db(request), config, spec, caller.name, idempotency_key
-        )
+        result = await queue.submit(Submission(spec, caller.name, idempotency_key))
     except IdempotencyConflict as exc:
         raise Problem(
             409, "idempotency-key-reused", "Idempotency key reused", str(exc),
             [{"field": "Idempotency-Key", "message": "use a new key for a different job"}],
         ) from None
-    response.headers["Location"] = f"/v1/jobs/{result.job.id}"
+    headers = {"Location": f"/v1/jobs/{result.job.id}"}
     if not result.created:
-        response.status_code = 200
-        response.headers["Idempotent-Replayed"] = "true"
-    return JobOut.of(result.job)
+        headers["Idempotent-Replayed"] = "true"
+    # Serialised here once; returning a model would make FastAPI validate it a second time.
+    return Response(
+        JobOut.of(result.job).model_dump_json(), status_code=201 if result.created else 200,
+        headers=headers, media_type="application/json",
+    )
 
 
 @router.get("/{job_id}", response_model=JobOut)
@@ -124,7 +125,8 @@ def _decode_cursor(cursor: str) -> str:
         value = ""
     if not is_job_id(value):
         raise Problem(
-            422, "invalid-cursor", "Invalid cursor", "cursor: pass next_cursor from a previous page",
+            422, "invalid-cursor", "Invalid cursor",
+            "cursor: pass next_cursor from a previous page",
             [{"field": "cursor", "message": "not a cursor returned by this API"}],
         )
     return value

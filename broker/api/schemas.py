@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from broker.domain import JobState
-from broker.store.tables import JobEventRow, JobRow
+from broker.store.records import EventRecord, JobRecord
 
 
 class JobOut(BaseModel):
@@ -31,7 +31,7 @@ class JobOut(BaseModel):
     spec: dict[str, Any]
 
     @classmethod
-    def of(cls, row: JobRow) -> JobOut:
+    def of(cls, row: JobRecord) -> JobOut:
         return cls(
             id=row.id, name=row.name, team=row.team, queue=row.queue, priority=row.priority,
             state=JobState(row.state), reason=row.reason, message=row.message,
@@ -59,7 +59,7 @@ class EventOut(BaseModel):
     attempt: int
 
     @classmethod
-    def of(cls, row: JobEventRow) -> EventOut:
+    def of(cls, row: EventRecord) -> EventOut:
         return cls(
             seq=row.seq, at=row.at,
             from_state=JobState(row.from_state) if row.from_state else None,

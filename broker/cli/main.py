@@ -171,9 +171,9 @@ def db_check(
         with database.read() as s:
             from sqlalchemy import func, select
 
-            from broker.store.tables import JobRow
+            from broker.store.records import JOBS
 
-            checked = s.execute(select(func.count()).select_from(JobRow)).scalar_one()
+            checked = s.execute(select(func.count()).select_from(JOBS)).scalar_one()
             mismatches = list(check_all(s))
     except Exception as exc:
         _fail(f"cannot read {db}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}")

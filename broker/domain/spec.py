@@ -129,7 +129,7 @@ class RetryPolicy(_Strict):
 class JobSpec(_Strict):
     """A gang-scheduled training job, as submitted."""
 
-    api_version: Literal["isthmus/v1"] = API_VERSION
+    api_version: Literal["isthmus/v1"] = "isthmus/v1"
     name: str = Field(pattern=NAME_PATTERN, description="lowercase letters, digits and '-'")
     team: str = Field(min_length=1, max_length=63)
     queue: str = Field(default="default", min_length=1, max_length=63)
@@ -171,9 +171,9 @@ class JobSpec(_Strict):
     def _flavor_or_constraints(self) -> JobSpec:
         if not self.flavors and self.constraints is None:
             raise ValueError("give 'flavors' (e.g. [\"h100-80g\"]) or 'constraints'")
-        if self.entrypoint.command is not None and self.entrypoint.image is None:
-            if self.backend == "k8s":
-                raise ValueError("entrypoint.image is required when backend is 'k8s'")
+        no_image = self.entrypoint.command is not None and self.entrypoint.image is None
+        if no_image and self.backend == "k8s":
+            raise ValueError("entrypoint.image is required when backend is 'k8s'")
         return self
 
     def canonical_json(self) -> str:

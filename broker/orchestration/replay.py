@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from sqlalchemy import select
 from sqlmodel import Session
 
 from broker.domain import JobState, is_allowed
-from broker.store.tables import JobEventRow, JobRow
+from broker.store.queries import events_of_jobs, list_jobs
+from broker.store.records import EventRecord, JobRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +30,7 @@ class Mismatch:
     replayed: object
 
 
-def replay(events: Iterable[JobEventRow]) -> Replayed:
+def replay(events: Iterable[EventRecord]) -> Replayed:
     """Fold events in seq order. Gaps, bad first events and illegal moves are problems."""
     state: str | None = None
     reason = message = ""
@@ -54,7 +54,7 @@ def replay(events: Iterable[JobEventRow]) -> Replayed:
     return Replayed(state or "", reason, message, attempt, seq, tuple(problems))
 
 
-def compare(job: JobRow, rep: Replayed) -> list[Mismatch]:
+def compare(job: JobRecord, rep: Replayed) -> list[Mismatch]:
     out = [
         Mismatch(job.id, name, getattr(job, name), getattr(rep, name))
         for name in ("state", "reason", "message", "attempt", "last_seq")
@@ -68,22 +68,11 @@ def check_all(session: Session, batch: int = 500) -> Iterator[Mismatch]:
     """Stream every job with its events in id order, in batches; yield each mismatch."""
     after = ""
     while True:
-        jobs = list(
-            session.execute(
-                select(JobRow).where(JobRow.id > after).order_by(JobRow.id).limit(batch)  # type: ignore[arg-type]
-            ).scalars()
-        )
+        jobs = list_jobs(session, after_id=after, limit=batch, ascending=True)
         if not jobs:
             return
         ids = [j.id for j in jobs]
-        by_job: dict[str, list[JobEventRow]] = {i: [] for i in ids}
-        rows = session.execute(
-            select(JobEventRow)
-            .where(JobEventRow.job_id.in_(ids))  # type: ignore[attr-defined]
-            .order_by(JobEventRow.job_id, JobEventRow.seq)  # type: ignore[arg-type]
-        ).scalars()
-        for ev in rows:
-            by_job[ev.job_id].append(ev)
+        by_job = events_of_jobs(session, ids)
         for job in jobs:
             yield from compare(job, replay(by_job[job.id]))
         after = ids[-1]

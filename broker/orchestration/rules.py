@@ -16,7 +16,7 @@ from typing import Any
 from sqlmodel import Session
 
 from broker.domain import JobState, Reason, is_allowed
-from broker.store.tables import JobRow
+from broker.store.records import JobRecord
 
 
 class Outcome(StrEnum):
@@ -49,7 +49,7 @@ class Decision:
 @dataclass(slots=True)
 class TransitionContext:
     session: Session
-    job: JobRow
+    job: JobRecord
     src: JobState
     dst: JobState
     reason: Reason

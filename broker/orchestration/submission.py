@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
 
@@ -19,8 +18,13 @@ from broker.domain.spec import JobSpec
 from broker.feasibility import feasibility
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import TransitionResult, append_event, set_state
+from broker.store import records
 from broker.store.db import Database
-from broker.store.tables import JobRow, utcnow
+from broker.store.queries import find_by_idempotency_key
+from broker.store.records import JobRecord
+from broker.store.tables import utcnow
+
+VALIDATOR = "system:validator"
 
 
 class IdempotencyConflict(Exception):
@@ -34,17 +38,12 @@ class IdempotencyConflict(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Submitted:
-    job: JobRow
+    job: JobRecord
     created: bool
 
 
-def _find_by_key(session: Session, team: str, key: str) -> JobRow | None:
-    stmt = select(JobRow).where(JobRow.team == team, JobRow.idempotency_key == key)  # type: ignore[arg-type]
-    return session.execute(stmt).scalar_one_or_none()
-
-
-def _replay_of(session: Session, spec: JobSpec, spec_hash: str, key: str) -> JobRow | None:
-    existing = _find_by_key(session, spec.team, key)
+def _replay_of(session: Session, spec: JobSpec, spec_hash: str, key: str) -> JobRecord | None:
+    existing = find_by_idempotency_key(session, spec.team, key)
     if existing is None:
         return None
     if existing.spec_hash != spec_hash:
@@ -52,69 +51,96 @@ def _replay_of(session: Session, spec: JobSpec, spec_hash: str, key: str) -> Job
     return existing
 
 
-def _submit_once(
-    db: Database, config: IsthmusConfig, spec: JobSpec, actor: str, key: str | None
-) -> Submitted:
+@dataclass(frozen=True, slots=True)
+class Submission:
+    spec: JobSpec
+    actor: str
+    key: str | None = None
+
+
+def _submit_in(s: Session, config: IsthmusConfig, sub: Submission) -> Submitted:
+    spec, actor, key = sub.spec, sub.actor, sub.key
     spec_json = spec.canonical_json()
     spec_hash = spec.spec_hash()
-    with db.write() as s:
-        if key is not None:
-            existing = _replay_of(s, spec, spec_hash, key)
-            if existing is not None:
-                return Submitted(existing, created=False)
-        now = utcnow()
-        job = JobRow(
-            id=new_job_id(),
-            name=spec.name,
-            team=spec.team,
-            queue=spec.queue,
-            priority=spec.priority,
-            state=JobState.SUBMITTED.value,
-            reason=Reason.Submitted.value,
-            message="accepted by the API",
-            total_gpus=spec.gang.total_gpus,
-            spec_json=spec_json,
-            spec_hash=spec_hash,
-            idempotency_key=key,
-            submitted_by=actor,
-            created_at=now,
-            updated_at=now,
-        )
-        s.add(job)
-        s.flush()  # the row must exist before its first event references it
-        append_event(
-            s, job, None, JobState.SUBMITTED, Reason.Submitted, job.message,
-            Cause("api", actor, key="submit"), now,
-        )
-        s.flush()
-        set_state(
-            s, job.id, JobState.VALIDATING, Reason.Validating,
-            Cause("validation", "system:validator", key="validate"), now=now,
-        )
-        verdict = feasibility(config, spec)
-        dst = JobState.QUEUED if verdict.ok else JobState.REJECTED
-        set_state(
-            s, job.id, dst, verdict.reason,
-            Cause("validation", "system:validator", key="validated"), verdict.message, now=now,
-        )
-        return Submitted(job, created=True)
+    verdict = feasibility(config, spec)
+    if key is not None:
+        existing = _replay_of(s, spec, spec_hash, key)
+        if existing is not None:
+            return Submitted(existing, created=False)
+    now = utcnow()
+    job = JobRecord(
+        id=new_job_id(), name=spec.name, team=spec.team, queue=spec.queue,
+        priority=spec.priority, state=JobState.SUBMITTED.value,
+        reason=Reason.Submitted.value, message="accepted by the API", attempt=0,
+        last_seq=0, total_gpus=spec.gang.total_gpus, spec_json=spec_json,
+        spec_hash=spec_hash, idempotency_key=key, submitted_by=actor, created_at=now,
+        updated_at=now, unsaved_events=[],
+    )
+    append_event(
+        s, job, None, JobState.SUBMITTED, Reason.Submitted, job.message,
+        Cause("api", actor, key="submit"), now,
+    )
+    set_state(
+        s, job.id, JobState.VALIDATING, Reason.Validating,
+        Cause("validation", VALIDATOR, key="validate"), now=now, locked=job,
+    )
+    set_state(
+        s, job.id, JobState.QUEUED if verdict.ok else JobState.REJECTED, verdict.reason,
+        Cause("validation", VALIDATOR, key="validated"), verdict.message, now=now,
+        locked=job,
+    )
+    records.insert_new_job(s, job)
+    return Submitted(job, created=True)
+
+
+def _after_race(db: Database, sub: Submission) -> Submitted:
+    """A concurrent request with the same key won the race (PostgreSQL): answer as a replay."""
+    if sub.key is not None:
+        with db.read() as s:
+            existing = _replay_of(s, sub.spec, sub.spec.spec_hash(), sub.key)
+        if existing is not None:
+            return Submitted(existing, created=False)
+    raise RuntimeError("submission hit a unique constraint that no replay explains")
 
 
 def submit_job(
     db: Database, config: IsthmusConfig, spec: JobSpec, actor: str, key: str | None = None
 ) -> Submitted:
     """Store a new job (or return the one this idempotency key already made)."""
+    sub = Submission(spec, actor, key)
     try:
-        return _submit_once(db, config, spec, actor, key)
+        with db.write() as s:
+            return _submit_in(s, config, sub)
     except IntegrityError:
-        # A concurrent request with the same key won the race (PostgreSQL); answer as a replay.
-        if key is None:
-            raise
-        with db.read() as s:
-            existing = _replay_of(s, spec, spec.spec_hash(), key)
-        if existing is None:
-            raise
-        return Submitted(existing, created=False)
+        return _after_race(db, sub)
+
+
+def submit_many(
+    db: Database, config: IsthmusConfig, subs: list[Submission]
+) -> list[Submitted | Exception]:
+    """Group commit: many submissions, one transaction and one fsync.
+
+    Each submission runs in its own savepoint, so one that fails (an idempotency conflict, a
+    lost race) is rolled back alone and reported in its slot; the others commit together.
+    """
+    out: list[Submitted | Exception] = []
+    raced: list[int] = []
+    with db.write() as s:
+        for i, sub in enumerate(subs):
+            try:
+                with s.begin_nested():
+                    out.append(_submit_in(s, config, sub))
+            except IntegrityError:
+                raced.append(i)
+                out.append(RuntimeError("lost a race"))
+            except IdempotencyConflict as exc:
+                out.append(exc)
+    for i in raced:
+        try:
+            out[i] = _after_race(db, subs[i])
+        except Exception as exc:  # reported to that caller only
+            out[i] = exc
+    return out
 
 
 def cancel_job(db: Database, job_id: str, actor: str, by_admin: bool) -> TransitionResult:

@@ -16,10 +16,10 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select
 from sqlmodel import Session
 
 from broker.domain import JobState, Reason
+from broker.domain.reasons import REASONS
 from broker.orchestration.rules import (
     Cause,
     Decision,
@@ -29,7 +29,9 @@ from broker.orchestration.rules import (
     TransitionContext,
     default_rules,
 )
-from broker.store.tables import JobEventRow, JobRow, utcnow
+from broker.store import records
+from broker.store.records import EventRecord, JobRecord
+from broker.store.tables import utcnow
 
 
 class JobNotFound(LookupError):
@@ -41,8 +43,8 @@ class JobNotFound(LookupError):
 @dataclass(frozen=True, slots=True)
 class TransitionResult:
     outcome: Outcome
-    job: JobRow
-    event: JobEventRow | None
+    job: JobRecord
+    event: EventRecord | None
     reason: Reason
     message: str
     retry_after: float | None = None
@@ -55,34 +57,19 @@ class TransitionResult:
 _DEFAULT_RULES = default_rules()
 
 
-def lock_job(session: Session, job_id: str) -> JobRow:
-    stmt = select(JobRow).where(JobRow.id == job_id).with_for_update()  # type: ignore[arg-type]
-    job = session.execute(stmt).scalar_one_or_none()
-    if job is None:
-        raise JobNotFound(job_id)
-    return job
-
-
-def _event_for_cause(session: Session, job_id: str, key: str) -> JobEventRow | None:
-    stmt = select(JobEventRow).where(
-        JobEventRow.job_id == job_id,  # type: ignore[arg-type]
-        JobEventRow.cause_key == key,  # type: ignore[arg-type]
-    )
-    return session.execute(stmt).scalar_one_or_none()
-
-
 def append_event(
     session: Session,
-    job: JobRow,
+    job: JobRecord,
     src: JobState | None,
     dst: JobState,
     reason: Reason,
     message: str,
     cause: Cause,
     now: datetime,
-) -> JobEventRow:
+) -> EventRecord:
+    """Append the next event of `job` (the caller holds the job's lock)."""
     job.last_seq += 1
-    event = JobEventRow(
+    event = EventRecord(
         job_id=job.id,
         seq=job.last_seq,
         at=now,
@@ -97,8 +84,14 @@ def append_event(
         facts_ref=cause.facts_ref,
         details_json=json.dumps(cause.details, sort_keys=True) if cause.details else None,
     )
-    session.add(event)
+    records.insert_event(session, job, event)
     return event
+
+
+def _already_applied(session: Session, job: JobRecord, key: str) -> EventRecord | None:
+    if job.unsaved_events is not None:
+        return next((e for e in job.unsaved_events if e.cause_key == key), None)
+    return records.event_for_cause(session, job.id, key)
 
 
 def set_state(
@@ -111,32 +104,32 @@ def set_state(
     *,
     rules: RuleSet | None = None,
     now: datetime | None = None,
+    locked: JobRecord | None = None,
 ) -> TransitionResult:
-    """Propose `proposed` for the job; returns what happened. Never commits."""
-    job = lock_job(session, job_id)
-    if message is None:
-        from broker.domain.reasons import REASONS
+    """Propose `proposed` for the job; returns what happened. Never commits.
 
+    `locked` is the caller's record of a job it already holds locked in this transaction
+    (e.g. one it just created); it is updated in place.
+    """
+    if locked is not None and locked.id == job_id:
+        job: JobRecord | None = locked
+    else:
+        job = records.lock_job(session, job_id)
+    if job is None:
+        raise JobNotFound(job_id)
+    if message is None:
         message = REASONS[reason].summary
     if cause.key is not None:
-        done = _event_for_cause(session, job_id, cause.key)
+        done = _already_applied(session, job, cause.key)
         if done is not None:
-            return TransitionResult(
-                Outcome.NOOP, job, done, Reason(done.reason), done.message
-            )
+            return TransitionResult(Outcome.NOOP, job, done, Reason(done.reason), done.message)
     src = JobState(job.state)
     if src == proposed and job.reason == reason.value and job.message == message:
         return TransitionResult(Outcome.NOOP, job, None, reason, message)
 
     ctx = TransitionContext(
-        session=session,
-        job=job,
-        src=src,
-        dst=proposed,
-        reason=reason,
-        message=message,
-        cause=cause,
-        now=now or utcnow(),
+        session=session, job=job, src=src, dst=proposed, reason=reason, message=message,
+        cause=cause, now=now or utcnow(),
     )
     ran: list[Rule] = []
     for rule in (rules or _DEFAULT_RULES).for_transition(src, proposed):
@@ -157,7 +150,7 @@ def set_state(
     job.message = message
     job.updated_at = ctx.now
     event = append_event(session, job, src, proposed, reason, message, cause, ctx.now)
-    session.flush()
+    records.save_state(session, job)
     for rule in ran:
         rule.after(ctx)
     return TransitionResult(Outcome.ACCEPT, job, event, reason, message)

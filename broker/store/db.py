@@ -9,6 +9,7 @@ they never wait for writers. PostgreSQL: one engine; row locks are SELECT ... FO
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +81,9 @@ class Database:
     url: str
     writer: sa.Engine
     reader: sa.Engine
+    # SQLite allows one writer at a time. Queueing writers of this process on a lock is fair
+    # and immediate; leaving them to SQLite's busy handler makes them sleep and retry.
+    _write_lock: threading.Lock | None = None
 
     @property
     def dialect(self) -> str:
@@ -92,7 +96,15 @@ class Database:
     @contextlib.contextmanager
     def write(self) -> Iterator[Session]:
         """A transaction that commits on success and rolls back on any exception."""
-        with Session(self.writer, expire_on_commit=False) as session, session.begin():
+        if self._write_lock is None:
+            with Session(self.writer, expire_on_commit=False) as session, session.begin():
+                yield session
+            return
+        with (
+            self._write_lock,
+            Session(self.writer, expire_on_commit=False) as session,
+            session.begin(),
+        ):
             yield session
 
     @contextlib.contextmanager
@@ -117,7 +129,8 @@ def open_database(url: str, *, migrate: bool = True, sqlite_synchronous: str = "
     else:
         writer = sa.create_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
         reader = writer
-    db = Database(url=url, writer=writer, reader=reader)
+    lock = threading.Lock() if writer.dialect.name == "sqlite" else None
+    db = Database(url=url, writer=writer, reader=reader, _write_lock=lock)
     if migrate:
         from broker.store.migrate import upgrade
 

@@ -4,14 +4,30 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import select
 from sqlmodel import Session
 
-from broker.store.tables import JobEventRow, JobRow
+from broker.store.records import (
+    EVENTS,
+    JOBS,
+    EventRecord,
+    JobRecord,
+    event_from_row,
+    job_from_row,
+    select_events,
+    select_jobs,
+)
 
 
-def get_job(session: Session, job_id: str) -> JobRow | None:
-    return session.get(JobRow, job_id)
+def get_job(session: Session, job_id: str) -> JobRecord | None:
+    row = session.connection().execute(select_jobs().where(JOBS.c.id == job_id)).first()
+    return None if row is None else job_from_row(row)
+
+
+def find_by_idempotency_key(session: Session, team: str, key: str) -> JobRecord | None:
+    row = session.connection().execute(
+        select_jobs().where(JOBS.c.team == team, JOBS.c.idempotency_key == key)
+    ).first()
+    return None if row is None else job_from_row(row)
 
 
 def list_jobs(
@@ -21,23 +37,36 @@ def list_jobs(
     states: Sequence[str] = (),
     limit: int = 50,
     before_id: str | None = None,
-) -> list[JobRow]:
-    """Newest first. `before_id` continues a previous page (ids sort by creation time)."""
-    stmt = select(JobRow)
+    after_id: str | None = None,
+    ascending: bool = False,
+) -> list[JobRecord]:
+    """Newest first unless `ascending`. Ids sort by creation time, so they page stably."""
+    stmt = select_jobs()
     if team is not None:
-        stmt = stmt.where(JobRow.team == team)  # type: ignore[arg-type]
+        stmt = stmt.where(JOBS.c.team == team)
     if states:
-        stmt = stmt.where(JobRow.state.in_(list(states)))  # type: ignore[attr-defined]
+        stmt = stmt.where(JOBS.c.state.in_(list(states)))
     if before_id is not None:
-        stmt = stmt.where(JobRow.id < before_id)  # type: ignore[arg-type]
-    stmt = stmt.order_by(JobRow.id.desc()).limit(limit)  # type: ignore[attr-defined]
-    return list(session.execute(stmt).scalars())
+        stmt = stmt.where(JOBS.c.id < before_id)
+    if after_id is not None:
+        stmt = stmt.where(JOBS.c.id > after_id)
+    stmt = stmt.order_by(JOBS.c.id if ascending else JOBS.c.id.desc()).limit(limit)
+    return [job_from_row(r) for r in session.connection().execute(stmt)]
 
 
-def job_events(session: Session, job_id: str) -> list[JobEventRow]:
+def job_events(session: Session, job_id: str) -> list[EventRecord]:
+    stmt = select_events().where(EVENTS.c.job_id == job_id).order_by(EVENTS.c.seq)
+    return [event_from_row(r) for r in session.connection().execute(stmt)]
+
+
+def events_of_jobs(session: Session, job_ids: Sequence[str]) -> dict[str, list[EventRecord]]:
+    out: dict[str, list[EventRecord]] = {i: [] for i in job_ids}
     stmt = (
-        select(JobEventRow)
-        .where(JobEventRow.job_id == job_id)  # type: ignore[arg-type]
-        .order_by(JobEventRow.seq)  # type: ignore[arg-type]
+        select_events()
+        .where(EVENTS.c.job_id.in_(list(job_ids)))
+        .order_by(EVENTS.c.job_id, EVENTS.c.seq)
     )
-    return list(session.execute(stmt).scalars())
+    for r in session.connection().execute(stmt):
+        ev = event_from_row(r)
+        out[ev.job_id].append(ev)
+    return out

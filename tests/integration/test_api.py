@@ -152,7 +152,9 @@ def test_idempotency_key(client: TestClient) -> None:
     assert first.status_code == 201 and again.status_code == 200
     assert again.headers["idempotent-replayed"] == "true"
     assert again.json()["id"] == first.json()["id"]
-    other = client.post("/v1/jobs", json=spec().replicas(1).dict(), headers={"Idempotency-Key": "abc"})
+    other = client.post(
+        "/v1/jobs", json=spec().replicas(1).dict(), headers={"Idempotency-Key": "abc"}
+    )
     assert _problem(other, 409)["errors"][0]["field"] == "Idempotency-Key"
     assert len(client.get("/v1/jobs").json()["items"]) == 1
 

@@ -76,5 +76,6 @@ def test_db_check_cli_reports_drift(db: Database, example_config: IsthmusConfig)
         )
     bad = runner.invoke(app, ["db", "check", "--db", db.url])
     assert bad.exit_code == 1
-    assert f"job {job.id} state: stored='RUNNING' replayed='QUEUED'" in bad.output.replace("\n", " ")
+    flat = bad.output.replace("\n", " ")
+    assert f"job {job.id} state: stored='RUNNING' replayed='QUEUED'" in flat
     assert "attempt" in bad.output and "1 jobs: 2 mismatches" in bad.output

@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from broker.domain import JobState, Reason, is_allowed
-from broker.orchestration import Cause, Decision, Outcome, Rule, RuleSet, TransitionContext, set_state
+from broker.orchestration import (
+    Cause,
+    Decision,
+    Outcome,
+    Rule,
+    RuleSet,
+    TransitionContext,
+    set_state,
+)
 from broker.orchestration.replay import replay
 from broker.orchestration.rules import default_rules
 from broker.orchestration.transitions import JobNotFound

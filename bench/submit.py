@@ -1,0 +1,197 @@
+"""Durable submissions through the real HTTP API (issue 2 benchmark; not a timed test).
+
+Starts `isthmus server` as its own process on SQLite (synchronous=FULL: each submit is on disk
+before the 201) and on PostgreSQL (a throwaway server started here, fsync on), then measures
+1) closed-loop throughput with C concurrent keep-alive connections, and
+2) latency percentiles at a fixed offered load (open loop, default 500 submits/s).
+The client is raw asyncio on keep-alive sockets so it costs the server little CPU.
+Prints one line per backend: `submit: <backend> <N> jobs <R> submits/s p99 <L> ms`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC = json.loads((ROOT / "examples" / "jobs" / "llama-ft.json").read_text())
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _request(port: int) -> bytes:
+    body = json.dumps(SPEC).encode()
+    head = (
+        f"POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    return head + body
+
+
+async def _one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, req: bytes) -> int:
+    writer.write(req)
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    await reader.readexactly(length)
+    return status
+
+
+async def closed_loop(port: int, total: int, conns: int) -> tuple[float, list[float]]:
+    req = _request(port)
+    latencies: list[float] = []
+    remaining = total
+
+    async def worker() -> None:
+        nonlocal remaining
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        while remaining > 0:
+            remaining -= 1
+            t0 = time.perf_counter()
+            status = await _one(reader, writer, req)
+            latencies.append(time.perf_counter() - t0)
+            if status != 201:
+                raise RuntimeError(f"submit answered {status}")
+        writer.close()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(conns)))
+    return total / (time.perf_counter() - t0), latencies
+
+
+async def open_loop(port: int, rate: float, seconds: float, conns: int) -> list[float]:
+    """Send at a fixed rate regardless of answers; latency counts from the scheduled time."""
+    req = _request(port)
+    pool: asyncio.Queue[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = asyncio.Queue()
+    for _ in range(conns):
+        pool.put_nowait(await asyncio.open_connection("127.0.0.1", port))
+    latencies: list[float] = []
+    start = time.perf_counter()
+    n = int(rate * seconds)
+
+    async def fire(i: int) -> None:
+        due = start + i / rate
+        await asyncio.sleep(max(0.0, due - time.perf_counter()))
+        conn = await pool.get()
+        try:
+            status = await _one(*conn, req)
+        finally:
+            pool.put_nowait(conn)
+        latencies.append(time.perf_counter() - due)
+        if status != 201:
+            raise RuntimeError(f"submit answered {status}")
+
+    await asyncio.gather(*(fire(i) for i in range(n)))
+    return latencies
+
+
+def pct(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(len(s) * p / 100))] * 1000
+
+
+def start_server(db_url: str, port: int) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "broker.cli.main", "server", "--config",
+         str(ROOT / "examples" / "isthmus.yaml"), "--db", db_url, "--port", str(port)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    for _ in range(300):
+        try:
+            httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).raise_for_status()
+            return proc
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("server did not start")
+
+
+class Postgres:
+    def __init__(self) -> None:
+        bindir = sorted(Path("/usr/lib/postgresql").glob("*/bin"))[-1]
+        self.base = Path(tempfile.mkdtemp(prefix="isthmus-bench-pg-"))
+        run_as: list[str] = []
+        if os.geteuid() == 0:
+            pw = pwd.getpwnam("postgres")
+            os.chown(self.base, pw.pw_uid, pw.pw_gid)
+            run_as = ["runuser", "-u", "postgres", "--"]
+        data = self.base / "data"
+        subprocess.run([*run_as, str(bindir / "initdb"), "-D", str(data), "-A", "trust",
+                        "-U", "isthmus"], check=True, capture_output=True)
+        self.port = _port()
+        self.proc = subprocess.Popen(
+            [*run_as, str(bindir / "postgres"), "-D", str(data), "-h", "127.0.0.1",
+             "-p", str(self.port), "-k", str(self.base)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        time.sleep(2)
+        subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "isthmus",
+                        "-d", "postgres", "-qc", "CREATE DATABASE bench"], check=True)
+        self.url = f"postgresql://isthmus@127.0.0.1:{self.port}/bench"
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+def bench(label: str, db_url: str, args: argparse.Namespace) -> None:
+    port = _port()
+    server = start_server(db_url, port)
+    try:
+        asyncio.run(closed_loop(port, 300, args.conns))  # warm-up
+        rate, closed = asyncio.run(closed_loop(port, args.jobs, args.conns))
+        opened = asyncio.run(open_loop(port, args.rate, args.seconds, args.conns * 4))
+    finally:
+        server.terminate()
+        server.wait()
+    print(
+        f"  {label}: closed loop {args.conns} conns: {rate:.0f} submits/s, "
+        f"p50 {pct(closed, 50):.1f} ms p99 {pct(closed, 99):.1f} ms; "
+        f"open loop {args.rate}/s for {args.seconds}s: p50 {pct(opened, 50):.1f} ms "
+        f"p99 {pct(opened, 99):.1f} ms"
+    )
+    print(f"submit: {label} {args.jobs} jobs {rate:.0f} submits/s p99 {pct(opened, 99):.1f} ms")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--jobs", type=int, default=5000)
+    ap.add_argument("--conns", type=int, default=16)
+    ap.add_argument("--rate", type=float, default=500)
+    ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
+    args = ap.parse_args()
+    if args.backend in ("sqlite", "both"):
+        tmp = Path(tempfile.mkdtemp(prefix="isthmus-bench-"))
+        bench("sqlite", f"sqlite:///{tmp / 'bench.db'}", args)
+        shutil.rmtree(tmp, ignore_errors=True)
+    if args.backend in ("postgres", "both"):
+        pg = Postgres()
+        try:
+            bench("postgres", pg.url, args)
+        finally:
+            pg.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""Plain records and Core statements for the hot write path.
+
+The ORM (SQLModel) defines the tables; the transition path reads and writes them with
+SQLAlchemy Core, which costs a fraction of ORM unit-of-work bookkeeping per statement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlmodel import Session
+
+from broker.store.tables import JobEventRow, JobRow
+
+JOBS: sa.Table = JobRow.__table__  # type: ignore[attr-defined]
+EVENTS: sa.Table = JobEventRow.__table__  # type: ignore[attr-defined]
+
+
+@dataclass(slots=True)
+class JobRecord:
+    id: str
+    name: str
+    team: str
+    queue: str
+    priority: str
+    state: str
+    reason: str
+    message: str
+    attempt: int
+    last_seq: int
+    total_gpus: int
+    spec_json: str
+    spec_hash: str
+    idempotency_key: str | None
+    submitted_by: str
+    created_at: datetime
+    updated_at: datetime
+    first_useful_work_at: datetime | None = None
+    # Set while a job is being created in the current transaction and not yet inserted:
+    # its events wait here and are written with the row in one go. Nobody else can see the
+    # job, so no lock or idempotency look-up is needed for it either.
+    unsaved_events: list[EventRecord] | None = field(default=None, compare=False, repr=False)
+
+    def values(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in _JOB_FIELDS}
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    job_id: str
+    seq: int
+    at: datetime
+    from_state: str | None
+    to_state: str
+    reason: str
+    message: str
+    cause_kind: str
+    cause_key: str | None
+    actor: str
+    attempt: int
+    facts_ref: str | None = None
+    details_json: str | None = None
+
+
+_JOB_FIELDS = [f.name for f in fields(JobRecord) if f.name != "unsaved_events"]
+_EVENT_FIELDS = [f.name for f in fields(EventRecord)]
+_JOB_COLS = [JOBS.c[name] for name in _JOB_FIELDS]
+_EVENT_COLS = [EVENTS.c[name] for name in _EVENT_FIELDS]
+
+
+def job_from_row(row: Any) -> JobRecord:
+    return JobRecord(*row)
+
+
+def event_from_row(row: Any) -> EventRecord:
+    return EventRecord(*row)
+
+
+def select_jobs() -> sa.Select[Any]:
+    return sa.select(*_JOB_COLS)
+
+
+def select_events() -> sa.Select[Any]:
+    return sa.select(*_EVENT_COLS)
+
+
+# Statements are built once; SQLAlchemy then reuses their compiled form.
+_INSERT_JOB = sa.insert(JOBS)
+_INSERT_EVENT = sa.insert(EVENTS)
+_LOCK_JOB = select_jobs().where(JOBS.c.id == sa.bindparam("job_id")).with_for_update()
+_STATE_FIELDS = ("state", "reason", "message", "attempt", "last_seq", "updated_at")
+_SAVE_STATE = (
+    sa.update(JOBS)
+    .where(JOBS.c.id == sa.bindparam("job_id"))
+    .values({name: sa.bindparam(f"new_{name}") for name in _STATE_FIELDS})
+)
+_EVENT_FOR_CAUSE = select_events().where(
+    EVENTS.c.job_id == sa.bindparam("job_id"), EVENTS.c.cause_key == sa.bindparam("key")
+)
+
+
+def insert_new_job(session: Session, job: JobRecord) -> None:
+    """Insert a job built in memory together with the events set_state gave it."""
+    conn = session.connection()
+    conn.execute(_INSERT_JOB, job.values())
+    if job.unsaved_events:
+        conn.execute(
+            _INSERT_EVENT,
+            [{name: getattr(ev, name) for name in _EVENT_FIELDS} for ev in job.unsaved_events],
+        )
+    job.unsaved_events = None
+
+
+def lock_job(session: Session, job_id: str) -> JobRecord | None:
+    row = session.connection().execute(_LOCK_JOB, {"job_id": job_id}).first()
+    return None if row is None else job_from_row(row)
+
+
+def save_state(session: Session, job: JobRecord) -> None:
+    if job.unsaved_events is not None:
+        return  # written whole by insert_new_job
+    params = {f"new_{name}": getattr(job, name) for name in _STATE_FIELDS}
+    params["job_id"] = job.id
+    session.connection().execute(_SAVE_STATE, params)
+
+
+def insert_event(session: Session, job: JobRecord, event: EventRecord) -> None:
+    if job.unsaved_events is not None:
+        job.unsaved_events.append(event)
+        return
+    session.connection().execute(
+        _INSERT_EVENT, {name: getattr(event, name) for name in _EVENT_FIELDS}
+    )
+
+
+def event_for_cause(session: Session, job_id: str, key: str) -> EventRecord | None:
+    row = session.connection().execute(_EVENT_FOR_CAUSE, {"job_id": job_id, "key": key}).first()
+    return None if row is None else event_from_row(row)
