@@ -1,0 +1,94 @@
+"""Inventory snapshots: what the backends have, as the placement policies see it.
+
+Backends build these (Slurm from sinfo/scontrol topology, Kubernetes from Nodes and Pods);
+policies read them and never do I/O.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from broker.domain.spec import BackendKind
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TopologyPath(_Frozen):
+    """Where a node sits: block (spine) > rack (leaf switch) > node."""
+
+    block: str = ""
+    rack: str = ""
+
+    def domain(self, level: str, node: str) -> str:
+        if level == "node":
+            return f"{self.block}/{self.rack}/{node}"
+        if level == "rack":
+            return f"{self.block}/{self.rack}"
+        if level == "block":
+            return self.block
+        return ""
+
+
+class NodeSnapshot(_Frozen):
+    name: str
+    total_gpus: int = Field(ge=0)
+    free_gpus: int = Field(ge=0)
+    cpus: int = Field(default=0, ge=0)
+    free_cpus: int = Field(default=0, ge=0)
+    memory_bytes: int = Field(default=0, ge=0)
+    free_memory_bytes: int = Field(default=0, ge=0)
+    topology: TopologyPath = Field(default_factory=TopologyPath)
+    schedulable: bool = True
+    reason: str | None = Field(default=None, description="why not schedulable (drain, down)")
+
+
+class QueueDepth(_Frozen):
+    """GPU demand already pending in the backend for this pool."""
+
+    isthmus_pending_gpus: int = Field(default=0, ge=0)
+    foreign_pending_gpus: int = Field(default=0, ge=0)
+    isthmus_pending_jobs: int = Field(default=0, ge=0)
+    expected_wait_seconds: float | None = Field(default=None, ge=0)
+
+    @property
+    def pending_gpus(self) -> int:
+        return self.isthmus_pending_gpus + self.foreign_pending_gpus
+
+
+class PoolSnapshot(_Frozen):
+    name: str
+    backend_kind: BackendKind
+    backend: str = Field(description="backend instance name from isthmus.yaml")
+    flavor: str
+    selector: str = Field(default="", description="partition name or node selector, as text")
+    cost_weight: float = 1.0
+    shared: bool = True
+    drained: bool = False
+    max_isthmus_pending: int | None = Field(
+        default=None, description="cap on Isthmus jobs pending in this backend pool"
+    )
+    nodes: tuple[NodeSnapshot, ...] = ()
+    queue: QueueDepth = Field(default_factory=QueueDepth)
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(n.total_gpus for n in self.nodes)
+
+    @property
+    def free_gpus(self) -> int:
+        return sum(n.free_gpus for n in self.nodes if n.schedulable)
+
+
+class InventorySnapshot(_Frozen):
+    taken_at: datetime
+    pools: tuple[PoolSnapshot, ...] = ()
+    unreachable: tuple[str, ...] = Field(
+        default=(), description="backend instances that could not be read this time"
+    )
+
+    def pool(self, name: str) -> PoolSnapshot | None:
+        return next((p for p in self.pools if p.name == name), None)
