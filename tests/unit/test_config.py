@@ -23,7 +23,8 @@ def test_example_config_loads() -> None:
 @pytest.mark.parametrize(
     ("mutate", "words"),
     [
-        (lambda c: c["pools"][0].update(flavor="b200"), "pools[0].flavor: 'b200' is not in flavors"),
+        (lambda c: c["pools"][0].update(flavor="b200"),
+         "pools[0].flavor: 'b200' is not in flavors"),
         (lambda c: c["pools"][1].update(backend="x"), "pools[1].backend: 'x' is not in backends"),
         (lambda c: c["teams"][0].update(cohort="nope"), "teams[0].cohort: 'nope'"),
         (lambda c: c["teams"][0]["quotas"].update({"b200": {"nominal": 1}}),
