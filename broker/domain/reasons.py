@@ -44,6 +44,7 @@ class Reason(StrEnum):
     TopologyUnsatisfiable = "TopologyUnsatisfiable"
     BorrowLimitReached = "BorrowLimitReached"
     QuotaExhausted = "QuotaExhausted"
+    PoolExcluded = "PoolExcluded"
     PoolDrained = "PoolDrained"
     NoFlavorFits = "NoFlavorFits"
     BackendUnavailable = "BackendUnavailable"
@@ -98,6 +99,7 @@ REASONS: dict[Reason, ReasonInfo] = {
     R.TopologyUnsatisfiable: ReasonInfo(35, K.WAIT, "no topology domain holds the whole gang"),
     R.BorrowLimitReached: ReasonInfo(40, K.WAIT, "the cohort borrowing limit is reached"),
     R.QuotaExhausted: ReasonInfo(45, K.WAIT, "the team's quota for this flavor is used up"),
+    R.PoolExcluded: ReasonInfo(46, K.WAIT, "fitting pools are excluded after failures there"),
     R.PoolDrained: ReasonInfo(48, K.WAIT, "the only fitting pools are drained"),
     R.NoFlavorFits: ReasonInfo(50, K.WAIT, "no acceptable flavor is currently offered"),
     R.BackendUnavailable: ReasonInfo(55, K.WAIT, "the backend cannot be reached"),

@@ -1,0 +1,373 @@
+"""A mutable working copy of an inventory snapshot, indexed for fast gang fitting.
+
+An admission cycle places thousands of gangs on thousands of nodes; scanning every node per job
+is too slow. Each pool keeps, per rack, a histogram of nodes by free GPUs ("buckets"): the number
+of g-GPU replicas a rack can hold is then sum(count[k] * (k // g)), a handful of operations,
+cached per g until the rack changes. Pools also remember, per (gpus per replica, topology level),
+the smallest replica count that failed this cycle: capacity only shrinks inside a cycle, so any
+larger gang fails at once. Node lists are only walked inside the one domain finally chosen.
+
+Topology levels are ranked node=0, rack=1, block=2, pool=3 (no constraint).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from broker.domain.inventory import InventorySnapshot, PoolSnapshot
+
+NODE, RACK, BLOCK, POOL = 0, 1, 2, 3
+LEVEL_NAMES = ("node", "rack", "block", "pool")
+_BIG = 1 << 60
+
+
+class NodeSlot:
+    """A node of the working copy. CPU and memory are None when the backend did not report
+    them (then only GPUs are checked)."""
+
+    __slots__ = ("free", "free_cpus", "free_mem", "name", "rack", "total")
+
+    def __init__(
+        self,
+        name: str,
+        total: int,
+        free: int,
+        free_cpus: int | None,
+        free_mem: int | None,
+        rack: Rack,
+    ) -> None:
+        self.name = name
+        self.total = total
+        self.free = free
+        self.free_cpus = free_cpus
+        self.free_mem = free_mem
+        self.rack = rack
+
+
+class Rack:
+    __slots__ = ("_cap", "block", "buckets", "free", "key", "max_free", "name", "nodes", "total")
+
+    def __init__(self, block: str, name: str, width: int) -> None:
+        self.block = block
+        self.name = name
+        self.key = f"{block}/{name}"
+        self.nodes: list[NodeSlot] = []
+        self.free = 0
+        self.total = 0
+        self.buckets = [0] * (width + 1)
+        self.max_free = 0
+        self._cap: dict[int, int] = {}
+
+    def cap(self, g: int) -> int:
+        """Replicas of `g` GPUs this rack can hold now."""
+        c = self._cap.get(g)
+        if c is None:
+            b = self.buckets
+            c = 0
+            for k in range(g, len(b)):
+                if b[k]:
+                    c += b[k] * (k // g)
+            self._cap[g] = c
+        return c
+
+    def _changed(self, old: int, new: int) -> None:
+        b = self.buckets
+        b[old] -= 1
+        b[new] += 1
+        self.free += new - old
+        self._cap.clear()
+        if new > self.max_free:
+            self.max_free = new
+        elif old == self.max_free and b[old] == 0:
+            k = old
+            while k > 0 and b[k] == 0:
+                k -= 1
+            self.max_free = k
+
+
+@dataclass(slots=True)
+class Fit:
+    """Where a gang fits: the level reached, the domain, and replicas per node."""
+
+    level: int
+    domain: str
+    nodes: list[tuple[NodeSlot, int]]
+    leftover: int
+    """Free GPUs left in the chosen domain after placing the gang (best fit: smallest)."""
+
+
+NodeCap = Callable[[NodeSlot], int]
+
+
+class PoolIndex:
+    """One pool of the working copy. Mutated only through `allocate` and `hold`."""
+
+    def __init__(self, snap: PoolSnapshot) -> None:
+        self.snap = snap
+        self.name = snap.name
+        self.flavor = snap.flavor
+        width = max((n.total_gpus for n in snap.nodes), default=0)
+        self.width = width
+        racks: dict[tuple[str, str], Rack] = {}
+        self.nodes: dict[str, NodeSlot] = {}
+        self.buckets = [0] * (width + 1)
+        self.free = 0
+        self.total = 0
+        self.unschedulable = 0
+        for n in snap.nodes:
+            key = (n.topology.block, n.topology.rack)
+            rack = racks.get(key)
+            if rack is None:
+                rack = racks[key] = Rack(key[0], key[1], width)
+            free = min(n.free_gpus, n.total_gpus) if n.schedulable else 0
+            total = n.total_gpus if n.schedulable else 0
+            if not n.schedulable:
+                self.unschedulable += 1
+            cpus = n.free_cpus if n.cpus else None
+            mem = n.free_memory_bytes if n.memory_bytes else None
+            slot = NodeSlot(n.name, total, free, cpus, mem, rack)
+            rack.nodes.append(slot)
+            rack.buckets[free] += 1
+            rack.free += free
+            rack.total += total
+            rack.max_free = max(rack.max_free, free)
+            self.buckets[free] += 1
+            self.free += free
+            self.total += total
+            self.nodes[n.name] = slot
+        self.racks = sorted(racks.values(), key=lambda r: r.key)
+        self.blocks: dict[str, list[Rack]] = {}
+        for r in self.racks:
+            self.blocks.setdefault(r.block, []).append(r)
+        self.start_free = self.free
+        self.fail_memo: dict[tuple[int, int], int] = {}
+        self._static: dict[tuple[int, int], int] = {}
+        self.max_node_total = max((s.total for s in self.nodes.values()), default=0)
+        # bookkeeping of this cycle, read by admission for reasons and caps
+        self.admitted = 0
+        self.admitted_max_priority: int | None = None
+        self.queued = snap.queue.isthmus_pending_jobs
+        self.held = 0
+
+    # ---- capacity questions -------------------------------------------------------------
+    def static_cap(self, g: int, level: int) -> int:
+        """Replicas of `g` GPUs the largest domain at `level` could hold if it were empty."""
+        key = (g, level)
+        c = self._static.get(key)
+        if c is None:
+            if level == NODE:
+                c = self.max_node_total // g
+            else:
+                per_rack = {r.key: sum(n.total // g for n in r.nodes) for r in self.racks}
+                if level == RACK:
+                    c = max(per_rack.values(), default=0)
+                elif level == BLOCK:
+                    c = max(
+                        (sum(per_rack[r.key] for r in rs) for rs in self.blocks.values()),
+                        default=0,
+                    )
+                else:
+                    c = sum(per_rack.values())
+            self._static[key] = c
+        return c
+
+    def find(
+        self,
+        g: int,
+        replicas: int,
+        max_level: int,
+        node_cap: NodeCap | None = None,
+    ) -> Fit | None:
+        """Tightest level first (node, rack, block, pool) up to `max_level`; best fit inside.
+
+        `node_cap` overrides how many replicas a node holds (excluded nodes, CPU or memory
+        requests); without it the bucket index answers and failures are memoised.
+        """
+        if replicas * g > self.free:
+            return None
+        for level in range(max_level + 1):
+            if self.static_cap(g, level) < replicas:
+                continue
+            if node_cap is None:
+                if self.fail_memo.get((g, level), _BIG) <= replicas:
+                    continue
+                fit = self._find_fast(g, replicas, level)
+                if fit is None:
+                    self.fail_memo[(g, level)] = replicas
+            else:
+                fit = self._find_slow(g, replicas, level, node_cap)
+            if fit is not None:
+                return fit
+        return None
+
+    def _find_fast(self, g: int, replicas: int, level: int) -> Fit | None:
+        need = replicas * g
+        if level == NODE:
+            best: tuple[int, int, str] | None = None
+            best_rack: Rack | None = None
+            for r in self.racks:
+                if r.max_free < need:
+                    continue
+                b = r.buckets
+                k = need
+                while b[k] == 0:
+                    k += 1
+                cand = (k, r.free, r.key)
+                if best is None or cand < best:
+                    best, best_rack = cand, r
+            if best is None or best_rack is None:
+                return None
+            node = next(n for n in best_rack.nodes if n.free == best[0])
+            return Fit(NODE, f"{best_rack.key}/{node.name}", [(node, replicas)], node.free - need)
+        if level == RACK:
+            best_r: Rack | None = None
+            for r in self.racks:
+                if (
+                    r.free >= need
+                    and r.cap(g) >= replicas
+                    and (best_r is None or r.free < best_r.free)
+                ):
+                    best_r = r
+            if best_r is None:
+                return None
+            return self._assign(RACK, best_r.key, [best_r], replicas, lambda n: n.free // g, need)
+        if level == BLOCK:
+            best_b: tuple[int, str] | None = None
+            for block, rs in self.blocks.items():
+                free = sum(r.free for r in rs)
+                if free < need or (best_b is not None and (free, block) >= best_b):
+                    continue
+                if sum(r.cap(g) for r in rs) >= replicas:
+                    best_b = (free, block)
+            if best_b is None:
+                return None
+            rs = self.blocks[best_b[1]]
+            return self._assign(BLOCK, best_b[1], rs, replicas, lambda n: n.free // g, need)
+        if sum(r.cap(g) for r in self.racks) < replicas:
+            return None
+        return self._assign(POOL, "", self.racks, replicas, lambda n: n.free // g, need)
+
+    def _find_slow(self, g: int, replicas: int, level: int, node_cap: NodeCap) -> Fit | None:
+        caps = {n.name: node_cap(n) for n in self.nodes.values()}
+        if level == NODE:
+            cands = [n for n in self.nodes.values() if caps[n.name] >= replicas]
+            if not cands:
+                return None
+            node = min(cands, key=lambda n: (n.free, n.rack.free, n.name))
+            fit_node = [(node, replicas)]
+            return Fit(NODE, f"{node.rack.key}/{node.name}", fit_node, node.free - replicas * g)
+        groups: list[tuple[str, list[Rack]]]
+        if level == RACK:
+            groups = [(r.key, [r]) for r in self.racks]
+        elif level == BLOCK:
+            groups = list(self.blocks.items())
+        else:
+            groups = [("", self.racks)]
+        best: tuple[int, str, list[Rack]] | None = None
+        for name, rs in groups:
+            if sum(caps[n.name] for r in rs for n in r.nodes) < replicas:
+                continue
+            free = sum(r.free for r in rs)
+            if best is None or (free, name) < best[:2]:
+                best = (free, name, rs)
+        if best is None:
+            return None
+        return self._assign(level, best[1], best[2], replicas, lambda n: caps[n.name], replicas * g)
+
+    @staticmethod
+    def _assign(
+        level: int, domain: str, racks: Iterable[Rack], replicas: int, cap: NodeCap, need: int
+    ) -> Fit:
+        """Fewest nodes first (largest capacity), the last chunk on the smallest node that
+        holds it, so that partially used nodes are filled before whole ones are opened."""
+        cands = sorted(
+            ((n, c) for r in racks for n in r.nodes if (c := cap(n)) > 0),
+            key=lambda nc: (-nc[1], nc[0].free, nc[0].name),
+        )
+        out: list[tuple[NodeSlot, int]] = []
+        remaining = replicas
+        used: set[str] = set()
+        domain_free = 0
+        for r in racks:
+            domain_free += r.free
+        for n, c in cands:
+            if remaining == 0:
+                break
+            if n.name in used:
+                continue
+            if c >= remaining:
+                last = min(
+                    (nc for nc in cands if nc[1] >= remaining and nc[0].name not in used),
+                    key=lambda nc: (nc[1], nc[0].free, nc[0].name),
+                )
+                out.append((last[0], remaining))
+                remaining = 0
+                break
+            out.append((n, c))
+            used.add(n.name)
+            remaining -= c
+        return Fit(level, domain, out, max(0, domain_free - need))
+
+    # ---- mutation ---------------------------------------------------------------------
+    def _take(self, node: NodeSlot, gpus: int) -> None:
+        old = node.free
+        new = old - gpus
+        if new < 0:
+            raise ValueError(f"over-commit of node {node.name}: {old} free, {gpus} taken")
+        node.free = new
+        node.rack._changed(old, new)
+        self.buckets[old] -= 1
+        self.buckets[new] += 1
+        self.free -= gpus
+
+    def allocate(self, fit: Fit, g: int, cpus: int | None = None, mem: int | None = None) -> None:
+        for node, k in fit.nodes:
+            self._take(node, k * g)
+            if cpus and node.free_cpus is not None:
+                node.free_cpus -= k * cpus
+            if mem and node.free_mem is not None:
+                node.free_mem -= k * mem
+
+    def hold(self, g: int, replicas: int, level: int) -> tuple[str, int] | None:
+        """Reserve free GPUs for a starving gang: in the domain at `level` (or the tightest
+        level that could ever hold it) with the most free GPUs, hold up to the gang's size.
+        Returns (domain, GPUs held)."""
+        level = next((lv for lv in range(level + 1) if self.static_cap(g, lv) >= replicas), -1)
+        if level < 0:
+            return None
+        need = replicas * g
+        groups: list[tuple[str, list[NodeSlot]]]
+        if level == NODE:
+            groups = [
+                (f"{n.rack.key}/{n.name}", [n]) for n in self.nodes.values() if n.total >= need
+            ]
+        elif level == RACK:
+            groups = [(r.key, r.nodes) for r in self.racks]
+        elif level == BLOCK:
+            groups = [(b, [n for r in rs for n in r.nodes]) for b, rs in self.blocks.items()]
+        else:
+            groups = [("", list(self.nodes.values()))]
+        groups = [gr for gr in groups if gr[1]]
+        if not groups:
+            return None
+        domain, nodes = max(groups, key=lambda gr: (sum(n.free for n in gr[1]), gr[0]))
+        held = 0
+        for n in sorted(nodes, key=lambda n: (-n.free, n.name)):
+            if held >= need or n.free == 0:
+                break
+            take = min(n.free, need - held)
+            self._take(n, take)
+            held += take
+        self.held += held
+        return domain, held
+
+
+class CapacityIndex:
+    """The working copy of a whole inventory snapshot."""
+
+    def __init__(self, inventory: InventorySnapshot) -> None:
+        self.taken_at = inventory.taken_at
+        self.unreachable = frozenset(inventory.unreachable)
+        self.pools: dict[str, PoolIndex] = {p.name: PoolIndex(p) for p in inventory.pools}
+        self.order = sorted(self.pools)

@@ -1,0 +1,330 @@
+"""Gang placement: all-or-nothing fit of one job in the tightest topology domain, scored across
+pools, with a verdict (and a reason) kept for every candidate pool.
+
+Checks per candidate pool, in order (the first that fails gives the pool's verdict):
+  backend unreachable -> BackendUnavailable; drained -> PoolDrained; excluded for this job
+  after failures -> PoolExcluded; flavor blocked by quota -> the quota reason; a replica larger
+  than any node, or a gang larger than any domain at the required level even when empty ->
+  TopologyUnsatisfiable; not enough free GPUs -> InsufficientCapacity; enough GPUs but no
+  domain at the required level holds the gang now -> TopologyUnsatisfiable.
+A pool that fails only for lack of free capacity can still be a candidate by queueing in the
+backend when it is shared and fewer than its `max_isthmus_pending` Isthmus jobs wait there.
+
+Score (lower is better): flavor preference rank, topology level reached (node < rack < block <
+pool) plus a penalty when a `preferred` level is missed, expected wait from the pool's queue
+depth, fragmentation left in the chosen domain, and the pool's cost weight.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from broker.domain.attempts import Placement
+from broker.domain.reasons import Reason, most_severe, severity
+from broker.domain.spec import BackendKind, TopologyLevel
+from policies.capacity import (
+    LEVEL_NAMES,
+    POOL,
+    CapacityIndex,
+    Fit,
+    NodeCap,
+    NodeSlot,
+    PoolIndex,
+)
+from policies.types import PendingJob
+
+LEVELS: tuple[TopologyLevel | None, ...] = (
+    TopologyLevel.NODE,
+    TopologyLevel.RACK,
+    TopologyLevel.BLOCK,
+    None,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreWeights:
+    flavor: float = 1.0
+    """Per step down the job's flavor preference list."""
+    topology: float = 0.25
+    """Per level looser than a single node."""
+    preferred_miss: float = 0.5
+    wait_per_hour: float = 1.0
+    fragmentation: float = 0.5
+    """Times the share of the chosen domain left free (0: perfect fit)."""
+    cost: float = 0.1
+    """Times the pool's cost weight."""
+    queued: float = 1.0
+    """Penalty for waiting in a backend queue instead of starting now: the wait is an estimate
+    and the job is bound to that pool until it starts."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementParams:
+    weights: ScoreWeights = field(default_factory=ScoreWeights)
+    turnover_seconds: float = 3600.0
+    """Turns queue depth into an expected wait when the backend gives no estimate: pending
+    GPUs / pool GPUs x turnover."""
+    default_max_isthmus_pending: int = 0
+    """Cap for pools whose snapshot leaves `max_isthmus_pending` unset; 0 never queues."""
+
+
+@dataclass(frozen=True, slots=True)
+class PoolVerdict:
+    pool: str
+    flavor: str
+    backend: str
+    backend_kind: BackendKind
+    fits: bool
+    reason: Reason
+    message: str
+    score: float | None = None
+    level: TopologyLevel | None = None
+    domain: str | None = None
+    queued: bool = False
+    """Fits only by waiting in the backend's own queue."""
+    expected_wait_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementResult:
+    job_id: str
+    placement: Placement | None
+    reason: Reason
+    message: str
+    verdicts: tuple[PoolVerdict, ...]
+    fit: Fit | None = field(default=None, compare=False, repr=False)
+    """Handle into the working copy, used by admission to allocate; None when queued."""
+
+    @property
+    def queued(self) -> bool:
+        return self.placement is not None and self.fit is None
+
+
+def max_level(job: PendingJob) -> int:
+    req = job.topology_required
+    return POOL if req is None else req.rank
+
+
+def expected_wait(pool: PoolIndex, params: PlacementParams) -> float:
+    q = pool.snap.queue
+    if q.expected_wait_seconds is not None:
+        return q.expected_wait_seconds
+    return q.pending_gpus / max(1, pool.total) * params.turnover_seconds
+
+
+def queue_cap(pool: PoolIndex, params: PlacementParams) -> int:
+    cap = pool.snap.max_isthmus_pending
+    return params.default_max_isthmus_pending if cap is None else cap
+
+
+def _node_cap(job: PendingJob, pool: PoolIndex) -> NodeCap | None:
+    """None when the bucket index can answer; otherwise a per-node capacity function."""
+    g = job.gpus_per_replica
+    ex = job.exclude_nodes
+    c = job.cpus_per_replica
+    m = job.memory_per_replica
+    if not c and not m and not (ex and not ex.isdisjoint(pool.nodes)):
+        return None
+
+    def cap(n: NodeSlot) -> int:
+        if n.name in ex:
+            return 0
+        k = n.free // g
+        if c and n.free_cpus is not None:
+            k = min(k, n.free_cpus // c)
+        if m and n.free_mem is not None:
+            k = min(k, n.free_mem // m)
+        return k
+
+    return cap
+
+
+def _verdict(pool: PoolIndex, reason: Reason, message: str) -> PoolVerdict:
+    s = pool.snap
+    return PoolVerdict(s.name, s.flavor, s.backend, s.backend_kind, False, reason, message)
+
+
+def evaluate_pool(
+    job: PendingJob,
+    pool: PoolIndex,
+    index: CapacityIndex,
+    params: PlacementParams,
+    blocked: Mapping[str, tuple[Reason, str]] | None = None,
+) -> tuple[PoolVerdict, Fit | None]:
+    """The verdict of one candidate pool for one job (see the module docstring for order)."""
+    s = pool.snap
+    if s.backend in index.unreachable:
+        return _verdict(pool, Reason.BackendUnavailable, f"backend {s.backend} unreachable"), None
+    if s.drained:
+        return _verdict(pool, Reason.PoolDrained, f"pool {s.name} is drained"), None
+    if s.name in job.exclude_pools:
+        msg = f"pool {s.name} excluded for this job after a failure there"
+        return _verdict(pool, Reason.PoolExcluded, msg), None
+    if blocked and s.flavor in blocked:
+        reason, msg = blocked[s.flavor]
+        return _verdict(pool, reason, msg), None
+    g, r = job.gpus_per_replica, job.replicas
+    need = g * r
+    if g > pool.max_node_total:
+        msg = f"a replica needs {g} GPUs; the largest node of {s.name} has {pool.max_node_total}"
+        return _verdict(pool, Reason.TopologyUnsatisfiable, msg), None
+    top = max_level(job)
+    if pool.static_cap(g, top) < r:
+        within = f"one {LEVEL_NAMES[top]}" if top < POOL else "the pool"
+        msg = (
+            f"needs {r} x {g} GPUs within {within}; even when empty the largest holds "
+            f"{pool.static_cap(g, top)} replicas"
+        )
+        return _verdict(pool, Reason.TopologyUnsatisfiable, msg), None
+    cap = _node_cap(job, pool)
+    fit = pool.find(g, r, top, cap)
+    w = params.weights
+    if fit is not None:
+        rank = job.flavors.index(s.flavor) if s.flavor in job.flavors else len(job.flavors)
+        pref = job.topology_preferred
+        frag = fit.leftover / (fit.leftover + need)
+        score = (
+            w.flavor * rank
+            + w.topology * fit.level
+            + (w.preferred_miss if pref is not None and fit.level > pref.rank else 0.0)
+            + w.fragmentation * frag
+            + w.cost * s.cost_weight
+        )
+        where = f"{LEVEL_NAMES[fit.level]} {fit.domain}" if fit.level < POOL else "the pool"
+        msg = f"fits in {where} on {len(fit.nodes)} node(s), {fit.leftover} GPUs left there"
+        v = PoolVerdict(
+            s.name,
+            s.flavor,
+            s.backend,
+            s.backend_kind,
+            True,
+            Reason.Admitted,
+            msg,
+            round(score, 6),
+            LEVELS[fit.level],
+            fit.domain,
+        )
+        return v, fit
+    if pool.free < need:
+        unsched = f", {pool.unschedulable} node(s) unschedulable" if pool.unschedulable else ""
+        reason = Reason.InsufficientCapacity
+        msg = f"needs {need} GPUs; {pool.free} of {pool.total} free{unsched}"
+    else:
+        reason = Reason.TopologyUnsatisfiable
+        within = f"one {LEVEL_NAMES[top]}" if top < POOL else "the free nodes"
+        msg = f"{pool.free} GPUs free but no {r} x {g} GPUs fit within {within} now"
+    limit = queue_cap(pool, params)
+    if s.shared and pool.queued < limit:
+        wait = expected_wait(pool, params) + need / max(1, pool.total) * params.turnover_seconds
+        rank = job.flavors.index(s.flavor) if s.flavor in job.flavors else len(job.flavors)
+        score = (
+            w.queued + w.flavor * rank + w.wait_per_hour * wait / 3600.0 + w.cost * s.cost_weight
+        )
+        level = job.topology_required
+        qmsg = (
+            f"{msg}; may wait in the backend queue (~{wait / 60:.0f} min expected, "
+            f"{pool.queued} of {limit} Isthmus jobs pending there)"
+        )
+        v = PoolVerdict(
+            s.name,
+            s.flavor,
+            s.backend,
+            s.backend_kind,
+            True,
+            Reason.BackendPending,
+            qmsg,
+            round(score, 6),
+            level,
+            None,
+            True,
+            wait,
+        )
+        return v, None
+    if s.shared and limit:
+        msg = f"{msg}; backend queue full ({pool.queued} of {limit} Isthmus jobs pending)"
+    return _verdict(pool, reason, msg), None
+
+
+def candidate_pools(job: PendingJob, index: CapacityIndex) -> list[PoolIndex]:
+    flavors = set(job.flavors)
+    return [
+        p
+        for name in index.order
+        if (p := index.pools[name]).flavor in flavors
+        and job.backend in ("any", p.snap.backend_kind.value)
+    ]
+
+
+def verdict_order(v: PoolVerdict) -> tuple[int, float, int, str]:
+    """Fitting pools by score, then refused pools from the most severe reason; names last."""
+    if v.fits:
+        return (0, v.score or 0.0, 0, v.pool)
+    return (1, 0.0, -severity(v.reason), v.pool)
+
+
+def place(
+    job: PendingJob,
+    index: CapacityIndex,
+    params: PlacementParams | None = None,
+    blocked: Mapping[str, tuple[Reason, str]] | None = None,
+    pools: list[PoolIndex] | None = None,
+) -> PlacementResult:
+    """Choose a pool and nodes for `job` on the working copy `index` (which is not changed:
+    call `commit` to allocate). `blocked` maps flavors refused by quota to (reason, message)."""
+    params = params or PlacementParams()
+    cands = candidate_pools(job, index) if pools is None else pools
+    if not cands:
+        wanted = ", ".join(job.flavors) or "(none)"
+        on = "" if job.backend == "any" else f" on {job.backend}"
+        msg = f"no pool{on} currently offers {wanted}"
+        return PlacementResult(job.id, None, Reason.NoFlavorFits, msg, ())
+    verdicts: list[PoolVerdict] = []
+    fits: dict[str, Fit | None] = {}
+    for pool in cands:
+        v, fit = evaluate_pool(job, pool, index, params, blocked)
+        verdicts.append(v)
+        if v.fits:
+            fits[v.pool] = fit
+    verdicts.sort(key=verdict_order)
+    best = verdicts[0]
+    if not best.fits:
+        worst = most_severe(v.reason for v in verdicts) or Reason.InsufficientCapacity
+        first = next(v for v in verdicts if v.reason is worst)
+        return PlacementResult(
+            job.id, None, worst, f"{first.pool}: {first.message}", tuple(verdicts)
+        )
+    fit = fits[best.pool]
+    pool = index.pools[best.pool]
+    nodes: tuple[str, ...] = ()
+    if fit is not None:
+        nodes = tuple(n.name for n, k in fit.nodes for _ in range(k))
+    placement = Placement(
+        backend=pool.snap.backend_kind,
+        backend_instance=pool.snap.backend,
+        pool=pool.name,
+        flavor=pool.flavor,
+        topology_level=best.level,
+        topology_domain=best.domain or None,
+        nodes=nodes,
+    )
+    reason = Reason.BackendPending if fit is None else Reason.Admitted
+    return PlacementResult(
+        job.id, placement, reason, f"{best.pool}: {best.message}", tuple(verdicts), fit
+    )
+
+
+def commit(job: PendingJob, result: PlacementResult, index: CapacityIndex) -> None:
+    """Allocate the chosen placement in the working copy (or count a backend-queued job)."""
+    if result.placement is None:
+        return
+    pool = index.pools[result.placement.pool]
+    if result.fit is None:
+        pool.queued += 1
+    else:
+        pool.allocate(
+            result.fit, job.gpus_per_replica, job.cpus_per_replica, job.memory_per_replica
+        )
+    pool.admitted += 1
+    if pool.admitted_max_priority is None or job.priority > pool.admitted_max_priority:
+        pool.admitted_max_priority = job.priority
