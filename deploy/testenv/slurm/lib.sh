@@ -8,6 +8,19 @@ LOG="$STATE/log"
 SPOOL="$STATE/spool"
 MARKER="$STATE/.isthmus-slurm-state"
 
+# Serialise up/down (two pytest sessions may call up at once). The lock file sits beside the
+# state dir because up may wipe the state dir. down, when called by up, inherits the lock.
+take_lock() {
+  [[ ${ISTHMUS_SLURM_LOCKED:-} == "$STATE" ]] && return 0
+  mkdir -p "$(dirname "$STATE")"
+  exec 9>"$STATE.lock"
+  if ! flock -w 900 9; then
+    echo "[slurm-testenv] ERROR: could not lock $STATE.lock within 900s" >&2
+    exit 1
+  fi
+  export ISTHMUS_SLURM_LOCKED="$STATE"
+}
+
 log() { printf '[slurm-testenv] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
