@@ -1,0 +1,358 @@
+"""One admission cycle: pending jobs + inventory + quotas + usage + now -> decisions.
+
+Phases (Kueue's, numbered in the decision record):
+  1 heads      jobs still in retry backoff wait (BackoffAfterFailure); the rest are eligible
+  2 snapshot   working copies of capacity (CapacityIndex) and of the ledger (QuotaState)
+  3 nominate   candidate pools per job (flavor, backend kind), cached per job shape
+  4 order      priority, then fair share, then submission time (FairQueue)
+  5 admit      per job: quota per flavor, gang placement on the working copy; on success the
+               capacity and the quota are reserved at once so later jobs see them taken; a
+               starving gang that does not fit holds capacity in one domain (reservation) so
+               smaller jobs may backfill elsewhere but not in front of it; a job that may
+               preempt (or reclaim lent quota) asks the preemption oracle
+  6 requeue    every other job waits with the most severe reason and all per-pool verdicts
+A waiting job whose pools had room at the start of the cycle, taken by jobs admitted before it,
+is shown as HigherPriorityAhead or FairShareBehind rather than as a capacity problem.
+
+Pure: no clock, no I/O; the same inputs give the same decisions and the same digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from broker.domain.attempts import Placement
+from broker.domain.inventory import InventorySnapshot
+from broker.domain.reasons import Reason
+from policies.capacity import CapacityIndex, PoolIndex
+from policies.ordering import FairQueue, FairShare, OrderingParams, is_starving
+from policies.placement import (
+    PlacementParams,
+    PlacementResult,
+    PoolVerdict,
+    candidate_pools,
+    commit,
+    max_level,
+    place,
+)
+from policies.preemption import Mode, PreemptionPlan, Victim
+from policies.quota import QuotaState, QuotaVerdict
+from policies.types import PendingJob, QuotaConfig, Usage
+
+_CAPACITY = frozenset({Reason.InsufficientCapacity, Reason.TopologyUnsatisfiable})
+
+
+class PreemptionOracle(Protocol):
+    """What admission asks of preemption (implemented by policies.preemption.Preemptor)."""
+
+    def plan(
+        self, job: PendingJob, mode: Mode, gpus_needed: int, pool: str | None, flavor: str | None
+    ) -> PreemptionPlan: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionParams:
+    placement: PlacementParams = field(default_factory=PlacementParams)
+    ordering: OrderingParams = field(default_factory=OrderingParams)
+    max_admissions: int | None = None
+    """Stop admitting after this many in one cycle (None: no limit)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    job_id: str
+    admitted: bool
+    reason: Reason
+    message: str
+    placement: Placement | None = None
+    verdicts: tuple[PoolVerdict, ...] = ()
+    borrowed_gpus: int = 0
+    victims: tuple[Victim, ...] = ()
+    reservation: str | None = None
+    """'pool:domain' where capacity is held for this starving gang."""
+    position: int = -1
+    """Place in the cycle's admission order (-1: not ordered, e.g. in backoff)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CycleRecord:
+    """The compact decision record written per cycle."""
+
+    at: datetime
+    inputs_digest: str
+    pending: int
+    admitted: int
+    waiting: int
+    reasons: tuple[tuple[str, int], ...]
+    admitted_to: tuple[tuple[str, str], ...]
+    reservations: tuple[str, ...]
+    victims: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    decisions: tuple[Decision, ...]
+    """One per pending job, in the cycle's order (jobs in backoff last)."""
+    record: CycleRecord
+
+    def admitted(self) -> list[Decision]:
+        return [d for d in self.decisions if d.admitted]
+
+    def by_job(self) -> dict[str, Decision]:
+        return {d.job_id: d for d in self.decisions}
+
+
+def inputs_digest(
+    pending: Sequence[PendingJob], inventory: InventorySnapshot, usage: Usage, now: datetime
+) -> str:
+    h = hashlib.sha256()
+    h.update(now.isoformat().encode())
+    for j in sorted(pending, key=lambda j: j.id):
+        h.update(f"{j.id}:{j.priority}:{j.replicas}x{j.gpus_per_replica};".encode())
+    for p in sorted(inventory.pools, key=lambda p: p.name):
+        h.update(f"{p.name}:{p.free_gpus}:{p.drained}:{p.queue.pending_gpus};".encode())
+    h.update(",".join(sorted(inventory.unreachable)).encode())
+    for k, v in sorted(usage.in_use.items()):
+        h.update(f"{k[0]}/{k[1]}={v};".encode())
+    return h.hexdigest()[:16]
+
+
+class _Cycle:
+    def __init__(
+        self,
+        index: CapacityIndex,
+        quota: QuotaState,
+        share: FairShare,
+        now: datetime,
+        params: AdmissionParams,
+        preemptor: PreemptionOracle | None,
+    ) -> None:
+        self.index = index
+        self.quota = quota
+        self.share = share
+        self.now = now
+        self.params = params
+        self.preemptor = preemptor
+        self.reservations = 0
+        self.admitted = 0
+        self._cands: dict[tuple[tuple[str, ...], str], list[PoolIndex]] = {}
+
+    def candidates(self, job: PendingJob) -> list[PoolIndex]:
+        key = (job.flavors, job.backend)
+        c = self._cands.get(key)
+        if c is None:
+            c = self._cands[key] = candidate_pools(job, self.index)
+        return c
+
+    def decide(self, job: PendingJob, position: int) -> Decision:
+        limit = self.params.max_admissions
+        if limit is not None and self.admitted >= limit:
+            return Decision(
+                job.id,
+                False,
+                Reason.WaitingForAdmission,
+                f"this cycle admitted its limit of {limit} jobs",
+                position=position,
+            )
+        cands = self.candidates(job)
+        gpus = job.total_gpus
+        verdicts: dict[str, QuotaVerdict] = {}
+        blocked: dict[str, tuple[Reason, str]] = {}
+        for flavor in job.flavors:
+            qv = self.quota.check(job.team, flavor, gpus)
+            verdicts[flavor] = qv
+            if not qv.ok:
+                blocked[flavor] = (qv.reason, qv.message)
+        result = place(job, self.index, self.params.placement, blocked, cands)
+        if result.placement is not None:
+            return self._admit(job, result, verdicts[result.placement.flavor], position)
+        return self._wait(job, result, verdicts, cands, position)
+
+    def _admit(
+        self, job: PendingJob, result: PlacementResult, qv: QuotaVerdict, position: int
+    ) -> Decision:
+        assert result.placement is not None
+        flavor = result.placement.flavor
+        self.quota.reserve(job.team, flavor, job.total_gpus)
+        commit(job, result, self.index)
+        self.share.charge(job.team, flavor, job.total_gpus)
+        self.admitted += 1
+        msg = result.message
+        if qv.borrowed:
+            msg = f"{msg}; {qv.message}"
+        return Decision(
+            job.id,
+            True,
+            Reason.Admitted,
+            msg,
+            result.placement,
+            result.verdicts,
+            qv.borrowed,
+            position=position,
+        )
+
+    def _wait(
+        self,
+        job: PendingJob,
+        result: PlacementResult,
+        quotas: dict[str, QuotaVerdict],
+        cands: list[PoolIndex],
+        position: int,
+    ) -> Decision:
+        reason, message = result.reason, result.message
+        victims: tuple[Victim, ...] = ()
+        reservation: str | None = None
+        if self.preemptor is not None:
+            plan = self._preempt(job, result, quotas)
+            if plan is not None:
+                return Decision(
+                    job.id,
+                    False,
+                    plan.reason,
+                    plan.message,
+                    None,
+                    result.verdicts,
+                    victims=plan.victims,
+                    position=position,
+                )
+        if reason in _CAPACITY:
+            ahead = self._ahead(job, result)
+            if ahead is not None:
+                reason, message = ahead, f"{ahead.value}: {message}"
+            if (
+                is_starving(job, self.now, self.params.ordering)
+                and self.reservations < self.params.ordering.max_reservations
+            ):
+                reservation = self._reserve(job, result, cands)
+                if reservation is not None:
+                    message = f"{message}; capacity held for this gang in {reservation}"
+        return Decision(
+            job.id,
+            False,
+            reason,
+            message,
+            None,
+            result.verdicts,
+            victims=victims,
+            reservation=reservation,
+            position=position,
+        )
+
+    def _ahead(self, job: PendingJob, result: PlacementResult) -> Reason | None:
+        """HigherPriorityAhead / FairShareBehind when the pools that now lack capacity had
+        enough at the start of the cycle and gave it to jobs ordered before this one."""
+        best: int | None = None
+        for v in result.verdicts:
+            if v.reason not in _CAPACITY:
+                continue
+            pool = self.index.pools[v.pool]
+            if pool.start_free >= job.total_gpus and pool.admitted_max_priority is not None:
+                p = pool.admitted_max_priority
+                best = p if best is None else max(best, p)
+        if best is None:
+            return None
+        return Reason.HigherPriorityAhead if best > job.priority else Reason.FairShareBehind
+
+    def _reserve(
+        self, job: PendingJob, result: PlacementResult, cands: list[PoolIndex]
+    ) -> str | None:
+        ok = {v.pool for v in result.verdicts if v.reason in _CAPACITY}
+        pools = [p for p in cands if p.name in ok]
+        if not pools:
+            return None
+        rank = {f: i for i, f in enumerate(job.flavors)}
+        pool = min(pools, key=lambda p: (rank.get(p.flavor, 99), -p.free, p.name))
+        held = pool.hold(job.gpus_per_replica, job.replicas, max_level(job))
+        if held is None:
+            return None
+        self.reservations += 1
+        if pool.admitted_max_priority is None or job.priority > pool.admitted_max_priority:
+            pool.admitted_max_priority = job.priority
+        domain, gpus = held
+        return f"{pool.name}:{domain or '*'} ({gpus} GPUs)"
+
+    def _preempt(
+        self, job: PendingJob, result: PlacementResult, quotas: dict[str, QuotaVerdict]
+    ) -> PreemptionPlan | None:
+        assert self.preemptor is not None
+        for flavor in job.flavors:
+            qv = quotas.get(flavor)
+            if qv is not None and qv.reclaim > 0:
+                plan = self.preemptor.plan(job, "reclaim", qv.reclaim, None, flavor)
+                if plan.ok:
+                    return plan
+        if not job.can_preempt:
+            return None
+        for v in result.verdicts:
+            if v.reason not in _CAPACITY:
+                continue
+            pool = self.index.pools[v.pool]
+            short = job.total_gpus - pool.free
+            if short <= 0:
+                continue  # room exists but not in one domain: preemption by count won't help
+            plan = self.preemptor.plan(job, "priority", short, pool.name, pool.flavor)
+            if plan.ok:
+                return plan
+        return None
+
+
+def admission_cycle(
+    pending: Iterable[PendingJob],
+    inventory: InventorySnapshot,
+    quotas: QuotaConfig,
+    usage: Usage,
+    now: datetime,
+    params: AdmissionParams | None = None,
+    preemptor: PreemptionOracle | None = None,
+) -> CycleResult:
+    """Decide for every pending job: admit (with a placement) or wait (with a reason)."""
+    params = params or AdmissionParams()
+    jobs = list(pending)
+    # 1 heads
+    eligible: list[PendingJob] = []
+    later: list[Decision] = []
+    for j in jobs:
+        if j.not_before is not None and j.not_before > now:
+            secs = (j.not_before - now).total_seconds()
+            later.append(
+                Decision(
+                    j.id, False, Reason.BackoffAfterFailure, f"retry backoff: {secs:.0f}s left"
+                )
+            )
+        else:
+            eligible.append(j)
+    # 2 snapshot
+    index = CapacityIndex(inventory)
+    share = FairShare(quotas, usage)
+    cycle = _Cycle(index, QuotaState(quotas, usage), share, now, params, preemptor)
+    # 3 nominate happens lazily per job shape inside the cycle; 4 order
+    queue = FairQueue(eligible, share, now, params.ordering)
+    # 5 admit
+    decisions: list[Decision] = []
+    position = 0
+    while (job := queue.pop()) is not None:
+        decisions.append(cycle.decide(job, position))
+        queue.done(job.team)
+        position += 1
+    # 6 requeue: waiting decisions carry their reasons; backoff ones come last
+    decisions.extend(later)
+    counts = Counter(d.reason.value for d in decisions)
+    record = CycleRecord(
+        at=now,
+        inputs_digest=inputs_digest(jobs, inventory, usage, now),
+        pending=len(jobs),
+        admitted=cycle.admitted,
+        waiting=len(decisions) - cycle.admitted,
+        reasons=tuple(sorted(counts.items())),
+        admitted_to=tuple(
+            (d.job_id, d.placement.pool) for d in decisions if d.admitted and d.placement
+        ),
+        reservations=tuple(f"{d.job_id}@{d.reservation}" for d in decisions if d.reservation),
+        victims=tuple(v.job_id for d in decisions for v in d.victims),
+    )
+    return CycleResult(tuple(decisions), record)

@@ -1,0 +1,140 @@
+"""Admission order: priority class, then fair share, then submission time.
+
+Fair share is a dominant share: for each flavor, the team's recent GPU usage (the decayed
+average kept in `Usage.decayed`, else the GPUs in use) divided by its nominal quota of that
+flavor (at least 1) and multiplied by the flavor's cost weight; the largest over flavors,
+divided by the team's weight. Lower shares go first. Inside one cycle a team's share grows with
+every job admitted for it, so one team cannot take all capacity freed in a cycle just because
+its first job was ahead.
+
+Teams are merged through a heap keyed by (head job priority, starving first, team share, head
+submission time, job id); there is no one-job-per-queue-per-cycle limit. A starving gang (waiting
+past `starvation_after_s`) goes first inside its priority level, so that it takes or holds
+capacity before smaller jobs backfill around it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from policies.types import PendingJob, QuotaConfig, Usage
+
+
+@dataclass(frozen=True, slots=True)
+class OrderingParams:
+    starvation_after_s: float = 3600.0
+    """A gang waiting this long gets a capacity reservation when it does not fit."""
+    reservation_min_gpus: int = 8
+    """Smaller jobs never need a reservation: they fit in the gaps backfill leaves."""
+    max_reservations: int = 4
+    """Reservations per cycle: each holds capacity idle, so their number is bounded."""
+
+
+class FairShare:
+    """Dominant shares per team, charged as the cycle admits jobs."""
+
+    def __init__(self, quotas: QuotaConfig, usage: Usage) -> None:
+        self.quotas = quotas
+        self._use: dict[str, dict[str, float]] = defaultdict(dict)
+        for (team, flavor), v in usage.in_use.items():
+            self._use[team][flavor] = float(v)
+        for (team, flavor), dv in usage.decayed.items():
+            self._use[team][flavor] = dv
+        self._share: dict[str, float] = {}
+        for team in list(self._use):
+            self._recompute(team)
+
+    def _recompute(self, team: str) -> None:
+        t = self.quotas.teams.get(team)
+        weight = t.weight if t is not None and t.weight > 0 else 1.0
+        best = 0.0
+        for flavor, used in self._use[team].items():
+            if used <= 0:
+                continue
+            nominal = self.quotas.quota(team, flavor).nominal
+            s = used / max(1, nominal) * self.quotas.cost(flavor)
+            best = max(best, s)
+        self._share[team] = best / weight
+
+    def share(self, team: str) -> float:
+        return self._share.get(team, 0.0)
+
+    def charge(self, team: str, flavor: str, gpus: int) -> None:
+        use = self._use[team]
+        use[flavor] = use.get(flavor, 0.0) + gpus
+        self._recompute(team)
+
+
+class FairQueue:
+    """Pops jobs in admission order; the share is read again each time a team's next job is
+    queued, so charges made by admissions take effect at once."""
+
+    def __init__(
+        self,
+        jobs: Iterable[PendingJob],
+        share: FairShare,
+        now: datetime | None = None,
+        params: OrderingParams | None = None,
+    ) -> None:
+        self.share = share
+        p = params or OrderingParams()
+        by_team: dict[str, list[PendingJob]] = defaultdict(list)
+        for j in jobs:
+            by_team[j.team].append(j)
+        self._starving: set[str] = set()
+        if now is not None:
+            self._starving = {j.id for js in by_team.values() for j in js if is_starving(j, now, p)}
+
+        def key(j: PendingJob) -> tuple[int, int, datetime, str]:
+            return (-j.priority, 0 if j.id in self._starving else 1, j.submitted_at, j.id)
+
+        self._lists = {t: sorted(js, key=key, reverse=True) for t, js in by_team.items()}
+        self._heap: list[tuple[int, int, float, datetime, str, str]] = []
+        for team in sorted(self._lists):
+            self._push(team)
+
+    def _push(self, team: str) -> None:
+        lst = self._lists[team]
+        if lst:
+            h = lst[-1]
+            starving = 0 if h.id in self._starving else 1
+            entry = (-h.priority, starving, self.share.share(team), h.submitted_at, h.id, team)
+            heapq.heappush(self._heap, entry)
+
+    def pop(self) -> PendingJob | None:
+        """The next job; call `done` with its team after deciding on it."""
+        if not self._heap:
+            return None
+        team = heapq.heappop(self._heap)[5]
+        return self._lists[team].pop()
+
+    def done(self, team: str) -> None:
+        self._push(team)
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._lists.values())
+
+
+def admission_order(
+    jobs: Iterable[PendingJob],
+    quotas: QuotaConfig,
+    usage: Usage,
+    now: datetime | None = None,
+    params: OrderingParams | None = None,
+) -> list[PendingJob]:
+    """The order a cycle would consider `jobs` in if none of them were admitted."""
+    fq = FairQueue(jobs, FairShare(quotas, usage), now, params)
+    out: list[PendingJob] = []
+    while (j := fq.pop()) is not None:
+        out.append(j)
+        fq.done(j.team)
+    return out
+
+
+def is_starving(job: PendingJob, now: datetime, params: OrderingParams) -> bool:
+    waited = (now - job.submitted_at).total_seconds()
+    return waited >= params.starvation_after_s and job.total_gpus >= params.reservation_min_gpus

@@ -1,0 +1,215 @@
+"""Preemption: choose running jobs to stop, only for higher priority or for quota reclaim.
+
+Two modes:
+- `priority`: the pending job's priority class may preempt, and victims in the same pool have a
+  strictly lower priority;
+- `reclaim`: the pending job asks for capacity inside its team's own nominal quota that was lent
+  out; victims are jobs of other teams of the same cohort running on borrowed quota of that
+  flavor, whatever their priority.
+Never victims: jobs that have run less than `min_runtime_s` (they have not yet done useful work
+worth protecting... nor lost much, but churn must stay bounded), and jobs expected to end within
+`protect_near_end_s` (waiting is cheaper than redoing them).
+
+Victims are taken by lowest priority, then least work lost since their last checkpoint (GPUs x
+hours since the checkpoint, or since the start when there is none), then youngest, then id,
+until enough GPUs are freed; victims that turn out unnecessary are then dropped again, most
+expensive first. Each victim gets its own grace period (the job's checkpoint grace) and a reason.
+
+Victims are counted in GPUs of the pool (priority) or of the flavor (reclaim): topology is
+checked again by the next admission cycle once they are gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from broker.domain.reasons import Reason
+from policies.types import PendingJob, QuotaConfig, RunningJob
+
+Mode = Literal["priority", "reclaim"]
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionParams:
+    min_runtime_s: float = 600.0
+    protect_near_end_s: float = 900.0
+    max_victims: int = 32
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    job_id: str
+    team: str
+    pool: str
+    gpus: int
+    grace_seconds: int
+    lost_gpu_hours: float
+    reason: Reason
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionPlan:
+    ok: bool
+    victims: tuple[Victim, ...]
+    freed_gpus: int
+    reason: Reason
+    message: str
+
+
+def lost_gpu_hours(job: RunningJob, now: datetime) -> float:
+    since = job.last_checkpoint_at or job.started_at
+    return max(0.0, (now - since).total_seconds()) / 3600.0 * job.gpus
+
+
+def protection(job: RunningJob, now: datetime, params: PreemptionParams) -> str | None:
+    """Why `job` may not be preempted now, or None."""
+    ran = (now - job.started_at).total_seconds()
+    if ran < params.min_runtime_s:
+        return f"ran {ran / 60:.0f} min, under the minimum of {params.min_runtime_s / 60:.0f}"
+    if job.expected_end is not None:
+        left = (job.expected_end - now).total_seconds()
+        if left < params.protect_near_end_s:
+            return f"expected to end in {max(0.0, left) / 60:.0f} min"
+    return None
+
+
+def select_victims(
+    job: PendingJob,
+    gpus_needed: int,
+    running: Iterable[RunningJob],
+    now: datetime,
+    mode: Mode,
+    *,
+    pool: str | None = None,
+    flavor: str | None = None,
+    quotas: QuotaConfig | None = None,
+    params: PreemptionParams | None = None,
+    taken: frozenset[str] = frozenset(),
+) -> PreemptionPlan:
+    params = params or PreemptionParams()
+    if gpus_needed <= 0:
+        return PreemptionPlan(True, (), 0, Reason.Admitted, "nothing to preempt")
+    if mode == "priority" and not job.can_preempt:
+        return PreemptionPlan(
+            False,
+            (),
+            0,
+            Reason.InsufficientCapacity,
+            f"priority class {job.priority_class} may not preempt",
+        )
+    cohort = quotas.cohort_of(job.team) if quotas is not None else None
+    eligible: list[RunningJob] = []
+    protected = 0
+    for r in running:
+        if r.id in taken:
+            continue
+        if mode == "priority":
+            if r.pool != pool or r.priority >= job.priority:
+                continue
+        else:
+            if (
+                cohort is None
+                or r.flavor != flavor
+                or not r.borrowed
+                or r.team == job.team
+                or quotas is None
+                or quotas.cohort_of(r.team) != cohort
+            ):
+                continue
+        if protection(r, now, params) is not None:
+            protected += 1
+            continue
+        eligible.append(r)
+    eligible.sort(
+        key=lambda r: (r.priority, lost_gpu_hours(r, now), -r.started_at.timestamp(), r.id)
+    )
+    chosen: list[RunningJob] = []
+    freed = 0
+    for r in eligible:
+        if freed >= gpus_needed or len(chosen) >= params.max_victims:
+            break
+        chosen.append(r)
+        freed += r.gpus
+    if freed < gpus_needed:
+        note = f" ({protected} protected)" if protected else ""
+        what = "lower-priority" if mode == "priority" else "borrowed"
+        return PreemptionPlan(
+            False,
+            (),
+            0,
+            Reason.InsufficientCapacity,
+            f"only {freed} {what} GPUs can be preempted{note}; {gpus_needed} needed",
+        )
+    # drop victims that are not needed, the costliest first
+    for r in sorted(chosen, key=lambda r: (-lost_gpu_hours(r, now), r.id)):
+        if freed - r.gpus >= gpus_needed:
+            chosen.remove(r)
+            freed -= r.gpus
+    victims = tuple(_victim(r, job, mode, now) for r in chosen)
+    ids = ", ".join(v.job_id for v in victims)
+    return PreemptionPlan(
+        True,
+        victims,
+        freed,
+        Reason.WaitingForPreemption,
+        f"preempting {len(victims)} job(s) ({ids}) to free {freed} GPUs",
+    )
+
+
+def _victim(r: RunningJob, job: PendingJob, mode: Mode, now: datetime) -> Victim:
+    if mode == "priority":
+        why = f"for job {job.id} of priority {job.priority} (this job: {r.priority})"
+    else:
+        why = f"team {job.team} reclaims {r.flavor} quota lent to team {r.team}"
+    lost = lost_gpu_hours(r, now)
+    return Victim(
+        r.id,
+        r.team,
+        r.pool,
+        r.gpus,
+        r.grace_seconds,
+        round(lost, 4),
+        Reason.Preempted,
+        f"preempted {why}; {lost:.2f} GPU-hours since the last checkpoint",
+    )
+
+
+class Preemptor:
+    """The admission cycle's preemption oracle over one list of running jobs. Victims chosen
+    for one pending job are not offered again in the same cycle."""
+
+    def __init__(
+        self,
+        running: Sequence[RunningJob],
+        quotas: QuotaConfig,
+        now: datetime,
+        params: PreemptionParams | None = None,
+    ) -> None:
+        self.running = list(running)
+        self.quotas = quotas
+        self.now = now
+        self.params = params or PreemptionParams()
+        self.taken: set[str] = set()
+
+    def plan(
+        self, job: PendingJob, mode: Mode, gpus_needed: int, pool: str | None, flavor: str | None
+    ) -> PreemptionPlan:
+        plan = select_victims(
+            job,
+            gpus_needed,
+            self.running,
+            self.now,
+            mode,
+            pool=pool,
+            flavor=flavor,
+            quotas=self.quotas,
+            params=self.params,
+            taken=frozenset(self.taken),
+        )
+        if plan.ok:
+            self.taken.update(v.job_id for v in plan.victims)
+        return plan
