@@ -1,0 +1,128 @@
+"""Why a job waits (or where it goes), for humans (`to_text`) and machines (`model_dump`).
+
+The pool list is stable: fitting pools by score, then refused pools from the most severe
+reason down, ties by pool name; the same inputs always give the same text.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict
+
+from broker.domain.attempts import Placement
+from broker.domain.inventory import InventorySnapshot
+from broker.domain.reasons import Reason, most_severe, severity
+from broker.domain.spec import BackendKind, TopologyLevel
+from policies.admission import AdmissionParams, Decision, admission_cycle
+from policies.placement import PoolVerdict, verdict_order
+from policies.types import PendingJob, QuotaConfig, Usage
+
+
+class PoolLine(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    pool: str
+    flavor: str
+    backend: str
+    backend_kind: BackendKind
+    fits: bool
+    reason: Reason
+    severity: int
+    message: str
+    score: float | None = None
+    level: TopologyLevel | None = None
+    domain: str | None = None
+    queued: bool = False
+
+
+class Explanation(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    job_id: str
+    admitted: bool
+    reason: Reason
+    """The reason the job's state carries after this decision."""
+    most_severe: Reason
+    """The most severe reason over the decision and every pool verdict."""
+    message: str
+    placement: Placement | None = None
+    pools: tuple[PoolLine, ...] = ()
+    victims: tuple[str, ...] = ()
+    reservation: str | None = None
+
+    def to_text(self) -> str:
+        state = "admitted" if self.admitted else "waiting"
+        lines = [
+            f"job {self.job_id}: {state} - {self.reason.value} "
+            f"(most severe: {self.most_severe.value}, severity {severity(self.most_severe)})",
+            f"  {self.message}",
+        ]
+        if self.placement is not None:
+            p = self.placement
+            where = f" {p.topology_level.value} {p.topology_domain}" if p.topology_level else ""
+            lines.append(
+                f"  placement: {p.pool} on {p.backend.value}/{p.backend_instance}, "
+                f"flavor {p.flavor}{where}, {len(p.nodes)} replica(s)"
+            )
+        if self.victims:
+            lines.append(f"  preempting: {', '.join(self.victims)}")
+        if self.reservation:
+            lines.append(f"  reservation: {self.reservation}")
+        width = max((len(x.pool) for x in self.pools), default=4)
+        for x in self.pools:
+            mark = "ok " if x.fits else "-- "
+            score = f" score {x.score:.3f}" if x.score is not None else ""
+            lines.append(
+                f"  {mark}{x.pool:<{width}}  {x.flavor:<10} {x.backend_kind.value:<5} "
+                f"{x.reason.value}{score}: {x.message}"
+            )
+        return "\n".join(lines)
+
+
+def _line(v: PoolVerdict) -> PoolLine:
+    return PoolLine(
+        pool=v.pool,
+        flavor=v.flavor,
+        backend=v.backend,
+        backend_kind=v.backend_kind,
+        fits=v.fits,
+        reason=v.reason,
+        severity=severity(v.reason),
+        message=v.message,
+        score=v.score,
+        level=v.level,
+        domain=v.domain,
+        queued=v.queued,
+    )
+
+
+def explain(decision: Decision) -> Explanation:
+    """The explanation of one cycle decision."""
+    verdicts = sorted(decision.verdicts, key=verdict_order)
+    refused = [v.reason for v in verdicts if not v.fits]
+    worst = most_severe([decision.reason, *refused]) or decision.reason
+    return Explanation(
+        job_id=decision.job_id,
+        admitted=decision.admitted,
+        reason=decision.reason,
+        most_severe=worst,
+        message=decision.message,
+        placement=decision.placement,
+        pools=tuple(_line(v) for v in verdicts),
+        victims=tuple(v.job_id for v in decision.victims),
+        reservation=decision.reservation,
+    )
+
+
+def explain_job(
+    job: PendingJob,
+    inventory: InventorySnapshot,
+    quotas: QuotaConfig,
+    usage: Usage,
+    now: datetime,
+    params: AdmissionParams | None = None,
+) -> Explanation:
+    """What admission would decide for `job` alone on this snapshot (no other job ahead)."""
+    result = admission_cycle([job], inventory, quotas, usage, now, params)
+    return explain(result.decisions[0])
