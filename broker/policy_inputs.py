@@ -1,0 +1,130 @@
+"""Builds the policies' neutral views from the configuration, stored specs and attempts.
+
+The policies never see `IsthmusConfig` or `JobSpec`; this module is the one translation point
+(the only place allowed to import both `broker.config` and `policies`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+
+from broker.config import IsthmusConfig
+from broker.domain.attempts import Attempt
+from broker.domain.failures import FailureCategory
+from broker.domain.spec import JobSpec
+from broker.feasibility import acceptable_flavors
+from policies.retry import AttemptCounts
+from policies.types import FlavorQuota, PendingJob, QuotaConfig, RunningJob, TeamQuota, Usage
+
+
+def quota_config(config: IsthmusConfig) -> QuotaConfig:
+    teams = {
+        t.name: TeamQuota(
+            name=t.name,
+            cohort=t.cohort,
+            quotas={
+                flavor: FlavorQuota(q.nominal, q.borrowing_limit, q.lending_limit)
+                for flavor, q in t.quotas.items()
+            },
+        )
+        for t in config.teams
+    }
+    return QuotaConfig(teams=teams, flavor_cost={f.name: f.cost_weight for f in config.flavors})
+
+
+def pending_job(
+    config: IsthmusConfig,
+    job_id: str,
+    spec: JobSpec,
+    submitted_at: datetime,
+    *,
+    not_before: datetime | None = None,
+    exclude_pools: Iterable[str] = (),
+    exclude_nodes: Iterable[str] = (),
+) -> PendingJob:
+    """The admission view of a queued job. Unknown priority classes count as value 0 (the API
+    refuses them, so this only matters for jobs stored before a class was removed)."""
+    pc = config.priority_class(spec.priority)
+    return PendingJob(
+        id=job_id,
+        team=spec.team,
+        queue=spec.queue,
+        priority=pc.value if pc else 0,
+        priority_class=spec.priority,
+        can_preempt=bool(pc and pc.preempting),
+        replicas=spec.gang.replicas,
+        gpus_per_replica=spec.gang.gpus_per_replica,
+        cpus_per_replica=spec.gang.cpus_per_replica,
+        memory_per_replica=spec.gang.memory_per_replica,
+        flavors=tuple(f.name for f in acceptable_flavors(config, spec)),
+        topology_required=spec.topology.required,
+        topology_preferred=spec.topology.preferred,
+        backend=spec.backend,
+        submitted_at=submitted_at,
+        exclude_pools=frozenset(exclude_pools),
+        exclude_nodes=frozenset(exclude_nodes),
+        not_before=not_before,
+        checkpoint_interval_s=spec.checkpoint.interval,
+        resumable=spec.checkpoint.resumable,
+        max_runtime_s=spec.max_runtime,
+    )
+
+
+def usage(
+    in_use: Mapping[tuple[str, str], int], decayed: Mapping[tuple[str, str], float] | None = None
+) -> Usage:
+    return Usage(in_use=dict(in_use), decayed=dict(decayed or {}))
+
+
+def running_job(
+    config: IsthmusConfig,
+    job_id: str,
+    spec: JobSpec,
+    *,
+    flavor: str,
+    pool: str,
+    started_at: datetime,
+    last_checkpoint_at: datetime | None = None,
+    borrowed: bool = False,
+    nodes: Sequence[str] = (),
+) -> RunningJob:
+    """The preemption view of an admitted or running job; its expected end is the start plus
+    its max_runtime (the only bound Isthmus knows for sure)."""
+    pc = config.priority_class(spec.priority)
+    return RunningJob(
+        id=job_id,
+        team=spec.team,
+        flavor=flavor,
+        pool=pool,
+        gpus=spec.gang.total_gpus,
+        priority=pc.value if pc else 0,
+        started_at=started_at,
+        last_checkpoint_at=last_checkpoint_at,
+        expected_end=started_at + timedelta(seconds=spec.max_runtime),
+        borrowed=borrowed,
+        grace_seconds=spec.checkpoint.grace,
+        nodes=tuple(nodes),
+    )
+
+
+def attempt_counts(attempts: Sequence[Attempt]) -> AttemptCounts:
+    """Counts for the retry engine from a job's attempts, the one just ended last."""
+    failures = [a for a in attempts if a.failure is not None and not a.preempted]
+    by_category: Counter[FailureCategory] = Counter(
+        a.failure for a in failures if a.failure is not None
+    )
+    last = attempts[-1] if attempts else None
+    pool = last.snapshot.placement.pool if last and last.snapshot.placement else None
+    in_pool = sum(
+        1
+        for a in failures
+        if a.snapshot.placement is not None and a.snapshot.placement.pool == pool
+    )
+    return AttemptCounts(
+        failures=len(failures),
+        preemptions=sum(1 for a in attempts if a.preempted),
+        by_category=dict(by_category),
+        failures_in_pool=in_pool if pool else 0,
+    )
