@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-console = Console()
-errors = Console(stderr=True)
+# Piped output is for logs and scripts: do not squeeze it into 80 columns.
+console = Console(width=None if sys.stdout.isatty() else 160)
+errors = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 
 def emit_json(data: Any) -> None:
@@ -19,7 +21,7 @@ def emit_json(data: Any) -> None:
 def job_table(jobs: list[dict[str, Any]]) -> Table:
     t = Table(show_header=True, header_style="bold")
     for col in ("ID", "NAME", "TEAM", "GPUS", "STATE", "REASON", "ATTEMPT", "CREATED"):
-        t.add_column(col)
+        t.add_column(col, no_wrap=col in ("ID", "STATE", "REASON"))
     for j in jobs:
         t.add_row(
             j["id"], j["name"], j["team"], str(j["total_gpus"]), j["state"], j["reason"],
@@ -53,7 +55,7 @@ def job_detail(j: dict[str, Any]) -> Table:
 def events_table(events: list[dict[str, Any]]) -> Table:
     t = Table(show_header=True, header_style="bold")
     for col in ("SEQ", "AT", "FROM", "TO", "REASON", "ACTOR", "MESSAGE"):
-        t.add_column(col)
+        t.add_column(col, no_wrap=col != "MESSAGE")
     for e in events:
         t.add_row(
             str(e["seq"]), str(e["at"])[:23], e["from_state"] or "-", e["to_state"],
