@@ -1,0 +1,169 @@
+"""Admission cycle at scale (issue 3 benchmark; not a timed test).
+
+10,000 pending gang jobs (1x1 to 16x8 GPUs) against 5,000 nodes (40,000 GPUs) in 8 pools on
+2 backend kinds, 50 teams in 5 cohorts, a partly busy cluster. Runs the full cycle (index
+build, quota, ordering, placement, requeue with reasons) several times on one core and prints
+`admission: <jobs> jobs <nodes> nodes <R> decisions/s cycle p50 <T> ms` last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import resource
+import statistics
+import time
+from datetime import UTC, datetime, timedelta
+
+from broker.domain.inventory import (
+    InventorySnapshot,
+    NodeSnapshot,
+    PoolSnapshot,
+    QueueDepth,
+    TopologyPath,
+)
+from broker.domain.spec import BackendKind, TopologyLevel
+from policies.admission import admission_cycle
+from policies.types import FlavorQuota, PendingJob, QuotaConfig, TeamQuota, Usage
+
+NOW = datetime(2025, 1, 1, 12, tzinfo=UTC)
+FLAVORS = ("h100", "a100", "l40s", "h200")
+COST = {"h100": 2.0, "a100": 1.0, "l40s": 0.6, "h200": 2.5}
+
+
+def build_inventory(rng: random.Random, nodes: int, pools: int = 8) -> InventorySnapshot:
+    per_pool = nodes // pools
+    out = []
+    for p in range(pools):
+        kind = BackendKind.SLURM if p % 2 == 0 else BackendKind.K8S
+        flavor = FLAVORS[(p // 2) % len(FLAVORS)]
+        name = f"{kind.value}-{flavor}-{p}"
+        snaps = []
+        for i in range(per_pool):
+            rack, block = i // 16, i // 128
+            r = rng.random()
+            free = 0 if r < 0.4 else 8 if r < 0.7 else rng.randint(1, 7)
+            snaps.append(
+                NodeSnapshot(
+                    name=f"{name}-n{i:04d}",
+                    total_gpus=8,
+                    free_gpus=free,
+                    topology=TopologyPath(block=f"b{block}", rack=f"r{rack}"),
+                    schedulable=rng.random() > 0.01,
+                )
+            )
+        out.append(
+            PoolSnapshot(
+                name=name,
+                backend_kind=kind,
+                backend=f"{kind.value}-{p // 4}",
+                flavor=flavor,
+                cost_weight=COST[flavor],
+                shared=kind is BackendKind.SLURM,
+                max_isthmus_pending=8,
+                nodes=tuple(snaps),
+                queue=QueueDepth(foreign_pending_gpus=rng.randint(0, 400)),
+            )
+        )
+    return InventorySnapshot(taken_at=NOW, pools=tuple(out))
+
+
+def build_quotas(teams: int, cohorts: int) -> QuotaConfig:
+    out = {}
+    for t in range(teams):
+        name = f"team{t:02d}"
+        fl = (FLAVORS[t % 4], FLAVORS[(t + 1) % 4])
+        out[name] = TeamQuota(
+            name,
+            f"cohort{t % cohorts}",
+            {f: FlavorQuota(nominal=320, borrowing_limit=320, lending_limit=240) for f in fl},
+        )
+    return QuotaConfig(teams=out, flavor_cost=COST)
+
+
+def build_jobs(rng: random.Random, n: int, teams: int) -> list[PendingJob]:
+    shapes = [(1, 1), (1, 2), (1, 4), (1, 8), (2, 8), (4, 4), (4, 8), (8, 8), (16, 8), (2, 1)]
+    weights = [35, 10, 10, 15, 8, 5, 7, 5, 2, 3]
+    jobs = []
+    for i in range(n):
+        r, g = rng.choices(shapes, weights)[0]
+        t = rng.randrange(teams)
+        fl = (FLAVORS[t % 4],) if rng.random() < 0.6 else (FLAVORS[t % 4], FLAVORS[(t + 1) % 4])
+        jobs.append(
+            PendingJob(
+                id=f"j{i:05d}",
+                team=f"team{t:02d}",
+                replicas=r,
+                gpus_per_replica=g,
+                flavors=fl,
+                submitted_at=NOW - timedelta(seconds=rng.randint(0, 4 * 3600)),
+                priority=rng.choice((0, 100, 100, 100, 1000)),
+                topology_required=TopologyLevel.RACK if r >= 4 else None,
+                topology_preferred=TopologyLevel.RACK if 1 < r < 4 else None,
+                backend=rng.choice(("any", "any", "any", "slurm", "k8s")),
+            )
+        )
+    return jobs
+
+
+def build_usage(rng: random.Random, quotas: QuotaConfig) -> Usage:
+    in_use = {}
+    for t in quotas.teams.values():
+        for f in t.quotas:
+            in_use[(t.name, f)] = rng.randint(0, 300)
+    return Usage(in_use=in_use)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--jobs", type=int, default=10_000)
+    ap.add_argument("--nodes", type=int, default=5_000)
+    ap.add_argument("--teams", type=int, default=50)
+    ap.add_argument("--cohorts", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--profile", action="store_true")
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    inv = build_inventory(rng, args.nodes)
+    quotas = build_quotas(args.teams, args.cohorts)
+    jobs = build_jobs(rng, args.jobs, args.teams)
+    usage = build_usage(rng, quotas)
+    gpus = sum(p.total_gpus for p in inv.pools)
+    free = sum(p.free_gpus for p in inv.pools)
+    demand = sum(j.total_gpus for j in jobs)
+    print(f"inventory: {len(inv.pools)} pools, {gpus} GPUs ({free} free); demand {demand} GPUs")
+    if args.profile:
+        import cProfile
+        import pstats
+
+        cProfile.runctx(
+            "admission_cycle(jobs, inv, quotas, usage, NOW)",
+            globals(),
+            locals(),
+            "/tmp/admission.prof",
+        )
+        pstats.Stats("/tmp/admission.prof").sort_stats("cumulative").print_stats(25)
+    times = []
+    result = None
+    for _ in range(args.runs):
+        t0 = time.perf_counter()
+        result = admission_cycle(jobs, inv, quotas, usage, NOW)
+        times.append(time.perf_counter() - t0)
+    assert result is not None
+    rec = result.record
+    print(f"cycle: admitted {rec.admitted}, waiting {rec.waiting}; digest {rec.inputs_digest}")
+    print("reasons: " + ", ".join(f"{k}={v}" for k, v in rec.reasons))
+    p50 = statistics.median(times)
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(
+        f"cycle times ms: {', '.join(f'{t * 1000:.0f}' for t in times)}; peak RSS {peak_mb:.0f} MB"
+    )
+    print(
+        f"admission: {len(jobs)} jobs {args.nodes} nodes {len(jobs) / p50:.0f} decisions/s "
+        f"cycle p50 {p50 * 1000:.0f} ms"
+    )
+
+
+if __name__ == "__main__":
+    main()
