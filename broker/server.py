@@ -33,10 +33,22 @@ def run(
         missing = [t.name for t in config.auth.tokens if t.digest() is None]
         if missing:
             raise ServerError(f"auth.tokens: the env vars of token(s) {missing} are not set")
+    from broker.store.process_lock import DatabaseInUse, ProcessLock
+
+    url = db_url or config.database
     try:
-        db = open_database(db_url or config.database)
+        db = open_database(url, migrate=False)
     except DatabaseURLError as exc:
         raise ServerError(str(exc)) from None
+    lock = ProcessLock(url) if db.is_sqlite else None
+    if lock is not None:
+        try:
+            lock.acquire()
+        except DatabaseInUse as exc:
+            raise ServerError(str(exc)) from None
+    from broker.store.migrate import upgrade
+
+    upgrade(db)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("isthmus").info(
         "isthmus listening on %s:%d (database %s, auth %s)", host, port, db.dialect,

@@ -151,6 +151,7 @@ def db_check(
     as_json: AsJson = False,
 ) -> None:
     """Rebuild every job from its events and compare with the stored rows (exit 1 on mismatch)."""
+    from broker import ledger
     from broker.orchestration.replay import check_all
     from broker.store.db import DatabaseURLError, open_database
 
@@ -167,6 +168,7 @@ def db_check(
         _fail(str(exc))
     checked = 0
     mismatches = []
+    ledger_problems: list[str] = []
     try:
         with database.read() as s:
             from sqlalchemy import func, select
@@ -175,20 +177,32 @@ def db_check(
 
             checked = s.execute(select(func.count()).select_from(JOBS)).scalar_one()
             mismatches = list(check_all(s))
+            ledger_problems = ledger.check(s)
     except Exception as exc:
         _fail(f"cannot read {db}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}")
     finally:
         database.dispose()
     if as_json:
-        emit_json({"jobs": checked, "mismatches": [m.__dict__ for m in mismatches]})
+        emit_json(
+            {
+                "jobs": checked,
+                "mismatches": [m.__dict__ for m in mismatches],
+                "ledger": ledger_problems,
+            }
+        )
     else:
         for m in mismatches:
             console.print(
                 f"[red]MISMATCH[/] job {m.job_id} {m.field}: stored={m.stored!r} "
                 f"replayed={m.replayed!r}"
             )
-        console.print(f"checked {checked} jobs: {len(mismatches)} mismatches")
-    if mismatches:
+        for line in ledger_problems:
+            console.print(f"[red]LEDGER[/] {line}")
+        console.print(
+            f"checked {checked} jobs: {len(mismatches)} mismatches, "
+            f"{len(ledger_problems)} ledger problems"
+        )
+    if mismatches or ledger_problems:
         raise typer.Exit(1)
 
 

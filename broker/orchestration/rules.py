@@ -121,4 +121,6 @@ class RuleSet:
 
 
 def default_rules() -> RuleSet:
-    return RuleSet([RetryNeedsDecisionRule()])
+    from broker.orchestration.ledger_rules import ReleaseOnLeave, ReserveOnAdmission
+
+    return RuleSet([RetryNeedsDecisionRule(), ReserveOnAdmission(), ReleaseOnLeave()])

@@ -99,3 +99,44 @@ class AttemptRow(SQLModel, table=True):
     created_at: datetime = Field(sa_type=UTCDateTime)
     ended_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     failure: str | None = Field(default=None, max_length=32)
+
+
+class LedgerEntryRow(SQLModel, table=True):
+    """Append-only quota ledger. One entry per (job, attempt, kind): reserve, release, usage,
+    waste. `quota_usage` holds the live reservations per (team, flavor), updated in the same
+    transaction as the entry."""
+
+    __tablename__ = "ledger_entries"
+    __table_args__ = (
+        sa.UniqueConstraint("job_id", "attempt", "kind", name="uq_ledger_job_attempt_kind"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: str = Field(foreign_key="jobs.id", max_length=16)
+    attempt: int
+    kind: str = Field(max_length=16)
+    team: str = Field(max_length=63)
+    flavor: str = Field(max_length=63)
+    gpus: int
+    borrowed_gpus: int = 0
+    gpu_hours: float = 0.0
+    at: datetime = Field(sa_type=UTCDateTime)
+    note: str = Field(default="", sa_type=sa.Text)
+
+
+class QuotaUsageRow(SQLModel, table=True):
+    __tablename__ = "quota_usage"
+
+    team: str = Field(primary_key=True, max_length=63)
+    flavor: str = Field(primary_key=True, max_length=63)
+    reserved_gpus: int = 0
+    borrowed_gpus: int = 0
+
+
+class LeaderLeaseRow(SQLModel, table=True):
+    __tablename__ = "leader_lease"
+
+    name: str = Field(primary_key=True, max_length=63)
+    holder: str = Field(max_length=255)
+    epoch: int
+    expires_at: datetime = Field(sa_type=UTCDateTime)

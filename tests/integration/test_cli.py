@@ -87,7 +87,7 @@ def test_submit_status_events_cancel_and_db_check(server: str, db_url: str) -> N
 
     check = run("db", "check", "--db", db_url)
     assert check.returncode == 0, check.stdout + check.stderr
-    assert "checked 3 jobs: 0 mismatches" in check.stdout
+    assert "checked 3 jobs: 0 mismatches, 0 ledger problems" in check.stdout
 
 
 def test_errors_are_clear(server: str, tmp_path: Path) -> None:
@@ -115,3 +115,29 @@ def test_config_check(tmp_path: Path) -> None:
     bad.write_text(EXAMPLE_CONFIG.read_text().replace("flavor: a100-80g", "flavor: b200", 1))
     out = run("config", "check", str(bad))
     assert out.returncode == 1 and "pools[1].flavor: 'b200' is not in flavors" in out.stderr
+
+
+def test_second_server_on_one_sqlite_file_is_refused(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'one.db'}"
+    port = _port()
+    first = subprocess.Popen(
+        [*ISTHMUS, "server", "--config", str(EXAMPLE_CONFIG), "--db", url, "--port", str(port)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).raise_for_status()
+                break
+            except httpx.HTTPError:
+                assert time.monotonic() < deadline, "first server did not start"
+                time.sleep(0.1)
+        second = run("server", "--config", str(EXAMPLE_CONFIG), "--db", url, "--port",
+                     str(_port()))
+        assert second.returncode == 2
+        assert f"another Isthmus server (pid {first.pid})" in second.stderr
+        assert "SQLite allows one server process" in second.stderr
+    finally:
+        first.terminate()
+        first.wait(timeout=10)

@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from broker import ledger
 from broker.cli.main import app
 from broker.config import IsthmusConfig
 from broker.domain import JobState, Reason
@@ -20,6 +21,13 @@ from broker.store.queries import get_job, job_events
 from tests.builders import spec
 
 STATES = list(JobState)
+HOLDING = {"ADMITTED", "PREPARING", "RUNNING"}
+
+
+def _missing() -> Any:
+    raise AssertionError("job vanished")
+
+
 REASONS = [Reason.BackendPending, Reason.QuotaExhausted, Reason.Running, Reason.UserError,
            Reason.Preempted, Reason.Admitted, Reason.RetryScheduled]
 
@@ -53,10 +61,19 @@ def test_replay_matches_stored_state(
             cancel_job(db, jobs[o[1] % len(jobs)], "prop", by_admin=False)
         else:
             _, idx, dst, reason, kind, key = o
+            details = {"reservation": {"flavor": "a100-80g", "gpus": 8, "borrowed_gpus": idx % 2}}
             with db.write() as sess:
-                set_state(sess, jobs[idx % len(jobs)], dst, reason, Cause(kind, "prop", key=key))
+                set_state(
+                    sess, jobs[idx % len(jobs)], dst, reason,
+                    Cause(kind, "prop", key=key, details=details if idx % 3 else None),
+                )
     with db.read() as sess:
         assert list(check_all(sess)) == []
+        assert ledger.check(sess) == []
+        # every job holding ADMITTED/PREPARING/RUNNING has exactly its 8 GPUs reserved
+        holding = [j for j in jobs if (get_job(sess, j) or _missing()).state in HOLDING]
+        reserved = sum(g for g, _ in ledger.usage(sess).values())
+        assert reserved == 8 * len(holding)
         for job_id in jobs:
             job = get_job(sess, job_id)
             rep = replay(job_events(sess, job_id))

@@ -24,6 +24,8 @@ from tests.builders import insert_job_in_state
 S = JobState
 PAIRS = [(a, b) for a in S for b in S]
 CAUSE = Cause("test", "tester")
+RESERVATION = {"reservation": {"flavor": "h100-80g", "gpus": 16}}
+ADMIT = Cause("admission", "tester", details=RESERVATION)
 
 
 def _reason_for(dst: JobState) -> Reason:
@@ -37,7 +39,7 @@ def test_every_allowed_and_forbidden_transition(db: Database) -> None:
     with db.write() as s:
         for src, dst in PAIRS:
             job_id = insert_job_in_state(s, src, Reason.Submitted)
-            cause = Cause("retry" if src is S.FAILED else "test", "tester")
+            cause = Cause("retry" if src is S.FAILED else "test", "tester", details=RESERVATION)
             result = set_state(s, job_id, dst, _reason_for(dst), cause)
             job = get_job(s, job_id)
             assert job is not None
@@ -92,7 +94,7 @@ def test_admission_counts_attempts(db: Database) -> None:
             (S.ADMITTED, Reason.Admitted), (S.QUEUED, Reason.DispatchRefused),
             (S.ADMITTED, Reason.Admitted), (S.PREPARING, Reason.BackendPending),
         ]:
-            assert set_state(s, job_id, dst, reason, CAUSE).accepted
+            assert set_state(s, job_id, dst, reason, ADMIT).accepted
         job = get_job(s, job_id)
         assert job is not None and job.attempt == 2
         assert job_events(s, job_id)[-1].attempt == 2
@@ -140,7 +142,7 @@ def test_after_hooks_see_the_new_state(db: Database) -> None:
     rules.add(Recorder(log))
     with db.write() as s:
         job_id = insert_job_in_state(s, S.QUEUED, Reason.WaitingForAdmission)
-        assert set_state(s, job_id, S.ADMITTED, Reason.Admitted, CAUSE, rules=rules).accepted
+        assert set_state(s, job_id, S.ADMITTED, Reason.Admitted, ADMIT, rules=rules).accepted
     assert log == [f"reserve:{job_id}", "after:ADMITTED"]
 
 

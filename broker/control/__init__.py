@@ -1,0 +1,1 @@
+"""The control plane: leadership, admission cycle, dispatcher and reconcilers."""
