@@ -1,0 +1,233 @@
+"""Slurm job states and reasons -> Isthmus Phase / Reason / FailureCategory. Pure, table-driven.
+
+Nothing here guesses: a state or end reason that is not in the tables below, or a failure
+without evidence of whose fault it was, yields UNKNOWN (phase or category) and keeps the raw
+values in the message, so a new Slurm code shows up in `explain` instead of being misfiled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from broker.domain.facts import Phase
+from broker.domain.failures import FailureCategory
+from broker.domain.reasons import Reason
+
+
+class PendingCategory(StrEnum):
+    """Why Slurm has not started a job, coarsely (the raw reason is kept beside it)."""
+
+    RESOURCES = "resources"  # waiting for nodes / GPUs to free up (Resources, topology)
+    PRIORITY = "priority"  # other jobs ahead (Priority, backfill)
+    QUOTA = "quota"  # a QOS / association limit (QOSGrpGRES, AssocGrpGRES, ...)
+    HELD = "held"  # held by a user or admin, or deferred (--begin)
+    DEPENDENCY = "dependency"
+    NODES_UNAVAILABLE = "nodes_unavailable"  # requested nodes down / drained / reserved
+    PARTITION_UNAVAILABLE = "partition_unavailable"  # partition down or inactive
+    NEVER = "never"  # the request can never run here as given (limits, bad constraints)
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class ClassifyPolicy:
+    """Site policy knobs. OOM is reproducible by default (the same job will OOM again)."""
+
+    oom_is_user_error: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What the adapter observed about one job; every field may be missing."""
+
+    state: str  # base state, upper case ("CANCELLED", not "CANCELLED by 0")
+    reason: str = ""
+    exit_code: int | None = None
+    signal: int | None = None
+    cancelled_by: str | None = None  # user name (or uid) from "CANCELLED by N"
+    own_user: str | None = None  # the user Isthmus submits as
+    nodes_allocated: int = 0
+    nodes_requested: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Classification:
+    phase: Phase
+    reason: Reason
+    failure: FailureCategory | None = None
+    pending: PendingCategory | None = None
+    message: str = ""
+    actor: str | None = None
+
+
+PENDING_REASONS: dict[str, PendingCategory] = {
+    "None": PendingCategory.PRIORITY,  # not yet evaluated by the scheduler
+    "": PendingCategory.PRIORITY,
+    "Resources": PendingCategory.RESOURCES,
+    "Priority": PendingCategory.PRIORITY,
+    "PriorityResv": PendingCategory.PRIORITY,
+    "Prolog": PendingCategory.RESOURCES,
+    "Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in_higher_priority_"
+    "partitions": PendingCategory.NODES_UNAVAILABLE,
+    "ReqNodeNotAvail": PendingCategory.NODES_UNAVAILABLE,
+    "NodeDown": PendingCategory.NODES_UNAVAILABLE,
+    "Reservation": PendingCategory.NODES_UNAVAILABLE,
+    "BeginTime": PendingCategory.HELD,
+    "JobHeldUser": PendingCategory.HELD,
+    "JobHeldAdmin": PendingCategory.HELD,
+    "launch_failed_requeued_held": PendingCategory.HELD,
+    "Dependency": PendingCategory.DEPENDENCY,
+    "DependencyNeverSatisfied": PendingCategory.NEVER,
+    "PartitionDown": PendingCategory.PARTITION_UNAVAILABLE,
+    "PartitionInactive": PendingCategory.PARTITION_UNAVAILABLE,
+    "PartitionNodeLimit": PendingCategory.NEVER,
+    "PartitionTimeLimit": PendingCategory.NEVER,
+    "PartitionConfig": PendingCategory.NEVER,
+    "BadConstraints": PendingCategory.NEVER,
+    "InvalidQOS": PendingCategory.NEVER,
+    "InvalidAccount": PendingCategory.NEVER,
+    "AccountNotAllowed": PendingCategory.NEVER,
+    "QOSJobLimit": PendingCategory.QUOTA,
+    "QOSResourceLimit": PendingCategory.QUOTA,
+    "QOSTimeLimit": PendingCategory.QUOTA,
+    "AssociationJobLimit": PendingCategory.QUOTA,
+    "AssociationResourceLimit": PendingCategory.QUOTA,
+    "AssociationTimeLimit": PendingCategory.QUOTA,
+}
+# Slurm's many limit reasons follow these prefixes: QOSGrpGRES, QOSMaxGRESPerUser,
+# AssocGrpGRESMinutes, QOSGrpCpuLimit, AssocMaxJobsLimit, MaxGRESPerAccount, ...
+QUOTA_PREFIXES = ("QOSGrp", "QOSMax", "QOSMin", "AssocGrp", "AssocMax", "MaxGRES", "MaxCpu",
+                  "MaxMem", "MaxNode", "MaxTRES", "GrpGRES", "GrpTRES")
+
+PENDING_REASON_CODE: dict[PendingCategory, Reason] = {
+    PendingCategory.RESOURCES: Reason.BackendPending,
+    PendingCategory.PRIORITY: Reason.BackendPending,
+    PendingCategory.HELD: Reason.BackendPending,
+    PendingCategory.DEPENDENCY: Reason.BackendPending,
+    PendingCategory.NODES_UNAVAILABLE: Reason.BackendPending,
+    PendingCategory.UNKNOWN: Reason.BackendPending,
+    PendingCategory.QUOTA: Reason.QuotaExhausted,
+    PendingCategory.PARTITION_UNAVAILABLE: Reason.PoolDrained,
+    PendingCategory.NEVER: Reason.DispatchRefused,
+}
+
+# Terminal states whose category does not depend on exit codes.
+_FIXED_END: dict[str, tuple[Phase, Reason, FailureCategory | None, str]] = {
+    "NODE_FAIL": (Phase.FAILED, Reason.InfraTransient, FailureCategory.INFRA_TRANSIENT,
+                  "a node of the allocation failed"),
+    "BOOT_FAIL": (Phase.FAILED, Reason.InfraTransient, FailureCategory.INFRA_TRANSIENT,
+                  "a node failed to boot"),
+    "TIMEOUT": (Phase.FAILED, Reason.UserError, FailureCategory.USER_ERROR,
+                "ran past its time limit (max_runtime)"),
+    "DEADLINE": (Phase.FAILED, Reason.UserError, FailureCategory.USER_ERROR,
+                 "could not finish before its deadline"),
+    "PREEMPTED": (Phase.PREEMPTED, Reason.Preempted, FailureCategory.INFRA_TRANSIENT,
+                  "preempted by Slurm"),
+    "REVOKED": (Phase.CANCELLED, Reason.Orchestration, FailureCategory.ORCHESTRATION,
+                "revoked by a federation sibling"),
+}
+
+_ACTIVE: dict[str, tuple[Phase, Reason, str]] = {
+    "RUNNING": (Phase.RUNNING, Reason.Running, "every node is allocated and the job runs"),
+    "CONFIGURING": (Phase.STARTING, Reason.WaitingForAllRanks, "nodes are being configured"),
+    # COMPLETING: the job ended and epilogs run; the final state follows, so wait for it.
+    "COMPLETING": (Phase.RUNNING, Reason.Running, "completing (epilog running)"),
+    "SIGNALING": (Phase.RUNNING, Reason.Running, "being signalled"),
+    "STAGE_OUT": (Phase.RUNNING, Reason.Running, "staging out"),
+    "RESIZING": (Phase.RUNNING, Reason.Running, "resizing"),
+    "SUSPENDED": (Phase.STARTING, Reason.BackendPending, "suspended by Slurm"),
+    "STOPPED": (Phase.STARTING, Reason.BackendPending, "stopped (SIGSTOP)"),
+    "REQUEUED": (Phase.PENDING, Reason.BackendPending, "requeued by Slurm"),
+    "REQUEUE_HOLD": (Phase.PENDING, Reason.BackendPending, "requeued and held"),
+    "REQUEUE_FED": (Phase.PENDING, Reason.BackendPending, "requeued by the federation"),
+    "RESV_DEL_HOLD": (Phase.PENDING, Reason.BackendPending, "held: reservation deleted"),
+}
+
+
+def pending_category(reason: str) -> PendingCategory:
+    if reason in PENDING_REASONS:
+        return PENDING_REASONS[reason]
+    if reason.startswith(QUOTA_PREFIXES):
+        return PendingCategory.QUOTA
+    if reason.startswith("ReqNodeNotAvail"):  # "ReqNodeNotAvail, UnavailableNodes:a100-1"
+        return PendingCategory.NODES_UNAVAILABLE
+    return PendingCategory.UNKNOWN
+
+
+def _pending(ev: Evidence) -> Classification:
+    category = pending_category(ev.reason)
+    note = "" if category is not PendingCategory.UNKNOWN else " (unrecognised Slurm reason)"
+    return Classification(
+        phase=Phase.PENDING,
+        reason=PENDING_REASON_CODE[category],
+        pending=category,
+        message=f"pending in Slurm: {ev.reason or 'None'}{note}",
+    )
+
+
+def _exit_text(ev: Evidence) -> str:
+    if ev.signal:
+        return f"signal {ev.signal}"
+    if ev.exit_code is not None:
+        return f"exit code {ev.exit_code}"
+    return "no exit code known"
+
+
+def _failed(ev: Evidence) -> Classification:
+    if ev.exit_code is not None and ev.exit_code > 0:
+        return Classification(Phase.FAILED, Reason.UserError, FailureCategory.USER_ERROR,
+                              message=f"the job's script failed with exit code {ev.exit_code}")
+    if ev.reason == "NonZeroExitCode":  # Slurm saw a non-zero exit even if we lack the code
+        return Classification(Phase.FAILED, Reason.UserError, FailureCategory.USER_ERROR,
+                              message="the job's script exited non-zero (code unknown)")
+    if ev.reason in ("JobLaunchFailure", "Prolog", "launch_failed_requeued_held"):
+        return Classification(Phase.FAILED, Reason.ResourceEnv, FailureCategory.RESOURCE_ENV,
+                              message=f"Slurm could not launch the job ({ev.reason}, "
+                              f"{_exit_text(ev)})")
+    return Classification(Phase.FAILED, Reason.Unknown, FailureCategory.UNKNOWN,
+                          message=f"FAILED with {_exit_text(ev)}, reason "
+                          f"{ev.reason or 'None'}: no evidence whose fault it was")
+
+
+def _cancelled(ev: Evidence) -> Classification:
+    who = ev.cancelled_by
+    if who is None or (ev.own_user is not None and who == ev.own_user):
+        return Classification(Phase.CANCELLED, Reason.CancelledByUser,
+                              message="cancelled through Isthmus" if who else "cancelled",
+                              actor=None)
+    return Classification(Phase.CANCELLED, Reason.CancelledByAdmin,
+                          message=f"cancelled in Slurm by {who}", actor=who)
+
+
+def classify(ev: Evidence, policy: ClassifyPolicy | None = None) -> Classification:
+    """Map one job's evidence to a Classification. Pure; see the tables above."""
+    policy = policy or ClassifyPolicy()
+    state = ev.state.upper()
+    if state == "PENDING":
+        return _pending(ev)
+    if state in _ACTIVE:
+        phase, reason, text = _ACTIVE[state]
+        if state == "RUNNING" and ev.nodes_requested and ev.nodes_allocated < ev.nodes_requested:
+            return Classification(Phase.STARTING, Reason.WaitingForAllRanks,
+                                  message=f"{ev.nodes_allocated}/{ev.nodes_requested} nodes")
+        return Classification(phase, reason, message=text)
+    if state == "COMPLETED":
+        if ev.exit_code not in (None, 0) or ev.signal:
+            return Classification(Phase.UNKNOWN, Reason.Unknown, FailureCategory.UNKNOWN,
+                                  message=f"COMPLETED but {_exit_text(ev)}")
+        return Classification(Phase.SUCCEEDED, Reason.Succeeded, message="completed")
+    if state == "FAILED":
+        return _failed(ev)
+    if state == "OUT_OF_MEMORY":
+        if policy.oom_is_user_error:
+            return Classification(Phase.FAILED, Reason.UserError, FailureCategory.USER_ERROR,
+                                  message="out of memory (reproducible: the job asks too much)")
+        return Classification(Phase.FAILED, Reason.ResourceEnv, FailureCategory.RESOURCE_ENV,
+                              message="out of memory (site policy: environment problem)")
+    if state == "CANCELLED":
+        return _cancelled(ev)
+    if state in _FIXED_END:
+        phase, reason, failure, text = _FIXED_END[state]
+        return Classification(phase, reason, failure, message=f"{text} ({_exit_text(ev)})")
+    return Classification(Phase.UNKNOWN, Reason.Unknown, None,
+                          message=f"unrecognised Slurm state {ev.state!r}")

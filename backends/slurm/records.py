@@ -1,0 +1,87 @@
+"""Transport-neutral records: what the CLI and slurmrestd transports both return.
+
+Each transport parses its own output into these; everything above the transports (inventory,
+classification, the adapter) reads only these records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    name: str
+    partitions: tuple[str, ...]
+    state: str  # base state, lower case: idle, mixed, allocated, down, ...
+    flags: frozenset[str] = frozenset()  # upper case: DRAIN, NOT_RESPONDING, MAINTENANCE, ...
+    reason: str = ""
+    gpu_type: str = ""
+    gpus: int = 0
+    gpus_used: int = 0
+    cpus: int = 0
+    cpus_used: int = 0
+    memory_mb: int = 0
+    memory_used_mb: int = 0
+    features: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Switch:
+    name: str
+    level: int
+    nodes: tuple[str, ...] = ()
+    switches: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """One Slurm job as seen by squeue, sacct or slurmrestd."""
+
+    job_id: str
+    name: str
+    state: str  # base state, upper case: PENDING, RUNNING, FAILED, CANCELLED, ...
+    reason: str = ""  # pending / end reason as Slurm gives it ("Resources", "None", ...)
+    exit_code: int | None = None  # None: no trustworthy evidence
+    signal: int | None = None
+    nodes: tuple[str, ...] = ()
+    partition: str = ""
+    gpus: int = 0  # GPUs requested in total (all nodes)
+    node_count: int = 0
+    comment: str = ""
+    user: str = ""
+    cancelled_by: str | None = None  # uid or user name from "CANCELLED by N"
+    submitted_at: datetime | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    time_limit_s: int | None = None
+    source: str = "queue"  # "queue" (squeue / slurmctld) or "accounting" (sacct / slurmdbd)
+    flags: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchJob:
+    """A rendered batch job. ``script`` is complete (its #SBATCH lines carry every option, for
+    sbatch); the fields repeat those options for slurmrestd, which ignores #SBATCH lines."""
+
+    name: str
+    script: str
+    comment: str
+    partition: str
+    nodes: int
+    gpus_per_node: int
+    gpu_type: str  # "" when untyped
+    gpu_request: str  # "gres" (--gres=gpu:T:N) or "gpus-per-node"
+    time_limit_min: int
+    output: str
+    work_dir: str
+    signal: str | None = None  # "B:USR1@120"
+    switches: int | None = None
+    rack: str | None = None  # rack named by the placement, e.g. "rack1"
+    nodelist: tuple[str, ...] = ()
+    constraint: str | None = None
+    cpus_per_task: int | None = None
+    memory_mb: int | None = None
+    hold: bool = False
+    begin: str | None = None  # e.g. "now+1day" (benchmarks keep jobs pending this way)

@@ -1,0 +1,269 @@
+"""Render an Isthmus attempt as a Slurm batch script.
+
+User text never becomes shell text. The batch script is fixed text plus #SBATCH directives
+built from validated values; the user's command (a JSON argv), batch script and environment
+travel as base64 data in quoted here-documents, are decoded into files in the job's directory,
+and are started on every node by a fixed launcher (``LAUNCHER``) with ``srun``. The launcher
+``exec``s the argv directly (no shell) or runs the user's script file as its own program.
+
+Environment seen by every rank (torchrun style): MASTER_ADDR (first node of the allocation),
+MASTER_PORT (setting ``master_port``, the job's env may override it), WORLD_SIZE and NNODES
+(number of nodes, one rank per node), NODE_RANK (from SLURM_NODEID), GPUS_PER_NODE,
+ISTHMUS_JOB_ID, ISTHMUS_ATTEMPT, ISTHMUS_JOB_DIR, plus the job's ``env`` and the request's env.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import math
+import re
+from dataclasses import dataclass
+
+from backends.base import SubmitRequest, Unsupported
+from backends.slurm.records import BatchJob
+from broker.domain.spec import TopologyLevel
+
+MAX_SIGNAL_SECONDS = 65535  # Slurm's limit for --signal=...@<time>
+_SAFE_PATH = re.compile(r"^/[A-Za-z0-9._/+-]*$")
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_SAFE_WORD = re.compile(r"^[A-Za-z0-9._:+-]+$")
+_HEREDOC_END = "ISTHMUS_DATA_END"
+# Set by the batch script / launcher; the job's env may not replace them (MASTER_PORT may).
+RESERVED_ENV = ("MASTER_ADDR", "WORLD_SIZE", "NNODES", "NODE_RANK", "GPUS_PER_NODE")
+
+LAUNCHER = '''\
+"""Isthmus launcher: runs one rank. Fixed text; reads its instructions from a JSON file."""
+import json, os, sys
+with open(sys.argv[1]) as f:
+    spec = json.load(f)
+env = dict(os.environ)
+env.update(spec["env"])
+for key in spec["reserved"]:
+    if "ISTHMUS_" + key in os.environ:
+        env[key] = os.environ["ISTHMUS_" + key]
+env["NODE_RANK"] = os.environ.get("SLURM_NODEID", "0")
+if "argv" in spec:
+    argv = spec["argv"]
+else:
+    path = os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])), spec["script"])
+    with open(path, "rb") as f:
+        shebang = f.read(2) == b"#!"
+    argv = [path] if shebang else ["/bin/bash", path]
+sys.stdout.flush()
+os.execvpe(argv[0], argv, env)
+'''
+
+
+@dataclass(frozen=True, slots=True)
+class RenderSettings:
+    """The parts of the backend settings that shape a batch script."""
+
+    work_dir: str = "/var/tmp/isthmus-slurm-jobs"  # noqa: S108 - a default; set per site
+    python: str = "python3"
+    master_port: int = 29500
+    gpu_request: str = "gres"  # or "gpus-per-node"
+    rack_features: bool = False  # nodes carry their rack's name as a feature (--constraint)
+    extra_directives: tuple[str, ...] = ()  # admin-set, e.g. ("--account=ml",)
+
+    def __post_init__(self) -> None:
+        if not _SAFE_PATH.match(self.work_dir):
+            raise ValueError(
+                f"work_dir {self.work_dir!r}: use an absolute path of [A-Za-z0-9._/+-]"
+            )
+        if not _SAFE_WORD.match(self.python.replace("/", "")):
+            raise ValueError(f"python {self.python!r}: give a command name or absolute path")
+        if self.gpu_request not in ("gres", "gpus-per-node"):
+            raise ValueError("gpu_request: use 'gres' or 'gpus-per-node'")
+        for d in self.extra_directives:
+            if not d.startswith("--") or "\n" in d:
+                raise ValueError(f"extra_directives: {d!r} must be one '--option=value'")
+
+
+def _b64(data: bytes) -> str:
+    text = base64.b64encode(data).decode()
+    return "\n".join(text[i : i + 76] for i in range(0, len(text), 76))
+
+
+def _check_word(what: str, value: str) -> str:
+    if not _SAFE_WORD.match(value):
+        raise Unsupported(f"{what} {value!r} has characters Slurm options cannot carry safely")
+    return value
+
+
+def rack_of(domain: str | None) -> str | None:
+    """'spine/rack1' -> 'rack1' (the placement's topology domain at rack level)."""
+    if not domain:
+        return None
+    rack = domain.rstrip("/").rsplit("/", 1)[-1]
+    return rack or None
+
+
+def batch_job(
+    request: SubmitRequest,
+    settings: RenderSettings,
+    *,
+    partition: str,
+    gpu_type: str = "",
+    hold: bool = False,
+    begin: str | None = None,
+) -> BatchJob:
+    """Everything sbatch / slurmrestd need for this attempt, including the script text."""
+    spec = request.snapshot.spec
+    placement = request.placement
+    if not _SAFE_NAME.match(request.name):
+        raise Unsupported(f"backend object name {request.name!r} is not a safe Slurm job name")
+    _check_word("partition", partition)
+    if gpu_type:
+        _check_word("GPU type", gpu_type)
+    nodelist = tuple(_check_word("node", n) for n in placement.nodes)
+    if nodelist and len(nodelist) != spec.gang.replicas:
+        raise Unsupported(
+            f"placement names {len(nodelist)} node(s) for a gang of {spec.gang.replicas}"
+        )
+    rack = None
+    switches = None
+    constraint = None
+    if placement.topology_level is TopologyLevel.RACK:
+        switches = 1
+        rack = rack_of(placement.topology_domain)
+        if rack:
+            _check_word("rack", rack)
+            if settings.rack_features:
+                constraint = rack
+    elif placement.topology_level is TopologyLevel.NODE and spec.gang.replicas > 1:
+        raise Unsupported("a multi-node gang cannot be kept inside one node")
+    grace = min(spec.checkpoint.grace, MAX_SIGNAL_SECONDS)
+    memory_mb = None
+    if spec.gang.memory_per_replica:
+        memory_mb = math.ceil(spec.gang.memory_per_replica / 2**20)
+    work_dir = settings.work_dir.rstrip("/") or "/"
+    job = BatchJob(
+        name=request.name,
+        script="",
+        comment=f"isthmus,job={_check_word('job id', request.job_id)},attempt={request.attempt}",
+        partition=partition,
+        nodes=spec.gang.replicas,
+        gpus_per_node=spec.gang.gpus_per_replica,
+        gpu_type=gpu_type,
+        gpu_request=settings.gpu_request,
+        time_limit_min=max(1, math.ceil(spec.max_runtime / 60)),
+        output=f"{work_dir}/{request.name}-%j.out",
+        work_dir=f"{work_dir}/{request.name}",
+        signal=f"B:USR1@{grace}" if grace > 0 else None,
+        switches=switches,
+        rack=rack,
+        nodelist=nodelist,
+        constraint=constraint,
+        cpus_per_task=spec.gang.cpus_per_replica,
+        memory_mb=memory_mb,
+        hold=hold,
+        begin=_check_word("begin", begin) if begin else None,
+    )
+    return _with_script(job, request, settings)
+
+
+def directives(job: BatchJob, settings: RenderSettings) -> list[str]:
+    gpu = f"{job.gpu_type}:{job.gpus_per_node}" if job.gpu_type else str(job.gpus_per_node)
+    lines = [
+        f"--job-name={job.name}",
+        f"--comment={job.comment}",
+        f"--partition={job.partition}",
+        f"--nodes={job.nodes}",
+        "--ntasks-per-node=1",
+        f"--gres=gpu:{gpu}" if job.gpu_request == "gres" else f"--gpus-per-node={gpu}",
+        f"--time={job.time_limit_min}",
+        "--no-requeue",
+        f"--output={job.output}",
+        f"--chdir={settings.work_dir}",
+    ]
+    if job.signal:
+        lines.append(f"--signal={job.signal}")
+    if job.switches:
+        lines.append(f"--switches={job.switches}")
+    if job.constraint:
+        lines.append(f"--constraint={job.constraint}")
+    if job.nodelist:
+        lines.append(f"--nodelist={','.join(job.nodelist)}")
+    if job.cpus_per_task:
+        lines.append(f"--cpus-per-task={job.cpus_per_task}")
+    if job.memory_mb:
+        lines.append(f"--mem={job.memory_mb}M")
+    if job.hold:
+        lines.append("--hold")
+    if job.begin:
+        lines.append(f"--begin={job.begin}")
+    lines.extend(settings.extra_directives)
+    return lines
+
+
+def _payload(request: SubmitRequest) -> tuple[dict[str, object], bytes | None]:
+    spec = request.snapshot.spec
+    env = {**spec.env, **request.env}
+    env.setdefault("ISTHMUS_JOB_ID", request.job_id)
+    env.setdefault("ISTHMUS_ATTEMPT", str(request.attempt))
+    data: dict[str, object] = {"env": env, "reserved": list(RESERVED_ENV)}
+    if spec.entrypoint.command is not None:
+        data["argv"] = list(spec.entrypoint.command)
+        return data, None
+    assert spec.entrypoint.script is not None  # the spec guarantees one of the two
+    data["script"] = "user-script"
+    return data, spec.entrypoint.script.encode()
+
+
+def _with_script(job: BatchJob, request: SubmitRequest, settings: RenderSettings) -> BatchJob:
+    payload, user_script = _payload(request)
+    lines = ["#!/bin/bash"]
+    lines += [f"#SBATCH {d}" for d in directives(job, settings)]
+    lines += [
+        "# Rendered by Isthmus. The job's command, script and environment are base64 data",
+        "# below; nothing the user wrote is interpreted by this shell.",
+        "set -u",
+        f"ISTHMUS_JOB_DIR={job.work_dir}",
+        'mkdir -p "$ISTHMUS_JOB_DIR"',
+        f"cat > \"$ISTHMUS_JOB_DIR/launch.py\" <<'{_HEREDOC_END}'",
+        LAUNCHER.rstrip("\n"),
+        _HEREDOC_END,
+        f"base64 -d > \"$ISTHMUS_JOB_DIR/job.json\" <<'{_HEREDOC_END}'",
+        _b64(json.dumps(payload, sort_keys=True).encode()),
+        _HEREDOC_END,
+    ]
+    if user_script is not None:
+        lines += [
+            f"base64 -d > \"$ISTHMUS_JOB_DIR/user-script\" <<'{_HEREDOC_END}'",
+            _b64(user_script),
+            _HEREDOC_END,
+            'chmod 700 "$ISTHMUS_JOB_DIR/user-script"',
+        ]
+    lines += [
+        "export ISTHMUS_JOB_DIR",
+        'ISTHMUS_MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        'ISTHMUS_WORLD_SIZE="$SLURM_JOB_NUM_NODES"',
+        'ISTHMUS_NNODES="$SLURM_JOB_NUM_NODES"',
+        f"ISTHMUS_GPUS_PER_NODE={job.gpus_per_node}",
+        "export ISTHMUS_MASTER_ADDR ISTHMUS_WORLD_SIZE ISTHMUS_NNODES ISTHMUS_GPUS_PER_NODE",
+        f"export MASTER_PORT={settings.master_port}",
+        "# srun forwards USR1 to every rank: the checkpoint signal (--signal, or a cancel).",
+        f"srun --ntasks-per-node=1 --kill-on-bad-exit=1 {settings.python} "
+        '"$ISTHMUS_JOB_DIR/launch.py" "$ISTHMUS_JOB_DIR/job.json" &',
+        "ISTHMUS_STEP=$!",
+        "trap 'kill -USR1 \"$ISTHMUS_STEP\" 2>/dev/null' USR1",
+        'wait "$ISTHMUS_STEP"; rc=$?',
+        'while kill -0 "$ISTHMUS_STEP" 2>/dev/null; do wait "$ISTHMUS_STEP"; rc=$?; done',
+        'exit "$rc"',
+    ]
+    script = "\n".join(lines) + "\n"
+    return dataclasses.replace(job, script=script)
+
+
+def render(
+    request: SubmitRequest,
+    *,
+    partition: str,
+    settings: RenderSettings | None = None,
+    gpu_type: str = "",
+) -> str:
+    """The exact batch script Isthmus would submit for this request (for `isthmus render`)."""
+    return batch_job(request, settings or RenderSettings(), partition=partition,
+                     gpu_type=gpu_type).script

@@ -1,0 +1,144 @@
+"""Batch script rendering: directives from the spec and placement; user text only as data."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from backends.base import SubmitRequest, Unsupported
+from backends.slurm.hostlist import expand
+from backends.slurm.script import LAUNCHER, RenderSettings, batch_job, render
+from broker.domain.attempts import Placement, RunSnapshot
+from broker.domain.spec import JobSpec
+
+# (JobSpec strips surrounding whitespace, so the sample ends without a newline)
+EVIL = "x'; rm -rf / #$(reboot)`id`\nISTHMUS_DATA_END\n'"
+
+
+def _request(
+    entry: dict[str, object] | None = None,
+    *,
+    level: str | None = None,
+    domain: str | None = None,
+    nodes: tuple[str, ...] = (),
+    **spec: object,
+) -> SubmitRequest:
+    data: dict[str, object] = {
+        "name": "train", "team": "vision", "gang": {"replicas": 2, "gpus_per_replica": 8},
+        "flavors": ["a100-80g"], "entrypoint": entry or {"command": ["python", "train.py"]},
+        "max_runtime": "90m", "checkpoint": {"grace": 45}, **spec,
+    }
+    placement = Placement(backend="slurm", backend_instance="slurm-local", pool="slurm-a100",
+                          flavor="a100-80g", topology_level=level, topology_domain=domain,
+                          nodes=nodes)
+    return SubmitRequest(job_id="01abcdefghjkmnpq", attempt=2, name="isthmus-01abcdefghjkmnpq-2",
+                         snapshot=RunSnapshot.of(JobSpec.model_validate(data)),
+                         placement=placement, env={"ISTHMUS_PROGRESS_TOKEN": "t0k"})
+
+
+def _sbatch(script: str) -> dict[str, str]:
+    opts = {}
+    for line in script.splitlines():
+        if line.startswith("#SBATCH "):
+            key, _, value = line[len("#SBATCH "):].partition("=")
+            opts[key] = value
+    return opts
+
+
+def _data_blocks(script: str) -> list[bytes]:
+    blocks = re.findall(r"base64 -d > \S+ <<'ISTHMUS_DATA_END'\n(.*?)\nISTHMUS_DATA_END",
+                        script, re.S)
+    return [base64.b64decode(b.replace("\n", "")) for b in blocks]
+
+
+def test_gang_directives() -> None:
+    opts = _sbatch(render(_request(), partition="a100", gpu_type="a100"))
+    assert opts["--job-name"] == "isthmus-01abcdefghjkmnpq-2"
+    assert opts["--comment"] == "isthmus,job=01abcdefghjkmnpq,attempt=2"
+    assert opts["--partition"] == "a100"
+    assert opts["--nodes"] == "2"
+    assert opts["--ntasks-per-node"] == "1"
+    assert opts["--gres"] == "gpu:a100:8"
+    assert opts["--time"] == "90"
+    assert opts["--signal"] == "B:USR1@45"
+    assert "--no-requeue" in opts
+    assert opts["--output"].startswith("/var/tmp/isthmus-slurm-jobs/isthmus-01abcdefghjkmnpq-2")
+    assert "--switches" not in opts and "--nodelist" not in opts
+
+
+def test_rack_placement_asks_for_one_switch_and_named_nodes() -> None:
+    req = _request(level="rack", domain="spine/rack1", nodes=("a100-1", "a100-2"))
+    opts = _sbatch(render(req, partition="a100", settings=RenderSettings(rack_features=True)))
+    assert opts["--switches"] == "1"
+    assert opts["--constraint"] == "rack1"
+    assert opts["--nodelist"] == "a100-1,a100-2"
+
+
+def test_gpus_per_node_form_and_untyped() -> None:
+    settings = RenderSettings(gpu_request="gpus-per-node")
+    opts = _sbatch(render(_request(), partition="a100", settings=settings))
+    assert opts["--gpus-per-node"] == "8" and "--gres" not in opts
+
+
+def test_user_text_never_reaches_the_shell() -> None:
+    req = _request({"command": ["python", "-c", EVIL]}, env={"EVIL": EVIL})
+    script = render(req, partition="a100")
+    assert "rm -rf" not in script and "reboot" not in script
+    (payload,) = _data_blocks(script)
+    data = json.loads(payload)
+    assert data["argv"] == ["python", "-c", EVIL]
+    assert data["env"]["EVIL"] == EVIL and data["env"]["ISTHMUS_PROGRESS_TOKEN"] == "t0k"
+    assert data["env"]["ISTHMUS_JOB_ID"] == "01abcdefghjkmnpq"
+
+
+def test_script_entrypoint_is_its_own_file() -> None:
+    user = "#!/bin/bash\necho hi $HOME\n" + EVIL
+    script = render(_request({"script": user}), partition="a100")
+    payload, body = _data_blocks(script)
+    assert json.loads(payload)["script"] == "user-script"
+    assert body.decode() == user
+
+
+def test_unsafe_values_are_refused() -> None:
+    with pytest.raises(Unsupported, match="partition"):
+        render(_request(), partition="a100;reboot")
+    with pytest.raises(Unsupported, match="node"):
+        render(_request(nodes=("a100-1", "$(x)")), partition="a100")
+    with pytest.raises(ValueError, match="work_dir"):
+        RenderSettings(work_dir="relative/dir")
+
+
+def test_batch_job_fields_match_directives() -> None:
+    job = batch_job(_request(level="rack", domain="spine/rack2"), RenderSettings(),
+                    partition="h100", gpu_type="h100")
+    assert (job.nodes, job.gpus_per_node, job.gpu_type, job.time_limit_min) == (2, 8, "h100", 90)
+    assert job.rack == "rack2" and job.switches == 1 and job.signal == "B:USR1@45"
+
+
+def test_launcher_execs_argv_with_env_and_rank(tmp_path: Path) -> None:
+    spec = {"argv": [sys.executable, "-c", "import os; print(os.environ['NODE_RANK'], "
+                     "os.environ['MASTER_ADDR'], os.environ['FOO'])"],
+            "env": {"FOO": "a b$c", "MASTER_ADDR": "user-set"}, "reserved": ["MASTER_ADDR"]}
+    (tmp_path / "job.json").write_text(json.dumps(spec))
+    (tmp_path / "launch.py").write_text(LAUNCHER)
+    env = {"SLURM_NODEID": "1", "ISTHMUS_MASTER_ADDR": "a100-1", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, str(tmp_path / "launch.py"), str(tmp_path / "job.json")],
+                         capture_output=True, text=True, env=env, check=True).stdout
+    assert out.split() == ["1", "a100-1", "a", "b$c"]
+
+
+@pytest.mark.parametrize(("text", "names"), [
+    ("a100-[1-2]", ("a100-1", "a100-2")),
+    ("a100-[1-2],h100-3", ("a100-1", "a100-2", "h100-3")),
+    ("n[01-03,7]", ("n01", "n02", "n03", "n7")),
+    ("None assigned", ()),
+    ("", ()),
+])
+def test_hostlist(text: str, names: tuple[str, ...]) -> None:
+    assert expand(text) == names
