@@ -1,7 +1,6 @@
 # Shared helpers for deploy/testenv/k8s/{up,down}. Sourced, not executed.
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034  # variables used by up and down
 
-K8S_HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 K8S_CACHE=${ISTHMUS_CACHE:-$HOME/.cache/isthmus}/k8s
 K8S_STATE=${ISTHMUS_K8S_STATE:-/tmp/isthmus-k8s}
 # Processes in start order; down stops them in reverse.
