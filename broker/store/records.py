@@ -39,6 +39,8 @@ class JobRecord:
     created_at: datetime
     updated_at: datetime
     first_useful_work_at: datetime | None = None
+    not_before: datetime | None = None  # end of a retry backoff
+    exclude_json: str = "{}"  # pools and nodes the next attempt avoids
     # Set while a job is being created in the current transaction and not yet inserted:
     # its events wait here and are written with the row in one go. Nobody else can see the
     # job, so no lock or idempotency look-up is needed for it either.
@@ -139,3 +141,23 @@ def insert_event(session: Session, job: JobRecord, event: EventRecord) -> None:
 def event_for_cause(session: Session, job_id: str, key: str) -> EventRecord | None:
     row = session.connection().execute(_EVENT_FOR_CAUSE, {"job_id": job_id, "key": key}).first()
     return None if row is None else event_from_row(row)
+
+
+def set_retry_terms(
+    session: Session, job_id: str, not_before: datetime | None, exclude_json: str
+) -> None:
+    session.connection().execute(
+        sa.update(JOBS)
+        .where(JOBS.c.id == job_id)
+        .values(not_before=not_before, exclude_json=exclude_json)
+    )
+
+
+def set_first_useful_work(session: Session, job_id: str, at: datetime) -> bool:
+    """Set once: True only for the call that set it."""
+    result = session.connection().execute(
+        sa.update(JOBS)
+        .where(JOBS.c.id == job_id, JOBS.c.first_useful_work_at.is_(None))
+        .values(first_useful_work_at=at)
+    )
+    return bool(result.rowcount)

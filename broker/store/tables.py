@@ -59,6 +59,8 @@ class JobRow(SQLModel, table=True):
     created_at: datetime = Field(sa_type=UTCDateTime)
     updated_at: datetime = Field(sa_type=UTCDateTime)
     first_useful_work_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    not_before: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    exclude_json: str = Field(default="{}", sa_type=sa.Text)
 
 
 class JobEventRow(SQLModel, table=True):
@@ -99,6 +101,21 @@ class AttemptRow(SQLModel, table=True):
     created_at: datetime = Field(sa_type=UTCDateTime)
     ended_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     failure: str | None = Field(default=None, max_length=32)
+    backend: str = Field(default="", max_length=63)
+    pool: str = Field(default="", max_length=63)
+    flavor: str = Field(default="", max_length=63)
+    gpus: int = 0
+    dispatch: str = Field(default="pending", max_length=16)  # the outbox: pending -> created
+    backend_id: str | None = Field(default=None, max_length=255)
+    dispatched_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    started_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    phase: str = Field(default="PENDING", max_length=16)
+    last_seen_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    missing_since: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    preempted: bool = False
+    progress_token_sha256: str | None = Field(default=None, max_length=64)
+    last_step: int | None = None
+    last_progress_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
 
 
 class LedgerEntryRow(SQLModel, table=True):
@@ -140,3 +157,38 @@ class LeaderLeaseRow(SQLModel, table=True):
     holder: str = Field(max_length=255)
     epoch: int
     expires_at: datetime = Field(sa_type=UTCDateTime)
+
+
+class FactRow(SQLModel, table=True):
+    """Observations as the backends reported them (stored when they change)."""
+
+    __tablename__ = "facts"
+
+    id: int | None = Field(default=None, primary_key=True)
+    backend: str = Field(max_length=63)
+    backend_name: str = Field(max_length=63)
+    job_id: str | None = Field(default=None, max_length=16)
+    attempt: int | None = None
+    phase: str = Field(max_length=16)
+    reason: str = Field(max_length=40)
+    observed_at: datetime = Field(sa_type=UTCDateTime)
+    payload_json: str = Field(sa_type=sa.Text)
+
+
+class AdmissionCycleRow(SQLModel, table=True):
+    __tablename__ = "admission_cycles"
+
+    id: int | None = Field(default=None, primary_key=True)
+    at: datetime = Field(sa_type=UTCDateTime)
+    leader_epoch: int
+    inputs_digest: str = Field(max_length=32)
+    record_json: str = Field(sa_type=sa.Text)
+
+
+class ServerSecretRow(SQLModel, table=True):
+    """Keys shared by all replicas (e.g. the one that derives per-attempt progress tokens)."""
+
+    __tablename__ = "server_secrets"
+
+    name: str = Field(primary_key=True, max_length=63)
+    value: str = Field(max_length=128)

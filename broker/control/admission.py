@@ -1,0 +1,116 @@
+"""The admission cycle, carried out: heads -> snapshot -> nominate -> order -> admit (pure,
+policies.admission) -> persist -> requeue the rest with reasons -> decision record.
+
+Persisting an admission is one transaction per job: QUEUED -> ADMITTED through set_state (the
+ledger rule writes the reservation), and the attempt row with its run snapshot and placement,
+which is also the dispatcher's outbox entry.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+from broker import ledger
+from broker.control.plane import ControlPlane, log
+from broker.domain import JobState, Reason
+from broker.domain.attempts import RunSnapshot, backend_object_name
+from broker.orchestration.rules import Cause
+from broker.orchestration.transitions import set_state
+from broker.policy_inputs import pending_job, quota_config
+from broker.policy_inputs import usage as usage_view
+from broker.store import attempts as att
+from broker.store.queries import list_jobs
+from broker.store.records import JobRecord
+from policies.admission import CycleResult, Decision, admission_cycle
+from policies.types import PendingJob
+
+ADMISSION = "system:admission"
+
+
+def _pending_views(plane: ControlPlane, queued: list[JobRecord]) -> list[PendingJob]:
+    views: list[PendingJob] = []
+    for j in queued:
+        exclude = json.loads(j.exclude_json or "{}")
+        views.append(
+            pending_job(
+                plane.config, j.id, plane.spec(j.id, j.spec_json), j.created_at,
+                not_before=j.not_before, exclude_pools=exclude.get("pools", ()),
+                exclude_nodes=exclude.get("nodes", ()),
+            )
+        )
+    return views
+
+
+def _admit(plane: ControlPlane, job: JobRecord, d: Decision) -> bool:
+    assert d.placement is not None
+    now = plane.clock()
+    spec = plane.spec(job.id, job.spec_json)
+    details = {
+        "reservation": {
+            "flavor": d.placement.flavor, "gpus": spec.gang.total_gpus,
+            "borrowed_gpus": d.borrowed_gpus,
+        },
+        "placement": d.placement.model_dump(mode="json"),
+        "epoch": plane.epoch,
+    }
+    with plane.db.write() as s:
+        result = set_state(
+            s, job.id, JobState.ADMITTED, Reason.Admitted,
+            Cause("admission", ADMISSION, details=details),
+            f"admitted to {d.placement.pool} ({d.placement.flavor}"
+            + (f", {d.placement.topology_domain}" if d.placement.topology_domain else "")
+            + ")",
+            now=now,
+        )
+        if not result.accepted:
+            return False  # cancelled meanwhile: nothing reserved, nothing to dispatch
+        number = result.job.attempt
+        name = backend_object_name(job.id, number)
+        snapshot = RunSnapshot.of(spec).model_copy(
+            update={"placement": d.placement, "backend_name": name}
+        )
+        att.insert_attempt(
+            s,
+            att.AttemptRecord(
+                job_id=job.id, number=number, snapshot_json=snapshot.model_dump_json(),
+                spec_hash=job.spec_hash, backend_name=name, created_at=now,
+                backend=d.placement.backend_instance, pool=d.placement.pool,
+                flavor=d.placement.flavor, gpus=spec.gang.total_gpus, dispatch=att.PENDING,
+                phase="PENDING", preempted=False,
+            ),
+        )
+    return True
+
+
+def run_admission(plane: ControlPlane, limit: int = 10_000) -> CycleResult:
+    now = plane.clock()
+    with plane.db.read() as s:
+        queued = list_jobs(s, states=[JobState.QUEUED.value], limit=limit, ascending=True)
+        in_use = {k: v[0] for k, v in ledger.usage(s).items()}
+    inventory = plane.inventory()
+    result = admission_cycle(
+        _pending_views(plane, queued),
+        inventory, quota_config(plane.config), usage_view(in_use), now,
+    )
+    by_id = {j.id: j for j in queued}
+    for d in result.decisions:
+        job = by_id[d.job_id]
+        if d.admitted and d.placement is not None:
+            if _admit(plane, job, d):
+                continue
+        elif job.reason != d.reason.value or job.message != d.message:
+            with plane.db.write() as s:
+                set_state(
+                    s, job.id, JobState.QUEUED, d.reason, Cause("admission", ADMISSION),
+                    d.message, now=now,
+                )
+    with plane.db.write() as s:
+        record = asdict(result.record)
+        att.insert_cycle(
+            s, now, plane.epoch, result.record.inputs_digest, json.dumps(record, default=str)
+        )
+    log.info(
+        "admission cycle: %d pending, %d admitted", result.record.pending, result.record.admitted
+    )
+    return result

@@ -1,0 +1,97 @@
+"""The dispatcher: turns committed intents (attempt rows with dispatch='pending') into backend
+objects. Before creating anything it looks the deterministic name up, so an intent resumed
+after a crash adopts what the previous run created instead of making a duplicate."""
+
+from __future__ import annotations
+
+from backends.base import BackendUnavailable, SubmitRequest, SubmitResult, Unsupported
+from broker.control.plane import ControlPlane, log
+from broker.domain import JobState, Reason
+from broker.domain.attempts import RunSnapshot
+from broker.orchestration.rules import Cause
+from broker.orchestration.transitions import set_state
+from broker.store import attempts as att
+from broker.store.queries import get_job
+from broker.store.secrets import digest, progress_token, server_secret
+
+DISPATCHER = "system:dispatcher"
+
+
+def _request(plane: ControlPlane, a: att.AttemptRecord, token: str) -> SubmitRequest:
+    snapshot = RunSnapshot.model_validate_json(a.snapshot_json)
+    assert snapshot.placement is not None
+    env = {
+        "ISTHMUS_JOB_ID": a.job_id,
+        "ISTHMUS_ATTEMPT": str(a.number),
+        "ISTHMUS_PROGRESS_TOKEN": token,
+    }
+    if snapshot.resume_from:
+        env["ISTHMUS_RESUME_FROM"] = snapshot.resume_from
+    return SubmitRequest(
+        job_id=a.job_id, attempt=a.number, name=a.backend_name, snapshot=snapshot,
+        placement=snapshot.placement, env=env,
+    )
+
+
+def _refused(plane: ControlPlane, a: att.AttemptRecord, why: str) -> None:
+    now = plane.clock()
+    with plane.db.write() as s:
+        att.update(s, a.job_id, a.number, dispatch=att.ABANDONED, ended_at=now)
+        set_state(
+            s, a.job_id, JobState.QUEUED, Reason.DispatchRefused,
+            Cause("dispatcher", DISPATCHER, key=f"refused:{a.number}"), why, now=now,
+        )
+
+
+def dispatch_one(plane: ControlPlane, a: att.AttemptRecord, key: bytes) -> bool:
+    """True when the backend object exists (created or adopted) and the job is PREPARING."""
+    with plane.db.read() as s:
+        job = get_job(s, a.job_id)
+    if job is None or job.state != JobState.ADMITTED or job.attempt != a.number:
+        with plane.db.write() as s:  # cancelled or requeued before its object was made
+            att.update(s, a.job_id, a.number, dispatch=att.ABANDONED, ended_at=plane.clock())
+        return False
+    backend = plane.backends.get(a.backend)
+    if backend is None:
+        _refused(plane, a, f"backend '{a.backend}' is not configured any more")
+        return False
+    token = progress_token(key, a.job_id, a.number)
+    try:
+        found = backend.lookup(a.backend_name)
+        if found is not None:
+            result = SubmitResult(a.backend_name, found.backend_id or "", adopted=True)
+        else:
+            result = backend.submit(_request(plane, a, token))
+    except BackendUnavailable as exc:
+        with plane.db.write() as s:
+            set_state(
+                s, a.job_id, JobState.ADMITTED, Reason.BackendUnavailable,
+                Cause("dispatcher", DISPATCHER), f"{a.backend}: {exc}",
+            )
+        return False
+    except Unsupported as exc:
+        _refused(plane, a, f"{a.backend} refused the job: {exc}")
+        return False
+    now = plane.clock()
+    with plane.db.write() as s:
+        att.update(
+            s, a.job_id, a.number, dispatch=att.CREATED, backend_id=result.backend_id,
+            dispatched_at=now, progress_token_sha256=digest(token),
+        )
+        verb = "adopted" if result.adopted else "created"
+        set_state(
+            s, a.job_id, JobState.PREPARING, Reason.BackendPending,
+            Cause("dispatcher", DISPATCHER, key=f"dispatched:{a.number}"),
+            f"{verb} {a.backend_name} on {a.backend} ({result.backend_id})", now=now,
+        )
+    log.info("dispatch %s: %s on %s", a.backend_name, verb, a.backend)
+    return True
+
+
+def run_dispatch(plane: ControlPlane) -> int:
+    with plane.db.read() as s:
+        intents = att.to_dispatch(s)
+    if not intents:
+        return 0
+    key = server_secret(plane.db, "progress")
+    return sum(dispatch_one(plane, a, key) for a in intents)

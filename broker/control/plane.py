@@ -1,0 +1,84 @@
+"""The control plane's shared state: database, configuration, backends, clock, leader epoch.
+
+The admission cycle, dispatcher and reconcilers are functions of a ControlPlane; the runtime
+(runtime.py) schedules them. Everything here recovers from the database and from backend
+facts, never from memory: the caches below only save parsing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from backends.base import Backend, BackendUnavailable
+from broker.config import IsthmusConfig
+from broker.domain.inventory import InventorySnapshot, PoolSnapshot
+from broker.domain.spec import JobSpec
+from broker.store.db import Database
+from broker.store.tables import utcnow
+
+log = logging.getLogger("isthmus.control")
+
+
+@dataclass
+class ControlParams:
+    lost_grace_s: float = 120.0
+    """An attempt missing from its backend (queue and accounting) this long is lost."""
+    cancel_grace_s: int | None = None
+    """Grace for cancelling; None: the job's checkpoint grace."""
+
+
+@dataclass
+class ControlPlane:
+    db: Database
+    config: IsthmusConfig
+    backends: Mapping[str, Backend]
+    clock: Callable[[], datetime] = utcnow
+    params: ControlParams = field(default_factory=ControlParams)
+    epoch: int = 0
+    _specs: dict[str, JobSpec] = field(default_factory=dict, repr=False)
+
+    def spec(self, job_id: str, spec_json: str) -> JobSpec:
+        spec = self._specs.get(job_id)
+        if spec is None:
+            spec = self._specs[job_id] = JobSpec.model_validate_json(spec_json)
+        return spec
+
+    def inventory(self) -> InventorySnapshot:
+        """One snapshot across all backends, pools as configured (drain from config too).
+
+        A backend that cannot be reached is listed as unreachable; its pools are absent, so
+        admission waits with BackendUnavailable instead of guessing."""
+        pools: list[PoolSnapshot] = []
+        unreachable: list[str] = []
+        configured = {p.name: p for p in self.config.pools}
+        for name, backend in self.backends.items():
+            try:
+                snap = backend.inventory()
+            except BackendUnavailable as exc:
+                log.warning("backend %s unreachable for inventory: %s", name, exc)
+                unreachable.append(name)
+                continue
+            for pool in snap.pools:
+                cfg = configured.get(pool.name)
+                if cfg is None or cfg.backend != name:
+                    continue  # not an Isthmus pool
+                pools.append(
+                    pool.model_copy(
+                        update={
+                            "drained": pool.drained or cfg.drained,
+                            "cost_weight": cfg.cost_weight,
+                            "shared": cfg.shared,
+                            "flavor": cfg.flavor,
+                        }
+                    )
+                )
+        return InventorySnapshot(
+            taken_at=self.clock(), pools=tuple(pools), unreachable=tuple(unreachable)
+        )
+
+    def pool_backend(self, pool: str) -> str | None:
+        cfg = next((p for p in self.config.pools if p.name == pool), None)
+        return cfg.backend if cfg else None

@@ -1,0 +1,221 @@
+"""The reconciler of one backend: one observe call for all live attempts, facts stored when
+they change, derive, transitions through set_state, retries decided and applied.
+
+- "backend unreachable" is kept as a reason on the jobs, never turned into a failure;
+- an attempt missing from the backend (queue and accounting) for `lost_grace_s` is LOST;
+- Isthmus-named objects with no live attempt (orphans) and objects of cancelled jobs are
+  cancelled in the backend.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from backends.base import Backend, BackendUnavailable
+from broker import ledger
+from broker.control.derive import LIVE, derive
+from broker.control.plane import ControlPlane, log
+from broker.domain import FailureCategory, JobState, Reason
+from broker.domain.attempts import Attempt, RunSnapshot
+from broker.domain.facts import Fact, Phase
+from broker.orchestration.rules import Cause
+from broker.orchestration.transitions import set_state
+from broker.policy_inputs import attempt_counts
+from broker.store import attempts as att
+from broker.store import records
+from broker.store.queries import get_job
+from policies.retry import decide_retry
+
+RECONCILER = "system:reconciler"
+
+
+@dataclass
+class ReconcileReport:
+    observed: int = 0
+    transitions: int = 0
+    lost: int = 0
+    orphans_cancelled: int = 0
+    cancelled: int = 0
+    unreachable: bool = False
+
+
+def _hours(gpus: int, start: datetime | None, end: datetime) -> float:
+    if start is None:
+        return 0.0
+    return max(0.0, (end - start).total_seconds()) / 3600 * gpus
+
+
+def _store_fact(plane: ControlPlane, a: att.AttemptRecord, fact: Fact, now: datetime) -> str:
+    with plane.db.write() as s:
+        fid = att.insert_fact(
+            s, fact.backend, fact.backend_name, a.job_id, a.number, fact.phase.value,
+            fact.reason.value, fact.observed_at, fact.model_dump_json(),
+        )
+        att.update(s, a.job_id, a.number, phase=fact.phase.value, last_seen_at=now,
+                   missing_since=None)
+    return f"fact:{fid}"
+
+
+def _retry(plane: ControlPlane, job_id: str, a: att.AttemptRecord, preempted: bool,
+           failure: FailureCategory | None, now: datetime) -> None:
+    """After FAILED (or a preemption into RETRYING): ask the retry engine, apply its answer."""
+    with plane.db.write() as s:
+        job = get_job(s, job_id)
+        if job is None:
+            return
+        spec = plane.spec(job_id, job.spec_json)
+        history = []
+        wasted = 0.0
+        for r in att.attempts_of(s, job_id):
+            if r.failure is None and not r.preempted:
+                continue
+            history.append(Attempt(
+                job_id=job_id, number=r.number,
+                snapshot=RunSnapshot.model_validate_json(r.snapshot_json),
+                created_at=r.created_at,
+                failure=FailureCategory(r.failure) if r.failure else None,
+                preempted=r.preempted,
+            ))
+            if r.failure:
+                wasted += _hours(r.gpus, r.started_at or r.dispatched_at, r.ended_at or now)
+        snapshot = RunSnapshot.model_validate_json(a.snapshot_json)
+        nodes = snapshot.placement.nodes if snapshot.placement else ()
+        decision = decide_retry(
+            spec.retry, failure, attempt_counts(history), wasted, preempted=preempted,
+            pool=a.pool, nodes=nodes,
+        )
+        if not decision.retry:
+            if preempted:  # RETRYING with nowhere to go: the policy ends it
+                set_state(s, job_id, JobState.CANCELLED, decision.reason,
+                          Cause("retry", "system:retry", key=f"stop:{a.number}"),
+                          decision.message, now=now)
+            return  # FAILED stays FAILED; the failure reason is already on the job
+        if JobState(job.state) is JobState.FAILED:
+            set_state(s, job_id, JobState.RETRYING, Reason.RetryScheduled,
+                      Cause("retry", "system:retry", key=f"retry:{a.number}"),
+                      decision.message, now=now)
+        exclude = json.loads(job.exclude_json or "{}")
+        exclude = {
+            "pools": sorted(set(exclude.get("pools", [])) | decision.exclude_pools),
+            "nodes": sorted(set(exclude.get("nodes", [])) | decision.exclude_nodes),
+        }
+        not_before = now + timedelta(seconds=decision.delay_seconds)
+        records.set_retry_terms(s, job_id, not_before, json.dumps(exclude))
+        reason = Reason.BackoffAfterFailure if decision.delay_seconds else Reason.RetryScheduled
+        set_state(s, job_id, JobState.QUEUED, reason,
+                  Cause("retry", "system:retry", key=f"requeue:{a.number}"),
+                  decision.message, now=now)
+
+
+def _apply(plane: ControlPlane, a: att.AttemptRecord, fact: Fact, now: datetime) -> int:
+    with plane.db.read() as s:
+        job = get_job(s, a.job_id)
+    if job is None:
+        return 0
+    state = JobState(job.state)
+    current = job.attempt == a.number
+    d = derive(state if current else JobState.QUEUED, fact)
+    ref = _store_fact(plane, a, fact, now)
+    moved = 0
+    with plane.db.write() as s:
+        for i, step in enumerate(d.steps):
+            key = f"{ref}:{i}" if step.state is not JobState(job.state) else None
+            r = set_state(s, a.job_id, step.state, step.reason,
+                          Cause("reconciler", RECONCILER, key=key, facts_ref=ref),
+                          step.message, now=now)
+            moved += r.accepted
+        if d.started and a.started_at is None:
+            att.update(s, a.job_id, a.number, started_at=fact.started_at or now)
+        if d.ended:
+            end = fact.ended_at or now
+            att.update(s, a.job_id, a.number, ended_at=end,
+                       failure=d.failure.value if d.failure else None, preempted=d.preempted)
+            r_ = ledger.Reservation(a.job_id, a.number, job.team, a.flavor, a.gpus)
+            used = _hours(a.gpus, fact.started_at or a.started_at, end)
+            ledger.record_hours(s, r_, ledger.LedgerKind.USAGE, used, now)
+            if d.failure or d.preempted:
+                ledger.record_hours(s, r_, ledger.LedgerKind.WASTE, used, now,
+                                    note=d.failure.value if d.failure else "preempted")
+    if current and (d.failure is not None or d.preempted):
+        _retry(plane, a.job_id, a, d.preempted, d.failure, now)
+    return moved
+
+
+def _cancel(plane: ControlPlane, backend: Backend, a: att.AttemptRecord, grace: int) -> None:
+    try:
+        result = backend.cancel(a.backend_name, grace)
+    except BackendUnavailable:
+        return
+    log.info("cancel %s: %s", a.backend_name, result.message or "sent")
+
+
+def reconcile(plane: ControlPlane, backend_name: str) -> ReconcileReport:
+    backend = plane.backends[backend_name]
+    report = ReconcileReport()
+    now = plane.clock()
+    with plane.db.read() as s:
+        live = [a for a in att.live(s, backend_name) if a.dispatch == att.CREATED]
+        jobs = {a.job_id: get_job(s, a.job_id) for a in live}
+    try:
+        facts = backend.observe([a.backend_name for a in live])
+    except BackendUnavailable as exc:
+        report.unreachable = True
+        with plane.db.write() as s:
+            for a in live:
+                job = jobs.get(a.job_id)
+                if job is not None and JobState(job.state) in LIVE and job.attempt == a.number:
+                    set_state(s, a.job_id, JobState(job.state), Reason.BackendUnavailable,
+                              Cause("reconciler", RECONCILER), f"{backend_name}: {exc}", now=now)
+        return report
+    by_name = {f.backend_name: f for f in facts}
+    report.observed = len(facts)
+    live_names = set()
+    for a in live:
+        live_names.add(a.backend_name)
+        job = jobs.get(a.job_id)
+        fact = by_name.get(a.backend_name)
+        if job is not None and job.state == JobState.CANCELLED:
+            if fact is None or fact.phase not in (Phase.SUCCEEDED, Phase.FAILED,
+                                                  Phase.CANCELLED, Phase.LOST):
+                spec = plane.spec(job.id, job.spec_json)
+                grace = plane.params.cancel_grace_s
+                _cancel(plane, backend, a, spec.checkpoint.grace if grace is None else grace)
+                report.cancelled += 1
+            with plane.db.write() as s:
+                att.update(s, a.job_id, a.number, ended_at=now)
+            continue
+        if fact is None:
+            missing = a.missing_since or now
+            if a.missing_since is None:
+                with plane.db.write() as s:
+                    att.update(s, a.job_id, a.number, missing_since=now)
+            if (now - missing).total_seconds() >= plane.params.lost_grace_s:
+                lost = Fact(backend=backend_name, backend_name=a.backend_name, job_id=a.job_id,
+                            attempt=a.number, phase=Phase.LOST, reason=Reason.Orchestration,
+                            failure=FailureCategory.ORCHESTRATION, observed_at=now,
+                            message=f"{a.backend_name} is unknown to {backend_name} "
+                                    "(queue and accounting)")
+                report.transitions += _apply(plane, a, lost, now)
+                report.lost += 1
+            continue
+        if a.phase == fact.phase.value and job is not None and job.reason == fact.reason.value:
+            continue  # nothing new
+        report.transitions += _apply(plane, a, fact, now)
+    for fact in facts:  # Isthmus objects nobody owns any more
+        if fact.backend_name in live_names or fact.phase in (
+            Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED, Phase.LOST, Phase.PREEMPTED
+        ):
+            continue
+        with plane.db.read() as s:
+            owner = (att.get_attempt(s, fact.job_id, fact.attempt)
+                     if fact.job_id and fact.attempt else None)
+        if owner is None or owner.ended_at is not None:
+            try:
+                backend.cancel(fact.backend_name, 0)
+                report.orphans_cancelled += 1
+                log.warning("cancelled orphan %s on %s", fact.backend_name, backend_name)
+            except BackendUnavailable:
+                pass
+    return report

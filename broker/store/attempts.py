@@ -1,0 +1,145 @@
+"""Attempts: one row per try of a job, bound to its run snapshot. The row is also the outbox:
+it is written with dispatch='pending' in the same transaction as QUEUED -> ADMITTED, before any
+backend call, and turns 'created' once the backend object exists."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlmodel import Session
+
+from broker.store.tables import AdmissionCycleRow, AttemptRow, FactRow
+
+ATTEMPTS: sa.Table = AttemptRow.__table__  # type: ignore[attr-defined]
+FACTS: sa.Table = FactRow.__table__  # type: ignore[attr-defined]
+CYCLES: sa.Table = AdmissionCycleRow.__table__  # type: ignore[attr-defined]
+
+PENDING, CREATED, ABANDONED = "pending", "created", "abandoned"
+
+
+@dataclass(slots=True)
+class AttemptRecord:
+    job_id: str
+    number: int
+    snapshot_json: str
+    spec_hash: str
+    backend_name: str
+    created_at: datetime
+    backend: str
+    pool: str
+    flavor: str
+    gpus: int
+    dispatch: str
+    phase: str
+    preempted: bool
+    ended_at: datetime | None = None
+    failure: str | None = None
+    backend_id: str | None = None
+    dispatched_at: datetime | None = None
+    started_at: datetime | None = None
+    last_seen_at: datetime | None = None
+    missing_since: datetime | None = None
+    progress_token_sha256: str | None = None
+    last_step: int | None = None
+    last_progress_at: datetime | None = None
+
+
+_FIELDS = list(AttemptRecord.__dataclass_fields__)
+_COLS = [ATTEMPTS.c[f] for f in _FIELDS]
+
+
+def _rec(row: Any) -> AttemptRecord:
+    return AttemptRecord(*row)
+
+
+def insert_attempt(session: Session, rec: AttemptRecord) -> None:
+    session.connection().execute(
+        sa.insert(ATTEMPTS), {f: getattr(rec, f) for f in _FIELDS}
+    )
+
+
+def get_attempt(session: Session, job_id: str, number: int) -> AttemptRecord | None:
+    row = session.connection().execute(
+        sa.select(*_COLS).where(ATTEMPTS.c.job_id == job_id, ATTEMPTS.c.number == number)
+    ).first()
+    return None if row is None else _rec(row)
+
+
+def attempts_of(session: Session, job_id: str) -> list[AttemptRecord]:
+    rows = session.connection().execute(
+        sa.select(*_COLS).where(ATTEMPTS.c.job_id == job_id).order_by(ATTEMPTS.c.number)
+    )
+    return [_rec(r) for r in rows]
+
+
+def to_dispatch(session: Session, limit: int = 500) -> list[AttemptRecord]:
+    rows = session.connection().execute(
+        sa.select(*_COLS)
+        .where(ATTEMPTS.c.dispatch == PENDING, ATTEMPTS.c.ended_at.is_(None))
+        .order_by(ATTEMPTS.c.created_at)
+        .limit(limit)
+    )
+    return [_rec(r) for r in rows]
+
+
+def live(session: Session, backend: str | None = None) -> list[AttemptRecord]:
+    """Attempts whose backend object exists or may exist (not ended)."""
+    stmt = sa.select(*_COLS).where(ATTEMPTS.c.ended_at.is_(None))
+    if backend is not None:
+        stmt = stmt.where(ATTEMPTS.c.backend == backend)
+    return [_rec(r) for r in session.connection().execute(stmt)]
+
+
+def update(session: Session, job_id: str, number: int, **values: Any) -> None:
+    bad = set(values) - set(_FIELDS)
+    if bad:
+        raise ValueError(f"unknown attempt field(s) {sorted(bad)}")
+    session.connection().execute(
+        sa.update(ATTEMPTS)
+        .where(ATTEMPTS.c.job_id == job_id, ATTEMPTS.c.number == number)
+        .values(**values)
+    )
+
+
+def by_token_digest(session: Session, job_id: str, digest: str) -> AttemptRecord | None:
+    row = session.connection().execute(
+        sa.select(*_COLS).where(
+            ATTEMPTS.c.job_id == job_id, ATTEMPTS.c.progress_token_sha256 == digest
+        )
+    ).first()
+    return None if row is None else _rec(row)
+
+
+def insert_fact(
+    session: Session, backend: str, name: str, job_id: str | None, attempt: int | None,
+    phase: str, reason: str, observed_at: datetime, payload_json: str,
+) -> int:
+    result = session.connection().execute(
+        sa.insert(FACTS).values(
+            backend=backend, backend_name=name, job_id=job_id, attempt=attempt, phase=phase,
+            reason=reason, observed_at=observed_at, payload_json=payload_json,
+        )
+    )
+    key = result.inserted_primary_key
+    return int(key[0]) if key else 0
+
+
+def facts_of(session: Session, names: Sequence[str]) -> list[dict[str, Any]]:
+    rows = session.connection().execute(
+        sa.select(FACTS).where(FACTS.c.backend_name.in_(list(names))).order_by(FACTS.c.id)
+    )
+    return [dict(r._mapping) for r in rows]
+
+
+def insert_cycle(
+    session: Session, at: datetime, epoch: int, digest: str, record_json: str
+) -> None:
+    session.connection().execute(
+        sa.insert(CYCLES).values(
+            at=at, leader_epoch=epoch, inputs_digest=digest, record_json=record_json
+        )
+    )

@@ -1,0 +1,72 @@
+"""A control plane over two simulated backends (one of each kind), on both databases."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+import pytest
+
+from backends.sim.backend import SimBackend, SimClock, SimPoolSpec
+from broker.config import IsthmusConfig, parse_config
+from broker.control.plane import ControlParams, ControlPlane
+from broker.store import Database
+
+CONFIG = {
+    "auth": {"mode": "none"},
+    "flavors": [
+        {"name": "h100-80g", "gpu_model": "H100", "gpu_memory_gb": 80, "cost_weight": 2.0},
+        {"name": "a100-80g", "gpu_model": "A100", "gpu_memory_gb": 80},
+    ],
+    "backends": [{"name": "sim-slurm", "kind": "slurm"}, {"name": "sim-k8s", "kind": "k8s"}],
+    "pools": [
+        {"name": "slurm-h100", "backend": "sim-slurm", "flavor": "h100-80g",
+         "capacity": {"nodes": 4, "gpus_per_node": 8, "nodes_per_rack": 2}},
+        {"name": "k8s-a100", "backend": "sim-k8s", "flavor": "a100-80g",
+         "capacity": {"nodes": 8, "gpus_per_node": 8, "nodes_per_rack": 4}},
+    ],
+    "cohorts": [{"name": "research"}],
+    "teams": [
+        {"name": "vision", "cohort": "research",
+         "quotas": {"h100-80g": {"nominal": 32}, "a100-80g": {"nominal": 64}}},
+        {"name": "language", "cohort": "research",
+         "quotas": {"h100-80g": {"nominal": 0, "borrowing_limit": 16},
+                    "a100-80g": {"nominal": 16}}},
+    ],
+}
+
+
+class Sim:
+    def __init__(self, plane: ControlPlane, clock: SimClock,
+                 backends: dict[str, SimBackend]) -> None:
+        self.plane, self.clock, self.backends = plane, clock, backends
+
+    def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+        for b in self.backends.values():
+            b.sync()  # process each backend up to the shared clock
+
+
+@pytest.fixture
+def sim_config() -> IsthmusConfig:
+    return parse_config(CONFIG)
+
+
+@pytest.fixture
+def sim(db: Database, sim_config: IsthmusConfig) -> Iterator[Sim]:
+    clock = SimClock(datetime(2026, 11, 29, tzinfo=UTC))
+    backends = {
+        "sim-slurm": SimBackend(
+            "sim-slurm", "slurm",
+            [SimPoolSpec("slurm-h100", "h100-80g", racks_per_block=2, nodes_per_rack=2)],
+            clock, seed=1,
+        ),
+        "sim-k8s": SimBackend(
+            "sim-k8s", "k8s",
+            [SimPoolSpec("k8s-a100", "a100-80g", racks_per_block=2, nodes_per_rack=4)],
+            clock, seed=2,
+        ),
+    }
+    plane = ControlPlane(db, sim_config, backends, clock=lambda: clock.now,
+                         params=ControlParams(lost_grace_s=60))
+    yield Sim(plane, clock, backends)

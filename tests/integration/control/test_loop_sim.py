@@ -1,0 +1,198 @@
+"""The control loop over simulated backends: submit -> admit -> dispatch -> reconcile -> end,
+with retries, preemption, cancellation, outages and crash recovery."""
+
+from __future__ import annotations
+
+from backends.sim.backend import DURATION_ENV
+from broker import ledger
+from broker.control.admission import run_admission
+from broker.control.dispatch import run_dispatch
+from broker.control.reconcile import reconcile
+from broker.orchestration.replay import check_all
+from broker.orchestration.submission import cancel_job, submit_job
+from broker.store import attempts as att
+from broker.store.queries import get_job, job_events, list_jobs
+from tests.builders import spec
+from tests.integration.control.conftest import Sim
+
+
+def cycle(sim: Sim, seconds: float = 10) -> None:
+    run_admission(sim.plane)
+    run_dispatch(sim.plane)
+    sim.advance(seconds)
+    for name in sim.backends:
+        reconcile(sim.plane, name)
+
+
+def state(sim: Sim, job_id: str) -> tuple[str, str]:
+    with sim.plane.db.read() as s:
+        job = get_job(s, job_id)
+        assert job is not None
+        return job.state, job.reason
+
+
+def consistent(sim: Sim) -> None:
+    """Replay matches rows, ledger counters match entries, and the GPUs reserved equal the
+    GPUs of the jobs that hold a reservation (ADMITTED, PREPARING, RUNNING)."""
+    with sim.plane.db.read() as s:
+        assert list(check_all(s)) == []
+        assert ledger.check(s) == []
+        holding = list_jobs(s, states=["ADMITTED", "PREPARING", "RUNNING"], limit=10_000)
+        reserved = sum(g for (g, _) in ledger.usage(s).values())
+        assert reserved == sum(j.total_gpus for j in holding)
+
+
+def submit(sim: Sim, builder: object, duration: float = 60) -> str:
+    s = builder.build()  # type: ignore[attr-defined]
+    s = s.model_copy(update={"env": {**s.env, DURATION_ENV: str(duration)}})
+    return submit_job(sim.plane.db, sim.plane.config, s, "tester").job.id
+
+
+def test_jobs_run_to_success_on_both_backends(sim: Sim) -> None:
+    h100 = submit(sim, spec().flavors("h100-80g").replicas(2).gpus(8))
+    a100 = submit(sim, spec().flavors("a100-80g").replicas(4).gpus(8).backend("k8s"))
+    cycle(sim, 1)
+    assert state(sim, h100)[0] in ("PREPARING", "RUNNING")
+    for _ in range(12):
+        cycle(sim, 10)
+    assert state(sim, h100) == ("SUCCEEDED", "Succeeded")
+    assert state(sim, a100) == ("SUCCEEDED", "Succeeded")
+    with sim.plane.db.read() as s:
+        path = [e.to_state for e in job_events(s, h100)]
+        assert path[:3] == ["SUBMITTED", "VALIDATING", "QUEUED"]
+        assert "ADMITTED" in path and "RUNNING" in path and path[-1] == "SUCCEEDED"
+        assert ledger.usage(s)[("vision", "h100-80g")] == (0, 0)
+    consistent(sim)
+
+
+def _attempts(sim: Sim, job_id: str) -> list[att.AttemptRecord]:
+    with sim.plane.db.read() as s:
+        return att.attempts_of(s, job_id)
+
+
+def _run_until(sim: Sim, job_id: str, wanted: str, cycles: int = 30, step: float = 10) -> None:
+    for _ in range(cycles):
+        if state(sim, job_id)[0] == wanted:
+            return
+        cycle(sim, step)
+    raise AssertionError(f"job stayed {state(sim, job_id)}, wanted {wanted}")
+
+
+def test_infra_failure_is_retried_elsewhere_and_user_error_is_not(sim: Sim) -> None:
+    job = submit(sim, spec().flavors("a100-80g").replicas(1).gpus(8).topology(None), 300)
+    _run_until(sim, job, "RUNNING", step=20)
+    first = _attempts(sim, job)[-1]
+    node = sim.backends["sim-k8s"].jobs[first.backend_name].nodes[0]
+    sim.backends["sim-k8s"].fail_node(node)
+    cycle(sim, 1)
+    job_state, reason = state(sim, job)
+    assert job_state == "QUEUED" and reason == "BackoffAfterFailure"
+    with sim.plane.db.read() as s:
+        path = [(e.to_state, e.reason) for e in job_events(s, job)]
+    assert ("FAILED", "InfraTransient") in path and ("RETRYING", "RetryScheduled") in path
+    sim.advance(60)  # past the 30 s backoff
+    _run_until(sim, job, "RUNNING", step=20)
+    second = _attempts(sim, job)[-1]
+    assert second.number == 2
+    assert node not in sim.backends["sim-k8s"].jobs[second.backend_name].nodes
+    consistent(sim)
+
+
+def test_user_error_ends_failed_without_retry(sim: Sim) -> None:
+    from broker.domain.facts import Phase
+
+    job = submit(sim, spec().flavors("a100-80g").replicas(1).gpus(8).topology(None), 300)
+    _run_until(sim, job, "RUNNING", step=20)
+    a = _attempts(sim, job)[-1]
+    backend = sim.backends["sim-k8s"]
+    from broker.domain import FailureCategory, Reason
+
+    backend._end(backend.jobs[a.backend_name], Phase.FAILED, Reason.UserError,
+                 "exit code 3", FailureCategory.USER_ERROR)
+    cycle(sim, 1)
+    assert state(sim, job) == ("FAILED", "UserError")
+    assert len(_attempts(sim, job)) == 1
+    with sim.plane.db.read() as s:
+        assert ledger.usage(s)[("vision", "a100-80g")] == (0, 0)
+    consistent(sim)
+
+
+def test_preempted_job_is_requeued_without_spending_an_attempt(sim: Sim) -> None:
+    job = submit(sim, spec().flavors("h100-80g").replicas(2).gpus(8), 600)
+    _run_until(sim, job, "RUNNING", step=20)
+    a = _attempts(sim, job)[-1]
+    sim.backends["sim-slurm"].preempt(a.backend_name)
+    cycle(sim, 1)
+    with sim.plane.db.read() as s:
+        path = [(e.to_state, e.reason) for e in job_events(s, job)]
+    assert ("RETRYING", "Preempted") in path
+    _run_until(sim, job, "RUNNING", step=20)
+    assert [x.preempted for x in _attempts(sim, job)] == [True, False]
+    consistent(sim)
+
+
+def test_cancel_while_running_cancels_the_backend_object(sim: Sim) -> None:
+    job = submit(sim, spec().flavors("h100-80g").replicas(2).gpus(8), 600)
+    _run_until(sim, job, "RUNNING", step=20)
+    a = _attempts(sim, job)[-1]
+    cancel_job(sim.plane.db, job, "tester", by_admin=False)
+    cycle(sim, 1)
+    assert sim.backends["sim-slurm"].jobs[a.backend_name].phase.value == "CANCELLED"
+    assert _attempts(sim, job)[-1].ended_at is not None
+    consistent(sim)
+
+
+def test_backend_outage_is_a_reason_not_a_failure(sim: Sim) -> None:
+    job = submit(sim, spec().flavors("h100-80g").replicas(2).gpus(8), 120)
+    _run_until(sim, job, "RUNNING", step=20)
+    sim.backends["sim-slurm"].reachable = False
+    for _ in range(8):  # 80 s of outage, longer than the lost-attempt grace
+        cycle(sim, 10)
+        assert state(sim, job) == ("RUNNING", "BackendUnavailable")
+    sim.backends["sim-slurm"].reachable = True
+    _run_until(sim, job, "SUCCEEDED")
+    consistent(sim)
+
+
+def test_dispatch_after_a_crash_adopts_instead_of_duplicating(sim: Sim) -> None:
+    from broker.control.dispatch import _request
+    from broker.store.secrets import progress_token, server_secret
+
+    job = submit(sim, spec().flavors("h100-80g").replicas(2).gpus(8), 60)
+    run_admission(sim.plane)
+    a = _attempts(sim, job)[-1]
+    assert a.dispatch == "pending"
+    # the previous leader created the object, then died before recording it
+    token = progress_token(server_secret(sim.plane.db, "progress"), job, a.number)
+    sim.backends["sim-slurm"].submit(_request(sim.plane, a, token))
+    assert run_dispatch(sim.plane) == 1
+    names = [n for n in sim.backends["sim-slurm"].jobs if n.startswith("isthmus-")]
+    assert names == [a.backend_name]
+    with sim.plane.db.read() as s:
+        assert "adopted" in job_events(s, job)[-1].message
+    _run_until(sim, job, "SUCCEEDED")
+    consistent(sim)
+
+
+def test_lost_attempt_fails_as_orchestration_and_is_retried_once(sim: Sim) -> None:
+    job = submit(sim, spec().flavors("h100-80g").replicas(2).gpus(8), 600)
+    _run_until(sim, job, "RUNNING", step=20)
+    a = _attempts(sim, job)[-1]
+    del sim.backends["sim-slurm"].jobs[a.backend_name]  # the backend forgot it entirely
+    for _ in range(8):
+        cycle(sim, 10)
+    with sim.plane.db.read() as s:
+        path = [(e.to_state, e.reason) for e in job_events(s, job)]
+    assert ("FAILED", "Orchestration") in path
+    assert len(_attempts(sim, job)) == 2
+    consistent(sim)
+
+
+def test_orphan_objects_are_cancelled(sim: Sim) -> None:
+    job = submit(sim, spec().flavors("h100-80g").replicas(2).gpus(8), 600)
+    _run_until(sim, job, "RUNNING", step=20)
+    a = _attempts(sim, job)[-1]
+    with sim.plane.db.write() as s:  # e.g. an attempt the database ended by hand
+        att.update(s, job, a.number, ended_at=sim.clock.now)
+    cycle(sim, 1)
+    assert sim.backends["sim-slurm"].jobs[a.backend_name].phase.value == "CANCELLED"
