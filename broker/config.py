@@ -75,6 +75,17 @@ class Limits(_Strict):
     max_gpus_per_job: int = Field(default=4096, ge=1)
 
 
+class Control(_Strict):
+    """The control loop's pace and patience (seconds)."""
+
+    enabled: bool = True
+    admission_interval: float = Field(default=5.0, gt=0)
+    dispatch_interval: float = Field(default=2.0, gt=0)
+    reconcile_interval: float = Field(default=5.0, gt=0)
+    lease_ttl: float = Field(default=15.0, gt=0)
+    lost_grace: float = Field(default=120.0, ge=0)
+
+
 class PriorityClass(_Strict):
     name: str = Field(pattern=NAME)
     value: int
@@ -147,6 +158,7 @@ class IsthmusConfig(_Strict):
     database: str = "sqlite:///isthmus.db"
     auth: Auth = Field(default_factory=Auth)
     limits: Limits = Field(default_factory=Limits)
+    control: Control = Field(default_factory=Control)
     priority_classes: list[PriorityClass] = Field(
         default_factory=lambda: [
             PriorityClass(name="low", value=0),

@@ -15,6 +15,7 @@ class ServerError(RuntimeError):
 def run(
     config_path: Path, *, db_url: str | None = None, host: str | None = None,
     port: int | None = None,
+    control: bool = True,
 ) -> None:
     import uvicorn
 
@@ -49,9 +50,22 @@ def run(
     from broker.store.migrate import upgrade
 
     upgrade(db)
+    runtime = None
+    if config.control.enabled and control:
+        from broker.control.wiring import build_runtime
+
+        runtime = build_runtime(config, db)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("isthmus").info(
         "isthmus listening on %s:%d (database %s, auth %s)", host, port, db.dialect,
         config.auth.mode,
     )
-    uvicorn.run(create_app(config, db), host=host, port=port, log_level="warning")
+    if runtime is not None:
+        runtime.start()
+    try:
+        uvicorn.run(create_app(config, db, runtime), host=host, port=port, log_level="warning")
+    finally:
+        if runtime is not None:
+            runtime.stop()
+        if lock is not None:
+            lock.release()

@@ -16,8 +16,10 @@ from broker.api.group_commit import SubmitQueue
 from broker.api.limits import BodyLimit, BodyTooLarge, problem_413
 from broker.api.problems import PROBLEM_JSON, Problem
 from broker.api.routes_jobs import router as jobs_router
+from broker.api.routes_progress import router as progress_router
 from broker.api.schemas import Health
 from broker.config import IsthmusConfig
+from broker.control.runtime import Runtime
 from broker.domain.spec import JobSpec
 from broker.orchestration.transitions import JobNotFound
 from broker.store.db import Database
@@ -25,7 +27,7 @@ from broker.store.db import Database
 log = logging.getLogger("isthmus.api")
 
 
-def create_app(config: IsthmusConfig, db: Database) -> FastAPI:
+def create_app(config: IsthmusConfig, db: Database, runtime: Runtime | None = None) -> FastAPI:
     app = FastAPI(
         title="Isthmus",
         version=__version__,
@@ -34,9 +36,13 @@ def create_app(config: IsthmusConfig, db: Database) -> FastAPI:
     app.state.config = config
     app.state.db = db
     app.state.authenticator = Authenticator(config)
-    app.state.submit_queue = SubmitQueue(db, config)
+    app.state.submit_queue = SubmitQueue(
+        db, config, on_commit=(lambda: runtime.wake("admission")) if runtime else None
+    )
+    app.state.runtime = runtime
     app.add_middleware(BodyLimit, max_bytes=config.server.max_body_bytes)
     app.include_router(jobs_router)
+    app.include_router(progress_router)
 
     @app.exception_handler(Problem)
     async def _problem(request: Request, exc: Problem) -> JSONResponse:

@@ -8,6 +8,7 @@ submission (idempotency conflict) is reported to that request alone.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from broker.config import IsthmusConfig
 from broker.orchestration.submission import Submission, Submitted, submit_many
@@ -15,7 +16,11 @@ from broker.store.db import Database
 
 
 class SubmitQueue:
-    def __init__(self, db: Database, config: IsthmusConfig, max_batch: int = 128) -> None:
+    def __init__(
+        self, db: Database, config: IsthmusConfig, max_batch: int = 128,
+        on_commit: Callable[[], None] | None = None,
+    ) -> None:
+        self.on_commit = on_commit
         self.db = db
         self.config = config
         self.max_batch = max_batch
@@ -46,6 +51,8 @@ class SubmitQueue:
                         if not fut.done():
                             fut.set_exception(exc)
                     continue
+                if self.on_commit is not None:
+                    self.on_commit()  # wake the admission cycle: new jobs are queued
                 for (_, fut), result in zip(batch, results, strict=True):
                     if fut.done():
                         continue  # the client went away

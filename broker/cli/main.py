@@ -58,12 +58,15 @@ def server(
     db: Annotated[str | None, typer.Option("--db", help="database URL (overrides config)")] = None,
     host: Annotated[str | None, typer.Option("--host")] = None,
     port: Annotated[int | None, typer.Option("--port")] = None,
+    control: Annotated[
+        bool, typer.Option("--control/--no-control", help="run the control loop when leading")
+    ] = True,
 ) -> None:
-    """Run the API server."""
+    """Run the API server (and, when it holds the lease, the control loop)."""
     from broker.server import ServerError, run
 
     try:
-        run(config, db_url=db, host=host, port=port)
+        run(config, db_url=db, host=host, port=port, control=control)
     except (ConfigError, ServerError) as exc:
         _fail(str(exc))
 

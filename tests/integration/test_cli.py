@@ -41,7 +41,8 @@ def run(*args: str, url: str | None = None) -> subprocess.CompletedProcess[str]:
 def server(db_url: str) -> Iterator[str]:
     port = _port()
     proc = subprocess.Popen(
-        [*ISTHMUS, "server", "--config", str(EXAMPLE_CONFIG), "--db", db_url, "--port", str(port)],
+        [*ISTHMUS, "server", "--config", str(EXAMPLE_CONFIG), "--db", db_url, "--port", str(port),
+         "--no-control"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     url = f"http://127.0.0.1:{port}"

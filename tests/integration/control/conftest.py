@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -70,3 +71,37 @@ def sim(db: Database, sim_config: IsthmusConfig) -> Iterator[Sim]:
     plane = ControlPlane(db, sim_config, backends, clock=lambda: clock.now,
                          params=ControlParams(lost_grace_s=60))
     yield Sim(plane, clock, backends)
+
+
+class Locked:
+    """Serialises every call into a simulated backend (it is not thread-safe), so that the
+    runtime's scheduler thread and the test thread moving virtual time never interleave."""
+
+    def __init__(self, inner: SimBackend, lock: threading.Lock) -> None:
+        self._inner, self._lock = inner, lock
+        self.name, self.kind, self.capabilities = inner.name, inner.kind, inner.capabilities
+
+    def __getattr__(self, attr: str) -> object:
+        target = getattr(self._inner, attr)
+        if not callable(target):
+            return target
+
+        def call(*args: object, **kwargs: object) -> object:
+            with self._lock:
+                return target(*args, **kwargs)
+
+        return call
+
+
+@pytest.fixture
+def threaded_sim(sim: Sim) -> Sim:
+    lock = threading.Lock()
+    sim.plane.backends = {n: Locked(b, lock) for n, b in sim.backends.items()}  # type: ignore[misc]
+    original = sim.advance
+
+    def advance(seconds: float) -> None:
+        with lock:
+            original(seconds)
+
+    sim.advance = advance  # type: ignore[method-assign]
+    return sim

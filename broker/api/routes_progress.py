@@ -1,0 +1,61 @@
+"""POST /v1/jobs/{id}/progress: training code reports its step with the per-attempt token it
+finds in ISTHMUS_PROGRESS_TOKEN. The first report sets first_useful_work_at (time to useful
+work). The token authenticates this one call for this one attempt, nothing else."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from broker.api.problems import Problem
+from broker.store import attempts as att
+from broker.store import records
+from broker.store.db import Database
+from broker.store.secrets import digest
+from broker.store.tables import utcnow
+
+router = APIRouter(prefix="/v1/jobs", tags=["progress"])
+
+
+class Progress(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    step: int = Field(ge=0)
+    checkpoint: str | None = Field(default=None, max_length=1024)
+
+
+class ProgressAck(BaseModel):
+    job_id: str
+    attempt: int
+    step: int
+    first_useful_work: bool
+
+
+@router.post("/{job_id}/progress", response_model=ProgressAck)
+def progress(
+    job_id: str,
+    body: Progress,
+    request: Request,
+    authorization: Annotated[str | None, Header()] = None,
+) -> ProgressAck:
+    if not authorization or not authorization.lower().startswith("bearer "):
+        raise Problem(401, "unauthenticated", "Progress token required",
+                      "send 'Authorization: Bearer $ISTHMUS_PROGRESS_TOKEN'",
+                      headers={"WWW-Authenticate": 'Bearer realm="isthmus-progress"'})
+    db: Database = request.app.state.db
+    token_digest = digest(authorization[7:].strip())
+    now = utcnow()
+    with db.write() as s:
+        attempt = att.by_token_digest(s, job_id, token_digest)
+        if attempt is None:
+            raise Problem(401, "unauthenticated", "Invalid progress token",
+                          "the token does not belong to an attempt of this job")
+        if attempt.ended_at is not None:
+            raise Problem(409, "attempt-ended", "Attempt ended",
+                          f"attempt {attempt.number} of job {job_id} has ended")
+        att.update(s, job_id, attempt.number, last_step=body.step, last_progress_at=now)
+        first = records.set_first_useful_work(s, job_id, now)
+    return ProgressAck(job_id=job_id, attempt=attempt.number, step=body.step,
+                       first_useful_work=first)

@@ -1,0 +1,111 @@
+"""Runs the control loop with APScheduler: a lease keeper, the admission cycle, the dispatcher
+and one reconciler per backend instance, each on its own interval, plus immediate wake-ups.
+
+Every replica runs the lease keeper; only the holder of the lease runs the other jobs, so two
+replicas on one PostgreSQL database never both admit or dispatch. Losing the lease pauses the
+loop at once; gaining it resumes it (recovery reads the database and the backends' facts).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from broker.control.admission import run_admission
+from broker.control.dispatch import run_dispatch
+from broker.control.lease import LeaderLease
+from broker.control.plane import ControlPlane
+from broker.control.reconcile import reconcile
+
+log = logging.getLogger("isthmus.control")
+
+
+@dataclass(frozen=True)
+class Intervals:
+    admission: float = 5.0
+    dispatch: float = 2.0
+    reconcile: float = 5.0
+    lease_ttl: float = 15.0
+
+
+class Runtime:
+    def __init__(self, plane: ControlPlane, lease: LeaderLease,
+                 intervals: Intervals | None = None) -> None:
+        self.plane = plane
+        self.lease = lease
+        self.intervals = intervals or Intervals()
+        self.scheduler = BackgroundScheduler(
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None}
+        )
+        self.leading = False
+        self._lock = threading.Lock()
+        self._loop_ids: list[str] = []
+
+    # ---- lifecycle ---------------------------------------------------------------------
+    def start(self) -> None:
+        iv = self.intervals
+        def admission(plane: ControlPlane) -> None:
+            if run_admission(plane).record.admitted:
+                self.wake("dispatch")  # new intents: create their objects now
+
+        self._add("admission", admission, iv.admission)
+        self._add("dispatch", run_dispatch, iv.dispatch)
+        for name in self.plane.backends:
+            self._add(f"reconcile:{name}", lambda p, n=name: reconcile(p, n), iv.reconcile)
+        self.scheduler.add_job(self.keep_lease, "interval", seconds=iv.lease_ttl / 3,
+                               id="lease", next_run_time=datetime.now())
+        self.scheduler.start()
+
+    def stop(self) -> None:
+        self.scheduler.shutdown(wait=True)
+        if self.leading:
+            self.lease.release()
+            self.leading = False
+
+    def _add(self, job_id: str, fn: Any, seconds: float) -> None:
+        def run() -> None:
+            if not self.leading:
+                return
+            try:
+                fn(self.plane)
+            except Exception:  # one failed pass must not stop the loop
+                log.exception("control job %s failed; it runs again next interval", job_id)
+
+        self.scheduler.add_job(run, "interval", seconds=seconds, id=job_id)
+        self.scheduler.pause_job(job_id)
+        self._loop_ids.append(job_id)
+
+    # ---- leadership --------------------------------------------------------------------
+    def keep_lease(self) -> None:
+        try:
+            held = self.lease.try_acquire()
+        except Exception:
+            log.exception("lease renewal failed; stepping down")
+            held = False
+        with self._lock:
+            if held and not self.leading:
+                self.leading = True
+                self.plane.epoch = self.lease.epoch
+                log.info("leading the control loop (epoch %d)", self.lease.epoch)
+                for job_id in self._loop_ids:
+                    self.scheduler.resume_job(job_id)
+                    self.wake(job_id)
+            elif not held and self.leading:
+                self.leading = False
+                log.warning("lost the lease; pausing the control loop")
+                for job_id in self._loop_ids:
+                    self.scheduler.pause_job(job_id)
+
+    def wake(self, job_id: str) -> None:
+        """Run a control job now (after a submit, after new facts) instead of at its interval."""
+        if not self.leading or job_id not in self._loop_ids:
+            return
+        try:
+            self.scheduler.modify_job(job_id, next_run_time=datetime.now())
+        except Exception:  # the scheduler is shutting down
+            log.debug("wake of %s ignored", job_id)

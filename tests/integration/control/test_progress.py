@@ -1,0 +1,39 @@
+"""The progress endpoint: per-attempt token, first report sets time to useful work."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+from broker.api.app import create_app
+from broker.control.admission import run_admission
+from broker.control.dispatch import run_dispatch
+from broker.orchestration.submission import submit_job
+from broker.store.queries import get_job
+from broker.store.secrets import progress_token, server_secret
+from tests.builders import spec
+from tests.integration.control.conftest import Sim
+
+
+def test_progress_reports(sim: Sim) -> None:
+    job = submit_job(sim.plane.db, sim.plane.config, spec().flavors("h100-80g").build(), "t").job
+    run_admission(sim.plane)
+    assert run_dispatch(sim.plane) == 1
+    token = progress_token(server_secret(sim.plane.db, "progress"), job.id, 1)
+    client = TestClient(create_app(sim.plane.config, sim.plane.db))
+    url = f"/v1/jobs/{job.id}/progress"
+    assert client.post(url, json={"step": 1}).status_code == 401
+    assert client.post(url, json={"step": 1}, headers={"Authorization": "Bearer nope"}
+                       ).status_code == 401
+    auth = {"Authorization": f"Bearer {token}"}
+    assert client.post(url, json={"step": 1, "loss": 2}, headers=auth).status_code == 422
+    first = client.post(url, json={"step": 10}, headers=auth)
+    assert first.status_code == 200 and first.json()["first_useful_work"] is True
+    again = client.post(url, json={"step": 20, "checkpoint": "/ckpt/20"}, headers=auth)
+    assert again.json() == {"job_id": job.id, "attempt": 1, "step": 20,
+                            "first_useful_work": False}
+    with sim.plane.db.read() as s:
+        row = get_job(s, job.id)
+        assert row is not None and row.first_useful_work_at is not None
+    other = submit_job(sim.plane.db, sim.plane.config, spec().build(), "t").job
+    wrong_job = client.post(f"/v1/jobs/{other.id}/progress", json={"step": 1}, headers=auth)
+    assert wrong_job.status_code == 401  # a token is good for its own job only
