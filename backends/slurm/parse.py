@@ -15,7 +15,7 @@ from backends.slurm.records import JobRecord, NodeRecord, Switch
 SACCT_FIELDS = ("JobID", "JobName", "State", "ExitCode", "Reason", "NodeList", "Submit",
                 "Start", "End", "Partition", "ReqTRES", "NNodes", "User", "Timelimit")
 # sacct -s: every state, so that --name finds jobs that never ran (cancelled while pending)
-SACCT_STATES = "PD,R,CA,CD,CF,F,TO,NF,PR,OOM,BF,DL,RQ,RS,S,RV"
+SACCT_STATES = "PD,R,CA,CD,F,TO,NF,PR,OOM,BF,DL,RQ,RS,S,RV"
 _GRES = re.compile(r"^gpu(?::([^:(]+))?:(\d+)")
 _TRES_GPU = re.compile(r"gres/gpu(?::[^=,]+)?=(\d+)")
 _TRES_GPU_TOTAL = re.compile(r"gres/gpu=(\d+)")

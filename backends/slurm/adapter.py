@@ -1,0 +1,244 @@
+"""SlurmBackend: the backends.base.Backend protocol over a CLI or slurmrestd transport."""
+
+from __future__ import annotations
+
+import logging
+import os
+import pwd
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+from backends.base import CancelResult, Capability, SubmitRequest, SubmitResult, Unsupported
+from backends.slurm import script
+from backends.slurm.classify import ClassifyPolicy, Evidence, classify
+from backends.slurm.inventory import ISTHMUS_PREFIX, PoolBinding, pool_snapshots
+from backends.slurm.records import BatchJob, JobRecord, NodeRecord
+from backends.slurm.settings import SlurmSettings
+from backends.slurm.transport import Transport
+from broker.domain.facts import Fact, Phase
+from broker.domain.failures import FailureCategory
+from broker.domain.inventory import InventorySnapshot
+from broker.domain.reasons import Reason
+
+log = logging.getLogger(__name__)
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL",
+            "OUT_OF_MEMORY", "PREEMPTED", "DEADLINE", "REVOKED"}
+
+
+def split_name(name: str) -> tuple[str | None, int | None]:
+    """'isthmus-<job>-<attempt>' -> (job, attempt); (None, None) for other names."""
+    if not name.startswith(ISTHMUS_PREFIX):
+        return None, None
+    job, _, attempt = name[len(ISTHMUS_PREFIX):].rpartition("-")
+    return (job or None), (int(attempt) if attempt.isdigit() else None)
+
+
+def _newest(records: Sequence[JobRecord]) -> JobRecord:
+    return max(records, key=lambda r: int(r.job_id) if r.job_id.isdigit() else 0)
+
+
+class SlurmBackend:
+    """One Slurm cluster. Talks through ``transport``; builds facts and inventory from it."""
+
+    kind = "slurm"
+    capabilities = (Capability.GANG | Capability.TOPOLOGY | Capability.PREEMPT_SIGNAL
+                    | Capability.QUEUE_DEPTH | Capability.ACCOUNTING)
+
+    def __init__(
+        self,
+        name: str,
+        pools: Sequence[PoolBinding],
+        settings: SlurmSettings,
+        transport: Transport,
+        *,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.name = name
+        self.pools = {p.name: p for p in pools}
+        self.settings = settings
+        self.transport = transport
+        self.clock = clock
+        self.policy = ClassifyPolicy(oom_is_user_error=settings.oom_is_user_error)
+        self.own_user = settings.user or settings.rest_user or pwd.getpwuid(os.getuid()).pw_name
+        self._gpu_types: dict[str, str] = {}
+        self._last_seen: dict[str, JobRecord] = {}  # name -> last queue record (exit codes)
+        self._known_ids: dict[str, str] = {}  # name -> Slurm job id
+        self._kill_at: dict[str, float] = {}  # Slurm job id -> monotonic deadline
+
+    # -- inventory ----------------------------------------------------------------------------
+
+    def inventory(self) -> InventorySnapshot:
+        self.transport.dialect()
+        nodes = self.transport.nodes()
+        switches = self.transport.topology()
+        jobs = self.transport.jobs()
+        self._remember_gpu_types(nodes)
+        now = self.clock()
+        pools = pool_snapshots(self.name, list(self.pools.values()), nodes, switches, jobs, now)
+        return InventorySnapshot(taken_at=now, pools=pools)
+
+    def _remember_gpu_types(self, nodes: Sequence[NodeRecord]) -> None:
+        for node in nodes:
+            for part in node.partitions:
+                if node.gpu_type:
+                    self._gpu_types.setdefault(part, node.gpu_type)
+
+    def _gpu_type(self, partition: str) -> str:
+        if partition not in self._gpu_types:
+            self._remember_gpu_types(self.transport.nodes())
+        return self._gpu_types.get(partition, "")
+
+    # -- submit -------------------------------------------------------------------------------
+
+    def _partition(self, pool: str) -> str:
+        binding = self.pools.get(pool)
+        if binding is None:
+            raise Unsupported(f"pool '{pool}' is not a pool of Slurm backend '{self.name}'")
+        return binding.partition
+
+    def batch_job(self, request: SubmitRequest, *, hold: bool = False,
+                  begin: str | None = None) -> BatchJob:
+        partition = self._partition(request.placement.pool)
+        return script.batch_job(request, self.settings.render_settings(), partition=partition,
+                                gpu_type=self._gpu_type(partition), hold=hold, begin=begin)
+
+    def render(self, request: SubmitRequest) -> str:
+        """The exact batch script submit() would send (for `isthmus render`)."""
+        return self.batch_job(request).script
+
+    def _existing(self, name: str) -> JobRecord | None:
+        queued = self.transport.find(name)
+        if queued:
+            return _newest(queued)
+        since = self.clock() - timedelta(seconds=self.settings.accounting_lookback_s)
+        done = [r for r in self.transport.accounting(names=[name], since=since) if r.name == name]
+        return _newest(done) if done else None
+
+    def submit(self, request: SubmitRequest) -> SubmitResult:
+        job = self.batch_job(request)
+        existing = self._existing(request.name)
+        if existing is not None:
+            self._known_ids[request.name] = existing.job_id
+            log.info("slurm %s: adopted %s as job %s", self.name, request.name, existing.job_id)
+            return SubmitResult(name=request.name, backend_id=existing.job_id, adopted=True)
+        job_id = self.transport.submit(job)
+        self._known_ids[request.name] = job_id
+        return SubmitResult(name=request.name, backend_id=job_id, adopted=False)
+
+    # -- observe ------------------------------------------------------------------------------
+
+    def _fact(self, rec: JobRecord, now: datetime) -> Fact:
+        cached = self._last_seen.get(rec.name)
+        exit_code, signal = rec.exit_code, rec.signal
+        if (exit_code is None and signal is None and cached is not None
+                and cached.job_id == rec.job_id and cached.state in TERMINAL):
+            exit_code, signal = cached.exit_code, cached.signal  # seen before it left the queue
+        requested = rec.node_count
+        got = classify(Evidence(state=rec.state, reason=rec.reason, exit_code=exit_code,
+                                signal=signal, cancelled_by=rec.cancelled_by,
+                                own_user=self.own_user, nodes_allocated=len(rec.nodes),
+                                nodes_requested=requested), self.policy)
+        job_id, attempt = split_name(rec.name)
+        return Fact(
+            backend=self.name, backend_name=rec.name, backend_id=rec.job_id, job_id=job_id,
+            attempt=attempt, phase=got.phase, reason=got.reason, failure=got.failure,
+            raw_state=rec.state, raw_reason=rec.reason, message=got.message,
+            exit_code=exit_code, signal=signal, nodes=rec.nodes,
+            submitted_at=rec.submitted_at, started_at=rec.started_at, ended_at=rec.ended_at,
+            observed_at=now, actor=got.actor,
+        )
+
+    def _lost(self, name: str, now: datetime) -> Fact:
+        job_id, attempt = split_name(name)
+        return Fact(backend=self.name, backend_name=name, backend_id=self._known_ids.get(name),
+                    job_id=job_id, attempt=attempt, phase=Phase.LOST,
+                    reason=Reason.Orchestration, failure=FailureCategory.ORCHESTRATION,
+                    message="neither the Slurm queue nor its accounting knows this job",
+                    observed_at=now)
+
+    def observe(self, names: Sequence[str] | None = None) -> list[Fact]:
+        """One queue call for every Isthmus job, plus one accounting call for expected jobs
+        that left the queue (and for cancelled ones, to learn who cancelled them)."""
+        self._flush_kills()
+        now = self.clock()
+        queued: dict[str, list[JobRecord]] = {}
+        for rec in self.transport.jobs():
+            if rec.name.startswith(ISTHMUS_PREFIX):
+                queued.setdefault(rec.name, []).append(rec)
+        latest = {name: _newest(recs) for name, recs in queued.items()}
+        missing = [n for n in (names or ()) if n not in latest]
+        ask_who = [r.job_id for r in latest.values() if r.state == "CANCELLED"]
+        accounted: dict[str, JobRecord] = {}
+        if missing or ask_who:
+            ids = [self._known_ids[n] for n in missing if n in self._known_ids] + ask_who
+            since = now - timedelta(seconds=self.settings.accounting_lookback_s)
+            rows = self.transport.accounting(names=missing, job_ids=ids, since=since)
+            for rec in rows:
+                if rec.name.startswith(ISTHMUS_PREFIX):
+                    prev = accounted.get(rec.name)
+                    accounted[rec.name] = rec if prev is None else _newest([prev, rec])
+        facts = []
+        for name, rec in latest.items():
+            acc = accounted.get(name)
+            if acc is not None and acc.job_id == rec.job_id and acc.cancelled_by:
+                rec = _with_actor(rec, acc.cancelled_by)
+            facts.append(self._fact(rec, now))
+            self._last_seen[name] = rec
+            self._known_ids[name] = rec.job_id
+        for name in missing:
+            gone = accounted.get(name)
+            facts.append(self._fact(gone, now) if gone is not None else self._lost(name, now))
+        return facts
+
+    def lookup(self, name: str) -> Fact | None:
+        rec = self._existing(name)
+        return None if rec is None else self._fact(rec, self.clock())
+
+    # -- cancel -------------------------------------------------------------------------------
+
+    def cancel(self, name: str, grace_seconds: int) -> CancelResult:
+        """Pending jobs are cancelled at once. Running ones get USR1 in the batch shell (which
+        forwards it to every rank); the kill follows after ``grace_seconds``, issued by the
+        next observe()/cancel() call at or after the deadline (the broker calls observe every
+        cycle). A broker restart loses the deadline; the reconciler's orphan cancel repeats it.
+        """
+        self._flush_kills()
+        queued = [r for r in self.transport.find(name) if r.state not in TERMINAL]
+        if not queued:
+            return CancelResult(name=name, found=False, signalled=False,
+                                message="no active Slurm job with this name")
+        messages, signalled = [], False
+        for rec in queued:
+            if rec.state == "RUNNING" and grace_seconds > 0:
+                if rec.job_id in self._kill_at:
+                    messages.append(f"job {rec.job_id}: already signalled, kill pending")
+                    signalled = True
+                elif self.transport.signal(rec.job_id, "USR1"):
+                    self._kill_at[rec.job_id] = time.monotonic() + grace_seconds
+                    signalled = True
+                    messages.append(f"job {rec.job_id}: USR1 sent, kill in {grace_seconds}s")
+                    continue
+            if rec.job_id not in self._kill_at:
+                self.transport.cancel(rec.job_id)
+                messages.append(f"job {rec.job_id} ({rec.state}): cancelled")
+        return CancelResult(name=name, found=True, signalled=signalled,
+                            message="; ".join(messages))
+
+    def _flush_kills(self) -> None:
+        now = time.monotonic()
+        for job_id, deadline in list(self._kill_at.items()):
+            if deadline <= now:
+                self.transport.cancel(job_id)
+                del self._kill_at[job_id]
+
+    def pending_kills(self) -> dict[str, float]:
+        return dict(self._kill_at)
+
+    def close(self) -> None:
+        self.transport.close()
+
+
+def _with_actor(rec: JobRecord, who: str) -> JobRecord:
+    return replace(rec, cancelled_by=who)

@@ -1,0 +1,66 @@
+"""Backend settings (isthmus.yaml ``backends[].settings`` for kind ``slurm``), checked up front."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from typing import Any
+
+from backends.slurm.script import RenderSettings
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmSettings:
+    transport: str = "cli"  # "cli" (login node) or "rest" (slurmrestd)
+    # CLI
+    slurm_conf: str | None = None  # SLURM_CONF for the commands
+    bin_dir: str | None = None  # where sbatch/squeue/... live, when not on PATH
+    timeout: float = 30.0  # seconds, per command or HTTP request
+    # REST
+    rest_url: str | None = None  # e.g. http://slurmrestd:6820
+    rest_user: str | None = None  # X-SLURM-USER-NAME
+    rest_token: str | None = None  # X-SLURM-USER-TOKEN (prefer rest_token_env)
+    rest_token_env: str | None = None  # name of an environment variable holding the token
+    rest_version: str | None = None  # force an OpenAPI version, e.g. "v0.0.38"
+    # scripts
+    work_dir: str = "/var/tmp/isthmus-slurm-jobs"  # noqa: S108 - a default; set per site
+    python: str = "python3"  # interpreter for the launcher on compute nodes
+    master_port: int = 29500
+    gpu_request: str = "gres"  # "gres" (--gres=gpu:T:N) or "gpus-per-node"
+    rack_features: bool = False  # nodes carry their rack's name as a feature
+    extra_directives: tuple[str, ...] = ()
+    # classification and accounting
+    oom_is_user_error: bool = True
+    accounting_lookback_s: int = 7 * 86400
+    allow_untested_version: bool = False
+    user: str | None = None  # the user Isthmus submits as (default: this process / rest_user)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> SlurmSettings:
+        data = dict(data or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown slurm backend setting(s) {unknown}; known: {sorted(known)}"
+            )
+        if "extra_directives" in data:
+            data["extra_directives"] = tuple(data["extra_directives"])
+        settings = cls(**data)
+        if settings.transport not in ("cli", "rest"):
+            raise ValueError(f"transport: '{settings.transport}' must be 'cli' or 'rest'")
+        if settings.transport == "rest" and not settings.rest_url:
+            raise ValueError("rest_url: required when transport is 'rest'")
+        settings.render_settings()  # validates work_dir, python, gpu_request
+        return settings
+
+    def render_settings(self) -> RenderSettings:
+        return RenderSettings(work_dir=self.work_dir, python=self.python,
+                              master_port=self.master_port, gpu_request=self.gpu_request,
+                              rack_features=self.rack_features,
+                              extra_directives=self.extra_directives)
+
+    def token(self) -> str | None:
+        if self.rest_token_env:
+            return os.environ.get(self.rest_token_env)
+        return self.rest_token

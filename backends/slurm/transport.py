@@ -1,0 +1,54 @@
+"""The interface both transports implement (Slurm CLI on a login node, slurmrestd remotely)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol
+
+from backends.slurm.records import BatchJob, JobRecord, NodeRecord, Switch
+from backends.slurm.versions import Dialect
+
+
+class SubmitRefused(Exception):
+    """Slurm refused the job (bad partition, impossible request); the message says why."""
+
+
+class Transport(Protocol):
+    kind: str  # "cli" or "rest"
+
+    def dialect(self) -> Dialect:
+        """Detect (once) and return the Slurm dialect; raises UnsupportedSlurmVersion."""
+        ...
+
+    def nodes(self) -> list[NodeRecord]: ...
+
+    def topology(self) -> list[Switch]: ...
+
+    def jobs(self) -> list[JobRecord]:
+        """Every job slurmctld knows (pending, running, recently ended), in one call."""
+        ...
+
+    def find(self, name: str) -> list[JobRecord]:
+        """Jobs with exactly this name still known to slurmctld."""
+        ...
+
+    def accounting(
+        self, *, names: Sequence[str] = (), job_ids: Sequence[str] = (), since: datetime
+    ) -> list[JobRecord]:
+        """Jobs from the accounting database (by name and/or id), submitted after ``since``."""
+        ...
+
+    def submit(self, job: BatchJob) -> str:
+        """Submit and return the Slurm job id; raises SubmitRefused or BackendUnavailable."""
+        ...
+
+    def signal(self, job_id: str, signal: str) -> bool:
+        """Send ``signal`` to the batch shell; False when Slurm does not know the job."""
+        ...
+
+    def cancel(self, job_id: str) -> bool:
+        """Cancel (SIGTERM, KillWait, SIGKILL); False when Slurm does not know the job."""
+        ...
+
+    def close(self) -> None: ...

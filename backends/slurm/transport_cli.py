@@ -1,0 +1,171 @@
+"""Slurm CLI transport, for a broker on a login node: sbatch, squeue, sinfo, sacct, scontrol.
+
+Every command is an argument list with a timeout. A slurmctld that cannot be reached (or a
+missing command) raises BackendUnavailable; refusals of a submission raise SubmitRefused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from backends.base import BackendUnavailable
+from backends.slurm import parse
+from backends.slurm.records import BatchJob, JobRecord, NodeRecord, Switch
+from backends.slurm.transport import SubmitRefused
+from backends.slurm.versions import Dialect, dialect_for, parse_release
+
+_UNREACHABLE = (
+    "Unable to contact slurm controller",
+    "Socket timed out",
+    "Connection refused",
+    "Slurm backup controller in standby mode",
+    "slurm_load_jobs error",
+    "slurm_load_node error",
+    "Zero Bytes were transmitted or received",
+    "Unable to establish connection",
+    "slurmdbd: Connection refused",
+    "Problem talking to the database",
+)
+JOB_ENV_KEYS = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "SLURM_CONF")
+_UNKNOWN_JOB = ("Invalid job id specified", "Job/step already completing or completed")
+
+
+class SlurmCommandError(RuntimeError):
+    """A Slurm command failed for a reason other than an unreachable controller."""
+
+
+class CliTransport:
+    kind = "cli"
+
+    def __init__(
+        self,
+        *,
+        slurm_conf: str | None = None,
+        bin_dir: str | None = None,
+        timeout: float = 30.0,
+        env: Mapping[str, str] | None = None,
+        allow_untested_version: bool = False,
+    ) -> None:
+        self.timeout = timeout
+        self.bin_dir = bin_dir
+        self.allow_untested = allow_untested_version
+        base = {k: v for k, v in os.environ.items()
+                if not k.startswith(("SLURM_", "SBATCH_", "SQUEUE_", "SACCT_", "SALLOC_"))}
+        base.update(env or {})
+        if slurm_conf:
+            base["SLURM_CONF"] = slurm_conf
+        self.env = base
+        self._dialect: Dialect | None = None
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    def _cmd(self, name: str) -> str:
+        return str(Path(self.bin_dir) / name) if self.bin_dir else name
+
+    def run(self, args: Sequence[str], *, input: str | None = None, unknown_ok: bool = False,
+            env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        argv = [self._cmd(args[0]), *args[1:]]
+        try:
+            proc = subprocess.run(  # noqa: S603 - an argument list, never a shell
+                argv, input=input, capture_output=True, text=True,
+                timeout=self.timeout, env=dict(env or self.env), check=False,
+            )
+        except FileNotFoundError as exc:
+            raise BackendUnavailable(f"{args[0]} not found: is Slurm installed here?") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise BackendUnavailable(f"{args[0]} timed out after {self.timeout:.0f}s") from exc
+        if proc.returncode != 0:
+            err = (proc.stderr or proc.stdout).strip()
+            if any(marker in err for marker in _UNREACHABLE):
+                raise BackendUnavailable(f"{args[0]}: {err}")
+            if unknown_ok and any(marker in err for marker in _UNKNOWN_JOB):
+                return proc
+            raise SlurmCommandError(f"{' '.join(args[:3])} exited {proc.returncode}: {err}")
+        return proc
+
+    def _json(self, args: Sequence[str]) -> dict[str, Any]:
+        out = self.run(args).stdout
+        try:
+            data = json.loads(out)
+        except json.JSONDecodeError as exc:
+            raise SlurmCommandError(f"{args[0]} printed no JSON: {out[:200]!r}") from exc
+        if not isinstance(data, dict):
+            raise SlurmCommandError(f"{args[0]} printed unexpected JSON")
+        return data
+
+    # -- transport ----------------------------------------------------------------------------
+
+    def dialect(self) -> Dialect:
+        if self._dialect is None:
+            text = self.run(["scontrol", "--version"]).stdout
+            self._dialect = dialect_for(parse_release(text), allow_untested=self.allow_untested)
+        return self._dialect
+
+    def nodes(self) -> list[NodeRecord]:
+        data = self._json(["sinfo", "--json"])
+        return [parse.sinfo_node(n) for n in data.get("nodes") or ()]
+
+    def topology(self) -> list[Switch]:
+        proc = self.run(["scontrol", "show", "topology"])
+        return parse.topology(proc.stdout)
+
+    def jobs(self) -> list[JobRecord]:
+        data = self._json(["squeue", "--json"])
+        return [parse.squeue_job(j) for j in data.get("jobs") or ()]
+
+    def find(self, name: str) -> list[JobRecord]:
+        out = self.run(["squeue", "-h", "-t", "all", "--name", name, "-o", "%i"]).stdout
+        ids = [line.strip() for line in out.splitlines() if line.strip()]
+        if not ids:
+            return []
+        data = self._json(["squeue", "--json", "--jobs", ",".join(ids)])
+        return [r for r in (parse.squeue_job(j) for j in data.get("jobs") or ())
+                if r.name == name]
+
+    def accounting(self, *, names: Sequence[str] = (), job_ids: Sequence[str] = (),
+                   since: datetime) -> list[JobRecord]:
+        if not names and not job_ids:
+            return []
+        base = ["sacct", "-P", "-n", "-X", "-o", ",".join(parse.SACCT_FIELDS)]
+        rows: list[JobRecord] = []
+        if job_ids:
+            rows += parse.sacct_text(self.run([*base, "-j", ",".join(job_ids)]).stdout)
+        if names:
+            start = since.astimezone().strftime("%Y-%m-%dT%H:%M:%S")
+            args = [*base, "-S", start, "-E", "now", "-s", parse.SACCT_STATES,
+                    "--name", ",".join(names)]
+            rows += parse.sacct_text(self.run(args).stdout)
+        return rows
+
+    def submit(self, job: BatchJob) -> str:
+        Path(job.output).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            proc = self.run(["sbatch", "--parsable"], input=job.script, env=self.job_env())
+        except SlurmCommandError as exc:
+            raise SubmitRefused(str(exc)) from exc
+        job_id = proc.stdout.strip().split(";")[0]
+        if not job_id.isdigit():
+            raise SlurmCommandError(f"sbatch printed no job id: {proc.stdout!r}")
+        return job_id
+
+    def job_env(self) -> dict[str, str]:
+        """sbatch exports its environment to the job: give it only what a job needs, never
+        the broker's own variables (database URLs, tokens)."""
+        return {k: v for k, v in self.env.items() if k in JOB_ENV_KEYS}
+
+    def signal(self, job_id: str, signal: str) -> bool:
+        proc = self.run(["scancel", f"--signal={signal}", "--batch", job_id], unknown_ok=True)
+        return proc.returncode == 0
+
+    def cancel(self, job_id: str) -> bool:
+        proc = self.run(["scancel", job_id], unknown_ok=True)
+        return proc.returncode == 0
+
+    def close(self) -> None:
+        return None

@@ -1,0 +1,224 @@
+"""slurmrestd transport (HTTP + JWT), for a broker that is not on a login node.
+
+The OpenAPI version is read from ``/openapi/v3`` (the newest /slurm/<v>/ this adapter knows)
+unless the ``rest_version`` setting forces one. slurmrestd ignores #SBATCH lines, so submit
+sends every option as a field; v0.0.38 has no field for a node list or a switch count, so rack
+placement there needs nodes that carry their rack's name as a feature (``rack_features``),
+and the same features stand in for `scontrol show topology`, which has no REST endpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from backends.base import BackendUnavailable, Unsupported
+from backends.slurm import parse
+from backends.slurm.records import BatchJob, JobRecord, NodeRecord, Switch
+from backends.slurm.transport import SubmitRefused
+from backends.slurm.versions import DIALECTS, Dialect, dialect_for_openapi
+
+log = logging.getLogger(__name__)
+DB_STATES = "CA,CD,F,TO,NF,PR,OOM,BF,DL,R,PD"
+JOB_PATH = "/usr/local/bin:/usr/bin:/bin"
+_HELD = 2042  # "Job is in held state, pending scheduler release": a warning, the job exists
+_NOTHING_FOUND = 9003
+_INVALID_JOB = 2017
+
+
+class RestTransport:
+    kind = "rest"
+
+    def __init__(self, *, url: str, user: str, token: str, timeout: float = 30.0,
+                 version: str | None = None, allow_untested_version: bool = False,
+                 rack_prefix: str = "rack", client: httpx.Client | None = None) -> None:
+        if not url:
+            raise Unsupported("rest_url: required for the slurmrestd transport")
+        self.url = url.rstrip("/")
+        self.user = user
+        self.allow_untested = allow_untested_version
+        self.forced_version = version
+        self.rack_prefix = rack_prefix
+        headers = {"X-SLURM-USER-NAME": user, "X-SLURM-USER-TOKEN": token}
+        self.client = client or httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+        self._dialect: Dialect | None = None
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    def request(self, method: str, path: str, *, query: str = "",
+                body: dict[str, Any] | None = None) -> dict[str, Any]:
+        target = f"{path}?{query}" if query else path
+        try:
+            resp = self.client.request(method, target, json=body)
+        except httpx.HTTPError as exc:
+            raise BackendUnavailable(f"slurmrestd {self.url}: {exc}") from exc
+        if resp.status_code in (401, 403):
+            raise BackendUnavailable(f"slurmrestd refused our token ({resp.status_code})")
+        if resp.status_code >= 500 and not resp.content.startswith(b"{"):
+            raise BackendUnavailable(f"slurmrestd {resp.status_code}: {resp.text[:200]}")
+        try:
+            data = resp.json()
+        except ValueError:
+            raise BackendUnavailable(
+                f"slurmrestd {method} {path}: {resp.status_code} {resp.text[:200]}"
+            ) from None
+        if not isinstance(data, dict):
+            raise BackendUnavailable(f"slurmrestd {method} {path}: unexpected body")
+        return data
+
+    @staticmethod
+    def errors(data: dict[str, Any]) -> list[dict[str, Any]]:
+        return [e for e in data.get("errors") or () if isinstance(e, dict)]
+
+    def _check(self, data: dict[str, Any], what: str, *, ok: tuple[int, ...] = ()) -> None:
+        bad = [e for e in self.errors(data) if e.get("error_number", e.get("error_code")) not in ok]
+        if bad:
+            # slurmrestd reports an unreachable slurmctld/slurmdbd as errors in a 200 body
+            text = "; ".join(str(e.get("description") or e.get("error")) for e in bad)
+            raise BackendUnavailable(f"slurmrestd {what}: {text}")
+
+    def _p(self, path: str, *, db: bool = False) -> str:
+        version = self.dialect().openapi
+        return f"/{'slurmdb' if db else 'slurm'}/{version}/{path}"
+
+    # -- transport ----------------------------------------------------------------------------
+
+    def dialect(self) -> Dialect:
+        if self._dialect is not None:
+            return self._dialect
+        if self.forced_version:
+            self._dialect = dialect_for_openapi(self.forced_version,
+                                                allow_untested=self.allow_untested)
+            return self._dialect
+        doc = self.request("GET", "/openapi/v3")
+        served = {p.split("/")[2] for p in doc.get("paths", {}) if p.startswith("/slurm/v")}
+        known = [d for d in DIALECTS.values() if d.openapi in served]
+        if not known:
+            raise Unsupported(f"slurmrestd serves {sorted(served)}; this adapter knows "
+                              + ", ".join(d.openapi for d in DIALECTS.values()))
+        usable = [d for d in known if d.tested or self.allow_untested]
+        if not usable:  # let dialect_for_openapi raise its clear message
+            dialect_for_openapi(known[-1].openapi, allow_untested=self.allow_untested)
+        self._dialect = usable[-1]
+        return self._dialect
+
+    def nodes(self) -> list[NodeRecord]:
+        data = self.request("GET", self._p("nodes"))
+        self._check(data, "nodes")
+        return [parse.sinfo_node(n) for n in data.get("nodes") or ()]
+
+    def topology(self) -> list[Switch]:
+        """Racks from node features named ``<rack_prefix>*``, under one block 'cluster'."""
+        racks: dict[str, list[str]] = {}
+        for node in self.nodes():
+            for feature in node.features:
+                if feature.startswith(self.rack_prefix):
+                    racks.setdefault(feature, []).append(node.name)
+        if not racks:
+            return []
+        leaves = [Switch(name=r, level=0, nodes=tuple(n)) for r, n in sorted(racks.items())]
+        root = Switch(name="cluster", level=1, switches=tuple(sorted(racks)))
+        return [*leaves, root]
+
+    def jobs(self) -> list[JobRecord]:
+        data = self.request("GET", self._p("jobs"))
+        self._check(data, "jobs")
+        return [parse.squeue_job(j) for j in data.get("jobs") or ()]
+
+    def find(self, name: str) -> list[JobRecord]:
+        return [j for j in self.jobs() if j.name == name]
+
+    def accounting(self, *, names: Sequence[str] = (), job_ids: Sequence[str] = (),
+                   since: datetime) -> list[JobRecord]:
+        reliable = self.dialect().db_exit_code_reliable
+        rows: list[JobRecord] = []
+        if names:
+            # v0.0.38 parses comma lists only percent-encoded, and times only as dates
+            end = (datetime.now() + timedelta(days=1)).strftime("%Y-%m-%d")
+            query = "&".join([
+                f"job_name={quote(','.join(names), safe='')}",
+                f"state={quote(DB_STATES, safe='')}",
+                f"start_time={since.astimezone().strftime('%Y-%m-%d')}",
+                f"end_time={end}",
+            ])
+            data = self.request("GET", self._p("jobs", db=True), query=query)
+            self._check(data, "accounting", ok=(_NOTHING_FOUND,))
+            rows += [parse.db_job(j, exit_code_reliable=reliable) for j in data.get("jobs") or ()]
+        seen = {r.job_id for r in rows}
+        for job_id in job_ids:
+            if job_id in seen:
+                continue
+            data = self.request("GET", self._p(f"job/{quote(job_id, safe='')}", db=True))
+            self._check(data, "accounting", ok=(_NOTHING_FOUND,))
+            rows += [parse.db_job(j, exit_code_reliable=reliable) for j in data.get("jobs") or ()]
+        return rows
+
+    def submit_body(self, job: BatchJob) -> dict[str, Any]:
+        dialect = self.dialect()
+        if job.switches and not job.constraint:
+            raise Unsupported(
+                f"slurmrestd {dialect.openapi} has no switch-count field: a rack placement "
+                "needs nodes that carry rack features (backend setting rack_features: true)"
+            )
+        if job.nodelist:
+            log.warning("slurmrestd %s cannot pin nodes; %s may land on other nodes of %s",
+                        dialect.openapi, job.name, job.partition)
+        gpu = f"{job.gpu_type}:{job.gpus_per_node}" if job.gpu_type else str(job.gpus_per_node)
+        env = {"PATH": JOB_PATH}
+        props: dict[str, Any] = {
+            "name": job.name, "comment": job.comment, "partition": job.partition,
+            "tasks_per_node": 1, "time_limit": job.time_limit_min, "requeue": False,
+            "current_working_directory": job.output.rsplit("/", 1)[0],
+            "standard_output": job.output,
+        }
+        if dialect.gres_key == "gres":
+            props["nodes"] = [job.nodes, job.nodes]
+            if job.gpu_request == "gres":
+                props["gres"] = f"gpu:{gpu}"
+            else:
+                props["gpus_per_node"] = gpu
+        else:
+            props["nodes"] = str(job.nodes)
+            props["tres_per_node"] = f"gres/gpu:{gpu}"
+        props["environment"] = ([f"{k}={v}" for k, v in env.items()]
+                                if dialect.submit_env_as_list else env)
+        optional = {"signal": job.signal, "constraints": job.constraint,
+                    "cpus_per_task": job.cpus_per_task, "memory_per_node": job.memory_mb}
+        props.update({k: v for k, v in optional.items() if v})
+        if job.hold:
+            props["hold"] = True
+        if dialect.submit_script_inside_job:
+            return {"job": {**props, "script": job.script}}
+        return {"script": job.script, "job": props}
+
+    def submit(self, job: BatchJob) -> str:
+        data = self.request("POST", self._p("job/submit"), body=self.submit_body(job))
+        job_id = data.get("job_id")
+        errors = [e for e in self.errors(data) if e.get("error_code") != _HELD]
+        if job_id is None or errors:
+            text = "; ".join(str(e.get("error") or e.get("description")) for e in errors)
+            raise SubmitRefused(f"slurmrestd refused {job.name}: {text or data}")
+        return str(job_id)
+
+    def _delete(self, job_id: str, signal: str | None) -> bool:
+        query = f"signal={quote(signal, safe='')}" if signal else ""
+        data = self.request("DELETE", self._p(f"job/{quote(job_id, safe='')}"), query=query)
+        codes = {e.get("error_number") for e in self.errors(data)}
+        if _INVALID_JOB in codes:
+            return False
+        self._check(data, "cancel")
+        return True
+
+    def signal(self, job_id: str, signal: str) -> bool:
+        return self._delete(job_id, f"SIG{signal}" if not signal.startswith("SIG") else signal)
+
+    def cancel(self, job_id: str) -> bool:
+        return self._delete(job_id, None)
+
+    def close(self) -> None:
+        self.client.close()

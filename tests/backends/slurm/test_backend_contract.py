@@ -1,0 +1,299 @@
+"""The Slurm backend against the real local cluster, once per transport (CLI and slurmrestd).
+
+Every test names its jobs isthmus-<fresh id>-<n> and only looks at those, so unrelated jobs in
+the queue do not disturb it; every test cancels its own jobs at the end.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import backends.slurm as slurm
+from backends.base import Backend, SubmitRequest
+from backends.slurm import SlurmBackend
+from broker.config import Backend as BackendConfig
+from broker.config import Pool
+from broker.domain.attempts import Placement, RunSnapshot, backend_object_name
+from broker.domain.facts import Fact, Phase
+from broker.domain.failures import FailureCategory
+from broker.domain.ids import new_job_id
+from broker.domain.reasons import Reason
+from broker.domain.spec import JobSpec
+from tests.fixtures.slurm import SlurmCluster, wait_until
+
+pytestmark = pytest.mark.slurm
+
+POOLS = [
+    Pool(name="slurm-a100", backend="slurm-local", partition="a100", flavor="a100-80g"),
+    Pool(name="slurm-h100", backend="slurm-local", partition="h100", flavor="h100-80g"),
+]
+ENV_PROBE = ("import os; print('ENV|' + '|'.join(os.environ[k] for k in ('NODE_RANK', "
+             "'MASTER_ADDR', 'MASTER_PORT', 'WORLD_SIZE', 'FOO', 'SLURMD_NODENAME')))")
+
+
+def make_backend(cluster: SlurmCluster, transport: str) -> SlurmBackend:
+    work = cluster.work_dir / "isthmus"
+    work.mkdir(exist_ok=True)
+    settings: dict[str, Any] = {"transport": transport, "work_dir": str(work),
+                                "python": "/usr/bin/python3", "rack_features": True,
+                                "timeout": 30}
+    if transport == "cli":
+        settings["slurm_conf"] = str(cluster.slurm_conf)
+    else:
+        settings.update(rest_url=cluster.rest_url, rest_user=cluster.jwt_user,
+                        rest_token=cluster.jwt)
+    config = BackendConfig(name="slurm-local", kind="slurm", settings=settings)
+    return slurm.create(config, POOLS)
+
+
+@pytest.fixture(params=["cli", "rest"])
+def backend(request: pytest.FixtureRequest, slurm_cluster: SlurmCluster) -> Iterator[SlurmBackend]:
+    be = make_backend(slurm_cluster, request.param)
+    yield be
+    be.close()
+
+
+class Jobs:
+    """Submits requests with fresh names and cancels them all at the end."""
+
+    def __init__(self, cluster: SlurmCluster) -> None:
+        self.cluster = cluster
+        self.names: list[str] = []
+
+    def request(self, entry: dict[str, Any], *, pool: str = "slurm-a100", replicas: int = 2,
+                level: str | None = None, domain: str | None = None, grace: int = 30,
+                job_id: str | None = None) -> SubmitRequest:
+        job_id = job_id or new_job_id()
+        spec = JobSpec.model_validate({
+            "name": "contract", "team": "vision", "flavors": ["a100-80g"],
+            "gang": {"replicas": replicas, "gpus_per_replica": 8}, "entrypoint": entry,
+            "env": {"FOO": "bar baz"}, "max_runtime": "10m", "checkpoint": {"grace": grace},
+        })
+        name = backend_object_name(job_id, 1)
+        self.names.append(name)
+        placement = Placement(backend="slurm", backend_instance="slurm-local", pool=pool,
+                              flavor="a100-80g", topology_level=level, topology_domain=domain)
+        return SubmitRequest(job_id=job_id, attempt=1, name=name,
+                             snapshot=RunSnapshot.of(spec), placement=placement)
+
+    def cleanup(self) -> None:
+        if not self.names:
+            return
+        out = self.cluster.run(["squeue", "-h", "-o", "%i %j"]).stdout
+        ids = [line.split()[0] for line in out.splitlines()
+               if line.split() and line.split()[-1] in self.names]
+        if ids:
+            self.cluster.run(["scancel", *ids], check=False)
+
+
+@pytest.fixture
+def jobs(slurm_cluster: SlurmCluster) -> Iterator[Jobs]:
+    j = Jobs(slurm_cluster)
+    yield j
+    j.cleanup()
+
+
+def fact_for(backend: Backend, name: str) -> Fact:
+    facts = [f for f in backend.observe([name]) if f.backend_name == name]
+    assert len(facts) == 1, facts
+    return facts[0]
+
+
+def wait_fact(backend: Backend, name: str, phases: set[Phase], timeout: float = 60) -> Fact:
+    def probe() -> Fact | None:
+        fact = fact_for(backend, name)
+        return fact if fact.phase in phases else None
+
+    return wait_until(probe, timeout=timeout, interval=1, what=f"{name} in {phases}")
+
+
+def output_of(backend: SlurmBackend, name: str, job_id: str) -> str:
+    path = Path(backend.settings.work_dir) / f"{name}-{job_id}.out"
+    return wait_until(lambda: path.exists() and path.read_text(), timeout=10,
+                      what=f"output {path}")
+
+
+def free_a100(cluster: SlurmCluster) -> None:
+    """Tests that need the partition's capacity wait for other work there to finish."""
+    def idle() -> bool:
+        out = cluster.run(["squeue", "-h", "-p", "a100", "-t", "PD,R,CG,CF", "-o", "%i"]).stdout
+        return not out.strip()
+
+    wait_until(idle, timeout=120, interval=1, what="partition a100 idle")
+
+
+# -- inventory ------------------------------------------------------------------------------
+
+
+def test_inventory_maps_partitions_to_pools(backend: SlurmBackend) -> None:
+    inv = backend.inventory()
+    pools = {p.name: p for p in inv.pools}
+    assert set(pools) == {"slurm-a100", "slurm-h100"}
+    for pool in pools.values():
+        assert pool.selector in ("a100", "h100") and pool.total_gpus == 24
+        assert {n.name for n in pool.nodes} == {f"{pool.selector}-{i}" for i in (1, 2, 3)}
+        racks = {n.name: n.topology.rack for n in pool.nodes}
+        assert racks[f"{pool.selector}-1"] == racks[f"{pool.selector}-2"] == "rack1"
+        assert racks[f"{pool.selector}-3"] == "rack2"
+        assert all(n.topology.block for n in pool.nodes)
+        assert pool.queue.expected_wait_seconds is not None
+
+
+# -- gang lifecycle -------------------------------------------------------------------------
+
+
+def test_gang_runs_with_torchrun_environment(
+    backend: SlurmBackend, jobs: Jobs, slurm_cluster: SlurmCluster
+) -> None:
+    free_a100(slurm_cluster)
+    req = jobs.request({"command": ["/usr/bin/python3", "-c", ENV_PROBE]})
+    result = backend.submit(req)
+    assert not result.adopted and result.backend_id.isdigit()
+    fact = wait_fact(backend, req.name, {Phase.SUCCEEDED, Phase.FAILED}, timeout=60)
+    assert fact.phase is Phase.SUCCEEDED, fact
+    assert fact.reason is Reason.Succeeded and fact.exit_code == 0
+    assert len(fact.nodes) == 2 and fact.job_id == req.job_id and fact.attempt == 1
+    rows = [line.split("|")[1:] for line in output_of(backend, req.name, result.backend_id)
+            .splitlines() if line.startswith("ENV|")]
+    assert sorted(r[0] for r in rows) == ["0", "1"], rows
+    first = fact.nodes[0]
+    for rank, master, port, world, foo, node in rows:
+        assert (master, port, world, foo) == (first, "29500", "2", "bar baz"), rows
+    assert {r[5] for r in rows} == set(fact.nodes)
+
+
+def test_second_gang_waits_with_resources_reason(
+    backend: SlurmBackend, jobs: Jobs, slurm_cluster: SlurmCluster
+) -> None:
+    free_a100(slurm_cluster)
+    first = jobs.request({"command": ["sleep", "120"]})
+    second = jobs.request({"command": ["sleep", "120"]})
+    backend.submit(first)
+    wait_fact(backend, first.name, {Phase.RUNNING}, timeout=30)
+    backend.submit(second)
+
+    def resources() -> Fact | None:
+        fact = fact_for(backend, second.name)
+        return fact if fact.raw_reason == "Resources" else None
+
+    fact = wait_until(resources, timeout=30, interval=1, what="Resources reason")
+    assert (fact.phase, fact.reason, fact.failure) == (Phase.PENDING, Reason.BackendPending, None)
+    depth = backend.inventory().pool("slurm-a100")
+    assert depth is not None and depth.queue.isthmus_pending_gpus >= 16
+    assert depth.queue.isthmus_pending_jobs >= 1
+    for req in (first, second):
+        assert backend.cancel(req.name, 0).found
+
+
+def test_rack_constrained_gang_stays_in_one_rack(
+    backend: SlurmBackend, jobs: Jobs, slurm_cluster: SlurmCluster
+) -> None:
+    free_a100(slurm_cluster)
+    req = jobs.request({"command": ["sleep", "60"]}, level="rack", domain="spine/rack1")
+    script = backend.render(req)
+    assert "#SBATCH --switches=1" in script and "#SBATCH --constraint=rack1" in script
+    backend.submit(req)
+    fact = wait_fact(backend, req.name, {Phase.RUNNING}, timeout=30)
+    racks = {n.name: n.topology.rack for p in backend.inventory().pools for n in p.nodes}
+    assert {racks[n] for n in fact.nodes} == {"rack1"}, fact.nodes
+    backend.cancel(req.name, 0)
+
+
+def test_failing_script_is_user_error_also_after_it_left_the_queue(
+    backend: SlurmBackend, jobs: Jobs, slurm_cluster: SlurmCluster
+) -> None:
+    failing = jobs.request({"script": "#!/bin/bash\necho failing\nexit 3"}, pool="slurm-h100",
+                           replicas=1)
+    passing = jobs.request({"command": ["true"]}, pool="slurm-h100", replicas=1)
+    backend.submit(failing)
+    backend.submit(passing)
+    fact = wait_fact(backend, failing.name, {Phase.FAILED, Phase.SUCCEEDED}, timeout=60)
+    assert (fact.phase, fact.failure, fact.exit_code) == (
+        Phase.FAILED, FailureCategory.USER_ERROR, 3), fact
+    assert "exit code 3" in fact.message
+
+    # MinJobAge=10 s: wait until both left the queue, then a fresh adapter (as after a
+    # restart) must still classify them, from accounting alone
+    def departed() -> bool:
+        names = {r.name for r in backend.transport.jobs()}
+        return failing.name not in names and passing.name not in names
+
+    wait_until(departed, timeout=60, interval=2, what="jobs left squeue")
+    fresh = make_backend(slurm_cluster, backend.transport.kind)
+    facts = {f.backend_name: f for f in fresh.observe([failing.name, passing.name])}
+    done = facts[passing.name]
+    assert (done.phase, done.reason) == (Phase.SUCCEEDED, Reason.Succeeded), done
+    gone = facts[failing.name]
+    assert gone.phase is Phase.FAILED and gone.raw_state == "FAILED", gone
+    if fresh.transport.dialect().db_exit_code_reliable or backend.transport.kind == "cli":
+        assert (gone.failure, gone.exit_code) == (FailureCategory.USER_ERROR, 3), gone
+    else:  # slurmdbd JSON on 22.05 loses exit codes: no evidence, so no guess
+        assert (gone.failure, gone.exit_code) == (FailureCategory.UNKNOWN, None), gone
+    # the adapter that saw the job in the queue keeps its exit code after the departure
+    again = fact_for(backend, failing.name)
+    assert (again.failure, again.exit_code) == (FailureCategory.USER_ERROR, 3), again
+    lost = fresh.observe([backend_object_name(new_job_id(), 1)])
+    assert lost[0].phase is Phase.LOST and lost[0].failure is FailureCategory.ORCHESTRATION
+
+
+def test_resubmit_after_crash_adopts_the_existing_job(
+    backend: SlurmBackend, jobs: Jobs, slurm_cluster: SlurmCluster
+) -> None:
+    req = jobs.request({"command": ["sleep", "30"]}, pool="slurm-h100", replicas=1)
+    first = backend.submit(req)
+    restarted = make_backend(slurm_cluster, backend.transport.kind)
+    again = restarted.submit(req)
+    assert again.adopted and again.backend_id == first.backend_id
+    out = slurm_cluster.run(["squeue", "-h", "--name", req.name, "-o", "%i"]).stdout.split()
+    assert out == [first.backend_id]
+    looked = restarted.lookup(req.name)
+    assert looked is not None and looked.backend_id == first.backend_id
+    restarted.cancel(req.name, 0)
+    wait_fact(restarted, req.name, {Phase.CANCELLED}, timeout=30)
+    # after the job left the queue, a third try still adopts it (found through accounting)
+    assert restarted.submit(req).adopted
+
+
+def test_cancel_signals_first_then_kills_after_grace(
+    backend: SlurmBackend, jobs: Jobs, slurm_cluster: SlurmCluster
+) -> None:
+    trap = ("#!/bin/bash\ntrap 'echo checkpointing rank $NODE_RANK; sleep 30' USR1\n"
+            "echo started; for i in $(seq 120); do sleep 1; done")
+    req = jobs.request({"script": trap}, pool="slurm-h100", replicas=1, grace=60)
+    job_id = backend.submit(req).backend_id
+    wait_fact(backend, req.name, {Phase.RUNNING}, timeout=30)
+    output_of(backend, req.name, job_id)
+    time.sleep(1)  # let the user's trap get installed
+    result = backend.cancel(req.name, 3)
+    assert result.found and result.signalled, result
+    assert fact_for(backend, req.name).phase is Phase.RUNNING  # still checkpointing
+    wait_until(lambda: "checkpointing rank 0" in output_of(backend, req.name, job_id),
+               timeout=10, interval=0.5, what="USR1 reached the rank")
+    time.sleep(3)
+    fact = wait_fact(backend, req.name, {Phase.CANCELLED}, timeout=30)
+    assert fact.reason is Reason.CancelledByUser and fact.actor is None, fact
+    assert not backend.cancel(req.name, 3).found
+
+
+def test_node_lost_mid_job_is_infra_transient(
+    backend: SlurmBackend, jobs: Jobs, slurm_cluster: SlurmCluster
+) -> None:
+    free_a100(slurm_cluster)
+    req = jobs.request({"command": ["sleep", "300"]})
+    backend.submit(req)
+    fact = wait_fact(backend, req.name, {Phase.RUNNING}, timeout=30)
+    try:
+        slurm_cluster.kill_node(fact.nodes[-1])
+        end = wait_fact(backend, req.name, {Phase.FAILED, Phase.CANCELLED}, timeout=90)
+        assert (end.phase, end.failure, end.raw_state) == (
+            Phase.FAILED, FailureCategory.INFRA_TRANSIENT, "NODE_FAIL"), end
+        assert re.search(r"node", end.message)
+    finally:
+        jobs.cleanup()
+        slurm_cluster.restore_nodes()
