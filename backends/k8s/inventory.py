@@ -1,0 +1,242 @@
+"""Nodes and pods (API JSON) -> pool snapshots with free GPUs, topology and queue depth. Pure.
+
+Free GPUs of a node = allocatable minus the GPU requests of every non-terminal pod bound to it,
+whoever created the pod. A node is unschedulable for Isthmus when it is cordoned, not Ready, or
+carries a NoSchedule/NoExecute taint that the pool's pods do not tolerate (a pool's own taint,
+``key=value`` of its node selector or a configured toleration, is tolerated).
+
+Queue depth: pods not yet bound to a node, with their GPU demand counted in every pool that
+has a node they could land on (node selector, required node affinity and taints), split into
+Isthmus pods (label isthmus.io/managed-by=isthmus) and foreign ones.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from backends.k8s.manifests import LABEL_MANAGED, LABEL_NAME
+from backends.k8s.settings import MANAGED_BY, K8sSettings, PoolBinding, pool_tolerations
+from broker.domain.inventory import NodeSnapshot, PoolSnapshot, QueueDepth, TopologyPath
+from broker.domain.spec import BackendKind
+
+TERMINAL = frozenset({"Succeeded", "Failed"})
+_SUFFIX = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+           "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+
+
+def quantity(value: Any) -> float:
+    """A Kubernetes resource quantity ('8', '500m', '2Ti', '1e3') as a number."""
+    if value is None:
+        return 0.0
+    text = str(value).strip()
+    if text.endswith("m"):
+        return float(text[:-1]) / 1000
+    for suffix in sorted(_SUFFIX, key=len, reverse=True):
+        if text.endswith(suffix):
+            return float(text[: -len(suffix)]) * _SUFFIX[suffix]
+    return float(text)
+
+
+def pod_request(pod: Mapping[str, Any], resource: str) -> float:
+    """The pod's effective request of `resource`: max(sum over containers, any init container);
+    an extended resource with only a limit requests that limit."""
+    spec = pod.get("spec") or {}
+
+    def one(c: Mapping[str, Any]) -> float:
+        res = c.get("resources") or {}
+        req = (res.get("requests") or {}).get(resource)
+        if req is None:
+            req = (res.get("limits") or {}).get(resource)
+        return quantity(req)
+
+    main = sum(one(c) for c in spec.get("containers") or ())
+    init = max((one(c) for c in spec.get("initContainers") or ()), default=0.0)
+    return max(main, init)
+
+
+def tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    for t in tolerations:
+        if t.get("effect") and t.get("effect") != taint.get("effect"):
+            continue
+        if t.get("operator") == "Exists":
+            if not t.get("key") or t.get("key") == taint.get("key"):
+                return True
+            continue
+        if t.get("key") == taint.get("key") and (t.get("value") or "") == (
+            taint.get("value") or ""
+        ):
+            return True
+    return False
+
+
+def blocking_taints(node: Mapping[str, Any],
+                    tolerations: Iterable[Mapping[str, Any]]) -> list[str]:
+    tols = list(tolerations)
+    out = []
+    for taint in (node.get("spec") or {}).get("taints") or ():
+        if taint.get("effect") not in ("NoSchedule", "NoExecute"):
+            continue
+        if not tolerates(tols, taint):
+            out.append(f"{taint.get('key')}={taint.get('value', '')}:{taint.get('effect')}")
+    return out
+
+
+def _ready(node: Mapping[str, Any]) -> bool:
+    for cond in (node.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return False
+
+
+def unschedulable_reason(node: Mapping[str, Any],
+                         tolerations: Iterable[Mapping[str, Any]]) -> str | None:
+    if (node.get("spec") or {}).get("unschedulable"):
+        return "cordoned"
+    if not _ready(node):
+        return "NotReady"
+    taints = blocking_taints(node, tolerations)
+    if taints:
+        return "tainted " + ", ".join(taints)
+    return None
+
+
+# -- node affinity --------------------------------------------------------------------------
+
+def _expr_ok(expr: Mapping[str, Any], value: str | None) -> bool:
+    op = expr.get("operator")
+    values = [str(v) for v in expr.get("values") or ()]
+    if op == "In":
+        return value is not None and value in values
+    if op == "NotIn":
+        return value is None or value not in values
+    if op == "Exists":
+        return value is not None
+    if op == "DoesNotExist":
+        return value is None
+    if op in ("Gt", "Lt") and value is not None and values:
+        try:
+            a, b = int(value), int(values[0])
+        except ValueError:
+            return False
+        return a > b if op == "Gt" else a < b
+    return False
+
+
+def node_matches(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+    """Would the scheduler's node filters (selector, required affinity, taints) allow it?"""
+    spec = pod.get("spec") or {}
+    meta = node.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    for k, v in (spec.get("nodeSelector") or {}).items():
+        if labels.get(k) != v:
+            return False
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = required.get("nodeSelectorTerms") or ()
+    if terms and not any(
+        all(_expr_ok(e, labels.get(e.get("key"))) for e in t.get("matchExpressions") or ())
+        and all(_expr_ok(e, meta.get("name") if e.get("key") == "metadata.name" else None)
+                for e in t.get("matchFields") or ())
+        for t in terms
+    ):
+        return False
+    return not blocking_taints(node, spec.get("tolerations") or ())
+
+
+# -- snapshots ------------------------------------------------------------------------------
+
+def node_snapshot(node: Mapping[str, Any], used_gpus: float, pool: PoolBinding,
+                  settings: K8sSettings) -> NodeSnapshot:
+    meta = node.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    status = node.get("status") or {}
+    alloc = status.get("allocatable") or {}
+    total = int(quantity(alloc.get(settings.gpu_resource)))
+    reason = unschedulable_reason(node, pool_tolerations(pool, settings))
+    free = max(0, total - int(used_gpus + 0.999)) if reason is None else 0
+    return NodeSnapshot(
+        name=str(meta.get("name", "")),
+        total_gpus=total,
+        free_gpus=free,
+        cpus=int(quantity(alloc.get("cpu"))),
+        memory_bytes=int(quantity(alloc.get("memory"))),
+        topology=TopologyPath(block=str(labels.get(settings.block_label, "")),
+                              rack=str(labels.get(settings.rack_label, ""))),
+        schedulable=reason is None,
+        reason=reason,
+    )
+
+
+def used_gpus_by_node(pods: Iterable[Mapping[str, Any]], resource: str) -> dict[str, float]:
+    used: dict[str, float] = defaultdict(float)
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node or (pod.get("status") or {}).get("phase") in TERMINAL:
+            continue
+        used[node] += pod_request(pod, resource)
+    return used
+
+
+def queue_depths(pods: Iterable[Mapping[str, Any]], nodes: Sequence[Mapping[str, Any]],
+                 pools: Sequence[PoolBinding], resource: str) -> dict[str, QueueDepth]:
+    """Pending GPU demand per pool; a pod counts in each pool it could land in."""
+    pool_nodes = {p.name: [n for n in nodes
+                           if p.selects((n.get("metadata") or {}).get("labels") or {})]
+                  for p in pools}
+    mine: dict[str, float] = defaultdict(float)
+    foreign: dict[str, float] = defaultdict(float)
+    jobs: dict[str, set[str]] = defaultdict(set)
+    for pod in pods:
+        spec = pod.get("spec") or {}
+        status = pod.get("status") or {}
+        if spec.get("nodeName") or status.get("phase") != "Pending":
+            continue
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        gpus = pod_request(pod, resource)
+        if gpus <= 0:
+            continue
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        isthmus = labels.get(LABEL_MANAGED) == MANAGED_BY
+        for p in pools:
+            if not any(node_matches(pod, n) for n in pool_nodes[p.name]):
+                continue
+            if isthmus:
+                mine[p.name] += gpus
+                jobs[p.name].add(str(labels.get(LABEL_NAME, "")))
+            else:
+                foreign[p.name] += gpus
+    return {p.name: QueueDepth(isthmus_pending_gpus=int(mine[p.name]),
+                               foreign_pending_gpus=int(foreign[p.name]),
+                               isthmus_pending_jobs=len(jobs[p.name]))
+            for p in pools}
+
+
+def build_pools(
+    backend: str,
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    pools: Sequence[PoolBinding],
+    settings: K8sSettings,
+) -> tuple[PoolSnapshot, ...]:
+    used = used_gpus_by_node(pods, settings.gpu_resource)
+    depth = queue_depths(pods, nodes, pools, settings.gpu_resource)
+    out = []
+    for pool in pools:
+        snaps = []
+        for node in nodes:
+            meta = node.get("metadata") or {}
+            if not pool.selects(meta.get("labels") or {}):
+                continue
+            snaps.append(node_snapshot(node, used.get(str(meta.get("name")), 0.0), pool,
+                                       settings))
+        snaps.sort(key=lambda n: n.name)
+        out.append(PoolSnapshot(
+            name=pool.name, backend_kind=BackendKind.K8S, backend=backend, flavor=pool.flavor,
+            selector=pool.selector_text, cost_weight=pool.cost_weight, shared=pool.shared,
+            drained=pool.drained, nodes=tuple(snaps), queue=depth[pool.name],
+        ))
+    return tuple(out)
+

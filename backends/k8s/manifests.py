@@ -1,0 +1,288 @@
+"""The Kubernetes objects of one attempt, rendered as plain API dicts. Pure.
+
+A gang is an Indexed ``batch/v1`` Job (completions = parallelism = replicas, backoffLimit 0:
+Isthmus owns retries) plus a headless Service, so that rank ``i`` is reachable as
+``<name>-<i>.<name>`` (pod hostname + subdomain). ``render`` returns the exact manifests; the
+adapter creates them in order and only adds ownerReferences (which need the Job's uid).
+
+Modes per pool: ``plain`` (the default scheduler), ``kueue`` (the Job is created suspended with
+a queue-name label and Kueue admits it) and ``volcano`` (schedulerName volcano plus a PodGroup
+with minMember = replicas).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from backends.base import SubmitRequest, Unsupported
+from backends.k8s.settings import (
+    LABEL_PREFIX,
+    MANAGED_BY,
+    K8sSettings,
+    PoolBinding,
+    pool_tolerations,
+)
+from broker.domain.spec import TopologyLevel
+
+# labels on every Isthmus object (Job, its pods, Service, PodGroup)
+LABEL_JOB = LABEL_PREFIX + "job"
+LABEL_ATTEMPT = LABEL_PREFIX + "attempt"
+LABEL_MANAGED = LABEL_PREFIX + "managed-by"
+LABEL_NAME = LABEL_PREFIX + "name"  # the object name, isthmus-<job>-<attempt>
+MANAGED_SELECTOR = f"{LABEL_MANAGED}={MANAGED_BY}"
+# annotations
+ANN_POOL = LABEL_PREFIX + "pool"
+ANN_SPEC_HASH = LABEL_PREFIX + "spec-hash"
+ANN_TEARDOWN = LABEL_PREFIX + "teardown"  # "<CATEGORY>/<Reason>: message", set before a kill
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
+KUEUE_TAS_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
+VOLCANO_GROUP = "scheduling.k8s.io/group-name"
+PODGROUP_API = "scheduling.volcano.sh/v1beta1"
+
+# set by Isthmus for every rank; the job's env may override MASTER_PORT only
+RESERVED_ENV = ("MASTER_ADDR", "WORLD_SIZE", "NNODES", "NODE_RANK", "RANK", "GPUS_PER_NODE")
+_DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+MAX_NAME = 56  # pod hostname <name>-<index> must stay within 63 characters
+
+
+def labels_for(request: SubmitRequest) -> dict[str, str]:
+    return {
+        LABEL_JOB: request.job_id,
+        LABEL_ATTEMPT: str(request.attempt),
+        LABEL_MANAGED: MANAGED_BY,
+        LABEL_NAME: request.name,
+    }
+
+
+def domain_value(domain: str) -> str:
+    """The label value of a topology domain: 'block/rack' -> 'rack', 'block' -> 'block'."""
+    return domain.rstrip("/").rsplit("/", 1)[-1]
+
+
+def node_affinity(
+    request: SubmitRequest, pool: PoolBinding, settings: K8sSettings, *, pin_domain: bool = True
+) -> dict[str, Any]:
+    """Every rank on the pool's nodes, inside the chosen topology domain (or on the chosen
+    nodes when the placement names them)."""
+    placement = request.placement
+    exprs: list[dict[str, Any]] = [
+        {"key": k, "operator": "In", "values": [v]} for k, v in sorted(pool.node_selector.items())
+    ]
+    term: dict[str, Any] = {"matchExpressions": exprs}
+    level = placement.topology_level
+    domain = placement.topology_domain
+    if placement.nodes:
+        term["matchFields"] = [
+            {"key": "metadata.name", "operator": "In", "values": sorted(placement.nodes)}
+        ]
+    elif pin_domain and level is not None and domain:
+        if level is TopologyLevel.RACK:
+            exprs.append(
+                {"key": settings.rack_label, "operator": "In", "values": [domain_value(domain)]}
+            )
+        elif level is TopologyLevel.BLOCK:
+            exprs.append(
+                {"key": settings.block_label, "operator": "In", "values": [domain_value(domain)]}
+            )
+        elif level is TopologyLevel.NODE:
+            term["matchFields"] = [
+                {"key": "metadata.name", "operator": "In", "values": [domain_value(domain)]}
+            ]
+    if not exprs:
+        del term["matchExpressions"]
+    if not term:
+        return {}
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+        }
+    }
+
+
+def tolerations_for(pool: PoolBinding, settings: K8sSettings) -> list[dict[str, Any]]:
+    tols = [dict(t) for t in pool_tolerations(pool, settings)]
+    # A lost node should end the gang in about a minute, not after the default 5 minutes.
+    for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"):
+        tols.append({"key": key, "operator": "Exists", "effect": "NoExecute",
+                     "tolerationSeconds": settings.node_lost_toleration_s})
+    return tols
+
+
+def env_for(request: SubmitRequest, settings: K8sSettings) -> list[dict[str, Any]]:
+    spec = request.snapshot.spec
+    replicas = spec.gang.replicas
+    values: dict[str, str] = {"MASTER_PORT": str(settings.master_port)}
+    values.update(spec.env)
+    values.update(request.env)
+    values.update({
+        "ISTHMUS_JOB_ID": request.job_id,
+        "ISTHMUS_ATTEMPT": str(request.attempt),
+        "MASTER_ADDR": f"{request.name}-0.{request.name}",
+        "WORLD_SIZE": str(replicas),
+        "NNODES": str(replicas),
+        "GPUS_PER_NODE": str(spec.gang.gpus_per_replica),
+    })
+    env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in values.items()]
+    index_ref = {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']"}}
+    env += [{"name": "NODE_RANK", "valueFrom": index_ref},
+            {"name": "RANK", "valueFrom": index_ref}]
+    return env
+
+
+def container_for(request: SubmitRequest, settings: K8sSettings) -> dict[str, Any]:
+    spec = request.snapshot.spec
+    ep = spec.entrypoint
+    if not ep.image:
+        raise Unsupported("entrypoint.image: a Kubernetes job needs an image")
+    limits: dict[str, str] = {settings.gpu_resource: str(spec.gang.gpus_per_replica)}
+    requests: dict[str, str] = {}
+    if spec.gang.cpus_per_replica:
+        limits["cpu"] = requests["cpu"] = str(spec.gang.cpus_per_replica)
+    if spec.gang.memory_per_replica:
+        limits["memory"] = requests["memory"] = str(spec.gang.memory_per_replica)
+    container: dict[str, Any] = {
+        "name": settings.container_name,
+        "image": ep.image,
+        "env": env_for(request, settings),
+        "resources": {"limits": limits, **({"requests": requests} if requests else {})},
+        "ports": [{"name": "rendezvous", "containerPort": settings.master_port}],
+    }
+    if ep.command is not None:
+        container["command"] = list(ep.command)
+    elif ep.script is not None:
+        container["command"] = ["/bin/bash", "-c", ep.script]
+    if spec.mounts:
+        container["volumeMounts"] = [
+            {"name": f"data-{i}", "mountPath": m.path, "readOnly": m.read_only}
+            for i, m in enumerate(spec.mounts)
+        ]
+    return container
+
+
+def pod_failure_policy(settings: K8sSettings) -> dict[str, Any]:
+    """Fail the Job at the first bad rank, with the cause in the Job's Failed condition.
+
+    backoffLimit 0 would fail it too; the rules make the condition message name the pod and
+    the evidence (exit code or disruption), which classification reads.
+    """
+    return {"rules": [
+        {"action": "FailJob",
+         "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+        {"action": "FailJob",
+         "onExitCodes": {"containerName": settings.container_name, "operator": "NotIn",
+                         "values": [0]}},
+    ]}
+
+
+def check_name(name: str) -> None:
+    if len(name) > MAX_NAME or not _DNS_LABEL.match(name):
+        raise Unsupported(
+            f"name '{name}': a Kubernetes gang name must be a DNS label of at most {MAX_NAME} "
+            "characters (lowercase letters, digits, '-', starting with a letter)"
+        )
+
+
+def render(
+    request: SubmitRequest, pool: PoolBinding, settings: K8sSettings | None = None
+) -> list[dict[str, Any]]:
+    """The manifests of one attempt, in creation order: Job, Service (and PodGroup)."""
+    settings = settings or K8sSettings()
+    check_name(request.name)
+    spec = request.snapshot.spec
+    gang = spec.gang
+    mode = settings.mode(pool.name)
+    ns = settings.namespace
+    name = request.name
+    labels = labels_for(request)
+    annotations = {ANN_POOL: pool.name, ANN_SPEC_HASH: request.snapshot.spec_hash}
+    pod_labels = {**settings.pod_labels, **labels}
+    pod_annotations: dict[str, str] = dict(settings.pod_annotations)
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "subdomain": name,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": spec.checkpoint.grace,
+        "tolerations": tolerations_for(pool, settings),
+        "containers": [container_for(request, settings)],
+    }
+    level = request.placement.topology_level
+    affinity = node_affinity(request, pool, settings, pin_domain=mode != "kueue")
+    if affinity:
+        pod_spec["affinity"] = affinity
+    if spec.mounts:
+        pod_spec["volumes"] = [
+            {"name": f"data-{i}",
+             "persistentVolumeClaim": {"claimName": m.name, "readOnly": m.read_only}}
+            for i, m in enumerate(spec.mounts)
+        ]
+    job_labels = dict(labels)
+    if mode == "kueue":
+        job_labels[KUEUE_QUEUE] = settings.kueue_queues[pool.name]
+        if level is TopologyLevel.RACK:
+            pod_annotations[KUEUE_TAS_REQUIRED] = settings.rack_label
+        elif level is TopologyLevel.BLOCK:
+            pod_annotations[KUEUE_TAS_REQUIRED] = settings.block_label
+    if mode == "volcano":
+        pod_spec["schedulerName"] = "volcano"
+        pod_annotations[VOLCANO_GROUP] = name
+    job_spec: dict[str, Any] = {
+        "completions": gang.replicas,
+        "parallelism": gang.replicas,
+        "completionMode": "Indexed",
+        "backoffLimit": 0,
+        "podFailurePolicy": pod_failure_policy(settings),
+        # max_runtime counts from the start of the Job; the gang gets its start-up slack
+        "activeDeadlineSeconds": spec.max_runtime + int(settings.all_ranks_timeout_s + 0.999),
+        "template": {
+            "metadata": {"labels": pod_labels,
+                         **({"annotations": pod_annotations} if pod_annotations else {})},
+            "spec": pod_spec,
+        },
+    }
+    if mode == "kueue":
+        job_spec["suspend"] = True
+    if settings.ttl_after_finished_s is not None:
+        job_spec["ttlSecondsAfterFinished"] = settings.ttl_after_finished_s
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": ns, "labels": job_labels,
+                     "annotations": annotations},
+        "spec": job_spec,
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": ns, "labels": dict(labels)},
+        "spec": {
+            "clusterIP": "None",
+            "selector": {LABEL_NAME: name},
+            "publishNotReadyAddresses": True,  # ranks rendezvous before they are Ready
+            "ports": [{"name": "rendezvous", "port": settings.master_port}],
+        },
+    }
+    manifests: list[dict[str, Any]] = [job, service]
+    if mode == "volcano":
+        pg_spec: dict[str, Any] = {
+            "minMember": gang.replicas,
+            "minResources": {settings.gpu_resource: str(gang.total_gpus)},
+        }
+        queue = settings.volcano_queues.get(pool.name)
+        if queue:
+            pg_spec["queue"] = queue
+        manifests.append({
+            "apiVersion": PODGROUP_API,
+            "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": ns, "labels": dict(labels)},
+            "spec": pg_spec,
+        })
+    return manifests
+
+
+def labels_match(found: Mapping[str, str] | None, request: SubmitRequest) -> bool:
+    """An existing object belongs to this attempt when its Isthmus labels are the same."""
+    found = found or {}
+    return all(found.get(k) == v for k, v in labels_for(request).items())

@@ -1,0 +1,117 @@
+"""Backend settings (isthmus.yaml ``backends[].settings`` for kind ``k8s``) and pool bindings.
+
+Checked up front: an unknown key or a bad mode is an error at start-up naming the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+MODES = ("plain", "kueue", "volcano")
+LABEL_PREFIX = "isthmus.io/"
+MANAGED_BY = "isthmus"
+
+
+@dataclass(frozen=True, slots=True)
+class K8sSettings:
+    # connection
+    kubeconfig: str | None = None  # None: in-cluster config, else $KUBECONFIG / ~/.kube/config
+    context: str | None = None
+    request_timeout_s: float = 15.0
+    # where Isthmus objects live
+    namespace: str = "isthmus"
+    create_namespace: bool = True
+    # node labels
+    rack_label: str = "topology.isthmus.io/rack"
+    block_label: str = "topology.isthmus.io/block"
+    gpu_resource: str = "nvidia.com/gpu"
+    gpu_product_label: str = "nvidia.com/gpu.product"
+    gpu_memory_label: str = "nvidia.com/gpu.memory"  # MiB
+    # gangs
+    all_ranks_timeout_s: float = 300.0  # first rank scheduled -> every rank Running
+    image_pull_timeout_s: float = 600.0  # ErrImagePull / ImagePullBackOff tolerated this long
+    node_lost_toleration_s: int = 60  # NoExecute not-ready/unreachable tolerationSeconds
+    master_port: int = 29500
+    container_name: str = "trainer"
+    ttl_after_finished_s: int | None = 7 * 86400  # finished Jobs are garbage-collected after
+    pod_labels: Mapping[str, str] = field(default_factory=dict)  # added to every pod
+    pod_annotations: Mapping[str, str] = field(default_factory=dict)  # e.g. sidecar opt-outs
+    # per pool: "plain" (default), "kueue" or "volcano"
+    modes: Mapping[str, str] = field(default_factory=dict)
+    kueue_queues: Mapping[str, str] = field(default_factory=dict)  # pool -> LocalQueue
+    volcano_queues: Mapping[str, str] = field(default_factory=dict)  # pool -> Volcano queue
+    # per pool tolerations (list of Kubernetes toleration dicts); when a pool has none here,
+    # the taints common to its nodes are tolerated (learned from the inventory)
+    tolerations: Mapping[str, tuple[Mapping[str, Any], ...]] = field(default_factory=dict)
+    # classification
+    oom_is_user_error: bool = True
+    # watch
+    watch_timeout_s: int = 300  # server-side timeout of one watch request
+    max_backoff_s: float = 10.0
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> K8sSettings:
+        values = dict(data or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown k8s backend setting(s) {unknown}; known: {sorted(known)}")
+        if "tolerations" in values:
+            values["tolerations"] = {
+                str(pool): tuple(dict(t) for t in tols)
+                for pool, tols in dict(values["tolerations"]).items()
+            }
+        for key in ("modes", "kueue_queues", "volcano_queues", "pod_labels", "pod_annotations"):
+            if key in values:
+                values[key] = {str(k): str(v) for k, v in dict(values[key]).items()}
+        settings = cls(**values)
+        bad = {p: m for p, m in settings.modes.items() if m not in MODES}
+        if bad:
+            raise ValueError(f"modes: {bad} — each pool's mode must be one of {list(MODES)}")
+        missing = [p for p, m in settings.modes.items()
+                   if m == "kueue" and p not in settings.kueue_queues]
+        if missing:
+            raise ValueError(f"kueue_queues: pools {missing} use mode 'kueue' and need a "
+                             "LocalQueue name (kueue_queues: {pool: queue})")
+        if settings.all_ranks_timeout_s <= 0:
+            raise ValueError("all_ranks_timeout_s: must be > 0 seconds")
+        if not 1 <= settings.master_port <= 65535:
+            raise ValueError("master_port: must be a TCP port (1-65535)")
+        return settings
+
+    def mode(self, pool: str) -> str:
+        return self.modes.get(pool, "plain")
+
+
+@dataclass(frozen=True, slots=True)
+class PoolBinding:
+    """An isthmus.yaml pool served by this backend: its node selector and flavor."""
+
+    name: str
+    flavor: str
+    node_selector: Mapping[str, str]
+    cost_weight: float = 1.0
+    shared: bool = True
+    drained: bool = False
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+
+    def selects(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.node_selector.items())
+
+    @property
+    def selector_text(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in sorted(self.node_selector.items()))
+
+
+def pool_tolerations(pool: PoolBinding, settings: K8sSettings) -> tuple[Mapping[str, Any], ...]:
+    """What a pool's pods tolerate: configured tolerations, else the taints named by its own
+    node selector (``isthmus.io/pool=h100:NoSchedule`` for selector ``isthmus.io/pool: h100``)."""
+    configured = settings.tolerations.get(pool.name)
+    if configured is not None:
+        return tuple(configured)
+    if pool.tolerations:
+        return pool.tolerations
+    return tuple({"key": k, "operator": "Equal", "value": v}
+                 for k, v in sorted(pool.node_selector.items()))
