@@ -112,7 +112,8 @@ def pct(values: list[float], p: float) -> float:
 def start_server(db_url: str, port: int) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "broker.cli.main", "server", "--config",
-         str(ROOT / "examples" / "isthmus.yaml"), "--db", db_url, "--port", str(port)],
+         str(ROOT / "examples" / "isthmus.yaml"), "--db", db_url, "--port", str(port),
+         "--no-control"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     for _ in range(300):

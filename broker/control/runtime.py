@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -45,6 +46,8 @@ class Runtime:
         self.leading = False
         self._lock = threading.Lock()
         self._loop_ids: list[str] = []
+        self._woken: dict[str, float] = {}
+        self.min_wake_gap = min(0.5, self.intervals.admission / 4)
 
     # ---- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
@@ -102,9 +105,15 @@ class Runtime:
                     self.scheduler.pause_job(job_id)
 
     def wake(self, job_id: str) -> None:
-        """Run a control job now (after a submit, after new facts) instead of at its interval."""
+        """Run a control job now (after a submit, after new facts) instead of at its interval.
+        Wake-ups closer than `min_wake_gap` are merged: under a burst of submissions the cycle
+        runs often, not back to back."""
         if not self.leading or job_id not in self._loop_ids:
             return
+        now = time.monotonic()
+        if now - self._woken.get(job_id, 0.0) < self.min_wake_gap:
+            return
+        self._woken[job_id] = now
         try:
             self.scheduler.modify_job(job_id, next_run_time=datetime.now())
         except Exception:  # the scheduler is shutting down
