@@ -172,12 +172,12 @@ class RestTransport:
         env = {"PATH": JOB_PATH}
         props: dict[str, Any] = {
             "name": job.name, "comment": job.comment, "partition": job.partition,
-            "tasks_per_node": 1, "time_limit": job.time_limit_min, "requeue": False,
+            "tasks_per_node": 1, "time_limit": job.time_limit_min,
             "current_working_directory": job.output.rsplit("/", 1)[0],
             "standard_output": job.output,
         }
         if dialect.gres_key == "gres":
-            props["nodes"] = [job.nodes, job.nodes]
+            props["nodes"] = job.nodes  # the schema says [min, max]; 22.05 honours only an int
             if job.gpu_request == "gres":
                 props["gres"] = f"gpu:{gpu}"
             else:
@@ -187,9 +187,15 @@ class RestTransport:
             props["tres_per_node"] = f"gres/gpu:{gpu}"
         props["environment"] = ([f"{k}={v}" for k, v in env.items()]
                                 if dialect.submit_env_as_list else env)
-        optional = {"signal": job.signal, "constraints": job.constraint,
+        signal = job.signal
+        if signal and signal.startswith("B:") and not dialect.rest_signal_batch:
+            signal = signal[2:]  # v0.0.38 refuses "B:"; without it Slurm signals every rank
+        optional = {"signal": signal, "constraints": job.constraint,
                     "cpus_per_task": job.cpus_per_task, "memory_per_node": job.memory_mb}
         props.update({k: v for k, v in optional.items() if v})
+        if dialect.rest_requeue_false_ok:
+            props["requeue"] = False
+        # else: the rendered script clears Requeue itself when it starts (see script.py)
         if job.hold:
             props["hold"] = True
         if dialect.submit_script_inside_job:

@@ -32,6 +32,8 @@ class Dialect:
     submit_env_as_list: bool  # REST submit environment: ["K=V"] vs {"K": "V"}
     gres_key: str  # REST submit key for per-node GPUs: "gres" vs "tres_per_node"
     gres_prefix: str  # value prefix for gres_key: "gpu:" vs "gres/gpu:"
+    rest_signal_batch: bool  # REST "signal" accepts the "B:" (batch shell) prefix
+    rest_requeue_false_ok: bool  # REST "requeue": false means false (v0.0.38: any value = on)
 
 
 DIALECTS: dict[str, Dialect] = {
@@ -39,14 +41,16 @@ DIALECTS: dict[str, Dialect] = {
         slurm="22.05", openapi="v0.0.38", tested=True, job_state_is_list=False,
         numbers_are_objects=False, db_exit_code_reliable=False,
         submit_script_inside_job=False, submit_env_as_list=False,
-        gres_key="gres", gres_prefix="gpu:",
+        gres_key="gres", gres_prefix="gpu:", rest_signal_batch=False,
+        rest_requeue_false_ok=False,
     ),
     # Untested: written from the 23.02 release notes (v0.0.39 keeps v0.0.38's job fields).
     "23.02": Dialect(
         slurm="23.02", openapi="v0.0.39", tested=False, job_state_is_list=False,
         numbers_are_objects=False, db_exit_code_reliable=False,
         submit_script_inside_job=False, submit_env_as_list=False,
-        gres_key="gres", gres_prefix="gpu:",
+        gres_key="gres", gres_prefix="gpu:", rest_signal_batch=False,
+        rest_requeue_false_ok=False,
     ),
     # Untested: 23.11 introduced v0.0.40 (state lists, {"set","infinite","number"} numbers,
     # script inside job, environment as a list, tres_per_node instead of gres).
@@ -54,20 +58,23 @@ DIALECTS: dict[str, Dialect] = {
         slurm="23.11", openapi="v0.0.40", tested=False, job_state_is_list=True,
         numbers_are_objects=True, db_exit_code_reliable=True,
         submit_script_inside_job=True, submit_env_as_list=True,
-        gres_key="tres_per_node", gres_prefix="gres/gpu:",
+        gres_key="tres_per_node", gres_prefix="gres/gpu:", rest_signal_batch=True,
+        rest_requeue_false_ok=True,
     ),
     "24.05": Dialect(
         slurm="24.05", openapi="v0.0.41", tested=False, job_state_is_list=True,
         numbers_are_objects=True, db_exit_code_reliable=True,
         submit_script_inside_job=True, submit_env_as_list=True,
-        gres_key="tres_per_node", gres_prefix="gres/gpu:",
+        gres_key="tres_per_node", gres_prefix="gres/gpu:", rest_signal_batch=True,
+        rest_requeue_false_ok=True,
     ),
     # Untested: Debian 13. slurmrestd serves v0.0.40-v0.0.42 (openapi/slurmctld plugin).
     "24.11": Dialect(
         slurm="24.11", openapi="v0.0.42", tested=False, job_state_is_list=True,
         numbers_are_objects=True, db_exit_code_reliable=True,
         submit_script_inside_job=True, submit_env_as_list=True,
-        gres_key="tres_per_node", gres_prefix="gres/gpu:",
+        gres_key="tres_per_node", gres_prefix="gres/gpu:", rest_signal_batch=True,
+        rest_requeue_false_ok=True,
     ),
 }
 
@@ -80,8 +87,13 @@ sacct --json return_code   int, WRONG (always 0)        {"set", "infinite", "num
 REST submit body           {"script", "job": {...}}     {"job": {"script", ...}}
 REST submit environment    {"K": "V"}                   ["K=V"]
 REST submit GPUs           "gres": "gpu:h100:8"         "tres_per_node": "gres/gpu:h100:8"
-REST submit nodes          [min, max]                   "2" (string)
+REST submit nodes          2 (int; [2,2] gave 1 node)               "2" (string)
 REST #SBATCH in script     ignored (fields only)        ignored (fields only)
+REST signal "B:USR1@120"   refused ("USR1@120" works:   accepted (per the v0.0.40 schema)
+                           ranks get it, not the shell)
+REST "requeue": false      turns requeue ON (presence   false (per the v0.0.40 schema)
+                           is read as true): omitted;
+                           the script clears Requeue
 sinfo --json node state    "idle" + state_flags         ["IDLE", "DRAIN"]
 REST paths                 /slurm/v0.0.38/...           /slurm/v0.0.40 .. v0.0.42/...
 """
