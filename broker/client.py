@@ -67,6 +67,10 @@ class Client:
         result: list[dict[str, Any]] = self._call("GET", f"/v1/jobs/{job_id}/events")
         return result
 
+    def explain(self, job_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", f"/v1/jobs/{job_id}/explain")
+        return result
+
     def cancel(self, job_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self._call("POST", f"/v1/jobs/{job_id}/cancel")
         return result

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
@@ -20,6 +21,7 @@ from broker.domain.spec import JobSpec
 from broker.feasibility import request_problems
 from broker.orchestration.rules import Outcome
 from broker.orchestration.submission import IdempotencyConflict, Submission, cancel_job
+from broker.store import attempts as att
 from broker.store.db import Database
 from broker.store.queries import get_job, job_events, list_jobs
 from broker.store.records import JobRecord
@@ -180,3 +182,23 @@ def cancel(job_id: str, request: Request, caller: Caller) -> JobOut:
             f"job {job_id} is {result.job.state}; only a job that has not ended can be cancelled",
         )
     return JobOut.of(result.job)
+
+
+@router.get("/{job_id}/explain")
+def explain(job_id: str, request: Request, caller: Caller) -> dict[str, object]:
+    """Why the job waits (or where it was placed): the latest admission verdicts per pool,
+    ordered, with the most severe reason."""
+    db = _db(request)
+    job = _visible_job(db, job_id, caller)
+    with db.read() as s:
+        stored = att.get_explanation(s, job_id)
+    if stored is None:
+        return {
+            "job_id": job_id, "state": job.state, "reason": job.reason,
+            "message": job.message, "considered_at": None, "explanation": None,
+        }
+    at, payload = stored
+    return {
+        "job_id": job_id, "state": job.state, "reason": job.reason, "message": job.message,
+        "considered_at": at.isoformat(), "explanation": json.loads(payload),
+    }

@@ -136,6 +136,25 @@ def events(
 
 
 @app.command()
+def explain(
+    job_id: str, server: ServerUrl = DEFAULT_URL, token: Token = None, as_json: AsJson = False
+) -> None:
+    """Why a job waits: the latest admission verdicts per pool, most severe reason first."""
+    from policies.explain import Explanation
+
+    data = _call(server, token, "explain", job_id)
+    if as_json:
+        emit_json(data)
+        return
+    console.print(f"[bold]{job_id}[/] {data['state']} ({data['reason']}): {data['message']}")
+    if data["explanation"] is None:
+        console.print("  not yet considered by an admission cycle")
+        return
+    console.print(f"  as of {data['considered_at']}")
+    console.print(Explanation.model_validate(data["explanation"]).to_text(), markup=False)
+
+
+@app.command()
 def cancel(
     job_id: str, server: ServerUrl = DEFAULT_URL, token: Token = None, as_json: AsJson = False
 ) -> None:

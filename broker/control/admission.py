@@ -23,6 +23,7 @@ from broker.store import attempts as att
 from broker.store.queries import list_jobs
 from broker.store.records import JobRecord
 from policies.admission import CycleResult, Decision, admission_cycle
+from policies.explain import explain
 from policies.types import PendingJob
 
 ADMISSION = "system:admission"
@@ -96,10 +97,15 @@ def run_admission(plane: ControlPlane, limit: int = 10_000) -> CycleResult:
     by_id = {j.id: j for j in queued}
     for d in result.decisions:
         job = by_id[d.job_id]
+        changed = job.reason != d.reason.value or job.message != d.message
+        if changed or d.admitted:
+            # verdicts are kept for `isthmus explain` when the answer changes
+            with plane.db.write() as s:
+                att.save_explanation(s, job.id, now, explain(d).model_dump_json())
         if d.admitted and d.placement is not None:
             if _admit(plane, job, d):
                 continue
-        elif job.reason != d.reason.value or job.message != d.message:
+        elif changed:
             with plane.db.write() as s:
                 set_state(
                     s, job.id, JobState.QUEUED, d.reason, Cause("admission", ADMISSION),

@@ -12,7 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from broker.store.tables import AdmissionCycleRow, AttemptRow, FactRow
+from broker.store.tables import AdmissionCycleRow, AttemptRow, ExplanationRow, FactRow
 
 ATTEMPTS: sa.Table = AttemptRow.__table__  # type: ignore[attr-defined]
 FACTS: sa.Table = FactRow.__table__  # type: ignore[attr-defined]
@@ -143,3 +143,28 @@ def insert_cycle(
             at=at, leader_epoch=epoch, inputs_digest=digest, record_json=record_json
         )
     )
+
+
+EXPLANATIONS: sa.Table = ExplanationRow.__table__  # type: ignore[attr-defined]
+
+
+def save_explanation(session: Session, job_id: str, at: datetime, payload_json: str) -> None:
+    conn = session.connection()
+    updated = conn.execute(
+        sa.update(EXPLANATIONS)
+        .where(EXPLANATIONS.c.job_id == job_id)
+        .values(at=at, payload_json=payload_json)
+    )
+    if not updated.rowcount:
+        conn.execute(
+            sa.insert(EXPLANATIONS).values(job_id=job_id, at=at, payload_json=payload_json)
+        )
+
+
+def get_explanation(session: Session, job_id: str) -> tuple[datetime, str] | None:
+    row = session.connection().execute(
+        sa.select(EXPLANATIONS.c.at, EXPLANATIONS.c.payload_json).where(
+            EXPLANATIONS.c.job_id == job_id
+        )
+    ).first()
+    return None if row is None else (row[0], row[1])

@@ -192,3 +192,13 @@ class ServerSecretRow(SQLModel, table=True):
 
     name: str = Field(primary_key=True, max_length=63)
     value: str = Field(max_length=128)
+
+
+class ExplanationRow(SQLModel, table=True):
+    """The latest admission verdicts of a job (overwritten; the events keep the history)."""
+
+    __tablename__ = "explanations"
+
+    job_id: str = Field(primary_key=True, foreign_key="jobs.id", max_length=16)
+    at: datetime = Field(sa_type=UTCDateTime)
+    payload_json: str = Field(sa_type=sa.Text)
