@@ -7,6 +7,7 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -21,6 +22,7 @@ from broker.api.schemas import Health
 from broker.config import IsthmusConfig
 from broker.control.runtime import Runtime
 from broker.domain.spec import JobSpec
+from broker.metrics import REGISTRY, JobsByState
 from broker.orchestration.transitions import JobNotFound
 from broker.store.db import Database
 
@@ -85,6 +87,15 @@ def create_app(config: IsthmusConfig, db: Database, runtime: Runtime | None = No
             500, "internal-error", "Internal error",
             "the server failed; the request was not applied and can be retried",
         ).response(request.url.path)
+
+    registry = CollectorRegistry()
+    for collector in (JobsByState(db),):
+        registry.register(collector)
+
+    @app.get("/metrics", tags=["meta"], include_in_schema=False)
+    def metrics() -> Response:
+        body = generate_latest(REGISTRY) + generate_latest(registry)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz", response_model=Health, tags=["meta"])
     def healthz() -> Health:

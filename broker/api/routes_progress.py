@@ -10,9 +10,11 @@ from fastapi import APIRouter, Header, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from broker.api.problems import Problem
+from broker.metrics import TIME_TO_USEFUL_WORK
 from broker.store import attempts as att
 from broker.store import records
 from broker.store.db import Database
+from broker.store.queries import get_job
 from broker.store.secrets import digest
 from broker.store.tables import utcnow
 
@@ -57,5 +59,11 @@ def progress(
                           f"attempt {attempt.number} of job {job_id} has ended")
         att.update(s, job_id, attempt.number, last_step=body.step, last_progress_at=now)
         first = records.set_first_useful_work(s, job_id, now)
+        if first:
+            job = get_job(s, job_id)
+            if job is not None:
+                TIME_TO_USEFUL_WORK.labels(job.team).observe(
+                    (now - job.created_at).total_seconds()
+                )
     return ProgressAck(job_id=job_id, attempt=attempt.number, step=body.step,
                        first_useful_work=first)

@@ -15,6 +15,7 @@ from broker import ledger
 from broker.control.plane import ControlPlane, log
 from broker.domain import JobState, Reason
 from broker.domain.attempts import RunSnapshot, backend_object_name
+from broker.metrics import ADMISSION_CYCLE
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
 from broker.policy_inputs import pending_job, quota_config
@@ -85,6 +86,11 @@ def _admit(plane: ControlPlane, job: JobRecord, d: Decision) -> bool:
 
 
 def run_admission(plane: ControlPlane, limit: int = 10_000) -> CycleResult:
+    with ADMISSION_CYCLE.time():
+        return _run_admission(plane, limit)
+
+
+def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
     now = plane.clock()
     with plane.db.read() as s:
         queued = list_jobs(s, states=[JobState.QUEUED.value], limit=limit, ascending=True)

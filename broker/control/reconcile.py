@@ -20,6 +20,7 @@ from broker.control.plane import ControlPlane, log
 from broker.domain import FailureCategory, JobState, Reason
 from broker.domain.attempts import Attempt, RunSnapshot
 from broker.domain.facts import Fact, Phase
+from broker.metrics import BACKEND_UP, GPU_HOURS
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
 from broker.policy_inputs import attempt_counts
@@ -134,10 +135,13 @@ def _apply(plane: ControlPlane, a: att.AttemptRecord, fact: Fact, now: datetime)
                        failure=d.failure.value if d.failure else None, preempted=d.preempted)
             r_ = ledger.Reservation(a.job_id, a.number, job.team, a.flavor, a.gpus)
             used = _hours(a.gpus, fact.started_at or a.started_at, end)
-            ledger.record_hours(s, r_, ledger.LedgerKind.USAGE, used, now)
-            if d.failure or d.preempted:
-                ledger.record_hours(s, r_, ledger.LedgerKind.WASTE, used, now,
-                                    note=d.failure.value if d.failure else "preempted")
+            if ledger.record_hours(s, r_, ledger.LedgerKind.USAGE, used, now):
+                GPU_HOURS.labels(job.team, a.flavor, "used").inc(used)
+            if (d.failure or d.preempted) and ledger.record_hours(
+                s, r_, ledger.LedgerKind.WASTE, used, now,
+                note=d.failure.value if d.failure else "preempted",
+            ):
+                GPU_HOURS.labels(job.team, a.flavor, "wasted").inc(used)
     if current and (d.failure is not None or d.preempted):
         _retry(plane, a.job_id, a, d.preempted, d.failure, now)
     return moved
@@ -160,7 +164,9 @@ def reconcile(plane: ControlPlane, backend_name: str) -> ReconcileReport:
         jobs = {a.job_id: get_job(s, a.job_id) for a in live}
     try:
         facts = backend.observe([a.backend_name for a in live])
+        BACKEND_UP.labels(backend_name).set(1)
     except BackendUnavailable as exc:
+        BACKEND_UP.labels(backend_name).set(0)
         report.unreachable = True
         with plane.db.write() as s:
             for a in live:

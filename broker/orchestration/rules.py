@@ -121,6 +121,9 @@ class RuleSet:
 
 
 def default_rules() -> RuleSet:
+    from broker.metrics import MetricsRule
     from broker.orchestration.ledger_rules import ReleaseOnLeave, ReserveOnAdmission
 
-    return RuleSet([RetryNeedsDecisionRule(), ReserveOnAdmission(), ReleaseOnLeave()])
+    return RuleSet(
+        [RetryNeedsDecisionRule(), ReserveOnAdmission(), ReleaseOnLeave(), MetricsRule()]
+    )

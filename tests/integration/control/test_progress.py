@@ -37,3 +37,21 @@ def test_progress_reports(sim: Sim) -> None:
     other = submit_job(sim.plane.db, sim.plane.config, spec().build(), "t").job
     wrong_job = client.post(f"/v1/jobs/{other.id}/progress", json={"step": 1}, headers=auth)
     assert wrong_job.status_code == 401  # a token is good for its own job only
+
+
+def test_metrics_endpoint(sim: Sim) -> None:
+    from tests.integration.control.test_loop_sim import cycle
+
+    job = submit_job(sim.plane.db, sim.plane.config, spec().flavors("h100-80g").build(), "t").job
+    for _ in range(3):
+        cycle(sim, 40)
+    client = TestClient(create_app(sim.plane.config, sim.plane.db))
+    text = client.get("/metrics").text
+    assert 'isthmus_transitions_total{from_state="QUEUED",to_state="ADMITTED"}' in text
+    assert "isthmus_queue_wait_seconds_bucket" in text
+    assert "isthmus_admission_cycle_seconds_count" in text
+    assert 'isthmus_backend_reachable{backend="sim-slurm"} 1.0' in text
+    with sim.plane.db.read() as s:
+        state = get_job(s, job.id)
+    assert state is not None
+    assert f'isthmus_jobs{{reason="{state.reason}",state="{state.state}"}} 1.0' in text
