@@ -6,7 +6,7 @@ variant also expects a few departed names, which adds one accounting call), then
 
     .venv/bin/python -m bench.slurm_observe [--jobs 1000] [--repeat 5]
 
-Last line: ``slurm_observe: <transport> <N> jobs <T> ms`` (the slowest transport's median).
+Ends with one line per transport (median): ``slurm_observe: <transport> <N> jobs <T> ms``.
 """
 
 from __future__ import annotations
