@@ -2,7 +2,8 @@
 
 Phases (Kueue's, numbered in the decision record):
   1 heads      jobs still in retry backoff wait (BackoffAfterFailure); the rest are eligible
-  2 snapshot   working copies of capacity (CapacityIndex) and of the ledger (QuotaState)
+  2 snapshot   working copies of capacity (CapacityIndex) and of the ledger (QuotaState);
+               free GPUs owed to Isthmus jobs already queued in a backend are held first
   3 nominate   candidate pools per job (flavor, backend kind), cached per job shape
   4 order      priority, then fair share, then submission time (FairQueue)
   5 admit      per job: quota per flavor, gang placement on the working copy; on success the
@@ -326,8 +327,12 @@ def admission_cycle(
             )
         else:
             eligible.append(j)
-    # 2 snapshot
+    # 2 snapshot; free capacity owed to Isthmus jobs already queued in a backend is held
     index = CapacityIndex(inventory)
+    for pool in index.pools.values():
+        owed = pool.snap.queue.isthmus_pending_gpus
+        if owed:
+            pool.hold_for_backend_queue(owed)
     share = FairShare(quotas, usage)
     cycle = _Cycle(index, QuotaState(quotas, usage), share, now, params, preemptor)
     # 3 nominate happens lazily per job shape inside the cycle; 4 order

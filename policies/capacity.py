@@ -329,6 +329,26 @@ class PoolIndex:
             if mem and node.free_mem is not None:
                 node.free_mem -= k * mem
 
+    def hold_for_backend_queue(self, gpus: int) -> int:
+        """Keep free GPUs for Isthmus jobs already waiting in this pool's backend queue, so a
+        new admission does not jump ahead of them. Only small jobs queue in backends (see
+        PlacementParams.queue_max_gpus), so the GPUs are taken where such a job would go:
+        partly used nodes in the fullest racks first, leaving whole racks to gangs."""
+        held = 0
+        for rack in sorted(self.racks, key=lambda r: (r.free, r.key)):
+            for n in sorted(rack.nodes, key=lambda n: (n.free, n.name)):
+                if held >= gpus:
+                    break
+                if n.free:
+                    take = min(n.free, gpus - held)
+                    self._take(n, take)
+                    held += take
+            if held >= gpus:
+                break
+        self.held += held
+        self.start_free = self.free
+        return held
+
     def hold(self, g: int, replicas: int, level: int) -> tuple[str, int] | None:
         """Reserve free GPUs for a starving gang: in the domain at `level` (or the tightest
         level that could ever hold it) with the most free GPUs, hold up to the gang's size.

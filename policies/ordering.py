@@ -9,8 +9,8 @@ its first job was ahead.
 
 Teams are merged through a heap keyed by (head job priority, starving first, team share, head
 submission time, job id); there is no one-job-per-queue-per-cycle limit. A starving gang (waiting
-past `starvation_after_s`) goes first inside its priority level, so that it takes or holds
-capacity before smaller jobs backfill around it.
+past `starvation_after_s`) goes first inside its priority level, oldest first whatever its
+team's share, so that it takes or holds capacity before smaller jobs backfill around it.
 """
 
 from __future__ import annotations
@@ -101,8 +101,10 @@ class FairQueue:
         lst = self._lists[team]
         if lst:
             h = lst[-1]
-            starving = 0 if h.id in self._starving else 1
-            entry = (-h.priority, starving, self.share.share(team), h.submitted_at, h.id, team)
+            if h.id in self._starving:  # oldest starving gang first, whatever its team's share
+                entry = (-h.priority, 0, 0.0, h.submitted_at, h.id, team)
+            else:
+                entry = (-h.priority, 1, self.share.share(team), h.submitted_at, h.id, team)
             heapq.heappush(self._heap, entry)
 
     def pop(self) -> PendingJob | None:

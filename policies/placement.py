@@ -67,6 +67,9 @@ class PlacementParams:
     GPUs / pool GPUs x turnover."""
     default_max_isthmus_pending: int = 0
     """Cap for pools whose snapshot leaves `max_isthmus_pending` unset; 0 never queues."""
+    queue_max_gpus: int = 8
+    """Larger gangs never wait in a backend queue: there a stream of small jobs can starve
+    them, while waiting in Isthmus they get a topology-aware reservation."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +218,7 @@ def evaluate_pool(
         within = f"one {LEVEL_NAMES[top]}" if top < POOL else "the free nodes"
         msg = f"{pool.free} GPUs free but no {r} x {g} GPUs fit within {within} now"
     limit = queue_cap(pool, params)
-    if s.shared and pool.queued < limit:
+    if s.shared and pool.queued < limit and need <= params.queue_max_gpus:
         wait = expected_wait(pool, params) + need / max(1, pool.total) * params.turnover_seconds
         rank = job.flavors.index(s.flavor) if s.flavor in job.flavors else len(job.flavors)
         score = (
@@ -241,7 +244,7 @@ def evaluate_pool(
             wait,
         )
         return v, None
-    if s.shared and limit:
+    if s.shared and limit and need <= params.queue_max_gpus:
         msg = f"{msg}; backend queue full ({pool.queued} of {limit} Isthmus jobs pending)"
     return _verdict(pool, reason, msg), None
 

@@ -181,6 +181,7 @@ class SimBackend:
         self.pending: dict[str, list[_Job]] = {p: [] for p in self.pools}
         self._ends: list[tuple[float, int, str]] = []
         self._seq = 0
+        self._events: list[tuple[str, str]] = []
         self._t = clock.t
         self._next_external = self._draw_arrival(self._t)
 
@@ -247,7 +248,7 @@ class SimBackend:
         if pl.pool not in self.pools:
             raise ValueError(f"backend {self.name} has no pool {pl.pool}")
         gang = request.snapshot.spec.gang
-        raw = request.env.get(DURATION_ENV)
+        raw = request.env.get(DURATION_ENV) or request.snapshot.spec.env.get(DURATION_ENV)
         duration = float(raw) if raw is not None else self._duration(self.rng)
         self._seq += 1
         job = _Job(
@@ -326,6 +327,12 @@ class SimBackend:
                 self._arrive_external()
                 self._next_external = self._draw_arrival(t)
         self._t = target
+
+    def drain_events(self) -> list[tuple[str, str]]:
+        """(name, "start" | "end") of Isthmus jobs since the last call, in order: lets a
+        simulation driver look up only what changed instead of observing everything."""
+        out, self._events = self._events, []
+        return out
 
     # ---- failure injection --------------------------------------------------------------
     def fail_node(self, name: str) -> None:
@@ -422,6 +429,8 @@ class SimBackend:
                 run = self.failures.start_delay_s + job.duration * self.rng.random()
             heapq.heappush(self._ends, (self._t + run, job.seq, job.name))
             started.append(job)
+            if job.isthmus:
+                self._events.append((job.name, "start"))
         if started:
             done = {j.name for j in started}
             self.pending[pool] = [j for j in queue if j.name not in done]
@@ -458,6 +467,8 @@ class SimBackend:
             self.pending[job.pool].remove(job)
         job.phase, job.reason, job.message, job.ended = phase, reason, message, self._t
         job.failure = failure
+        if job.isthmus:
+            self._events.append((job.name, "end"))
         self._schedule(job.pool)
 
     def _fact(self, job: _Job) -> Fact:

@@ -182,3 +182,18 @@ def test_same_inputs_same_decisions_and_digest() -> None:
     r2 = cycle(list(reversed(jobs_a100)), inv)
     assert r1 == r2
     assert r1.record.inputs_digest == r2.record.inputs_digest
+
+
+def test_capacity_owed_to_jobs_queued_in_the_backend_is_held() -> None:
+    pool = (
+        make_pool("p1")
+        .shape(1, 1, 2)
+        .use("p1-n0", 8)
+        .use("p1-n1", 4)
+        .pending(isthmus_jobs=1)
+        .set(max_isthmus_pending=1)
+    )
+    pool.queue = pool.queue.model_copy(update={"isthmus_pending_gpus": 4})
+    d = cycle([make_job().gpus(4).build()], inventory(pool)).decisions[0]
+    assert not d.admitted and d.reason is Reason.InsufficientCapacity
+    assert "needs 4 GPUs; 0 of 16 free" in d.message

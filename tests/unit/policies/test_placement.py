@@ -343,3 +343,9 @@ def test_gang_stays_in_required_domain_and_never_overcommits(
             assert index.pools["p"].nodes[name].free == free[name]
     assert index.pools["p"].free == sum(free.values())
     assert T0 is not None
+
+
+def test_large_gangs_never_wait_in_a_backend_queue() -> None:
+    index = CapacityIndex(inventory(make_pool("p1").use_all_but({}).set(max_isthmus_pending=4)))
+    result = place(make_job().gpus(8).replicas(2).build(), index)
+    assert result.reason is Reason.InsufficientCapacity and result.placement is None
