@@ -6,9 +6,9 @@ Two modes:
 - `reclaim`: the pending job asks for capacity inside its team's own nominal quota that was lent
   out; victims are jobs of other teams of the same cohort running on borrowed quota of that
   flavor, whatever their priority.
-Never victims: jobs that have run less than `min_runtime_s` (they have not yet done useful work
-worth protecting... nor lost much, but churn must stay bounded), and jobs expected to end within
-`protect_near_end_s` (waiting is cheaper than redoing them).
+Never victims: jobs that have run less than `min_runtime_s` (so that one job cannot be
+preempted again and again before it does any useful work), and jobs expected to end within
+`protect_near_end_s` (waiting for them is cheaper than redoing them).
 
 Victims are taken by lowest priority, then least work lost since their last checkpoint (GPUs x
 hours since the checkpoint, or since the start when there is none), then youngest, then id,
