@@ -148,3 +148,9 @@ def check(session: Session) -> list[str]:
         if a != b:
             out.append(f"quota_usage {key[0]}/{key[1]}: counter {a} != entries {b}")
     return out
+
+
+def borrowed_of(session: Session, job_id: str, attempt: int) -> int:
+    """GPUs of an attempt's reservation that lie above its team's nominal quota."""
+    row = _entry(session, job_id, attempt, LedgerKind.RESERVE)
+    return int(row.borrowed_gpus) if row is not None else 0

@@ -101,7 +101,14 @@ def create_app(config: IsthmusConfig, db: Database, runtime: Runtime | None = No
     def healthz() -> Health:
         with db.read() as s:
             s.execute(text("SELECT 1"))
-        return Health(status="ok", database=db.dialect, version=__version__)
+        if runtime is None:
+            control, epoch = "off", None
+        else:
+            control = "leader" if runtime.leading else "standby"
+            epoch = runtime.lease.epoch if runtime.leading else None
+        return Health(
+            status="ok", database=db.dialect, version=__version__, control=control, epoch=epoch
+        )
 
     def openapi() -> dict[str, object]:
         if app.openapi_schema is None:

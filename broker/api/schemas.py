@@ -72,3 +72,5 @@ class Health(BaseModel):
     status: str
     database: str
     version: str
+    control: str  # "leader", "standby" or "off"
+    epoch: int | None = None

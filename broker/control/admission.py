@@ -12,7 +12,9 @@ import json
 from dataclasses import asdict
 
 from broker import ledger
+from broker.control.faults import crash_point
 from broker.control.plane import ControlPlane, log
+from broker.control.preempt import preempt, running_views
 from broker.domain import JobState, Reason
 from broker.domain.attempts import RunSnapshot, backend_object_name
 from broker.metrics import ADMISSION_CYCLE
@@ -25,6 +27,7 @@ from broker.store.queries import list_jobs
 from broker.store.records import JobRecord
 from policies.admission import CycleResult, Decision, admission_cycle
 from policies.explain import explain
+from policies.preemption import Preemptor
 from policies.types import PendingJob
 
 ADMISSION = "system:admission"
@@ -69,8 +72,9 @@ def _admit(plane: ControlPlane, job: JobRecord, d: Decision) -> bool:
             return False  # cancelled meanwhile: nothing reserved, nothing to dispatch
         number = result.job.attempt
         name = backend_object_name(job.id, number)
+        resume = spec.checkpoint.dir if spec.checkpoint.resumable and number > 1 else None
         snapshot = RunSnapshot.of(spec).model_copy(
-            update={"placement": d.placement, "backend_name": name}
+            update={"placement": d.placement, "backend_name": name, "resume_from": resume}
         )
         att.insert_attempt(
             s,
@@ -96,20 +100,28 @@ def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
         queued = list_jobs(s, states=[JobState.QUEUED.value], limit=limit, ascending=True)
         in_use = {k: v[0] for k, v in ledger.usage(s).items()}
     inventory = plane.inventory()
+    quotas = quota_config(plane.config)
     result = admission_cycle(
-        _pending_views(plane, queued),
-        inventory, quota_config(plane.config), usage_view(in_use), now,
+        _pending_views(plane, queued), inventory, quotas, usage_view(in_use), now,
+        preemptor=Preemptor(running_views(plane), quotas, now),
     )
     by_id = {j.id: j for j in queued}
+    admitted = 0
     for d in result.decisions:
         job = by_id[d.job_id]
         changed = job.reason != d.reason.value or job.message != d.message
+        for victim in d.victims:
+            preempt(plane, victim)
         if changed or d.admitted:
             # verdicts are kept for `isthmus explain` when the answer changes
             with plane.db.write() as s:
                 att.save_explanation(s, job.id, now, explain(d).model_dump_json())
         if d.admitted and d.placement is not None:
             if _admit(plane, job, d):
+                crash_point("after-intent-commit")
+                admitted += 1
+                if admitted == 1 and len(result.admitted()) > 1:
+                    crash_point("mid-cycle")
                 continue
         elif changed:
             with plane.db.write() as s:

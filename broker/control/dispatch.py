@@ -5,6 +5,7 @@ after a crash adopts what the previous run created instead of making a duplicate
 from __future__ import annotations
 
 from backends.base import BackendUnavailable, SubmitRequest, SubmitResult, Unsupported
+from broker.control.faults import crash_point
 from broker.control.plane import ControlPlane, log
 from broker.domain import JobState, Reason
 from broker.domain.attempts import RunSnapshot
@@ -62,6 +63,7 @@ def dispatch_one(plane: ControlPlane, a: att.AttemptRecord, key: bytes) -> bool:
             result = SubmitResult(a.backend_name, found.backend_id or "", adopted=True)
         else:
             result = backend.submit(_request(plane, a, token))
+            crash_point("after-backend-create")
     except BackendUnavailable as exc:
         with plane.db.write() as s:
             set_state(

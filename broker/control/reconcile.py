@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from backends.base import Backend, BackendUnavailable
 from broker import ledger
 from broker.control.derive import LIVE, derive
+from broker.control.faults import crash_point
 from broker.control.plane import ControlPlane, log
 from broker.domain import FailureCategory, JobState, Reason
 from broker.domain.attempts import Attempt, RunSnapshot
@@ -59,8 +60,8 @@ def _store_fact(plane: ControlPlane, a: att.AttemptRecord, fact: Fact, now: date
     return f"fact:{fid}"
 
 
-def _retry(plane: ControlPlane, job_id: str, a: att.AttemptRecord, preempted: bool,
-           failure: FailureCategory | None, now: datetime) -> None:
+def requeue_after(plane: ControlPlane, job_id: str, a: att.AttemptRecord, *, preempted: bool,
+                  failure: FailureCategory | None, now: datetime) -> None:
     """After FAILED (or a preemption into RETRYING): ask the retry engine, apply its answer."""
     with plane.db.write() as s:
         job = get_job(s, job_id)
@@ -118,6 +119,7 @@ def _apply(plane: ControlPlane, a: att.AttemptRecord, fact: Fact, now: datetime)
     state = JobState(job.state)
     current = job.attempt == a.number
     d = derive(state if current else JobState.QUEUED, fact)
+    crash_point("before-fact-persist")
     ref = _store_fact(plane, a, fact, now)
     moved = 0
     with plane.db.write() as s:
@@ -143,7 +145,7 @@ def _apply(plane: ControlPlane, a: att.AttemptRecord, fact: Fact, now: datetime)
             ):
                 GPU_HOURS.labels(job.team, a.flavor, "wasted").inc(used)
     if current and (d.failure is not None or d.preempted):
-        _retry(plane, a.job_id, a, d.preempted, d.failure, now)
+        requeue_after(plane, a.job_id, a, preempted=d.preempted, failure=d.failure, now=now)
     return moved
 
 

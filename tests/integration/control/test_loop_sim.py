@@ -196,3 +196,40 @@ def test_orphan_objects_are_cancelled(sim: Sim) -> None:
         att.update(s, job, a.number, ended_at=sim.clock.now)
     cycle(sim, 1)
     assert sim.backends["sim-slurm"].jobs[a.backend_name].phase.value == "CANCELLED"
+
+
+def test_higher_priority_preempts_and_the_victim_resumes_from_its_checkpoint(sim: Sim) -> None:
+    from broker.domain.attempts import RunSnapshot
+
+    def low(team: str) -> object:
+        return spec().name(f"low-{team}").team(team).flavors("h100-80g").replicas(2).topology(
+            None).set("priority", "low").set(
+            "checkpoint", {"dir": f"/ckpt/{team}", "resumable": True, "grace": "30s"})
+
+    # the pool (32 GPUs) is full of low-priority work: vision's own and language's borrowed
+    lows = [submit(sim, low("vision"), 3600), submit(sim, low("language"), 3600)]
+    for j in lows:
+        _run_until(sim, j, "RUNNING", step=20)
+    cycle(sim, 700)  # past the 10 min minimum runtime that protects new work
+    urgent = submit(sim, spec().name("urgent").flavors("h100-80g").replicas(2).topology(None)
+                    .set("priority", "high"), 60)
+    for _ in range(6):
+        cycle(sim, 10)
+        if state(sim, urgent)[0] in ("RUNNING", "SUCCEEDED"):
+            break
+    with sim.plane.db.read() as s:
+        u = get_job(s, urgent)
+    assert state(sim, urgent)[0] in ("RUNNING", "SUCCEEDED"), (u.reason, u.message) if u else None
+    preempted = []
+    with sim.plane.db.read() as s:
+        for j in lows:
+            if ("RETRYING", "Preempted") in [(e.to_state, e.reason) for e in job_events(s, j)]:
+                preempted.append(j)
+    assert len(preempted) == 1, "exactly one victim frees the 16 GPUs needed"
+    victim = preempted[0]
+    _run_until(sim, victim, "RUNNING", cycles=40, step=20)
+    attempts = _attempts(sim, victim)
+    assert [a.preempted for a in attempts] == [True, False]
+    resumed = RunSnapshot.model_validate_json(attempts[-1].snapshot_json)
+    assert resumed.resume_from is not None and resumed.resume_from.startswith("/ckpt/")
+    consistent(sim)

@@ -1,0 +1,79 @@
+"""Preemption carried out: the admission cycle names victims (policies.preemption); here each
+victim's backend object gets its stop signal with the victim's grace, the job moves to
+RETRYING (Preempted) and is requeued by the retry engine, which does not count preemptions as
+failures. Its next attempt resumes from its checkpoint directory when the spec says resumable.
+"""
+
+from __future__ import annotations
+
+from backends.base import BackendUnavailable
+from broker import ledger
+from broker.control.plane import ControlPlane, log
+from broker.domain import JobState, Reason
+from broker.domain.attempts import RunSnapshot
+from broker.orchestration.rules import Cause
+from broker.orchestration.transitions import set_state
+from broker.policy_inputs import running_job
+from broker.store import attempts as att
+from broker.store.queries import get_job
+from policies.preemption import Victim
+from policies.types import RunningJob
+
+HOLDING = {JobState.ADMITTED.value, JobState.PREPARING.value, JobState.RUNNING.value}
+
+
+def running_views(plane: ControlPlane) -> list[RunningJob]:
+    """Admitted and running jobs as preemption sees them, from their live attempts."""
+    out: list[RunningJob] = []
+    with plane.db.read() as s:
+        for a in att.live(s):
+            job = get_job(s, a.job_id)
+            if job is None or job.state not in HOLDING or job.attempt != a.number:
+                continue
+            snapshot = RunSnapshot.model_validate_json(a.snapshot_json)
+            placement = snapshot.placement
+            out.append(
+                running_job(
+                    plane.config, job.id, plane.spec(job.id, job.spec_json), flavor=a.flavor,
+                    pool=a.pool, started_at=a.started_at or a.dispatched_at or a.created_at,
+                    last_checkpoint_at=a.last_progress_at,
+                    borrowed=ledger.borrowed_of(s, job.id, a.number) > 0,
+                    nodes=placement.nodes if placement else (),
+                )
+            )
+    return out
+
+
+def preempt(plane: ControlPlane, victim: Victim) -> bool:
+    """Stop one victim. True when its job left the running states."""
+    from broker.control.reconcile import requeue_after
+
+    now = plane.clock()
+    with plane.db.read() as s:
+        job = get_job(s, victim.job_id)
+        attempt = att.get_attempt(s, victim.job_id, job.attempt) if job else None
+    if job is None or attempt is None or job.state not in HOLDING:
+        return False
+    backend = plane.backends.get(attempt.backend)
+    if backend is not None and attempt.dispatch == att.CREATED:
+        try:
+            backend.cancel(attempt.backend_name, victim.grace_seconds)
+        except BackendUnavailable:
+            log.warning("cannot signal victim %s: backend unreachable; retrying next cycle",
+                        attempt.backend_name)
+            return False
+    with plane.db.write() as s:
+        if JobState(job.state) is JobState.ADMITTED:  # no object yet: straight back to queue
+            att.update(s, job.id, attempt.number, dispatch=att.ABANDONED, ended_at=now,
+                       preempted=True)
+            set_state(s, job.id, JobState.QUEUED, Reason.Preempted,
+                      Cause("admission", "system:preemption", key=f"preempt:{attempt.number}"),
+                      victim.message, now=now)
+            return True
+        att.update(s, job.id, attempt.number, ended_at=now, preempted=True)
+        set_state(s, job.id, JobState.RETRYING, Reason.Preempted,
+                  Cause("admission", "system:preemption", key=f"preempt:{attempt.number}"),
+                  victim.message, now=now)
+    requeue_after(plane, job.id, attempt, preempted=True, failure=None, now=now)
+    log.info("preempted %s (%s)", attempt.backend_name, victim.message)
+    return True

@@ -1,0 +1,154 @@
+"""Real `isthmus server` processes over real backends, for end-to-end and crash tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+FAST_CONTROL = {
+    "admission_interval": 0.5, "dispatch_interval": 0.3, "reconcile_interval": 0.5,
+    "lease_ttl": 3.0, "lost_grace": 30.0,
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(pred: Callable[[], Any], timeout: float, what: str, every: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = pred()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(every)
+
+
+def slurm_backend(slurm: Any, work_dir: Path) -> dict[str, Any]:
+    return {
+        "name": "slurm-local", "kind": "slurm",
+        "settings": {"transport": "cli", "slurm_conf": str(slurm.slurm_conf),
+                     "work_dir": str(work_dir)},
+    }
+
+
+def slurm_pools() -> list[dict[str, Any]]:
+    cap = {"nodes": 3, "gpus_per_node": 8, "nodes_per_rack": 2, "racks_per_block": 2}
+    return [
+        {"name": "slurm-h100", "backend": "slurm-local", "partition": "h100",
+         "flavor": "h100-80g", "capacity": cap},
+        {"name": "slurm-a100", "backend": "slurm-local", "partition": "a100",
+         "flavor": "a100-80g", "capacity": cap},
+    ]
+
+
+def write_config(path: Path, backends: list[dict[str, Any]], pools: list[dict[str, Any]],
+                 **extra: Any) -> Path:
+    data = {
+        "auth": {"mode": "none"},
+        "control": dict(FAST_CONTROL),
+        "flavors": [
+            {"name": "h100-80g", "gpu_model": "NVIDIA-H100-80GB-HBM3", "gpu_memory_gb": 80,
+             "cost_weight": 2.0},
+            {"name": "a100-80g", "gpu_model": "NVIDIA-A100-SXM4-80GB", "gpu_memory_gb": 80},
+        ],
+        "backends": backends,
+        "pools": pools,
+        "cohorts": [{"name": "research"}],
+        "teams": [
+            {"name": "vision", "cohort": "research",
+             "quotas": {"h100-80g": {"nominal": 256}, "a100-80g": {"nominal": 256}}},
+        ],
+    }
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}  # type: ignore[dict-item]
+        else:
+            data[key] = value
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+class Server:
+    """One `isthmus server` process."""
+
+    def __init__(self, config: Path, db_url: str, log: Path,
+                 env: Mapping[str, str] | None = None) -> None:
+        self.config, self.db_url, self.log = config, db_url, log
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = dict(env or {})
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, wait: bool = True) -> Server:
+        env = {**os.environ, **self.env}
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "broker.cli.main", "server", "--config", str(self.config),
+                 "--db", self.db_url, "--port", str(self.port)],
+                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env,
+            )
+        if wait:
+            wait_until(self.healthy, 30, f"server on {self.url} ({self.log})")
+        return self
+
+    def healthy(self) -> dict[str, Any] | None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise AssertionError(f"server exited with {self.proc.returncode}: "
+                                 f"{self.log.read_text()[-3000:]}")
+        try:
+            r = httpx.get(f"{self.url}/healthz", timeout=2)
+            return r.json() if r.status_code == 200 else None  # type: ignore[no-any-return]
+        except httpx.HTTPError:
+            return None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        self.kill(signal.SIGTERM)
+
+    def submit(self, spec: dict[str, Any], key: str | None = None) -> dict[str, Any]:
+        headers = {"Idempotency-Key": key} if key else {}
+        r = httpx.post(f"{self.url}/v1/jobs", json=spec, headers=headers, timeout=30)
+        assert r.status_code in (200, 201), r.text
+        return r.json()  # type: ignore[no-any-return]
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        r = httpx.get(f"{self.url}/v1/jobs/{job_id}", timeout=30)
+        assert r.status_code == 200, r.text
+        return r.json()  # type: ignore[no-any-return]
+
+
+def job_spec(name: str, flavor: str, replicas: int = 1, gpus: int = 8,
+             command: list[str] | None = None, topology: str | None = None,
+             backend: str = "any") -> dict[str, Any]:
+    return {
+        "name": name, "team": "vision", "gang": {"replicas": replicas, "gpus_per_replica": gpus},
+        "flavors": [flavor], "topology": {"required": topology} if topology else {},
+        "backend": backend,
+        "entrypoint": {"image": "registry.local/train:1.0",
+                       "command": command or ["sleep", "1"]},
+        "max_runtime": "10m", "retry": {"max_attempts": 3, "backoff": "1s", "max_backoff": "2s"},
+    }
