@@ -382,8 +382,10 @@ def _progress(pods: Sequence[Mapping[str, Any]], replicas: int, now: datetime,
         return Verdict(Phase.RUNNING, Reason.Running, None, "Running", "",
                        f"{len(running)} of {replicas} ranks running", **base)
     if len(done) >= replicas:
+        ends = [e for p in done if (e := _finished(p)) is not None]
         return Verdict(Phase.SUCCEEDED, Reason.Succeeded, None, "Succeeded", "",
-                       "every rank exited 0", exit_code=0, **base)
+                       "every rank exited 0", exit_code=0, ended_at=max(ends, default=now),
+                       **base)
     bound = [p for p in live if (p.get("spec") or {}).get("nodeName")]
     if bound or done:
         times = [parse_time(c.get("lastTransitionTime")) for p in bound

@@ -25,6 +25,7 @@ def request(
     gpus: int = 8,
     env: dict[str, str] | None = None,
     spec_env: dict[str, str] | None = None,
+    job_id: str = JOB_ID,
     **spec: Any,
 ) -> SubmitRequest:
     data: dict[str, Any] = {
@@ -37,7 +38,7 @@ def request(
     placement = Placement(backend="k8s", backend_instance="k8s-local", pool=pool,
                           flavor="h100-80g", topology_level=level, topology_domain=domain,
                           nodes=nodes)
-    return SubmitRequest(job_id=JOB_ID, attempt=2, name=NAME,
+    return SubmitRequest(job_id=job_id, attempt=2, name=f"isthmus-{job_id}-2",
                          snapshot=RunSnapshot.of(JobSpec.model_validate(data)),
                          placement=placement, env=env or {"ISTHMUS_PROGRESS_TOKEN": "t0k"})
 

@@ -1,0 +1,221 @@
+"""List + watch of one resource kind into an in-memory cache, in a background thread.
+
+One `Reflector` per kind (Isthmus Jobs, Isthmus Pods, Nodes), never one per job. It lists to
+get a consistent snapshot and its resourceVersion, then watches from there with bookmarks
+(so the version stays fresh even when nothing changes). A watch that ends (server timeout) is
+resumed from the last version; an ERROR 410 Gone (the version was compacted) causes a re-list;
+a broken connection is retried with exponential backoff, and while it is broken the cache is
+reported unhealthy so that readers fall back to a direct list (which raises BackendUnavailable
+when the API server is really gone).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from backends.base import BackendUnavailable
+from backends.k8s.client import ApiError, translated
+
+log = logging.getLogger(__name__)
+
+Lister = Callable[..., Any]
+"""A generated list method with its namespace / selectors bound (functools.partial)."""
+
+
+class Gone(Exception):
+    """The resourceVersion we watch from is too old (410): re-list."""
+
+
+def _key(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def iter_lines(resp: Any) -> Iterator[bytes]:
+    buffer = b""
+    for chunk in resp.stream(amt=None, decode_content=False):
+        buffer += chunk
+        while True:
+            nl = buffer.find(b"\n")
+            if nl < 0:
+                break
+            line, buffer = buffer[:nl], buffer[nl + 1:]
+            if line.strip():
+                yield line
+
+
+class Reflector:
+    """Keeps `objects` (key 'namespace/name' -> API JSON) in step with the API server."""
+
+    def __init__(self, kind: str, lister: Lister, *, timeout: float = 15.0,
+                 watch_timeout_s: int = 300, max_backoff_s: float = 10.0) -> None:
+        self.kind = kind
+        self.lister = lister
+        self.timeout = timeout
+        self.watch_timeout_s = watch_timeout_s
+        self.max_backoff_s = max_backoff_s
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.resource_version = ""
+        self.synced = False  # a list has completed
+        self.connected = False  # the watch stream is open (or we just listed)
+        self.last_error = ""
+        self.relists = 0  # counters, for tests and metrics
+        self.reconnects = 0
+        self.events = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._resp: Any = None
+        self._thread: threading.Thread | None = None
+        self._changed = threading.Condition(self._lock)
+
+    # -- reading --------------------------------------------------------------------------
+    @property
+    def healthy(self) -> bool:
+        return self.synced and self.connected
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self.objects.values())
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        with self._lock:
+            return self.objects.get(key)
+
+    def wait_for(self, predicate: Callable[[Reflector], bool], timeout: float) -> bool:
+        """Block until predicate(self) holds after some change (for tests)."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not predicate(self):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._changed.wait(min(left, 0.5))
+        return True
+
+    # -- listing --------------------------------------------------------------------------
+    def list_now(self) -> tuple[list[dict[str, Any]], str]:
+        """One direct list (the fallback when the watch is not healthy)."""
+        with translated(f"list {self.kind}"):
+            resp = self.lister(_preload_content=False, _request_timeout=self.timeout)
+            data = json.loads(resp.data)
+        items = list(data.get("items") or ())
+        return items, str((data.get("metadata") or {}).get("resourceVersion") or "")
+
+    def relist(self) -> None:
+        items, rv = self.list_now()
+        with self._changed:
+            self.objects = {_key(o): o for o in items}
+            self.resource_version = rv
+            self.synced = True
+            self.connected = True
+            self.relists += 1
+            self._changed.notify_all()
+
+    # -- watching -------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name=f"k8s-watch-{self.kind}",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.break_stream()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def break_stream(self) -> None:
+        """Close the open watch response (the loop then reconnects); also used by tests."""
+        resp = self._resp
+        if resp is None:
+            return
+        # close() would wait for the reader's lock on the TLS socket; shutdown wakes it
+        conn = getattr(resp, "connection", None) or getattr(resp, "_connection", None)
+        sock = getattr(conn, "sock", None)
+        with contextlib.suppress(OSError):
+            if sock is not None:
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def _run(self) -> None:
+        backoff = 0.2
+        need_list = True
+        while not self._stop.is_set():
+            try:
+                if need_list:
+                    self.relist()
+                    need_list = False
+                self._watch_once()
+                backoff = 0.2
+            except Gone:
+                log.info("watch %s: resourceVersion %s is gone; re-listing", self.kind,
+                         self.resource_version)
+                need_list = True
+            except (BackendUnavailable, ApiError, ValueError, OSError) as exc:
+                self._broken(str(exc))
+                self._stop.wait(backoff * (1 + random.random() / 2))  # noqa: S311 - jitter
+                backoff = min(backoff * 2, self.max_backoff_s)
+            except Exception as exc:  # a urllib3 read error mid-stream, a bug: keep going
+                if self._stop.is_set():
+                    break
+                self._broken(f"{type(exc).__name__}: {exc}")
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, self.max_backoff_s)
+
+    def _broken(self, why: str) -> None:
+        if self._stop.is_set():
+            return
+        with self._changed:
+            self.connected = False
+            self.last_error = why
+            self.reconnects += 1
+            self._changed.notify_all()
+        log.warning("watch %s broken (%s); reconnecting", self.kind, why)
+
+    def _watch_once(self) -> None:
+        with translated(f"watch {self.kind}"):
+            resp = self.lister(
+                watch=True, resource_version=self.resource_version,
+                allow_watch_bookmarks=True, timeout_seconds=self.watch_timeout_s,
+                _preload_content=False,
+                _request_timeout=(self.timeout, self.watch_timeout_s + self.timeout),
+            )
+        self._resp = resp
+        with self._changed:
+            self.connected = True
+            self._changed.notify_all()
+        try:
+            for line in iter_lines(resp):
+                if self._stop.is_set():
+                    return
+                self._apply(json.loads(line))
+        finally:
+            self._resp = None
+            with contextlib.suppress(Exception):
+                resp.release_conn()
+
+    def _apply(self, event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        obj = event.get("object") or {}
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise Gone(str(obj.get("message", "")))
+            raise ApiError(int(obj.get("code") or 0), str(obj.get("message", "")), obj)
+        rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        with self._changed:
+            if kind in ("ADDED", "MODIFIED"):
+                self.objects[_key(obj)] = obj
+            elif kind == "DELETED":
+                self.objects.pop(_key(obj), None)
+            if rv:
+                self.resource_version = rv
+            self.events += 1
+            self._changed.notify_all()
