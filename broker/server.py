@@ -56,6 +56,7 @@ def run(
 
         runtime = build_runtime(config, db)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)  # skipped overlapping runs are normal
     logging.getLogger("isthmus").info(
         "isthmus listening on %s:%d (database %s, auth %s)", host, port, db.dialect,
         config.auth.mode,

@@ -97,6 +97,14 @@ class CliTransport:
             raise SlurmCommandError(f"{args[0]} printed no JSON: {out[:200]!r}") from exc
         if not isinstance(data, dict):
             raise SlurmCommandError(f"{args[0]} printed unexpected JSON")
+        errors = [e for e in data.get("errors") or () if isinstance(e, dict)]
+        if errors:
+            # `squeue --json` exits 0 with an empty job list and an `errors` entry when
+            # slurmctld is down (seen on 22.05): that is no data, not "no jobs".
+            text = "; ".join(
+                f"{e.get('source', '')}: {e.get('description') or e.get('error')}" for e in errors
+            )
+            raise BackendUnavailable(f"{args[0]} could not load its data: {text}")
         return data
 
     # -- transport ----------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from dataclasses import asdict
 
 from broker import ledger
 from broker.control.faults import crash_point
-from broker.control.plane import ControlPlane, log
+from broker.control.plane import ControlPlane, hold_in_flight, log
 from broker.control.preempt import preempt, running_views
 from broker.domain import JobState, Reason
 from broker.domain.attempts import RunSnapshot, backend_object_name
@@ -45,6 +45,21 @@ def _pending_views(plane: ControlPlane, queued: list[JobRecord]) -> list[Pending
             )
         )
     return views
+
+
+def _in_flight(live: list[att.AttemptRecord]) -> dict[tuple[str, str], int]:
+    """GPUs per (pool, node) of attempts the backend has not shown us yet."""
+    held: dict[tuple[str, str], int] = {}
+    for a in live:
+        if a.dispatch == att.CREATED and a.last_seen_at is not None:
+            continue  # the backend's own inventory and queue depth account for it
+        placement = RunSnapshot.model_validate_json(a.snapshot_json).placement
+        if placement is None or not placement.nodes:
+            continue
+        per_replica = a.gpus // len(placement.nodes)
+        for node in placement.nodes:
+            held[(a.pool, node)] = held.get((a.pool, node), 0) + per_replica
+    return held
 
 
 def _admit(plane: ControlPlane, job: JobRecord, d: Decision) -> bool:
@@ -99,7 +114,8 @@ def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
     with plane.db.read() as s:
         queued = list_jobs(s, states=[JobState.QUEUED.value], limit=limit, ascending=True)
         in_use = {k: v[0] for k, v in ledger.usage(s).items()}
-    inventory = plane.inventory()
+        held = _in_flight(att.live(s))
+    inventory = hold_in_flight(plane.inventory(), held)
     quotas = quota_config(plane.config)
     result = admission_cycle(
         _pending_views(plane, queued), inventory, quotas, usage_view(in_use), now,

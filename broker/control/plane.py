@@ -82,3 +82,22 @@ class ControlPlane:
     def pool_backend(self, pool: str) -> str | None:
         cfg = next((p for p in self.config.pools if p.name == pool), None)
         return cfg.backend if cfg else None
+
+
+def hold_in_flight(
+    inventory: InventorySnapshot, held: Mapping[tuple[str, str], int]
+) -> InventorySnapshot:
+    """Subtract GPUs promised to admitted attempts that the backend has not shown yet (their
+    intent is not dispatched, or nothing was observed since): without this, the next cycle
+    would see those nodes free and place a second gang on them."""
+    if not held:
+        return inventory
+    pools = []
+    for pool in inventory.pools:
+        nodes = tuple(
+            n.model_copy(update={"free_gpus": max(0, n.free_gpus - held[(pool.name, n.name)])})
+            if (pool.name, n.name) in held else n
+            for n in pool.nodes
+        )
+        pools.append(pool.model_copy(update={"nodes": nodes}))
+    return inventory.model_copy(update={"pools": tuple(pools)})

@@ -194,17 +194,21 @@ def reconcile(plane: ControlPlane, backend_name: str) -> ReconcileReport:
             with plane.db.write() as s:
                 att.update(s, a.job_id, a.number, ended_at=now)
             continue
-        if fact is None:
+        if fact is None or fact.phase is Phase.LOST:
+            # Missing, or reported lost: either may be a moment of inconsistency (a job that
+            # left the queue before accounting recorded it), so both wait out the grace.
             missing = a.missing_since or now
             if a.missing_since is None:
                 with plane.db.write() as s:
                     att.update(s, a.job_id, a.number, missing_since=now)
             if (now - missing).total_seconds() >= plane.params.lost_grace_s:
-                lost = Fact(backend=backend_name, backend_name=a.backend_name, job_id=a.job_id,
-                            attempt=a.number, phase=Phase.LOST, reason=Reason.Orchestration,
-                            failure=FailureCategory.ORCHESTRATION, observed_at=now,
-                            message=f"{a.backend_name} is unknown to {backend_name} "
-                                    "(queue and accounting)")
+                lost = fact or Fact(
+                    backend=backend_name, backend_name=a.backend_name, job_id=a.job_id,
+                    attempt=a.number, phase=Phase.LOST, reason=Reason.Orchestration,
+                    failure=FailureCategory.ORCHESTRATION, observed_at=now,
+                    message=f"{a.backend_name} is unknown to {backend_name} "
+                            "(queue and accounting)",
+                )
                 report.transitions += _apply(plane, a, lost, now)
                 report.lost += 1
             continue

@@ -179,7 +179,10 @@ def test_lost_attempt_fails_as_orchestration_and_is_retried_once(sim: Sim) -> No
     _run_until(sim, job, "RUNNING", step=20)
     a = _attempts(sim, job)[-1]
     del sim.backends["sim-slurm"].jobs[a.backend_name]  # the backend forgot it entirely
-    for _ in range(8):
+    for _ in range(4):  # within the 60 s grace: not yet lost
+        cycle(sim, 10)
+        assert state(sim, job)[0] == "RUNNING"
+    for _ in range(10):  # past the grace, then the 30 s backoff
         cycle(sim, 10)
     with sim.plane.db.read() as s:
         path = [(e.to_state, e.reason) for e in job_events(s, job)]
@@ -233,3 +236,21 @@ def test_higher_priority_preempts_and_the_victim_resumes_from_its_checkpoint(sim
     resumed = RunSnapshot.model_validate_json(attempts[-1].snapshot_json)
     assert resumed.resume_from is not None and resumed.resume_from.startswith("/ckpt/")
     consistent(sim)
+
+
+def test_admitted_but_undispatched_capacity_is_not_given_twice(sim: Sim) -> None:
+    from broker.domain.attempts import RunSnapshot
+
+    nodes: list[str] = []
+    for i in range(4):  # slurm-h100 has 4 nodes of 8: four 1x8 gangs, each its own node
+        job = submit(sim, spec().name(f"one-{i}").flavors("h100-80g").replicas(1)
+                     .topology(None), 60)
+        run_admission(sim.plane)  # no dispatch and no reconcile in between
+        a = _attempts(sim, job)[-1]
+        placement = RunSnapshot.model_validate_json(a.snapshot_json).placement
+        assert placement is not None
+        nodes += placement.nodes
+    assert len(set(nodes)) == 4, nodes
+    fifth = submit(sim, spec().name("fifth").flavors("h100-80g").replicas(1).topology(None), 60)
+    run_admission(sim.plane)
+    assert state(sim, fifth)[0] == "QUEUED"
