@@ -75,6 +75,24 @@ class Client:
         result: dict[str, Any] = self._call("POST", f"/v1/jobs/{job_id}/cancel")
         return result
 
+    def pools(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", "/v1/admin/pools")
+        return result
+
+    def drain(self, pool: str, reason: str = "") -> dict[str, Any]:
+        result: dict[str, Any] = self._call(
+            "POST", f"/v1/admin/pools/{pool}/drain", json={"reason": reason}
+        )
+        return result
+
+    def undrain(self, pool: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", f"/v1/admin/pools/{pool}/undrain")
+        return result
+
+    def usage(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", "/v1/admin/usage")
+        return result
+
     def health(self) -> dict[str, Any]:
         result: dict[str, Any] = self._call("GET", "/healthz")
         return result

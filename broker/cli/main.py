@@ -18,7 +18,9 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 db_app = typer.Typer(no_args_is_help=True, help="Database maintenance.")
 config_app = typer.Typer(no_args_is_help=True, help="Configuration checks.")
 app.add_typer(db_app, name="db")
+admin_app = typer.Typer(no_args_is_help=True, help="Platform operations (admin token).")
 app.add_typer(config_app, name="config")
+app.add_typer(admin_app, name="admin")
 
 ServerUrl = Annotated[
     str, typer.Option("--server", envvar="ISTHMUS_URL", help="API base URL")
@@ -164,6 +166,53 @@ def cancel(
         emit_json(job)
     else:
         console.print(f"[bold]{job['id']}[/] {job['state']} ({job['reason']})")
+
+
+@admin_app.command("pools")
+def admin_pools(server: ServerUrl = DEFAULT_URL, token: Token = None,
+                as_json: AsJson = False) -> None:
+    """Pools with their drain state."""
+    pools = _call(server, token, "pools")
+    if as_json:
+        emit_json(pools)
+        return
+    from rich.table import Table
+
+    t = Table(show_header=True, header_style="bold")
+    for col in ("POOL", "BACKEND", "FLAVOR", "DRAINED", "REASON", "BY"):
+        t.add_column(col)
+    for p in pools:
+        t.add_row(p["name"], p["backend"], p["flavor"], "yes" if p["drained"] else "no",
+                  p["reason"], p["changed_by"] or "")
+    console.print(t)
+
+
+@admin_app.command("drain")
+def admin_drain(pool: str, reason: Annotated[str, typer.Option("--reason")] = "",
+                server: ServerUrl = DEFAULT_URL, token: Token = None) -> None:
+    """Admit nothing more to POOL (running jobs keep running)."""
+    p = _call(server, token, "drain", pool, reason)
+    console.print(f"{p['name']}: drained ({p['reason']})")
+
+
+@admin_app.command("undrain")
+def admin_undrain(pool: str, server: ServerUrl = DEFAULT_URL, token: Token = None) -> None:
+    """Admit to POOL again."""
+    p = _call(server, token, "undrain", pool)
+    console.print(f"{p['name']}: {'still drained by configuration' if p['drained'] else 'open'}")
+
+
+@admin_app.command("usage")
+def admin_usage(server: ServerUrl = DEFAULT_URL, token: Token = None,
+                as_json: AsJson = False) -> None:
+    """Live quota usage per team and flavor."""
+    rows = _call(server, token, "usage")
+    if as_json:
+        emit_json(rows)
+        return
+    for r in rows:
+        console.print(f"{r['team']:<16} {r['flavor']:<12} {r['reserved_gpus']:>6} GPUs "
+                      f"({r['borrowed_gpus']} borrowed)")
 
 
 @db_app.command("check")

@@ -17,6 +17,7 @@ from broker.config import IsthmusConfig
 from broker.domain.inventory import InventorySnapshot, PoolSnapshot
 from broker.domain.spec import JobSpec
 from broker.store.db import Database
+from broker.store.pools import pool_states
 from broker.store.tables import utcnow
 
 log = logging.getLogger("isthmus.control")
@@ -54,6 +55,8 @@ class ControlPlane:
         pools: list[PoolSnapshot] = []
         unreachable: list[str] = []
         configured = {p.name: p for p in self.config.pools}
+        with self.db.read() as s:
+            admin = pool_states(s)
         for name, backend in self.backends.items():
             try:
                 snap = backend.inventory()
@@ -68,7 +71,9 @@ class ControlPlane:
                 pools.append(
                     pool.model_copy(
                         update={
-                            "drained": pool.drained or cfg.drained,
+                            "drained": pool.drained or cfg.drained or (
+                                pool.name in admin and admin[pool.name].drained
+                            ),
                             "cost_weight": cfg.cost_weight,
                             "shared": cfg.shared,
                             "flavor": cfg.flavor,

@@ -146,6 +146,9 @@ class JobSpec(_Strict):
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
     labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(
+        default_factory=dict, description="added to every pod on Kubernetes (ignored on Slurm)"
+    )
     code_version: str | None = None
     data_version: str | None = None
 
@@ -181,7 +184,11 @@ class JobSpec(_Strict):
         return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
 
     def spec_hash(self) -> str:
-        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+        """Hash of what the user asked for: defaults are left out, so a field added to the
+        spec later (with a default) does not change the hash of specs that never used it."""
+        data = self.model_dump(mode="json", exclude_defaults=True)
+        text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
 
 
 def spec_schema() -> dict[str, Any]:

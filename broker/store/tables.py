@@ -202,3 +202,15 @@ class ExplanationRow(SQLModel, table=True):
     job_id: str = Field(primary_key=True, foreign_key="jobs.id", max_length=16)
     at: datetime = Field(sa_type=UTCDateTime)
     payload_json: str = Field(sa_type=sa.Text)
+
+
+class PoolStateRow(SQLModel, table=True):
+    """Admin overrides of a pool (drained or not), on top of isthmus.yaml."""
+
+    __tablename__ = "pool_state"
+
+    pool: str = Field(primary_key=True, max_length=63)
+    drained: bool
+    reason: str = Field(default="", sa_type=sa.Text)
+    actor: str = Field(max_length=255)
+    updated_at: datetime = Field(sa_type=UTCDateTime)
