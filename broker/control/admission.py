@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from datetime import datetime
+
+from sqlmodel import Session
 
 from broker import ledger
 from broker.control.faults import crash_point
@@ -31,6 +34,7 @@ from policies.preemption import Preemptor
 from policies.types import PendingJob
 
 ADMISSION = "system:admission"
+PERSIST_CHUNK = 100
 
 
 def _pending_views(plane: ControlPlane, queued: list[JobRecord]) -> list[PendingJob]:
@@ -62,9 +66,8 @@ def _in_flight(live: list[att.AttemptRecord]) -> dict[tuple[str, str], int]:
     return held
 
 
-def _admit(plane: ControlPlane, job: JobRecord, d: Decision) -> bool:
+def _admit(plane: ControlPlane, s: Session, job: JobRecord, d: Decision, now: datetime) -> bool:
     assert d.placement is not None
-    now = plane.clock()
     spec = plane.spec(job.id, job.spec_json)
     details = {
         "reservation": {
@@ -74,34 +77,52 @@ def _admit(plane: ControlPlane, job: JobRecord, d: Decision) -> bool:
         "placement": d.placement.model_dump(mode="json"),
         "epoch": plane.epoch,
     }
-    with plane.db.write() as s:
-        result = set_state(
-            s, job.id, JobState.ADMITTED, Reason.Admitted,
-            Cause("admission", ADMISSION, details=details),
-            f"admitted to {d.placement.pool} ({d.placement.flavor}"
-            + (f", {d.placement.topology_domain}" if d.placement.topology_domain else "")
-            + ")",
-            now=now,
-        )
-        if not result.accepted:
-            return False  # cancelled meanwhile: nothing reserved, nothing to dispatch
-        number = result.job.attempt
-        name = backend_object_name(job.id, number)
-        resume = spec.checkpoint.dir if spec.checkpoint.resumable and number > 1 else None
-        snapshot = RunSnapshot.of(spec).model_copy(
-            update={"placement": d.placement, "backend_name": name, "resume_from": resume}
-        )
-        att.insert_attempt(
-            s,
-            att.AttemptRecord(
-                job_id=job.id, number=number, snapshot_json=snapshot.model_dump_json(),
-                spec_hash=job.spec_hash, backend_name=name, created_at=now,
-                backend=d.placement.backend_instance, pool=d.placement.pool,
-                flavor=d.placement.flavor, gpus=spec.gang.total_gpus, dispatch=att.PENDING,
-                phase="PENDING", preempted=False,
-            ),
-        )
+    result = set_state(
+        s, job.id, JobState.ADMITTED, Reason.Admitted,
+        Cause("admission", ADMISSION, details=details),
+        f"admitted to {d.placement.pool} ({d.placement.flavor}"
+        + (f", {d.placement.topology_domain}" if d.placement.topology_domain else "")
+        + ")",
+        now=now,
+    )
+    if not result.accepted:
+        return False  # cancelled meanwhile: nothing reserved, nothing to dispatch
+    number = result.job.attempt
+    name = backend_object_name(job.id, number)
+    resume = spec.checkpoint.dir if spec.checkpoint.resumable and number > 1 else None
+    snapshot = RunSnapshot.of(spec).model_copy(
+        update={"placement": d.placement, "backend_name": name, "resume_from": resume}
+    )
+    att.insert_attempt(
+        s,
+        att.AttemptRecord(
+            job_id=job.id, number=number, snapshot_json=snapshot.model_dump_json(),
+            spec_hash=job.spec_hash, backend_name=name, created_at=now,
+            backend=d.placement.backend_instance, pool=d.placement.pool,
+            flavor=d.placement.flavor, gpus=spec.gang.total_gpus, dispatch=att.PENDING,
+            phase="PENDING", preempted=False,
+        ),
+    )
     return True
+
+
+def _persist(plane: ControlPlane, chunk: list[Decision], by_id: dict[str, JobRecord],
+             now: datetime) -> None:
+    """One transaction per chunk of decisions (short write locks on SQLite, few commits);
+    each decision in its own savepoint so that one refusal does not undo the others."""
+    with plane.db.write() as s:
+        for i, d in enumerate(chunk):
+            job = by_id[d.job_id]
+            with s.begin_nested():
+                # verdicts are kept for `isthmus explain` when the answer changes
+                att.save_explanation(s, job.id, now, explain(d).model_dump_json())
+                if d.admitted and d.placement is not None:
+                    _admit(plane, s, job, d, now)
+                    if i == 0 and len(chunk) > 1:
+                        crash_point("mid-cycle")  # inside the transaction: all or nothing
+                else:
+                    set_state(s, job.id, JobState.QUEUED, d.reason,
+                              Cause("admission", ADMISSION), d.message, now=now)
 
 
 def run_admission(plane: ControlPlane, limit: int = 10_000) -> CycleResult:
@@ -122,29 +143,15 @@ def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
         preemptor=Preemptor(running_views(plane), quotas, now),
     )
     by_id = {j.id: j for j in queued}
-    admitted = 0
-    for d in result.decisions:
-        job = by_id[d.job_id]
-        changed = job.reason != d.reason.value or job.message != d.message
+    for d in result.decisions:  # victims first: signals go out before the space is handed on
         for victim in d.victims:
             preempt(plane, victim)
-        if changed or d.admitted:
-            # verdicts are kept for `isthmus explain` when the answer changes
-            with plane.db.write() as s:
-                att.save_explanation(s, job.id, now, explain(d).model_dump_json())
-        if d.admitted and d.placement is not None:
-            if _admit(plane, job, d):
-                crash_point("after-intent-commit")
-                admitted += 1
-                if admitted == 1 and len(result.admitted()) > 1:
-                    crash_point("mid-cycle")
-                continue
-        elif changed:
-            with plane.db.write() as s:
-                set_state(
-                    s, job.id, JobState.QUEUED, d.reason, Cause("admission", ADMISSION),
-                    d.message, now=now,
-                )
+    todo = [d for d in result.decisions
+            if d.admitted or by_id[d.job_id].reason != d.reason.value
+            or by_id[d.job_id].message != d.message]
+    for start in range(0, len(todo), PERSIST_CHUNK):
+        _persist(plane, todo[start:start + PERSIST_CHUNK], by_id, now)
+        crash_point("after-intent-commit")
     with plane.db.write() as s:
         record = asdict(result.record)
         att.insert_cycle(

@@ -27,7 +27,8 @@ from broker.orchestration.transitions import set_state
 from broker.policy_inputs import attempt_counts
 from broker.store import attempts as att
 from broker.store import records
-from broker.store.queries import get_job
+from broker.store.queries import get_job, jobs_by_ids
+from broker.store.records import JobRecord
 from policies.retry import decide_retry
 
 RECONCILER = "system:reconciler"
@@ -163,7 +164,7 @@ def reconcile(plane: ControlPlane, backend_name: str) -> ReconcileReport:
     now = plane.clock()
     with plane.db.read() as s:
         live = [a for a in att.live(s, backend_name) if a.dispatch == att.CREATED]
-        jobs = {a.job_id: get_job(s, a.job_id) for a in live}
+        jobs: dict[str, JobRecord | None] = dict(jobs_by_ids(s, [a.job_id for a in live]))
     try:
         facts = backend.observe([a.backend_name for a in live])
         BACKEND_UP.labels(backend_name).set(1)

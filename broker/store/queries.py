@@ -23,6 +23,17 @@ def get_job(session: Session, job_id: str) -> JobRecord | None:
     return None if row is None else job_from_row(row)
 
 
+def jobs_by_ids(session: Session, job_ids: Sequence[str]) -> dict[str, JobRecord]:
+    out: dict[str, JobRecord] = {}
+    ids = list(dict.fromkeys(job_ids))
+    for start in range(0, len(ids), 500):
+        stmt = select_jobs().where(JOBS.c.id.in_(ids[start:start + 500]))
+        for row in session.connection().execute(stmt):
+            job = job_from_row(row)
+            out[job.id] = job
+    return out
+
+
 def find_by_idempotency_key(session: Session, team: str, key: str) -> JobRecord | None:
     row = session.connection().execute(
         select_jobs().where(JOBS.c.team == team, JOBS.c.idempotency_key == key)

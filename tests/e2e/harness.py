@@ -118,6 +118,19 @@ class Server:
         except httpx.HTTPError:
             return None
 
+    def started_or_died(self, timeout: float = 30) -> bool:
+        """Wait until the server answers (True) or has exited (False), e.g. by a crash point
+        reached while it recovers."""
+        def settled() -> str | None:
+            if not self.alive():
+                return "died"
+            try:
+                return "up" if self.healthy() else None
+            except AssertionError:
+                return "died"
+
+        return bool(wait_until(settled, timeout, f"server on {self.url}") == "up")
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 

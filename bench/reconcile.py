@@ -1,0 +1,135 @@
+"""Control-loop benchmark on the simulated backend (issue 7; not a timed test).
+
+1. 10,000 active jobs: time of one full reconcile pass (observe, compare, persist changes)
+   when nothing changed and when ~1% of the jobs changed (finished) since the last pass.
+2. Submit -> ADMITTED latency (wall clock) at a steady submission rate, with the admission
+   cycle woken by submissions as the server does; goal: p50 under one admission interval.
+Last lines: `reconcile: <N> active <T> ms idle <U> ms with changes` and
+`admission latency: p50 <A> ms p95 <B> ms (interval <I> ms)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from backends.sim.backend import SimBackend, SimClock, SimPoolSpec
+from broker.config import parse_config
+from broker.control.admission import run_admission
+from broker.control.dispatch import run_dispatch
+from broker.control.plane import ControlPlane
+from broker.control.reconcile import reconcile
+from broker.domain.spec import JobSpec
+from broker.orchestration.submission import Submission, submit_many
+from broker.store import open_database
+from broker.store.queries import get_job
+
+CONFIG = {
+    "auth": {"mode": "none"},
+    "limits": {"max_replicas": 64},
+    "flavors": [{"name": "a100-80g", "gpu_model": "A100", "gpu_memory_gb": 80}],
+    "backends": [{"name": "sim", "kind": "slurm"}],
+    "pools": [{"name": "big", "backend": "sim", "flavor": "a100-80g"}],
+    "teams": [{"name": "t", "quotas": {"a100-80g": {"nominal": 100000}}}],
+}
+
+
+def spec(i: int) -> JobSpec:
+    return JobSpec.model_validate({
+        "name": f"j{i}", "team": "t", "gang": {"replicas": 1, "gpus_per_replica": 1},
+        "flavors": ["a100-80g"], "entrypoint": {"command": ["x"], "image": "i"},
+        "env": {"ISTHMUS_SIM_DURATION": str(3600 + (i % 100) * 60)},
+    })
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--jobs", type=int, default=10_000)
+    ap.add_argument("--db", default=None, help="database URL (default: a temporary SQLite)")
+    ap.add_argument("--rate", type=float, default=20.0, help="submissions/s for part 2")
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--interval", type=float, default=5.0)
+    args = ap.parse_args()
+    url = args.db or f"sqlite:///{Path(tempfile.mkdtemp()) / 'bench.db'}"
+    db = open_database(url, sqlite_synchronous="NORMAL")
+    config = parse_config(CONFIG)
+    clock = SimClock(datetime(2026, 11, 29, tzinfo=UTC))
+    nodes = (args.jobs + 7) // 8 + 50
+    sim = SimBackend("sim", "slurm", [SimPoolSpec("big", "a100-80g", blocks=1,
+                     racks_per_block=max(1, nodes // 25), nodes_per_rack=25)], clock, seed=1)
+    plane = ControlPlane(db, config, {"sim": sim}, clock=lambda: clock.now)
+
+    t0 = time.perf_counter()
+    for start in range(0, args.jobs, 500):
+        submit_many(db, config, [Submission(spec(i), "bench")
+                                 for i in range(start, min(args.jobs, start + 500))])
+    t_submit = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    run_admission(plane)
+    t_admit = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    run_dispatch(plane)
+    t_dispatch = time.perf_counter() - t0
+    clock.advance(60)
+    sim.sync()
+    t0 = time.perf_counter()
+    reconcile(plane, "sim")  # first pass: every job turns RUNNING
+    t_first = time.perf_counter() - t0
+    idle = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        reconcile(plane, "sim")
+        idle.append(time.perf_counter() - t0)
+    clock.advance(3600 + 60)  # ~1% of the jobs finish (durations spread over 100 minutes)
+    sim.sync()
+    t0 = time.perf_counter()
+    report = reconcile(plane, "sim")
+    t_changes = time.perf_counter() - t0
+    print(f"setup: submit {t_submit:.1f}s, admission of {args.jobs} {t_admit:.1f}s, "
+          f"dispatch {t_dispatch:.1f}s, first reconcile (all -> RUNNING) {t_first:.1f}s")
+    print(f"reconcile pass with {args.jobs} active: idle {statistics.median(idle) * 1000:.0f} ms;"
+          f" with {report.transitions} transitions {t_changes * 1000:.0f} ms")
+
+    # part 2: latency from submit commit to ADMITTED, woken like the server does
+    latencies = []
+    n = int(args.rate * args.seconds)
+    next_cycle = start = time.perf_counter()
+    pending: dict[str, float] = {}
+    for i in range(n):
+        due = i / args.rate
+        while time.perf_counter() - start < due:
+            time.sleep(0.001)
+        t0_sub = time.perf_counter()
+        job = submit_many(db, config, [Submission(spec(args.jobs + i), "bench")])[0]
+        assert not isinstance(job, Exception)
+        pending[job.job.id] = t0_sub
+        if time.perf_counter() >= next_cycle:  # the wake-up gap merges bursts
+            run_admission(plane)
+            next_cycle = time.perf_counter() + min(0.5, args.interval / 4)
+            with db.read() as s:
+                for jid, t_sub in list(pending.items()):
+                    row = get_job(s, jid)
+                    if row is not None and row.state == "ADMITTED":
+                        latencies.append(time.perf_counter() - t_sub)
+                        del pending[jid]
+    run_admission(plane)
+    with db.read() as s:
+        for jid, t_sub in pending.items():
+            row = get_job(s, jid)
+            if row is not None and row.state == "ADMITTED":
+                latencies.append(time.perf_counter() - t_sub)
+    latencies.sort()
+    p50 = latencies[len(latencies) // 2] * 1000
+    p95 = latencies[int(len(latencies) * 0.95)] * 1000
+    print(f"reconcile: {args.jobs} active {statistics.median(idle) * 1000:.0f} ms idle "
+          f"{t_changes * 1000:.0f} ms with changes")
+    print(f"admission latency: p50 {p50:.0f} ms p95 {p95:.0f} ms "
+          f"(interval {args.interval * 1000:.0f} ms)")
+
+
+if __name__ == "__main__":
+    main()
