@@ -39,36 +39,53 @@ class Reservation:
     borrowed_gpus: int = 0
 
 
+# Statements are built once with bind parameters, so SQLAlchemy reuses their compiled form.
+_ENTRY = sa.select(ENTRIES).where(
+    ENTRIES.c.job_id == sa.bindparam("job_id"),
+    ENTRIES.c.attempt == sa.bindparam("attempt"),
+    ENTRIES.c.kind == sa.bindparam("kind"),
+)
+_INSERT_ENTRY = sa.insert(ENTRIES)
+_RELEASE = (
+    sa.update(USAGE)
+    .where(USAGE.c.team == sa.bindparam("t"), USAGE.c.flavor == sa.bindparam("f"))
+    .values(
+        reserved_gpus=USAGE.c.reserved_gpus - sa.bindparam("g"),
+        borrowed_gpus=USAGE.c.borrowed_gpus - sa.bindparam("b"),
+    )
+)
+
+
+def _upsert(dialect: str) -> Any:
+    ins = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(USAGE)
+    stmt = ins.values(
+        team=sa.bindparam("t"), flavor=sa.bindparam("f"),
+        reserved_gpus=sa.bindparam("g"), borrowed_gpus=sa.bindparam("b"),
+    )
+    return stmt.on_conflict_do_update(
+        index_elements=["team", "flavor"],
+        set_={
+            "reserved_gpus": USAGE.c.reserved_gpus + stmt.excluded.reserved_gpus,
+            "borrowed_gpus": USAGE.c.borrowed_gpus + stmt.excluded.borrowed_gpus,
+        },
+    )
+
+
+_UPSERT = {name: _upsert(name) for name in ("sqlite", "postgresql")}
+
+
 def _entry(session: Session, job_id: str, attempt: int, kind: LedgerKind) -> Any:
     return session.connection().execute(
-        sa.select(ENTRIES).where(
-            ENTRIES.c.job_id == job_id, ENTRIES.c.attempt == attempt, ENTRIES.c.kind == kind
-        )
+        _ENTRY, {"job_id": job_id, "attempt": attempt, "kind": kind.value}
     ).first()
 
 
 def _bump(session: Session, team: str, flavor: str, gpus: int, borrowed: int) -> None:
     conn = session.connection()
     if gpus < 0:  # a release: the row exists (SQLite checks CHECKs on the would-be insert)
-        conn.execute(
-            sa.update(USAGE)
-            .where(USAGE.c.team == team, USAGE.c.flavor == flavor)
-            .values(
-                reserved_gpus=USAGE.c.reserved_gpus + gpus,
-                borrowed_gpus=USAGE.c.borrowed_gpus + borrowed,
-            )
-        )
+        conn.execute(_RELEASE, {"t": team, "f": flavor, "g": -gpus, "b": -borrowed})
         return
-    ins = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(USAGE)
-    stmt = ins.values(team=team, flavor=flavor, reserved_gpus=gpus, borrowed_gpus=borrowed)
-    stmt = stmt.on_conflict_do_update(
-        index_elements=["team", "flavor"],
-        set_={
-            "reserved_gpus": USAGE.c.reserved_gpus + gpus,
-            "borrowed_gpus": USAGE.c.borrowed_gpus + borrowed,
-        },
-    )
-    conn.execute(stmt)
+    conn.execute(_UPSERT[conn.dialect.name], {"t": team, "f": flavor, "g": gpus, "b": borrowed})
 
 
 def reserve(session: Session, r: Reservation, now: datetime, note: str = "") -> bool:
@@ -76,10 +93,10 @@ def reserve(session: Session, r: Reservation, now: datetime, note: str = "") -> 
     if _entry(session, r.job_id, r.attempt, LedgerKind.RESERVE) is not None:
         return False
     session.connection().execute(
-        sa.insert(ENTRIES).values(
-            job_id=r.job_id, attempt=r.attempt, kind=LedgerKind.RESERVE, team=r.team,
-            flavor=r.flavor, gpus=r.gpus, borrowed_gpus=r.borrowed_gpus, at=now, note=note,
-        )
+        _INSERT_ENTRY,
+        {"job_id": r.job_id, "attempt": r.attempt, "kind": LedgerKind.RESERVE.value,
+         "team": r.team, "flavor": r.flavor, "gpus": r.gpus, "borrowed_gpus": r.borrowed_gpus,
+         "gpu_hours": 0.0, "at": now, "note": note},
     )
     _bump(session, r.team, r.flavor, r.gpus, r.borrowed_gpus)
     return True
@@ -91,11 +108,10 @@ def release(session: Session, job_id: str, attempt: int, now: datetime, note: st
     if held is None or _entry(session, job_id, attempt, LedgerKind.RELEASE) is not None:
         return False
     session.connection().execute(
-        sa.insert(ENTRIES).values(
-            job_id=job_id, attempt=attempt, kind=LedgerKind.RELEASE, team=held.team,
-            flavor=held.flavor, gpus=held.gpus, borrowed_gpus=held.borrowed_gpus, at=now,
-            note=note,
-        )
+        _INSERT_ENTRY,
+        {"job_id": job_id, "attempt": attempt, "kind": LedgerKind.RELEASE.value,
+         "team": held.team, "flavor": held.flavor, "gpus": held.gpus,
+         "borrowed_gpus": held.borrowed_gpus, "gpu_hours": 0.0, "at": now, "note": note},
     )
     _bump(session, held.team, held.flavor, -held.gpus, -held.borrowed_gpus)
     return True
@@ -111,10 +127,10 @@ def record_hours(
     if _entry(session, r.job_id, r.attempt, kind) is not None:
         return False
     session.connection().execute(
-        sa.insert(ENTRIES).values(
-            job_id=r.job_id, attempt=r.attempt, kind=kind, team=r.team, flavor=r.flavor,
-            gpus=r.gpus, gpu_hours=gpu_hours, at=now, note=note,
-        )
+        _INSERT_ENTRY,
+        {"job_id": r.job_id, "attempt": r.attempt, "kind": kind.value, "team": r.team,
+         "flavor": r.flavor, "gpus": r.gpus, "borrowed_gpus": 0, "gpu_hours": gpu_hours,
+         "at": now, "note": note},
     )
     return True
 

@@ -17,7 +17,7 @@ from sqlmodel import Session
 from broker import ledger
 from broker.control.faults import crash_point
 from broker.control.plane import ControlPlane, hold_in_flight, log
-from broker.control.preempt import preempt, running_views
+from broker.control.preempt import LazyPreemptor, preempt
 from broker.domain import JobState, Reason
 from broker.domain.attempts import RunSnapshot, backend_object_name
 from broker.metrics import ADMISSION_CYCLE
@@ -30,7 +30,6 @@ from broker.store.queries import list_jobs
 from broker.store.records import JobRecord
 from policies.admission import CycleResult, Decision, admission_cycle
 from policies.explain import explain
-from policies.preemption import Preemptor
 from policies.types import PendingJob
 
 ADMISSION = "system:admission"
@@ -140,7 +139,7 @@ def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
     quotas = quota_config(plane.config)
     result = admission_cycle(
         _pending_views(plane, queued), inventory, quotas, usage_view(in_use), now,
-        preemptor=Preemptor(running_views(plane), quotas, now),
+        preemptor=LazyPreemptor(plane, quotas, now),
     )
     by_id = {j.id: j for j in queued}
     for d in result.decisions:  # victims first: signals go out before the space is handed on

@@ -6,6 +6,8 @@ failures. Its next attempt resumes from its checkpoint directory when the spec s
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from backends.base import BackendUnavailable
 from broker import ledger
 from broker.control.plane import ControlPlane, log
@@ -15,9 +17,9 @@ from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
 from broker.policy_inputs import running_job
 from broker.store import attempts as att
-from broker.store.queries import get_job
-from policies.preemption import Victim
-from policies.types import RunningJob
+from broker.store.queries import get_job, jobs_by_ids
+from policies.preemption import Mode, PreemptionPlan, Preemptor, Victim
+from policies.types import PendingJob, QuotaConfig, RunningJob
 
 HOLDING = {JobState.ADMITTED.value, JobState.PREPARING.value, JobState.RUNNING.value}
 
@@ -26,8 +28,10 @@ def running_views(plane: ControlPlane) -> list[RunningJob]:
     """Admitted and running jobs as preemption sees them, from their live attempts."""
     out: list[RunningJob] = []
     with plane.db.read() as s:
-        for a in att.live(s):
-            job = get_job(s, a.job_id)
+        live = att.live(s)
+        jobs = jobs_by_ids(s, [a.job_id for a in live])
+        for a in live:
+            job = jobs.get(a.job_id)
             if job is None or job.state not in HOLDING or job.attempt != a.number:
                 continue
             snapshot = RunSnapshot.model_validate_json(a.snapshot_json)
@@ -77,3 +81,18 @@ def preempt(plane: ControlPlane, victim: Victim) -> bool:
     requeue_after(plane, job.id, attempt, preempted=True, failure=None, now=now)
     log.info("preempted %s (%s)", attempt.backend_name, victim.message)
     return True
+
+
+class LazyPreemptor:
+    """Builds the running-job views (one pass over every live attempt) only when a pending
+    job actually asks about preemption; most cycles never do."""
+
+    def __init__(self, plane: ControlPlane, quotas: QuotaConfig, now: datetime) -> None:
+        self.plane, self.quotas, self.now = plane, quotas, now
+        self._inner: Preemptor | None = None
+
+    def plan(self, job: PendingJob, mode: Mode, gpus_needed: int, pool: str | None,
+             flavor: str | None) -> PreemptionPlan:
+        if self._inner is None:
+            self._inner = Preemptor(running_views(self.plane), self.quotas, self.now)
+        return self._inner.plan(job, mode, gpus_needed, pool, flavor)

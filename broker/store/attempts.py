@@ -148,16 +148,19 @@ def insert_cycle(
 EXPLANATIONS: sa.Table = ExplanationRow.__table__  # type: ignore[attr-defined]
 
 
+_UPDATE_EXPLANATION = (
+    sa.update(EXPLANATIONS)
+    .where(EXPLANATIONS.c.job_id == sa.bindparam("jid"))
+    .values(at=sa.bindparam("at"), payload_json=sa.bindparam("payload"))
+)
+
+
 def save_explanation(session: Session, job_id: str, at: datetime, payload_json: str) -> None:
     conn = session.connection()
-    updated = conn.execute(
-        sa.update(EXPLANATIONS)
-        .where(EXPLANATIONS.c.job_id == job_id)
-        .values(at=at, payload_json=payload_json)
-    )
-    if not updated.rowcount:
+    params = {"jid": job_id, "at": at, "payload": payload_json}
+    if not conn.execute(_UPDATE_EXPLANATION, params).rowcount:
         conn.execute(
-            sa.insert(EXPLANATIONS).values(job_id=job_id, at=at, payload_json=payload_json)
+            sa.insert(EXPLANATIONS), {"job_id": job_id, "at": at, "payload_json": payload_json}
         )
 
 
