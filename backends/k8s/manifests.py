@@ -199,7 +199,7 @@ def render(
     labels = labels_for(request)
     annotations = {ANN_POOL: pool.name, ANN_SPEC_HASH: request.snapshot.spec_hash}
     pod_labels = {**settings.pod_labels, **labels}
-    pod_annotations: dict[str, str] = dict(settings.pod_annotations)
+    pod_annotations: dict[str, str] = {**settings.pod_annotations, **spec.annotations}
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "subdomain": name,
