@@ -56,21 +56,22 @@ class Reflector:
     """Keeps `objects` (key 'namespace/name' -> API JSON) in step with the API server."""
 
     def __init__(self, kind: str, lister: Lister, *, timeout: float = 15.0,
-                 watch_timeout_s: int = 300, max_backoff_s: float = 10.0) -> None:
+                 watch_timeout_s: int = 300, max_backoff_s: float = 10.0,
+                 resume_from: str = "") -> None:
         self.kind = kind
         self.lister = lister
         self.timeout = timeout
         self.watch_timeout_s = watch_timeout_s
         self.max_backoff_s = max_backoff_s
         self.objects: dict[str, dict[str, Any]] = {}
-        self.resource_version = ""
+        self.resource_version = resume_from  # watch from here first (else list first)
         self.synced = False  # a list has completed
         self.connected = False  # the watch stream is open (or we just listed)
         self.last_error = ""
         self.relists = 0  # counters, for tests and metrics
         self.reconnects = 0
         self.events = 0
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # predicates of wait_for read under it
         self._stop = threading.Event()
         self._resp: Any = None
         self._thread: threading.Thread | None = None
@@ -147,7 +148,7 @@ class Reflector:
 
     def _run(self) -> None:
         backoff = 0.2
-        need_list = True
+        need_list = not self.resource_version
         while not self._stop.is_set():
             try:
                 if need_list:
@@ -181,13 +182,24 @@ class Reflector:
         log.warning("watch %s broken (%s); reconnecting", self.kind, why)
 
     def _watch_once(self) -> None:
+        try:
+            resp = self._open()
+        except ApiError as exc:
+            if exc.status == 410:
+                raise Gone(exc.reason) from None
+            raise
+        self._consume(resp)
+
+    def _open(self) -> Any:
         with translated(f"watch {self.kind}"):
-            resp = self.lister(
+            return self.lister(
                 watch=True, resource_version=self.resource_version,
                 allow_watch_bookmarks=True, timeout_seconds=self.watch_timeout_s,
                 _preload_content=False,
                 _request_timeout=(self.timeout, self.watch_timeout_s + self.timeout),
             )
+
+    def _consume(self, resp: Any) -> None:
         self._resp = resp
         with self._changed:
             self.connected = True

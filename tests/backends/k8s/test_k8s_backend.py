@@ -84,7 +84,7 @@ def temp_pool(api: client.ApiClient) -> Iterator[TempPool]:
             spec = dict(spec)
             rack = spec.pop("rack", f"{pool}-rack-0")
             node = gpu_node(f"gpu-{pool}-{i:02d}", pool, rack, **spec)
-            core.create_node(node)
+            core.create_node(node)  # type: ignore[arg-type]
             names.append(node["metadata"]["name"])
         kwok = [n for n, s in zip(names[-len(specs):], specs, strict=True)
                 if s.get("kwok", True)]

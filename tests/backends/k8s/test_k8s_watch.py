@@ -1,0 +1,176 @@
+"""The Kubernetes backend's watches against the real local control plane: a 410 Gone makes
+them re-list, and an API server that goes away (here: the TCP path to it, through a proxy we
+stop and start, so that other tests sharing the cluster are not disturbed) is
+BackendUnavailable while it lasts, then the watches reconnect and catch up."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+from kubernetes import client
+
+from backends.base import BackendUnavailable
+from backends.k8s import K8sBackend, create
+from backends.k8s.watch import Gone, Reflector
+from broker.config import Backend as BackendConfig
+from broker.config import Pool
+from broker.domain.facts import Phase
+from tests.fixtures.k8s import FAKE_DURATION, K8sCluster, as_dict, wait_until
+from tests.unit.k8s.helpers import request
+from tests.unit.k8s.kube_objects import foreign_pod, new_job_id
+
+pytestmark = pytest.mark.k8s
+
+
+class TcpProxy:
+    """127.0.0.1:<port> -> the API server; stop() drops the listener and every connection."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.port = 0
+        self._listener: socket.socket | None = None
+        self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ls.bind(("127.0.0.1", self.port))
+        ls.listen(64)
+        self.port = ls.getsockname()[1]
+        self._listener = ls
+        threading.Thread(target=self._accept, args=(ls,), daemon=True).start()
+
+    def stop(self) -> None:
+        if self._listener is not None:
+            with contextlib.suppress(OSError):
+                self._listener.shutdown(socket.SHUT_RDWR)
+            self._listener.close()
+            self._listener = None
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for c in conns:
+            with contextlib.suppress(OSError):
+                c.shutdown(socket.SHUT_RDWR)
+            c.close()
+
+    def _accept(self, ls: socket.socket) -> None:
+        while True:
+            try:
+                down, _ = ls.accept()
+            except OSError:
+                return
+            try:
+                up = socket.create_connection(self.target)
+            except OSError:
+                down.close()
+                continue
+            with self._lock:
+                self._conns += [down, up]
+            for a, b in ((down, up), (up, down)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                dst.shutdown(socket.SHUT_WR)
+
+
+@pytest.fixture
+def proxy(k8s_cluster: K8sCluster) -> Iterator[TcpProxy]:
+    url = urlparse(k8s_cluster.api_url)
+    p = TcpProxy((url.hostname or "127.0.0.1", url.port or 443))
+    p.start()
+    yield p
+    p.stop()
+
+
+def _backend(k8s_cluster: K8sCluster, namespace: str, api_client: Any, **settings: Any
+             ) -> K8sBackend:
+    cfg = BackendConfig(name="k8s-local", kind="k8s", settings={
+        "namespace": namespace, "create_namespace": False, "max_backoff_s": 0.5,
+        "request_timeout_s": 5, **settings})
+    pools = [Pool(name="a100", backend="k8s-local", flavor="a100-80g",
+                  node_selector={"isthmus.io/pool": "a100"})]
+    return create(cfg, pools, api_client=api_client)
+
+
+def test_watch_from_a_compacted_version_gets_410_and_relists(
+    k8s_cluster: K8sCluster, k8s_namespace: str
+) -> None:
+    with k8s_cluster.api_client() as api:
+        core = client.CoreV1Api(api)
+        lister = functools.partial(core.list_namespaced_pod, k8s_namespace)
+        probe = Reflector("pods", lister, resume_from="1")
+        with pytest.raises(Gone):
+            probe._watch_once()  # the API server answers 410 for a version this old
+
+        reflector = Reflector("pods", lister, resume_from="1", max_backoff_s=0.5)
+        reflector.start()
+        try:
+            assert reflector.wait_for(lambda r: r.synced, timeout=30), reflector.last_error
+            assert reflector.relists == 1  # listed because of the 410, not before
+            seen = foreign_pod("seen", gpus=0)
+            core.create_namespaced_pod(k8s_namespace, seen)  # type: ignore[arg-type]
+            key = f"{k8s_namespace}/seen"
+            assert reflector.wait_for(lambda r: r.get(key) is not None, timeout=30)
+            assert reflector.healthy
+        finally:
+            reflector.stop()
+
+
+def test_backend_unavailable_while_the_api_server_is_gone_then_the_watch_catches_up(
+    k8s_cluster: K8sCluster, k8s_namespace: str, proxy: TcpProxy
+) -> None:
+    api = k8s_cluster.api_client()
+    api.configuration.host = f"https://127.0.0.1:{proxy.port}"
+    backend = _backend(k8s_cluster, k8s_namespace, api,
+                       pod_annotations={FAKE_DURATION: "4s"})
+    try:
+        req = request(pool="a100", replicas=1, gpus=1, job_id=new_job_id())
+        backend.submit(req)
+        backend.start()
+        refl = backend.reflectors
+        assert all(r.wait_for(lambda r: r.healthy, timeout=30) for r in refl.values())
+        wait_until(lambda: any(f.backend_name == req.name and f.phase is Phase.RUNNING
+                               for f in backend.observe()), timeout=30, what="RUNNING")
+
+        proxy.stop()  # the API server is unreachable
+        assert all(r.wait_for(lambda r: not r.connected, timeout=30) for r in refl.values())
+        with pytest.raises(BackendUnavailable):
+            backend.observe()
+        with pytest.raises(BackendUnavailable):
+            backend.inventory()
+        with pytest.raises(BackendUnavailable):
+            backend.submit(request(pool="a100", replicas=1, gpus=1, job_id=new_job_id()))
+        with pytest.raises(BackendUnavailable):
+            backend.cancel(req.name, 0)
+        reconnects = {k: r.reconnects for k, r in refl.items()}
+
+        # meanwhile the job finishes; once the API server is back the watch catches up
+        with k8s_cluster.api_client() as direct:
+            batch = client.BatchV1Api(direct)
+            wait_until(lambda: as_dict(batch.read_namespaced_job_status(
+                req.name, k8s_namespace))["status"].get("succeeded") == 1,
+                timeout=60, what="the job to finish")
+        proxy.start()
+        assert all(r.wait_for(lambda r: r.healthy, timeout=30) for r in refl.values())
+        assert all(reconnects[k] >= 1 for k in refl)
+        fact = next(f for f in backend.observe() if f.backend_name == req.name)
+        assert fact.phase is Phase.SUCCEEDED, fact
+        assert refl["jobs"].healthy  # ... and that came from the watch cache
+    finally:
+        backend.close()
