@@ -221,9 +221,14 @@ def reconcile(plane: ControlPlane, backend_name: str) -> ReconcileReport:
             Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED, Phase.LOST, Phase.PREEMPTED
         ):
             continue
+        if not fact.job_id or not fact.attempt:
+            continue
         with plane.db.read() as s:
-            owner = (att.get_attempt(s, fact.job_id, fact.attempt)
-                     if fact.job_id and fact.attempt else None)
+            if get_job(s, fact.job_id) is None:
+                # Not a job of this installation (another Isthmus may share the backend):
+                # never touch what we cannot prove is ours.
+                continue
+            owner = att.get_attempt(s, fact.job_id, fact.attempt)
         if owner is None or owner.ended_at is not None:
             try:
                 backend.cancel(fact.backend_name, 0)

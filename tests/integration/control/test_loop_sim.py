@@ -254,3 +254,19 @@ def test_admitted_but_undispatched_capacity_is_not_given_twice(sim: Sim) -> None
     fifth = submit(sim, spec().name("fifth").flavors("h100-80g").replicas(1).topology(None), 60)
     run_admission(sim.plane)
     assert state(sim, fifth)[0] == "QUEUED"
+
+
+def test_objects_of_other_installations_are_left_alone(sim: Sim) -> None:
+    from backends.base import SubmitRequest
+    from broker.domain.attempts import Placement, RunSnapshot
+    from broker.domain.spec import BackendKind
+
+    s = spec().flavors("h100-80g").replicas(1).topology(None).build()
+    placement = Placement(backend=BackendKind.SLURM, backend_instance="sim-slurm",
+                          pool="slurm-h100", flavor="h100-80g")
+    foreign = "isthmus-zzzzzzzzzzzzzzzz-1"  # a job id this database never saw
+    sim.backends["sim-slurm"].submit(SubmitRequest(
+        job_id="zzzzzzzzzzzzzzzz", attempt=1, name=foreign,
+        snapshot=RunSnapshot.of(s), placement=placement, env={DURATION_ENV: "600"}))
+    cycle(sim, 10)
+    assert sim.backends["sim-slurm"].jobs[foreign].phase.value == "RUNNING"
