@@ -299,18 +299,19 @@ class K8sBackend:
         failure = v.failure or fact.failure
         assert failure is not None
         self._tombstones[name] = fact.model_copy(update={"raw_state": "TornDown"})
-        if (meta.get("annotations") or {}).get(ANN_TEARDOWN) and meta.get("deletionTimestamp"):
+        if meta.get("deletionTimestamp"):
             return
-        note = teardown_annotation(failure, v.raw_reason, v.message)
-        try:
-            call("annotate Job", self.apis.batch.patch_namespaced_job, name, self.namespace,
-                 {"metadata": {"annotations": {ANN_TEARDOWN: note}}}, timeout=self.timeout,
-                 _content_type="application/merge-patch+json")
-        except ApiError as exc:
-            if exc.status == 404:
-                return
-            raise
-        log.warning("tearing down %s/%s: %s", self.namespace, name, note)
+        if not (meta.get("annotations") or {}).get(ANN_TEARDOWN):
+            note = teardown_annotation(failure, v.raw_reason, v.message)
+            try:
+                call("annotate Job", self.apis.batch.patch_namespaced_job, name,
+                     self.namespace, {"metadata": {"annotations": {ANN_TEARDOWN: note}}},
+                     timeout=self.timeout, _content_type="application/merge-patch+json")
+            except ApiError as exc:
+                if exc.status == 404:
+                    return
+                raise
+            log.warning("tearing down %s/%s: %s", self.namespace, name, note)
         self._delete(name, grace=None)
 
     def _prune_tombstones(self, now: datetime) -> None:

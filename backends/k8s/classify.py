@@ -290,8 +290,10 @@ def judge(
         category, raw, message = parse_teardown(str(teardown))
         reason = Reason.WaitingForAllRanks if raw == WAITING_FOR_ALL_RANKS else \
             FAILURE_REASON[category]
+        # still there and not being deleted: the deletion after the annotation failed
         return Verdict(Phase.FAILED, reason, category, "TornDown", raw, message,
-                       ended_at=parse_time(meta.get("deletionTimestamp")) or now, **base)
+                       ended_at=parse_time(meta.get("deletionTimestamp")) or now,
+                       teardown=not meta.get("deletionTimestamp"), **base)
 
     # 2. the Job's own end
     done = condition(job, "Complete") or condition(job, "SuccessCriteriaMet")

@@ -112,7 +112,7 @@ CASES: list[tuple[str, dict[str, Any], list[dict[str, Any]], Phase, Reason, C | 
      Phase.FAILED, Reason.WaitingForAllRanks, C.ORCHESTRATION, False),
     ("torn-down-node-lost",
      job(annotations={"isthmus.io/teardown": "INFRA_TRANSIENT/NodeLost: node n0 is gone"}), [],
-     Phase.FAILED, Reason.InfraTransient, C.INFRA_TRANSIENT, False),
+     Phase.FAILED, Reason.InfraTransient, C.INFRA_TRANSIENT, True),  # annotated, not deleted
 ]
 
 
