@@ -71,6 +71,16 @@ class Client:
         result: dict[str, Any] = self._call("GET", f"/v1/jobs/{job_id}/explain")
         return result
 
+    def attempts(self, job_id: str) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", f"/v1/jobs/{job_id}/attempts")
+        return result
+
+    def render(self, job_id: str, number: int) -> str:
+        r = self._http.get(f"/v1/jobs/{job_id}/attempts/{number}/render")
+        if r.status_code >= 400:
+            raise ApiError(r.status_code, r.json())
+        return r.text
+
     def cancel(self, job_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self._call("POST", f"/v1/jobs/{job_id}/cancel")
         return result

@@ -202,3 +202,40 @@ def explain(job_id: str, request: Request, caller: Caller) -> dict[str, object]:
         "job_id": job_id, "state": job.state, "reason": job.reason, "message": job.message,
         "considered_at": at.isoformat(), "explanation": json.loads(payload),
     }
+
+
+@router.get("/{job_id}/attempts")
+def attempts(job_id: str, request: Request, caller: Caller) -> list[dict[str, object]]:
+    """Every attempt with its immutable run snapshot, placement and backend object."""
+    db = _db(request)
+    _visible_job(db, job_id, caller)
+    with db.read() as s:
+        rows = att.attempts_of(s, job_id)
+    return [
+        {
+            "number": a.number, "backend": a.backend, "pool": a.pool, "flavor": a.flavor,
+            "backend_name": a.backend_name, "backend_id": a.backend_id, "dispatch": a.dispatch,
+            "phase": a.phase, "created_at": a.created_at.isoformat(),
+            "started_at": a.started_at.isoformat() if a.started_at else None,
+            "ended_at": a.ended_at.isoformat() if a.ended_at else None,
+            "failure": a.failure, "preempted": a.preempted, "last_step": a.last_step,
+            "snapshot": json.loads(a.snapshot_json),
+        }
+        for a in rows
+    ]
+
+
+@router.get("/{job_id}/attempts/{number}/render", response_class=Response)
+def render(job_id: str, number: int, request: Request, caller: Caller) -> Response:
+    """The exact batch script (Slurm) or manifests (Kubernetes) the attempt was created with."""
+    db = _db(request)
+    _visible_job(db, job_id, caller)
+    with db.read() as s:
+        a = att.get_attempt(s, job_id, number)
+    if a is None:
+        raise Problem(404, "attempt-not-found", "Attempt not found",
+                      f"job {job_id} has no attempt {number}")
+    if a.rendered is None:
+        raise Problem(404, "not-rendered", "Nothing rendered",
+                      f"attempt {number} has no backend object yet (dispatch: {a.dispatch})")
+    return Response(a.rendered, media_type="text/plain; charset=utf-8")

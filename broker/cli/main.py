@@ -157,6 +157,22 @@ def explain(
 
 
 @app.command()
+def render(
+    job_id: str,
+    attempt: Annotated[int | None, typer.Option(help="attempt number (default: the last)")] = None,
+    server: ServerUrl = DEFAULT_URL, token: Token = None,
+) -> None:
+    """Print the exact batch script or manifests an attempt was created with."""
+    if attempt is None:
+        attempts = _call(server, token, "attempts", job_id)
+        made = [a for a in attempts if a["dispatch"] == "created"]
+        if not made:
+            _fail(f"job {job_id} has no backend object yet", code=1)
+        attempt = made[-1]["number"]
+    print(_call(server, token, "render", job_id, attempt), end="")
+
+
+@app.command()
 def cancel(
     job_id: str, server: ServerUrl = DEFAULT_URL, token: Token = None, as_json: AsJson = False
 ) -> None:

@@ -4,6 +4,10 @@ after a crash adopts what the previous run created instead of making a duplicate
 
 from __future__ import annotations
 
+import dataclasses
+
+import yaml
+
 from backends.base import BackendUnavailable, SubmitRequest, SubmitResult, Unsupported
 from broker.control.faults import crash_point
 from broker.control.plane import ControlPlane, log
@@ -34,6 +38,22 @@ def _request(plane: ControlPlane, a: att.AttemptRecord, token: str) -> SubmitReq
     )
 
 
+def rendered(backend: object, request: SubmitRequest) -> str | None:
+    """The exact script or manifests, from adapters that can render (the secret progress
+    token is masked: it is in the object, but it is nobody's business to read it here)."""
+    render = getattr(backend, "render", None)
+    if render is None:
+        return None
+    masked = dataclasses.replace(
+        request, env={**request.env, "ISTHMUS_PROGRESS_TOKEN": "********"}
+    )
+    try:
+        out = render(masked)
+    except Exception as exc:  # rendering is for people; never fail a dispatch over it
+        return f"# could not render: {exc}"
+    return out if isinstance(out, str) else yaml.safe_dump_all(out, sort_keys=False)
+
+
 def _refused(plane: ControlPlane, a: att.AttemptRecord, why: str) -> None:
     now = plane.clock()
     with plane.db.write() as s:
@@ -57,12 +77,13 @@ def dispatch_one(plane: ControlPlane, a: att.AttemptRecord, key: bytes) -> bool:
         _refused(plane, a, f"backend '{a.backend}' is not configured any more")
         return False
     token = progress_token(key, a.job_id, a.number)
+    request = _request(plane, a, token)
     try:
         found = backend.lookup(a.backend_name)
         if found is not None:
             result = SubmitResult(a.backend_name, found.backend_id or "", adopted=True)
         else:
-            result = backend.submit(_request(plane, a, token))
+            result = backend.submit(request)
             crash_point("after-backend-create")
     except BackendUnavailable as exc:
         with plane.db.write() as s:
@@ -79,6 +100,7 @@ def dispatch_one(plane: ControlPlane, a: att.AttemptRecord, key: bytes) -> bool:
         att.update(
             s, a.job_id, a.number, dispatch=att.CREATED, backend_id=result.backend_id,
             dispatched_at=now, progress_token_sha256=digest(token),
+            rendered=rendered(backend, request),
         )
         verb = "adopted" if result.adopted else "created"
         set_state(

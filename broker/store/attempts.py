@@ -46,6 +46,7 @@ class AttemptRecord:
     progress_token_sha256: str | None = None
     last_step: int | None = None
     last_progress_at: datetime | None = None
+    rendered: str | None = None
 
 
 _FIELDS = list(AttemptRecord.__dataclass_fields__)

@@ -116,6 +116,7 @@ class AttemptRow(SQLModel, table=True):
     progress_token_sha256: str | None = Field(default=None, max_length=64)
     last_step: int | None = None
     last_progress_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    rendered: str | None = Field(default=None, sa_type=sa.Text)
 
 
 class LedgerEntryRow(SQLModel, table=True):

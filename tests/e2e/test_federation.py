@@ -104,6 +104,15 @@ def test_twenty_jobs_across_slurm_and_kubernetes(
 
         wait_until(ended, 300, "every job to end", every=2)
         got = {i: server.job(i) for i in ids}
+        renders = {}
+        for i in (ids[0], ids[6]):  # a Slurm job and a Kubernetes job: what was created
+            r = httpx.get(f"{server.url}/v1/jobs/{i}/attempts/1/render", timeout=10)
+            assert r.status_code == 200, r.text
+            renders[i] = r.text
+        assert "#SBATCH" in renders[ids[0]] and "--no-requeue" in renders[ids[0]]
+        assert "kind: Job" in renders[ids[6]] and "kind: Service" in renders[ids[6]]
+        assert all("ISTHMUS_PROGRESS_TOKEN" not in t or "********" in t
+                   for t in renders.values())
         assert server.job(drained)["state"] == "SUCCEEDED"
     finally:
         server.stop()

@@ -55,3 +55,22 @@ def test_metrics_endpoint(sim: Sim) -> None:
         state = get_job(s, job.id)
     assert state is not None
     assert f'isthmus_jobs{{reason="{state.reason}",state="{state.state}"}} 1.0' in text
+
+
+def test_rendered_objects_never_show_the_progress_token(sim: Sim) -> None:
+    from broker.control.dispatch import _request, rendered
+    from broker.store import attempts as att
+
+    job = submit_job(sim.plane.db, sim.plane.config, spec().flavors("h100-80g").build(), "t").job
+    run_admission(sim.plane)
+    with sim.plane.db.read() as s:
+        a = att.attempts_of(s, job.id)[0]
+    request = _request(sim.plane, a, "secret-token-value")
+
+    class Renders:
+        def render(self, req: object) -> list[dict[str, object]]:
+            return [{"kind": "Job", "env": dict(req.env)}]  # type: ignore[attr-defined]
+
+    text = rendered(Renders(), request) or ""
+    assert "secret-token-value" not in text and "********" in text and "kind: Job" in text
+    assert rendered(object(), request) is None
