@@ -75,9 +75,10 @@ def node_affinity(
     level = placement.topology_level
     domain = placement.topology_domain
     if placement.nodes:
-        term["matchFields"] = [
-            {"key": "metadata.name", "operator": "In", "values": sorted(placement.nodes)}
-        ]
+        # By the hostname label: a `matchFields` term on metadata.name takes one value only,
+        # so it cannot name the several nodes of a gang (the API server refuses the Job).
+        exprs.append({"key": settings.hostname_label, "operator": "In",
+                      "values": sorted(set(placement.nodes))})
     elif pin_domain and level is not None and domain:
         if level is TopologyLevel.RACK:
             exprs.append(

@@ -26,6 +26,7 @@ class K8sSettings:
     # node labels
     rack_label: str = "topology.isthmus.io/rack"
     block_label: str = "topology.isthmus.io/block"
+    hostname_label: str = "kubernetes.io/hostname"  # pins ranks to the chosen nodes
     gpu_resource: str = "nvidia.com/gpu"
     gpu_product_label: str = "nvidia.com/gpu.product"
     gpu_memory_label: str = "nvidia.com/gpu.memory"  # MiB

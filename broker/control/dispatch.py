@@ -5,6 +5,8 @@ after a crash adopts what the previous run created instead of making a duplicate
 from __future__ import annotations
 
 import dataclasses
+import json
+from datetime import timedelta
 
 import yaml
 
@@ -16,6 +18,7 @@ from broker.domain.attempts import RunSnapshot
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
 from broker.store import attempts as att
+from broker.store import records
 from broker.store.queries import get_job
 from broker.store.secrets import digest, progress_token, server_secret
 
@@ -54,13 +57,27 @@ def rendered(backend: object, request: SubmitRequest) -> str | None:
     return out if isinstance(out, str) else yaml.safe_dump_all(out, sort_keys=False)
 
 
+REFUSAL_BACKOFF_S = 10
+REFUSAL_BACKOFF_MAX_S = 600
+
+
 def _refused(plane: ControlPlane, a: att.AttemptRecord, why: str) -> None:
+    """The backend will not take this object: requeue, avoid that pool for this job, and back
+    off, so a refusal cannot turn into a loop of attempts. If no other pool fits, the job
+    waits and `explain` shows the pool as excluded, with the refusal in the events."""
     now = plane.clock()
     with plane.db.write() as s:
         att.update(s, a.job_id, a.number, dispatch=att.ABANDONED, ended_at=now)
+        job = get_job(s, a.job_id)
+        refusals = sum(1 for x in att.attempts_of(s, a.job_id) if x.dispatch == att.ABANDONED)
+        exclude = json.loads(job.exclude_json or "{}") if job else {}
+        exclude["pools"] = sorted({*exclude.get("pools", []), a.pool})
+        delay = min(REFUSAL_BACKOFF_MAX_S, REFUSAL_BACKOFF_S * 2 ** (refusals - 1))
+        records.set_retry_terms(s, a.job_id, now + timedelta(seconds=delay), json.dumps(exclude))
         set_state(
             s, a.job_id, JobState.QUEUED, Reason.DispatchRefused,
-            Cause("dispatcher", DISPATCHER, key=f"refused:{a.number}"), why, now=now,
+            Cause("dispatcher", DISPATCHER, key=f"refused:{a.number}"),
+            f"{why}; pool {a.pool} is avoided for this job from now on", now=now,
         )
 
 

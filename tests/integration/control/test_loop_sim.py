@@ -270,3 +270,21 @@ def test_objects_of_other_installations_are_left_alone(sim: Sim) -> None:
         snapshot=RunSnapshot.of(s), placement=placement, env={DURATION_ENV: "600"}))
     cycle(sim, 10)
     assert sim.backends["sim-slurm"].jobs[foreign].phase.value == "RUNNING"
+
+
+def test_refused_dispatch_avoids_the_pool_instead_of_looping(sim: Sim) -> None:
+    from backends.base import Unsupported
+
+    backend = sim.backends["sim-slurm"]
+
+    def refuse(request: object) -> object:
+        raise Unsupported("this backend does not take the job")
+
+    backend.submit = refuse  # type: ignore[method-assign]
+    job = submit(sim, spec().flavors("h100-80g").replicas(1).topology(None), 60)
+    for _ in range(10):
+        cycle(sim, 10)
+    attempts = _attempts(sim, job)
+    assert len(attempts) == 1 and attempts[0].dispatch == "abandoned"
+    job_state, reason = state(sim, job)
+    assert job_state == "QUEUED" and reason in ("PoolExcluded", "NoFlavorFits"), reason

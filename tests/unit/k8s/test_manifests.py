@@ -109,10 +109,14 @@ def test_custom_topology_labels() -> None:
 
 
 def test_affinity_to_chosen_nodes() -> None:
-    term = _term(render(request(level="rack", domain="b/r", nodes=("n2", "n1")), H100, SETTINGS))
-    assert term["matchFields"] == [{"key": "metadata.name", "operator": "In",
-                                    "values": ["n1", "n2"]}]
-    assert len(term["matchExpressions"]) == 1  # the pool only; nodes are tighter than the rack
+    term = _term(render(request(level="rack", domain="b/r", nodes=("n2", "n1", "n2")), H100,
+                        SETTINGS))
+    # several nodes: the hostname label, since matchFields on metadata.name takes one value
+    assert "matchFields" not in term
+    assert term["matchExpressions"] == [
+        {"key": "isthmus.io/pool", "operator": "In", "values": ["h100"]},
+        {"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1", "n2"]},
+    ]  # the nodes are tighter than the rack, which is not repeated
 
 
 def test_tolerations_for_the_pools_own_taint_and_node_loss() -> None:
