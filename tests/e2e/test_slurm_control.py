@@ -133,6 +133,18 @@ def test_slurmctld_outage_fails_no_job(slurm_cluster: object, tmp_path: Path,
                for i, f in enumerate(["a100-80g", "h100-80g", "a100-80g", "h100-80g"])]
         wait_until(lambda: all(server.job(i)["state"] == "RUNNING" for i in ids), 90,
                    "all jobs running")
+
+        def steps_running() -> bool:
+            # "while jobs run" means their srun steps run: a step still being created needs
+            # slurmctld, and Slurm itself fails a job whose srun cannot reach it (exit 1)
+            out = slurm_cluster.run(["squeue", "-s", "-h", "-o", "%i %j"]).stdout  # type: ignore[attr-defined]
+            steps = {line.split()[0].split(".")[0] for line in out.splitlines() if "." in line}
+            jobs = slurm_cluster.run(["squeue", "-h", "-o", "%i %j"]).stdout  # type: ignore[attr-defined]
+            mine = {line.split()[0] for line in jobs.splitlines()
+                    if line.split()[1].startswith("isthmus-")}
+            return len(mine) >= len(ids) and mine <= steps
+
+        wait_until(steps_running, 60, "every job's srun step to run")
         state_dir = Path(slurm_cluster.state_dir)  # type: ignore[attr-defined]
         pid = int((state_dir / "run" / "slurmctld.pid").read_text().strip())
         # a stop, not a crash: SIGKILL would also lose slurmctld's own unsaved job state,

@@ -291,10 +291,12 @@ def test_killed_node_fails_its_gang_with_node_fail(
     nodelist = wait_until(nodes_when_running, timeout=30, what="gang RUNNING")
     hosts = idle_cluster.run(["scontrol", "show", "hostnames", nodelist]).stdout.split()
     try:
-        idle_cluster.kill_node(hosts[0])
+        # not the batch host: killing the node that runs the batch script can make the
+        # script fail first (FAILED 13:0) before slurmctld declares the node dead
+        idle_cluster.kill_node(hosts[-1])
         row = wait_until(lambda: _sacct_row(idle_cluster, job_id), timeout=60, what="job end")
         assert row[1] == "NODE_FAIL", row
-        assert idle_cluster.node_states()[hosts[0]].startswith("down"), idle_cluster.node_states()
+        assert idle_cluster.node_states()[hosts[-1]].startswith("down"), idle_cluster.node_states()
     finally:
         idle_cluster.cancel_all()
         idle_cluster.restore_nodes()
