@@ -13,9 +13,11 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from sqlmodel import Session
+
 from backends.base import Backend, BackendUnavailable
 from broker import ledger
-from broker.control.derive import LIVE, derive
+from broker.control.derive import LIVE, Derived, derive
 from broker.control.faults import crash_point
 from broker.control.plane import ControlPlane, log
 from broker.domain import FailureCategory, JobState, Reason
@@ -136,18 +138,42 @@ def _apply(plane: ControlPlane, a: att.AttemptRecord, fact: Fact, now: datetime)
             end = fact.ended_at or now
             att.update(s, a.job_id, a.number, ended_at=end,
                        failure=d.failure.value if d.failure else None, preempted=d.preempted)
-            r_ = ledger.Reservation(a.job_id, a.number, job.team, a.flavor, a.gpus)
-            used = _hours(a.gpus, fact.started_at or a.started_at, end)
-            if ledger.record_hours(s, r_, ledger.LedgerKind.USAGE, used, now):
-                GPU_HOURS.labels(job.team, a.flavor, "used").inc(used)
-            if (d.failure or d.preempted) and ledger.record_hours(
-                s, r_, ledger.LedgerKind.WASTE, used, now,
-                note=d.failure.value if d.failure else "preempted",
-            ):
-                GPU_HOURS.labels(job.team, a.flavor, "wasted").inc(used)
+            _account(s, plane, job.team, a, fact, d, end, now)
     if current and (d.failure is not None or d.preempted):
         requeue_after(plane, a.job_id, a, preempted=d.preempted, failure=d.failure, now=now)
     return moved
+
+
+def _account(s: Session, plane: ControlPlane, team: str, a: att.AttemptRecord, fact: Fact,
+             d: Derived, end: datetime, now: datetime) -> None:
+    """Usage and waste of an ended attempt, in GPU-hours of its flavor (the flavor's cost
+    weight is in the note, so cost reports can weigh them).
+
+    Waste adds up: the time GPUs were held before every rank ran (preparing), and then all of
+    a failed attempt's run, or a preempted attempt's run since its last progress report (the
+    work lost since its checkpoint; all of it if it never reported)."""
+    started = fact.started_at or a.started_at
+    held_from = a.dispatched_at or a.created_at
+    used = _hours(a.gpus, started, end)
+    preparing = _hours(a.gpus, held_from, started or end)
+    lost = 0.0
+    if d.failure is not None:
+        lost = used
+    elif d.preempted:
+        lost = _hours(a.gpus, max(filter(None, (started, a.last_progress_at))), end) \
+            if started else 0.0
+    flavor = plane.config.flavor(a.flavor)
+    cost = flavor.cost_weight if flavor else 1.0
+    r = ledger.Reservation(a.job_id, a.number, team, a.flavor, a.gpus)
+    if ledger.record_hours(s, r, ledger.LedgerKind.USAGE, used, now, note=f"cost {cost:g}"):
+        GPU_HOURS.labels(team, a.flavor, "used").inc(used)
+    waste = preparing + lost
+    why = "failed" if d.failure else "preempted" if d.preempted else "ok"
+    if waste > 0 and ledger.record_hours(
+        s, r, ledger.LedgerKind.WASTE, waste, now,
+        note=f"cost {cost:g}; preparing {preparing:.3f} + lost {lost:.3f} ({why})",
+    ):
+        GPU_HOURS.labels(team, a.flavor, "wasted").inc(waste)
 
 
 def _cancel(plane: ControlPlane, backend: Backend, a: att.AttemptRecord, grace: int) -> None:

@@ -288,3 +288,23 @@ def test_refused_dispatch_avoids_the_pool_instead_of_looping(sim: Sim) -> None:
     assert len(attempts) == 1 and attempts[0].dispatch == "abandoned"
     job_state, reason = state(sim, job)
     assert job_state == "QUEUED" and reason in ("PoolExcluded", "NoFlavorFits"), reason
+
+
+def test_usage_and_waste_are_accounted_per_attempt(sim: Sim) -> None:
+    import sqlalchemy as sa
+
+    job = submit(sim, spec().flavors("a100-80g").replicas(1).topology(None), 600)
+    _run_until(sim, job, "RUNNING", step=20)
+    cycle(sim, 120)
+    first = _attempts(sim, job)[-1]
+    node = sim.backends["sim-k8s"].jobs[first.backend_name].nodes[0]
+    sim.backends["sim-k8s"].fail_node(node)
+    cycle(sim, 1)
+    with sim.plane.db.read() as s:
+        rows = s.connection().execute(sa.text(
+            "SELECT kind, gpu_hours, note FROM ledger_entries WHERE job_id = :j AND attempt = 1"
+            " AND kind IN ('usage', 'waste') ORDER BY kind"), {"j": job}).all()
+    kinds = {r[0]: (r[1], r[2]) for r in rows}
+    used, waste = kinds["usage"][0], kinds["waste"][0]
+    assert used > 0 and waste >= used  # a failed attempt wastes its whole run (+ preparing)
+    assert "preparing" in kinds["waste"][1] and "(failed)" in kinds["waste"][1]
