@@ -138,7 +138,8 @@ def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
     inventory = hold_in_flight(plane.inventory(), held)
     quotas = quota_config(plane.config)
     result = admission_cycle(
-        _pending_views(plane, queued), inventory, quotas, usage_view(in_use), now,
+        _pending_views(plane, queued), inventory, quotas,
+        usage_view(in_use, plane.decayed_usage(in_use, now)), now,
         preemptor=LazyPreemptor(plane, quotas, now),
     )
     by_id = {j.id: j for j in queued}

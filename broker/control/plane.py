@@ -25,6 +25,8 @@ log = logging.getLogger("isthmus.control")
 
 @dataclass
 class ControlParams:
+    fair_share_half_life_s: float = 3600.0
+    """Half-life of the usage history that fair share weighs."""
     lost_grace_s: float = 120.0
     """An attempt missing from its backend (queue and accounting) this long is lost."""
     cancel_grace_s: int | None = None
@@ -40,6 +42,29 @@ class ControlPlane:
     params: ControlParams = field(default_factory=ControlParams)
     epoch: int = 0
     _specs: dict[str, JobSpec] = field(default_factory=dict, repr=False)
+    # Fair-share history: soft state. After a restart or a hand-over it starts again from
+    # the current usage, which only makes fair share briefly less far-sighted.
+    _decayed: dict[tuple[str, str], float] = field(default_factory=dict, repr=False)
+    _decayed_at: datetime | None = field(default=None, repr=False)
+
+    def decayed_usage(
+        self, in_use: Mapping[tuple[str, str], int], now: datetime
+    ) -> dict[tuple[str, str], float]:
+        """Fold current usage into the decayed history and return it."""
+        from policies.types import decay_usage
+
+        elapsed = 0.0 if self._decayed_at is None else (now - self._decayed_at).total_seconds()
+        keys = set(self._decayed) | set(in_use)
+        if self._decayed_at is None:
+            self._decayed = {k: float(in_use.get(k, 0)) for k in keys}
+        else:
+            self._decayed = {
+                k: decay_usage(self._decayed.get(k, 0.0), in_use.get(k, 0), elapsed,
+                               self.params.fair_share_half_life_s)
+                for k in keys
+            }
+        self._decayed_at = now
+        return dict(self._decayed)
 
     def spec(self, job_id: str, spec_json: str) -> JobSpec:
         spec = self._specs.get(job_id)

@@ -308,3 +308,14 @@ def test_usage_and_waste_are_accounted_per_attempt(sim: Sim) -> None:
     used, waste = kinds["usage"][0], kinds["waste"][0]
     assert used > 0 and waste >= used  # a failed attempt wastes its whole run (+ preparing)
     assert "preparing" in kinds["waste"][1] and "(failed)" in kinds["waste"][1]
+
+
+def test_fair_share_history_decays_with_its_half_life(sim: Sim) -> None:
+    from datetime import timedelta
+
+    t0 = sim.clock.now
+    key = ("vision", "h100-80g")
+    assert sim.plane.decayed_usage({key: 32}, t0)[key] == 32.0
+    half = sim.plane.params.fair_share_half_life_s
+    later = sim.plane.decayed_usage({}, t0 + timedelta(seconds=half))
+    assert later[key] == 16.0  # nothing in use for one half-life: half the history is left
