@@ -109,10 +109,6 @@ class ControlPlane:
             taken_at=self.clock(), pools=tuple(pools), unreachable=tuple(unreachable)
         )
 
-    def pool_backend(self, pool: str) -> str | None:
-        cfg = next((p for p in self.config.pools if p.name == pool), None)
-        return cfg.backend if cfg else None
-
 
 def hold_in_flight(
     inventory: InventorySnapshot, held: Mapping[tuple[str, str], int]

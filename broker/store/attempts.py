@@ -4,7 +4,6 @@ backend call, and turns 'created' once the backend object exists."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -127,13 +126,6 @@ def insert_fact(
     )
     key = result.inserted_primary_key
     return int(key[0]) if key else 0
-
-
-def facts_of(session: Session, names: Sequence[str]) -> list[dict[str, Any]]:
-    rows = session.connection().execute(
-        sa.select(FACTS).where(FACTS.c.backend_name.in_(list(names))).order_by(FACTS.c.id)
-    )
-    return [dict(r._mapping) for r in rows]
 
 
 def insert_cycle(

@@ -6,8 +6,6 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 
 from broker.store.db import Database
 
@@ -19,15 +17,6 @@ def _config() -> Config:
     cfg = Config()
     cfg.set_main_option("script_location", str(_SCRIPTS))
     return cfg
-
-
-def head_revision() -> str | None:
-    return ScriptDirectory.from_config(_config()).get_current_head()
-
-
-def current_revision(db: Database) -> str | None:
-    with db.writer.connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
 
 
 def upgrade(db: Database, revision: str = "head") -> None:
