@@ -134,7 +134,8 @@ class Postgres:
         if os.geteuid() == 0:
             pw = pwd.getpwnam("postgres")
             os.chown(self.base, pw.pw_uid, pw.pw_gid)
-            run_as = ["runuser", "-u", "postgres", "--"]
+            runuser = shutil.which("runuser", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
+            run_as = [runuser or "runuser", "-u", "postgres", "--"]
         data = self.base / "data"
         subprocess.run([*run_as, str(bindir / "initdb"), "-D", str(data), "-A", "trust",
                         "-U", "isthmus"], check=True, capture_output=True)
