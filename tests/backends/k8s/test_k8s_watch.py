@@ -24,7 +24,7 @@ from broker.config import Pool
 from broker.domain.facts import Phase
 from tests.fixtures.k8s import FAKE_DURATION, K8sCluster, as_dict, wait_until
 from tests.unit.k8s.helpers import request
-from tests.unit.k8s.kube_objects import foreign_pod, new_job_id
+from tests.unit.k8s.kube_objects import new_job_id
 
 pytestmark = pytest.mark.k8s
 
@@ -108,23 +108,37 @@ def _backend(k8s_cluster: K8sCluster, namespace: str, api_client: Any, **setting
     return create(cfg, pools, api_client=api_client)
 
 
+def _event(name: str, namespace: str) -> client.CoreV1Event:
+    return client.CoreV1Event(
+        metadata=client.V1ObjectMeta(name=name),
+        involved_object=client.V1ObjectReference(kind="ConfigMap", name="probe",
+                                                namespace=namespace),
+        reason="IsthmusTest", message="watch probe", type="Normal")
+
+
 def test_watch_from_a_compacted_version_gets_410_and_relists(
     k8s_cluster: K8sCluster, k8s_namespace: str
 ) -> None:
+    # A 410 comes from etcd compaction. The API server serves events straight from etcd
+    # (their watch cache is off by default), so compacting etcd to its current revision makes
+    # every older version gone, on a fresh cluster as well as on one that has run for hours.
     with k8s_cluster.api_client() as api:
         core = client.CoreV1Api(api)
-        lister = functools.partial(core.list_namespaced_pod, k8s_namespace)
-        probe = Reflector("pods", lister, resume_from="1")
+        core.create_namespaced_event(k8s_namespace, _event("before", k8s_namespace))
+        compacted_at = k8s_cluster.compact_etcd()
+        assert compacted_at > 1
+        lister = functools.partial(core.list_namespaced_event, k8s_namespace)
+        probe = Reflector("events", lister, resume_from="1")
         with pytest.raises(Gone):
-            probe._watch_once()  # the API server answers 410 for a version this old
+            probe._watch_once()  # the API server answers 410 for a compacted version
 
-        reflector = Reflector("pods", lister, resume_from="1", max_backoff_s=0.5)
+        reflector = Reflector("events", lister, resume_from="1", max_backoff_s=0.5)
         reflector.start()
         try:
             assert reflector.wait_for(lambda r: r.synced, timeout=30), reflector.last_error
             assert reflector.relists == 1  # listed because of the 410, not before
-            seen = foreign_pod("seen", gpus=0)
-            core.create_namespaced_pod(k8s_namespace, seen)  # type: ignore[arg-type]
+            assert reflector.get(f"{k8s_namespace}/before") is not None
+            core.create_namespaced_event(k8s_namespace, _event("seen", k8s_namespace))
             key = f"{k8s_namespace}/seen"
             assert reflector.wait_for(lambda r: r.get(key) is not None, timeout=30)
             assert reflector.healthy
