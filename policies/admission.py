@@ -10,7 +10,8 @@ Phases (Kueue's, numbered in the decision record):
                capacity and the quota are reserved at once so later jobs see them taken; a
                starving gang that does not fit holds capacity in one domain (reservation) so
                smaller jobs may backfill elsewhere but not in front of it; a job that may
-               preempt (or reclaim lent quota) asks the preemption oracle
+               preempt (lower priority work in its pool, or of its own team when its quota
+               is full) or reclaim lent quota asks the preemption oracle
   6 requeue    every other job waits with the most severe reason and all per-pool verdicts
 A waiting job whose pools had room at the start of the cycle, taken by jobs admitted before it,
 is shown as HigherPriorityAhead or FairShareBehind rather than as a capacity problem.
@@ -289,6 +290,15 @@ class _Cycle:
                     return plan
         if not job.can_preempt:
             return None
+        for flavor in job.flavors:
+            qv = quotas.get(flavor)
+            if qv is None or qv.ok or qv.reclaim > 0:
+                continue
+            need = self.quota.over_nominal(job.team, flavor, job.total_gpus)
+            if need:
+                plan = self.preemptor.plan(job, "team", need, None, flavor)
+                if plan.ok:
+                    return plan
         for v in result.verdicts:
             if v.reason not in _CAPACITY:
                 continue

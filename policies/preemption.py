@@ -1,8 +1,11 @@
 """Preemption: choose running jobs to stop, only for higher priority or for quota reclaim.
 
-Two modes:
+Three modes:
 - `priority`: the pending job's priority class may preempt, and victims in the same pool have a
   strictly lower priority;
+- `team`: the pending job's priority class may preempt and its team's quota of a flavor is
+  full; victims are the same team's jobs of that flavor with a strictly lower priority (Kueue's
+  `withinClusterQueue: LowerPriority`), so a team decides what runs inside its own quota;
 - `reclaim`: the pending job asks for capacity inside its team's own nominal quota that was lent
   out; victims are jobs of other teams of the same cohort running on borrowed quota of that
   flavor, whatever their priority.
@@ -15,7 +18,7 @@ hours since the checkpoint, or since the start when there is none), then younges
 until enough GPUs are freed; victims that turn out unnecessary are then dropped again, most
 expensive first. Each victim gets its own grace period (the job's checkpoint grace) and a reason.
 
-Victims are counted in GPUs of the pool (priority) or of the flavor (reclaim): topology is
+Victims are counted in GPUs of the pool (priority) or of the flavor (team, reclaim): topology is
 checked again by the next admission cycle once they are gone.
 """
 
@@ -29,7 +32,7 @@ from typing import Literal
 from broker.domain.reasons import Reason
 from policies.types import PendingJob, QuotaConfig, RunningJob
 
-Mode = Literal["priority", "reclaim"]
+Mode = Literal["priority", "team", "reclaim"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +96,7 @@ def select_victims(
     params = params or PreemptionParams()
     if gpus_needed <= 0:
         return PreemptionPlan(True, (), 0, Reason.Admitted, "nothing to preempt")
-    if mode == "priority" and not job.can_preempt:
+    if mode != "reclaim" and not job.can_preempt:
         return PreemptionPlan(
             False,
             (),
@@ -109,6 +112,9 @@ def select_victims(
             continue
         if mode == "priority":
             if r.pool != pool or r.priority >= job.priority:
+                continue
+        elif mode == "team":
+            if r.team != job.team or r.flavor != flavor or r.priority >= job.priority:
                 continue
         else:
             if (
@@ -136,7 +142,8 @@ def select_victims(
         freed += r.gpus
     if freed < gpus_needed:
         note = f" ({protected} protected)" if protected else ""
-        what = "lower-priority" if mode == "priority" else "borrowed"
+        what = {"priority": "lower-priority", "team": f"lower-priority {job.team}",
+                "reclaim": "borrowed"}[mode]
         return PreemptionPlan(
             False,
             (),
@@ -163,6 +170,9 @@ def select_victims(
 def _victim(r: RunningJob, job: PendingJob, mode: Mode, now: datetime) -> Victim:
     if mode == "priority":
         why = f"for job {job.id} of priority {job.priority} (this job: {r.priority})"
+    elif mode == "team":
+        why = (f"for job {job.id} of the same team with priority {job.priority} (this job: "
+               f"{r.priority}); team {job.team}'s {r.flavor} quota is full")
     else:
         why = f"team {job.team} reclaims {r.flavor} quota lent to team {r.team}"
     lost = lost_gpu_hours(r, now)

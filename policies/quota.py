@@ -130,6 +130,16 @@ class QuotaState:
         note = f"borrows {borrow_delta} from cohort {cohort}" if borrow_delta else "within nominal"
         return QuotaVerdict(True, Reason.Admitted, f"{head}; {note}", borrow_delta)
 
+    def over_nominal(self, team: str, flavor: str, gpus: int) -> int | None:
+        """GPUs the team would have to stop in `flavor` for `gpus` more to fit inside its
+        nominal quota; None when the request alone is larger than that quota."""
+        if team not in self.config.teams:
+            return None
+        nominal = self.config.quota(team, flavor).nominal
+        if gpus > nominal:
+            return None
+        return max(0, self.used.get((team, flavor), 0) + gpus - nominal)
+
     def reserve(self, team: str, flavor: str, gpus: int) -> None:
         self._add(team, flavor, gpus)
 

@@ -238,6 +238,33 @@ def test_higher_priority_preempts_and_the_victim_resumes_from_its_checkpoint(sim
     consistent(sim)
 
 
+def test_a_team_whose_quota_is_full_preempts_its_own_lower_priority_work(sim: Sim) -> None:
+    # vision's 32 nominal h100 GPUs (all the pool has; nobody lends it more) run two of its
+    # own low-priority gangs; its urgent job must take the place of one of them
+    def low(i: int) -> object:
+        return spec().name(f"low-{i}").team("vision").flavors("h100-80g").replicas(2).topology(
+            None).set("priority", "low")
+
+    lows = [submit(sim, low(i), 3600) for i in range(2)]
+    for j in lows:
+        _run_until(sim, j, "RUNNING", step=20)
+    cycle(sim, 700)  # past the minimum runtime that protects new work
+    urgent = submit(sim, spec().name("urgent").team("vision").flavors("h100-80g").replicas(2)
+                    .topology(None).set("priority", "high"), 60)
+    run_admission(sim.plane)
+    assert state(sim, urgent) == ("QUEUED", "WaitingForPreemption")
+    _run_until(sim, urgent, "RUNNING", cycles=6)
+    with sim.plane.db.read() as s:
+        why = {j: [e.message for e in job_events(s, j)
+                   if (e.to_state, e.reason) == ("RETRYING", "Preempted")] for j in lows}
+    preempted = [j for j, msgs in why.items() if msgs]
+    assert len(preempted) == 1, "one 16-GPU victim makes room inside the team's quota"
+    assert "team vision's h100-80g quota is full" in why[preempted[0]][0]
+    _run_until(sim, preempted[0], "RUNNING", cycles=20, step=20)  # after urgent ends
+    assert [a.preempted for a in _attempts(sim, preempted[0])] == [True, False]
+    consistent(sim)
+
+
 def test_admitted_but_undispatched_capacity_is_not_given_twice(sim: Sim) -> None:
     from broker.domain.attempts import RunSnapshot
 

@@ -165,6 +165,30 @@ def test_quota_reclaim_preempts_borrowers() -> None:
     assert "reclaims h100 quota lent to team language" in d.victims[0].message
 
 
+def test_full_team_quota_preempts_the_teams_own_lower_priority_work() -> None:
+    # no cohort: vision cannot borrow, and its 16 h100 GPUs run its own low-priority jobs
+    quotas = quota_config({"vision": (None, {"h100": q(16)}), "language": (None, {"h100": q(16)})})
+    use = usage(vision__h100=16, language__h100=8)
+    run = [
+        running("v-low", priority=0),
+        running("v-mid", priority=100),
+        running("l-low", team="language", priority=0),
+    ]
+    urgent = make_job().team("vision").gpus(8).priority(1000, preempting=True).build()
+    d = cycle([urgent], inventory(make_pool("p1")), quotas, use, running_jobs=run).decisions[0]
+    assert d.reason is Reason.WaitingForPreemption, d.message
+    assert [v.job_id for v in d.victims] == ["v-low"]
+    assert "team vision's h100 quota is full" in d.victims[0].message
+
+    # a class that may not preempt waits on the quota; so does a job larger than the quota
+    calm = make_job().team("vision").gpus(8).priority(1000).build()
+    d = cycle([calm], inventory(make_pool("p1")), quotas, use, running_jobs=run).decisions[0]
+    assert d.reason is Reason.QuotaExhausted and not d.victims
+    huge = make_job().team("vision").gpus(8).replicas(3).priority(1000, preempting=True).build()
+    d = cycle([huge], inventory(make_pool("p1")), quotas, use, running_jobs=run).decisions[0]
+    assert d.reason is Reason.QuotaExhausted and not d.victims
+
+
 def test_same_inputs_same_decisions_and_digest() -> None:
     jobs = [
         make_job()

@@ -115,6 +115,30 @@ CASES = [
         mode="reclaim",
         job=make_job().team("vision").priority(0).build(),
     ),
+    Case(
+        "team-takes-only-its-own-lower-priority-work-of-the-flavor",
+        [
+            running("own-low", priority=0, gpus=8),
+            running("own-equal", priority=1000),
+            running("own-other-flavor", priority=0, flavor="a100"),
+            running("other-team-low", team="language", priority=0),
+            running("own-mid", priority=100, pool="p2"),
+        ],
+        16,
+        ["own-low", "own-mid"],
+        mode="team",
+        in_message="preempting 2 job(s)",
+    ),
+    Case(
+        "team-mode-needs-a-preempting-class",
+        [running("own-low", priority=0)],
+        8,
+        [],
+        mode="team",
+        reason=Reason.InsufficientCapacity,
+        in_message="may not preempt",
+        job=make_job().priority(1000).build(),
+    ),
 ]
 
 
