@@ -49,6 +49,7 @@ MAX_NAME = 56  # pod hostname <name>-<index> must stay within 63 characters
 
 
 def labels_for(request: SubmitRequest) -> dict[str, str]:
+    """Isthmus's own labels (what adoption compares)."""
     return {
         LABEL_JOB: request.job_id,
         LABEL_ATTEMPT: str(request.attempt),
@@ -197,7 +198,7 @@ def render(
     mode = settings.mode(pool.name)
     ns = settings.namespace
     name = request.name
-    labels = labels_for(request)
+    labels = {**spec.labels, **labels_for(request)}  # the user's, then ours (never overridden)
     annotations = {ANN_POOL: pool.name, ANN_SPEC_HASH: request.snapshot.spec_hash}
     pod_labels = {**settings.pod_labels, **labels}
     pod_annotations: dict[str, str] = {**settings.pod_annotations, **spec.annotations}

@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from broker.domain import metadata_keys
 from broker.domain.units import format_duration, parse_duration, parse_size
 
 API_VERSION = "isthmus/v1"
@@ -145,7 +146,11 @@ class JobSpec(_Strict):
     max_runtime: Duration = 86400
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="added to the Job, its pods and its Service on Kubernetes (kept by Isthmus "
+        "on Slurm); Kubernetes label syntax",
+    )
     annotations: dict[str, str] = Field(
         default_factory=dict, description="added to every pod on Kubernetes (ignored on Slurm)"
     )
@@ -169,6 +174,16 @@ class JobSpec(_Strict):
                 "with a digit"
             )
         return v
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        return metadata_keys.check("label", v, labels=True)
+
+    @field_validator("annotations")
+    @classmethod
+    def _annotations(cls, v: dict[str, str]) -> dict[str, str]:
+        return metadata_keys.check("annotation", v, labels=False)
 
     @model_validator(mode="after")
     def _flavor_or_constraints(self) -> JobSpec:

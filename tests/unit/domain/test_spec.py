@@ -50,10 +50,18 @@ def _errors(data: dict[str, Any]) -> dict[str, str]:
          "looser"),
         (lambda d: d.update(retry={"max_attempts": 0}), "retry.max_attempts", "greater"),
         (lambda d: d.update(mounts=[{"name": "ds", "path": "data"}]), "mounts.0.path", "pattern"),
+        (lambda d: d.update(labels={"my team": "x"}), "labels", "label key 'my team'"),
+        (lambda d: d.update(labels={"team": "a b"}), "labels", "label 'team' value 'a b'"),
+        (lambda d: d.update(labels={"isthmus.io/job": "x"}), "labels", "reserved"),
+        (lambda d: d.update(labels={"Example.com/x": "y"}), "labels", "DNS subdomain"),
+        (lambda d: d.update(annotations={"-bad": "anything"}), "annotations",
+         "annotation key '-bad'"),
     ],
     ids=["zero-replicas", "negative-gpus", "unknown-field", "unknown-nested", "bad-name",
          "bad-duration", "zero-duration", "bad-backend", "no-command", "no-flavors",
-         "dup-flavors", "bad-env", "looser-preferred", "zero-attempts", "relative-mount"],
+         "dup-flavors", "bad-env", "looser-preferred", "zero-attempts", "relative-mount",
+         "label-key-space", "label-value-space", "label-reserved", "label-prefix-case",
+         "annotation-key"],
 )
 def test_validation_names_the_field(mutate: Any, field: str, words: str) -> None:
     data = spec().dict()
@@ -61,6 +69,15 @@ def test_validation_names_the_field(mutate: Any, field: str, words: str) -> None
     errors = _errors(data)
     assert field in errors, errors
     assert words in errors[field]
+
+
+def test_kubernetes_style_labels_and_annotations_are_accepted() -> None:
+    data = spec().dict() | {
+        "labels": {"app.kubernetes.io/name": "llama", "team": "", "example.com/run_id": "r.1-A"},
+        "annotations": {"isthmus.io/fake-duration": "2s", "note": "free text: any value"},
+    }
+    s = JobSpec.model_validate(data)
+    assert s.labels["example.com/run_id"] == "r.1-A"
 
 
 @pytest.mark.parametrize(

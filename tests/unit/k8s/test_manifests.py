@@ -68,6 +68,16 @@ def test_indexed_gang_job_and_headless_service() -> None:
     assert svc["spec"]["publishNotReadyAddresses"] is True
 
 
+def test_the_jobs_labels_go_on_every_object_and_ours_are_kept() -> None:
+    mine = {"app.kubernetes.io/name": "llama", "example.com/run": "r1"}
+    job, svc = render(request(labels=mine), H100, SETTINGS)
+    for labels in (job["metadata"]["labels"], job["spec"]["template"]["metadata"]["labels"],
+                   svc["metadata"]["labels"]):
+        assert labels.items() >= mine.items()
+        assert labels["isthmus.io/job"] == JOB_ID and labels["isthmus.io/name"] == NAME
+    assert svc["spec"]["selector"] == {"isthmus.io/name": NAME}
+
+
 def test_torchrun_env() -> None:
     env = _env(render(request(env={"ISTHMUS_PROGRESS_TOKEN": "t", "FOO": "req"},
                               spec_env={"FOO": "spec", "MASTER_PORT": "1234",
