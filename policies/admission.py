@@ -11,7 +11,10 @@ Phases (Kueue's, numbered in the decision record):
                starving gang that does not fit holds capacity in one domain (reservation) so
                smaller jobs may backfill elsewhere but not in front of it; a job that may
                preempt (lower priority work in its pool, or of its own team when its quota
-               is full) or reclaim lent quota asks the preemption oracle
+               is full) or reclaim lent quota asks the preemption oracle; for priority
+               preemption it passes the pool's node-level room (free GPUs per node and the
+               domain of each node at the job's required level), so victims are only chosen
+               where their end lets the gang fit, fragmented pools included
   6 requeue    every other job waits with the most severe reason and all per-pool verdicts
 A waiting job whose pools had room at the start of the cycle, taken by jobs admitted before it,
 is shown as HigherPriorityAhead or FairShareBehind rather than as a capacity problem.
@@ -31,7 +34,7 @@ from typing import Protocol
 from broker.domain.attempts import Placement
 from broker.domain.inventory import InventorySnapshot
 from broker.domain.reasons import Reason
-from policies.capacity import CapacityIndex, PoolIndex
+from policies.capacity import LEVEL_NAMES, CapacityIndex, PoolIndex, domain_name
 from policies.ordering import FairQueue, FairShare, OrderingParams, is_starving
 from policies.placement import (
     PlacementParams,
@@ -44,7 +47,7 @@ from policies.placement import (
 )
 from policies.preemption import Mode, PreemptionPlan, Victim
 from policies.quota import QuotaState, QuotaVerdict
-from policies.types import PendingJob, QuotaConfig, Usage
+from policies.types import PendingJob, PoolRoom, QuotaConfig, Usage
 
 _CAPACITY = frozenset({Reason.InsufficientCapacity, Reason.TopologyUnsatisfiable})
 
@@ -53,8 +56,16 @@ class PreemptionOracle(Protocol):
     """What admission asks of preemption (implemented by policies.preemption.Preemptor)."""
 
     def plan(
-        self, job: PendingJob, mode: Mode, gpus_needed: int, pool: str | None, flavor: str | None
-    ) -> PreemptionPlan: ...
+        self,
+        job: PendingJob,
+        mode: Mode,
+        gpus_needed: int,
+        pool: str | None,
+        flavor: str | None,
+        room: PoolRoom | None = None,
+    ) -> PreemptionPlan:
+        """Victims for `job`; `room` (priority mode) is where the gang must fit in `pool`."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +154,7 @@ class _Cycle:
         self.reservations = 0
         self.admitted = 0
         self._cands: dict[tuple[tuple[str, ...], str], list[PoolIndex]] = {}
+        self._domains: dict[tuple[str, int], dict[str, str]] = {}
 
     def candidates(self, job: PendingJob) -> list[PoolIndex]:
         key = (job.flavors, job.backend)
@@ -210,7 +222,9 @@ class _Cycle:
         victims: tuple[Victim, ...] = ()
         reservation: str | None = None
         if self.preemptor is not None:
-            plan = self._preempt(job, result, quotas)
+            plan, note = self._preempt(job, result, quotas)
+            if note is not None:
+                message = f"{message}; {note}"
             if plan is not None:
                 return Decision(
                     job.id,
@@ -280,16 +294,17 @@ class _Cycle:
 
     def _preempt(
         self, job: PendingJob, result: PlacementResult, quotas: dict[str, QuotaVerdict]
-    ) -> PreemptionPlan | None:
+    ) -> tuple[PreemptionPlan | None, str | None]:
+        """A plan with victims, or None and why priority preemption would not help."""
         assert self.preemptor is not None
         for flavor in job.flavors:
             qv = quotas.get(flavor)
             if qv is not None and qv.reclaim > 0:
                 plan = self.preemptor.plan(job, "reclaim", qv.reclaim, None, flavor)
                 if plan.ok:
-                    return plan
+                    return plan, None
         if not job.can_preempt:
-            return None
+            return None, None
         for flavor in job.flavors:
             qv = quotas.get(flavor)
             if qv is None or qv.ok or qv.reclaim > 0:
@@ -298,18 +313,57 @@ class _Cycle:
             if need:
                 plan = self.preemptor.plan(job, "team", need, None, flavor)
                 if plan.ok:
-                    return plan
+                    return plan, None
+        return self._preempt_priority(job, result)
+
+    def _preempt_priority(
+        self, job: PendingJob, result: PlacementResult
+    ) -> tuple[PreemptionPlan | None, str | None]:
+        assert self.preemptor is not None
+        level = max_level(job)
+        note: str | None = None
         for v in result.verdicts:
             if v.reason not in _CAPACITY:
                 continue
             pool = self.index.pools[v.pool]
-            short = job.total_gpus - pool.free
-            if short <= 0:
-                continue  # room exists but not in one domain: preemption by count won't help
-            plan = self.preemptor.plan(job, "priority", short, pool.name, pool.flavor)
+            if pool.static_cap(job.gpus_per_replica, level) < job.replicas:
+                continue  # too large for the pool even when empty
+            short = max(0, job.total_gpus - pool.free)
+            room = self._room(job, pool, level)
+            plan = self.preemptor.plan(job, "priority", short, pool.name, pool.flavor, room)
             if plan.ok:
-                return plan
-        return None
+                return plan, None
+            if note is None:
+                note = f"{pool.name}: {plan.message}"
+        return None, note
+
+    def _room(self, job: PendingJob, pool: PoolIndex, level: int) -> PoolRoom:
+        domains = self._domains.get((pool.name, level))
+        if domains is None:  # topology does not change within a cycle
+            domains = self._domains[(pool.name, level)] = node_domains(pool, level)
+        return pool_room(pool, level, job.exclude_nodes, domains)
+
+
+def node_domains(pool: PoolIndex, level: int) -> dict[str, str]:
+    return {n: domain_name(s, level) for n, s in pool.nodes.items()}
+
+
+def pool_room(
+    pool: PoolIndex,
+    level: int,
+    exclude: frozenset[str] = frozenset(),
+    domains: dict[str, str] | None = None,
+) -> PoolRoom:
+    """The pool as priority preemption sees it for a job: the free GPUs now (the working copy,
+    after this cycle's admissions and holds) of each schedulable node not in `exclude`, and
+    the domain of each node at `level`."""
+    usable = [s for s in pool.nodes.values() if s.total and s.name not in exclude]
+    return PoolRoom(
+        LEVEL_NAMES[level],
+        node_domains(pool, level) if domains is None else domains,
+        {s.name: s.free for s in usable},
+        {s.name: s.total for s in usable},
+    )
 
 
 def admission_cycle(

@@ -391,3 +391,14 @@ class CapacityIndex:
         self.unreachable = frozenset(inventory.unreachable)
         self.pools: dict[str, PoolIndex] = {p.name: PoolIndex(p) for p in inventory.pools}
         self.order = sorted(self.pools)
+
+
+def domain_name(node: NodeSlot, level: int) -> str:
+    """The domain at `level` holding `node`, spelt as `Fit.domain` spells it."""
+    if level == NODE:
+        return f"{node.rack.key}/{node.name}"
+    if level == RACK:
+        return node.rack.key
+    if level == BLOCK:
+        return node.rack.block
+    return ""

@@ -15,11 +15,23 @@ preempted again and again before it does any useful work), and jobs expected to 
 
 Victims are taken by lowest priority, then least work lost since their last checkpoint (GPUs x
 hours since the checkpoint, or since the start when there is none), then youngest, then id,
-until enough GPUs are freed; victims that turn out unnecessary are then dropped again, most
+until enough room is freed; victims that turn out unnecessary are then dropped again, most
 expensive first. Each victim gets its own grace period (the job's checkpoint grace) and a reason.
 
-Victims are counted in GPUs of the pool (priority) or of the flavor (team, reclaim): topology is
-checked again by the next admission cycle once they are gone.
+`team` and `reclaim` count GPUs of the flavor: quota, not placement, is what they free.
+`priority` with a `PoolRoom` (what admission passes) is topology-aware (policies.victim_room):
+for each domain at the job's required level (the whole pool when none) it takes, in the order
+above, only victims whose nodes all lie in that domain, until the gang fits node by node (each
+replica needs `gpus_per_replica` GPUs on one node: free GPUs plus those freed there, a victim
+freeing gpus / len(nodes) per entry of its node list); the domain whose plan loses the least
+work wins (then fewest victims, then name). When no domain can be made to fit there are no
+victims: stopping work elsewhere would destroy it for nothing. Fragmented pools, with enough
+free GPUs but not in one place, are planned the same way. A victim whose nodes span two domains
+frees room in neither and is skipped; GPUs freed on nodes the job may not use (unschedulable,
+excluded) do not count. CPU and memory are not modelled: the next admission cycle checks them
+with the victims gone. Victims without a node list (attempts from before placements recorded
+nodes) cannot be located: when no domain fits without them and the pool is short of GPUs, the
+plan falls back to counting GPUs in the pool, as without a `PoolRoom`.
 """
 
 from __future__ import annotations
@@ -30,7 +42,8 @@ from datetime import datetime
 from typing import Literal
 
 from broker.domain.reasons import Reason
-from policies.types import PendingJob, QuotaConfig, RunningJob
+from policies.types import PendingJob, PoolRoom, QuotaConfig, RunningJob
+from policies.victim_room import best_domain
 
 Mode = Literal["priority", "team", "reclaim"]
 
@@ -61,6 +74,8 @@ class PreemptionPlan:
     freed_gpus: int
     reason: Reason
     message: str
+    domain: str | None = None
+    """Where the gang is to fit once the victims are gone (topology-aware plans only)."""
 
 
 def lost_gpu_hours(job: RunningJob, now: datetime) -> float:
@@ -92,9 +107,14 @@ def select_victims(
     quotas: QuotaConfig | None = None,
     params: PreemptionParams | None = None,
     taken: frozenset[str] = frozenset(),
+    room: PoolRoom | None = None,
 ) -> PreemptionPlan:
+    """Victims freeing `gpus_needed` GPUs, or, in priority mode with a `room`, victims after
+    whose end the gang fits in one domain of the pool (`gpus_needed` then only serves the
+    fallback for victims without a node list; it may be 0 when the pool is fragmented)."""
     params = params or PreemptionParams()
-    if gpus_needed <= 0:
+    topology = room is not None and mode == "priority"
+    if gpus_needed <= 0 and not topology:
         return PreemptionPlan(True, (), 0, Reason.Admitted, "nothing to preempt")
     if mode != "reclaim" and not job.can_preempt:
         return PreemptionPlan(
@@ -104,6 +124,24 @@ def select_victims(
             Reason.InsufficientCapacity,
             f"priority class {job.priority_class} may not preempt",
         )
+    eligible, protected = _eligible(job, running, now, mode, pool, flavor, quotas, params, taken)
+    if room is not None and topology:
+        return _room_plan(job, eligible, protected, gpus_needed, room, now, params)
+    return _count_plan(job, eligible, protected, gpus_needed, mode, now, params)
+
+
+def _eligible(
+    job: PendingJob,
+    running: Iterable[RunningJob],
+    now: datetime,
+    mode: Mode,
+    pool: str | None,
+    flavor: str | None,
+    quotas: QuotaConfig | None,
+    params: PreemptionParams,
+    taken: frozenset[str],
+) -> tuple[list[RunningJob], int]:
+    """The jobs `mode` may stop for `job`, cheapest first, and how many more are protected."""
     cohort = quotas.cohort_of(job.team) if quotas is not None else None
     eligible: list[RunningJob] = []
     protected = 0
@@ -133,6 +171,19 @@ def select_victims(
     eligible.sort(
         key=lambda r: (r.priority, lost_gpu_hours(r, now), -r.started_at.timestamp(), r.id)
     )
+    return eligible, protected
+
+
+def _count_plan(
+    job: PendingJob,
+    eligible: list[RunningJob],
+    protected: int,
+    gpus_needed: int,
+    mode: Mode,
+    now: datetime,
+    params: PreemptionParams,
+) -> PreemptionPlan:
+    """Victims counted in GPUs, wherever they run."""
     chosen: list[RunningJob] = []
     freed = 0
     for r in eligible:
@@ -141,7 +192,6 @@ def select_victims(
         chosen.append(r)
         freed += r.gpus
     if freed < gpus_needed:
-        note = f" ({protected} protected)" if protected else ""
         what = {"priority": "lower-priority", "team": f"lower-priority {job.team}",
                 "reclaim": "borrowed"}[mode]
         return PreemptionPlan(
@@ -149,21 +199,66 @@ def select_victims(
             (),
             0,
             Reason.InsufficientCapacity,
-            f"only {freed} {what} GPUs can be preempted{note}; {gpus_needed} needed",
+            f"only {freed} {what} GPUs can be preempted{_protected(protected)}; "
+            f"{gpus_needed} needed",
         )
     # drop victims that are not needed, the costliest first
     for r in sorted(chosen, key=lambda r: (-lost_gpu_hours(r, now), r.id)):
         if freed - r.gpus >= gpus_needed:
             chosen.remove(r)
             freed -= r.gpus
+    return _chosen(job, chosen, mode, now, None)
+
+
+def _protected(n: int) -> str:
+    return f" ({n} protected)" if n else ""
+
+
+def _chosen(
+    job: PendingJob, chosen: list[RunningJob], mode: Mode, now: datetime, domain: str | None
+) -> PreemptionPlan:
     victims = tuple(_victim(r, job, mode, now) for r in chosen)
+    freed = sum(v.gpus for v in victims)
     ids = ", ".join(v.job_id for v in victims)
+    where = f" in {domain or 'the pool'}" if domain is not None else ""
     return PreemptionPlan(
         True,
         victims,
         freed,
         Reason.WaitingForPreemption,
-        f"preempting {len(victims)} job(s) ({ids}) to free {freed} GPUs",
+        f"preempting {len(victims)} job(s) ({ids}) to free {freed} GPUs{where}",
+        domain,
+    )
+
+
+def _room_plan(
+    job: PendingJob,
+    eligible: list[RunningJob],
+    protected: int,
+    gpus_needed: int,
+    room: PoolRoom,
+    now: datetime,
+    params: PreemptionParams,
+) -> PreemptionPlan:
+    """The cheapest domain in which stopping eligible jobs lets the gang fit."""
+    best, unlocated = best_domain(
+        job, eligible, room, params.max_victims, lambda r: lost_gpu_hours(r, now)
+    )
+    if best is not None:
+        return _chosen(job, best.victims, "priority", now, best.domain)
+    if unlocated and gpus_needed > 0:
+        return _count_plan(job, eligible, protected, gpus_needed, "priority", now, params)
+    if eligible:
+        within = f"one {room.level}" if room.level != "pool" else "the pool"
+        why = (
+            f"stopping lower-priority work ({len(eligible)} job(s) preemptible"
+            f"{_protected(protected)}) leaves no room for {job.replicas} x "
+            f"{job.gpus_per_replica} GPUs within {within}"
+        )
+    else:
+        why = f"no lower-priority job can be preempted{_protected(protected)}"
+    return PreemptionPlan(
+        False, (), 0, Reason.InsufficientCapacity, f"preemption would not help: {why}"
     )
 
 
@@ -204,14 +299,27 @@ class Preemptor:
         self.now = now
         self.params = params or PreemptionParams()
         self.taken: set[str] = set()
+        # priority victims come from the job's pool only: most calls then scan a fraction
+        self._by_pool: dict[str, list[RunningJob]] = {}
+        for r in self.running:
+            self._by_pool.setdefault(r.pool, []).append(r)
 
     def plan(
-        self, job: PendingJob, mode: Mode, gpus_needed: int, pool: str | None, flavor: str | None
+        self,
+        job: PendingJob,
+        mode: Mode,
+        gpus_needed: int,
+        pool: str | None,
+        flavor: str | None,
+        room: PoolRoom | None = None,
     ) -> PreemptionPlan:
+        running = self.running
+        if mode == "priority":
+            running = self._by_pool.get(pool, []) if pool is not None else []
         plan = select_victims(
             job,
             gpus_needed,
-            self.running,
+            running,
             self.now,
             mode,
             pool=pool,
@@ -219,6 +327,7 @@ class Preemptor:
             quotas=self.quotas,
             params=self.params,
             taken=frozenset(self.taken),
+            room=room,
         )
         if plan.ok:
             self.taken.update(v.job_id for v in plan.victims)

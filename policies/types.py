@@ -163,3 +163,21 @@ class RunningJob:
     """Some of its GPUs lie above its team's nominal quota (reclaimable by the lenders)."""
     grace_seconds: int = 120
     nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PoolRoom:
+    """One pool as priority preemption needs to see it for one job: the free GPUs of each node
+    in the admission cycle's working copy now, and the domain of each node at the level the
+    job requires. Preemption then stops only jobs whose GPUs, added to the free ones, let the
+    gang fit (each replica on one node, all replicas in one domain)."""
+
+    level: str
+    """The job's required topology level: 'node', 'rack', 'block', or 'pool' when none."""
+    domain: Mapping[str, str]
+    """The domain at `level` of every node of the pool ('' when the level is the pool)."""
+    free: Mapping[str, int]
+    """Free GPUs of every node the job may use; GPUs freed on nodes absent here
+    (unschedulable, excluded for the job) do not count."""
+    size: Mapping[str, int]
+    """GPUs of every node the job may use: freed GPUs never count beyond it."""

@@ -19,7 +19,7 @@ from broker.policy_inputs import running_job
 from broker.store import attempts as att
 from broker.store.queries import get_job, jobs_by_ids
 from policies.preemption import Mode, PreemptionPlan, Preemptor, Victim
-from policies.types import PendingJob, QuotaConfig, RunningJob
+from policies.types import PendingJob, PoolRoom, QuotaConfig, RunningJob
 
 HOLDING = {JobState.ADMITTED.value, JobState.PREPARING.value, JobState.RUNNING.value}
 
@@ -92,7 +92,7 @@ class LazyPreemptor:
         self._inner: Preemptor | None = None
 
     def plan(self, job: PendingJob, mode: Mode, gpus_needed: int, pool: str | None,
-             flavor: str | None) -> PreemptionPlan:
+             flavor: str | None, room: PoolRoom | None = None) -> PreemptionPlan:
         if self._inner is None:
             self._inner = Preemptor(running_views(self.plane), self.quotas, self.now)
-        return self._inner.plan(job, mode, gpus_needed, pool, flavor)
+        return self._inner.plan(job, mode, gpus_needed, pool, flavor, room)

@@ -238,6 +238,40 @@ def test_higher_priority_preempts_and_the_victim_resumes_from_its_checkpoint(sim
     consistent(sim)
 
 
+def test_priority_preemption_frees_one_rack_for_a_rack_bound_gang(sim: Sim) -> None:
+    from broker.domain.attempts import RunSnapshot
+
+    # k8s-a100 (two racks of four 8-GPU nodes) is full of vision's 1 x 8 jobs, inside
+    # vision's own quota, one low-priority job per rack; language's urgent 2 x 8 gang must
+    # run within one rack, so stopping the two low-priority jobs (by GPU count the cheapest
+    # choice) would not let it run
+    lows = []
+    for i, priority in enumerate(["normal"] * 3 + ["low"] + ["normal"] * 3 + ["low"]):
+        j = submit(sim, spec().name(f"{priority}-{i}").flavors("a100-80g").replicas(1)
+                   .topology(None).set("priority", priority), 3600)
+        _run_until(sim, j, "RUNNING", step=20)
+        lows.append(j)
+    cycle(sim, 700)  # past the minimum runtime that protects new work
+    urgent = submit(sim, spec().name("urgent").team("language").flavors("a100-80g")
+                    .replicas(2).topology("rack").set("priority", "high"), 60)
+    run_admission(sim.plane)
+    assert state(sim, urgent) == ("QUEUED", "WaitingForPreemption")
+    _run_until(sim, urgent, "RUNNING", cycles=6)
+    with sim.plane.db.read() as s:
+        preempted = [j for j in lows if ("RETRYING", "Preempted")
+                     in [(e.to_state, e.reason) for e in job_events(s, j)]]
+    assert len(preempted) == 2, "two victims, exactly enough"
+    rack = {n.name: n.topology.rack for p in sim.plane.inventory().pools for n in p.nodes}
+    racks = set()
+    for j in preempted:
+        placement = RunSnapshot.model_validate_json(_attempts(sim, j)[0].snapshot_json).placement
+        assert placement is not None
+        racks.update(rack[n] for n in placement.nodes)
+    assert len(racks) == 1, racks
+    assert sorted(j in (lows[3], lows[7]) for j in preempted) == [False, True]
+    consistent(sim)
+
+
 def test_a_team_whose_quota_is_full_preempts_its_own_lower_priority_work(sim: Sim) -> None:
     # vision's 32 nominal h100 GPUs (all the pool has; nobody lends it more) run two of its
     # own low-priority gangs; its urgent job must take the place of one of them

@@ -15,7 +15,17 @@ from broker.domain.inventory import (
     TopologyPath,
 )
 from broker.domain.spec import BackendKind, TopologyLevel
-from policies.types import FlavorQuota, PendingJob, QuotaConfig, RunningJob, TeamQuota, Usage
+from policies.admission import pool_room
+from policies.capacity import POOL, PoolIndex
+from policies.types import (
+    FlavorQuota,
+    PendingJob,
+    PoolRoom,
+    QuotaConfig,
+    RunningJob,
+    TeamQuota,
+    Usage,
+)
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 _counter = [0]
@@ -130,6 +140,13 @@ class PoolBuilder:
         self.used[node] = gpus
         return self
 
+    def run(self, *jobs: RunningJob) -> PoolBuilder:
+        """Mark the GPUs of running jobs busy on their nodes (gpus / len(nodes) per entry)."""
+        for j in jobs:
+            for n in j.nodes:
+                self.used[n] = self.used.get(n, 0) + j.gpus // len(j.nodes)
+        return self
+
     def use_all_but(self, free: dict[str, int]) -> PoolBuilder:
         for n in self.node_names():
             self.used[n] = self.gpus - free.get(n, 0)
@@ -235,7 +252,9 @@ def running(
     borrowed: bool = False,
     flavor: str = "h100",
     pool: str = "p1",
+    nodes: tuple[str, ...] = (),
 ) -> RunningJob:
+    """`nodes` as placements record them (one entry per replica); 'n0' stands for 'p1-n0'."""
     return RunningJob(
         id=id,
         team=team,
@@ -247,4 +266,11 @@ def running(
         last_checkpoint_at=at(checkpoint) if checkpoint is not None else None,
         expected_end=at(end) if end is not None else None,
         borrowed=borrowed,
+        nodes=tuple(n if n.startswith(f"{pool}-") else f"{pool}-{n}" for n in nodes),
     )
+
+
+def room(pool: PoolBuilder, level: str | None = None, exclude: tuple[str, ...] = ()) -> PoolRoom:
+    """What admission passes to priority preemption for a job requiring `level`."""
+    rank = POOL if level is None else TopologyLevel(level).rank
+    return pool_room(PoolIndex(pool.build()), rank, frozenset(exclude))

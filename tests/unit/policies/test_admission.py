@@ -221,3 +221,78 @@ def test_capacity_owed_to_jobs_queued_in_the_backend_is_held() -> None:
     d = cycle([make_job().gpus(4).build()], inventory(pool)).decisions[0]
     assert not d.admitted and d.reason is Reason.InsufficientCapacity
     assert "needs 4 GPUs; 0 of 16 free" in d.message
+
+
+def _low(id: str, *nodes: str, ckpt: float, gpus: int = 8) -> RunningJob:
+    return running(id, priority=0, gpus=gpus, checkpoint=ckpt, nodes=nodes)
+
+
+def test_rack_gang_preempts_exactly_enough_in_one_rack() -> None:
+    gang = make_job().gpus(8).replicas(2).topology("rack").priority(1000, True).build()
+    run = [
+        _low("a", "n0", ckpt=-10),
+        _low("c", "n4", ckpt=-20),
+        _low("b", "n1", ckpt=-30),
+        _low("d", "n5", ckpt=-40),
+        *(running(f"h{n}", priority=1000, nodes=(f"n{n}",)) for n in (2, 3, 6, 7)),
+    ]
+    inv = inventory(make_pool("p1").run(*run))
+    d = cycle([gang], inv, running_jobs=run).decisions[0]
+    assert d.reason is Reason.WaitingForPreemption, d.message
+    assert [v.job_id for v in d.victims] == ["a", "b"]
+    assert "in b0/r00" in d.message
+
+
+def test_fragmented_free_gpus_preempt_one_half_node_job() -> None:
+    # 8 GPUs free as 4 + 4 on two nodes: enough by count, but no node holds the 1 x 8 job
+    job = make_job().gpus(8).priority(1000, True).build()
+    run = [
+        _low("x", "n0", gpus=4, ckpt=-10),
+        _low("y", "n1", gpus=4, ckpt=-20),
+        _low("z", "n2", ckpt=-30),
+        _low("w", "n3", ckpt=-60),
+    ]
+    inv = inventory(make_pool("p1").shape(1, 1, 4).run(*run))
+    d = cycle([job], inv, running_jobs=run).decisions[0]
+    assert d.reason is Reason.WaitingForPreemption, d.message
+    assert [v.job_id for v in d.victims] == ["x"]
+
+
+def test_preemption_that_would_not_help_keeps_the_reason_and_says_so() -> None:
+    gang = make_job().gpus(8).replicas(2).topology("rack").priority(1000, True).build()
+    run = [
+        _low("a", "n0", ckpt=-10),
+        _low("b", "n4", ckpt=-10),
+        *(running(f"h{n}", priority=1000, nodes=(f"n{n}",)) for n in (1, 2, 3, 5, 6, 7)),
+    ]
+    inv = inventory(make_pool("p1").run(*run))
+    d = cycle([gang], inv, running_jobs=run).decisions[0]
+    assert d.reason is Reason.InsufficientCapacity and not d.victims
+    assert "p1: preemption would not help" in d.message
+
+    # fragmented and nothing to stop where it would help: TopologyUnsatisfiable stays
+    frag = inventory(make_pool("p1").shape(1, 1, 2).use("n0", 4).use("n1", 4))
+    high = [running("h", priority=1000, gpus=4, nodes=("n0",))]
+    d = cycle([make_job().gpus(8).priority(1000, True).build()], frag, running_jobs=high)
+    assert d.decisions[0].reason is Reason.TopologyUnsatisfiable
+    assert "preemption would not help" in d.decisions[0].message
+
+
+def test_victims_taken_by_one_job_are_not_counted_again_by_the_next() -> None:
+    first = make_job().id("first").gpus(8).priority(1000, True).build()
+    second = make_job().id("second").gpus(8).priority(900, True).submitted(1).build()
+    run = [_low("a", "n0", ckpt=-10), running("h", priority=1000, nodes=("n1",))]
+    inv = inventory(make_pool("p1").shape(1, 1, 2).run(*run))
+    d = cycle([first, second], inv, running_jobs=run).by_job()
+    assert [v.job_id for v in d["first"].victims] == ["a"]
+    assert not d["second"].victims and "preemption would not help" in d["second"].message
+
+
+def test_topology_aware_preemption_is_deterministic() -> None:
+    gang = make_job().id("g").gpus(8).replicas(2).topology("rack").priority(1000, True).build()
+    run = [_low(f"v{n}", f"n{n}", ckpt=-10) for n in range(8)]  # ties on cost everywhere
+    inv = inventory(make_pool("p1").run(*run))
+    first = cycle([gang], inv, running_jobs=run)
+    assert [v.job_id for v in first.decisions[0].victims] == ["v0", "v1"]
+    for again in (run[::-1], run[3:] + run[:3]):
+        assert cycle([gang], inv, running_jobs=again) == first

@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field
 
 import pytest
 
 from broker.domain import Reason
-from policies.preemption import Mode, PreemptionParams, select_victims
-from policies.types import RunningJob
-from tests.unit.policies.builders import at, make_job, q, quota_config, running
+from policies.preemption import Mode, PreemptionParams, PreemptionPlan, select_victims
+from policies.types import PendingJob, RunningJob
+from tests.unit.policies.builders import (
+    PoolBuilder,
+    at,
+    make_job,
+    make_pool,
+    q,
+    quota_config,
+    room,
+    running,
+)
 
 QUOTAS = quota_config(
     {
@@ -169,3 +179,203 @@ def test_params_change_protection() -> None:
     )
     assert [v.job_id for v in plan.victims] == ["young"]
     assert plan.victims[0].lost_gpu_hours == pytest.approx(8 * 5 / 60, abs=1e-3)
+
+
+# ---- topology-aware priority preemption ---------------------------------------------------
+# Pools are full unless `free` says otherwise; default shape: one block, racks b0/r00
+# (p1-n0..n3) and b0/r01 (p1-n4..n7) of 8-GPU nodes. Work lost grows with the checkpoint age.
+
+
+def rack_gang() -> PendingJob:
+    return make_job().gpus(8).replicas(2).topology("rack").priority(1000, True).build()
+
+
+def one_node_job() -> PendingJob:
+    return make_job().gpus(8).priority(1000, True).build()
+
+
+def low(id: str, *nodes: str, ckpt: float = -10, gpus: int = 8) -> RunningJob:
+    return running(id, priority=0, gpus=gpus, checkpoint=ckpt, nodes=nodes)
+
+
+def high(id: str, *nodes: str, gpus: int = 8) -> RunningJob:
+    return running(id, priority=1000, gpus=gpus, nodes=nodes)
+
+
+@dataclass
+class RoomCase:
+    id: str
+    job: PendingJob
+    running: list[RunningJob]
+    victims: list[str]
+    pool: PoolBuilder = field(default_factory=make_pool)
+    free: dict[str, int] = field(default_factory=dict)
+    need: int = 0
+    """The pool's GPU shortfall admission passes (0 when free GPUs are only fragmented)."""
+    domain: str | None = None
+    exclude: tuple[str, ...] = ()
+    in_message: str = ""
+
+
+ROOM_CASES = [
+    RoomCase(
+        "rack-gang-takes-exactly-enough-victims-from-one-rack",
+        rack_gang(),
+        [
+            low("a", "n0", ckpt=-10),
+            low("c", "n4", ckpt=-20),
+            low("b", "n1", ckpt=-30),
+            low("d", "n5", ckpt=-40),
+            *(high(f"h{n}", f"n{n}") for n in (2, 3, 6, 7)),
+        ],
+        ["a", "b"],  # counting GPUs alone would stop a and c, one per rack: useless
+        need=16,
+        domain="b0/r00",
+        in_message="preempting 2 job(s) (a, b) to free 16 GPUs in b0/r00",
+    ),
+    RoomCase(
+        "the-rack-losing-least-work-wins-not-the-cheapest-first-victim",
+        rack_gang(),
+        [
+            low("a", "n0", ckpt=-5),
+            low("c", "n4", ckpt=-10),
+            low("d", "n5", ckpt=-15),
+            low("b", "n1", ckpt=-100),
+            *(high(f"h{n}", f"n{n}") for n in (2, 3, 6, 7)),
+        ],
+        ["c", "d"],
+        need=16,
+        domain="b0/r01",
+    ),
+    RoomCase(
+        "fragmented-free-gpus-one-half-node-victim-completes-a-node",
+        one_node_job(),
+        [
+            low("x", "n0", gpus=4, ckpt=-10),
+            low("y", "n1", gpus=4, ckpt=-20),
+            low("z", "n2", ckpt=-30),
+            low("w", "n3", ckpt=-60),
+        ],
+        ["x"],
+        pool=make_pool().shape(1, 1, 4),
+        free={"p1-n0": 4, "p1-n1": 4},
+        need=0,
+        domain="",
+        in_message="in the pool",
+    ),
+    RoomCase(
+        "two-halves-of-one-node-and-the-useless-third-is-dropped",
+        one_node_job(),
+        [
+            low("a", "n0", gpus=4, ckpt=-10),
+            low("c", "n1", gpus=4, ckpt=-15),
+            low("b", "n0", gpus=4, ckpt=-20),
+            high("h", "n1", gpus=4),
+        ],
+        ["a", "b"],
+        pool=make_pool().shape(1, 1, 2),
+        need=8,
+    ),
+    RoomCase(
+        "victims-whose-end-would-not-make-the-gang-fit-are-never-chosen",
+        rack_gang(),
+        [low("a", "n0"), low("b", "n4"), *(high(f"h{n}", f"n{n}") for n in (1, 2, 3, 5, 6, 7))],
+        [],
+        need=16,
+        in_message="preemption would not help: stopping lower-priority work (2 job(s) "
+        "preemptible) leaves no room for 2 x 8 GPUs within one rack",
+    ),
+    RoomCase(
+        "a-victim-spanning-two-racks-frees-neither",
+        rack_gang(),
+        [
+            running("span", priority=0, gpus=16, checkpoint=-1, nodes=("n3", "n4")),
+            low("a", "n0"),
+            low("b", "n1"),
+            *(high(f"h{n}", f"n{n}") for n in (2, 5, 6, 7)),
+        ],
+        ["a", "b"],
+        need=16,
+    ),
+    RoomCase(
+        "gpus-freed-on-an-excluded-node-do-not-count",
+        one_node_job(),
+        [low("a", "n0", ckpt=-1), low("b", "n1", ckpt=-50)],
+        ["b"],
+        pool=make_pool().shape(1, 1, 2),
+        need=8,
+        exclude=("p1-n0",),
+    ),
+    RoomCase(
+        "gpus-freed-on-an-unschedulable-node-do-not-count",
+        one_node_job(),
+        [low("a", "n0", ckpt=-1), low("b", "n1", ckpt=-50)],
+        ["b"],
+        pool=make_pool().shape(1, 1, 2).down_("p1-n0"),
+        need=8,
+    ),
+    RoomCase(
+        "a-protected-victim-where-it-would-help-means-no-preemption",
+        one_node_job(),
+        [running("young", priority=0, started=-5, nodes=("n0",))],
+        [],
+        pool=make_pool().shape(1, 1, 1),
+        need=8,
+        in_message="preemption would not help: no lower-priority job can be preempted "
+        "(1 protected)",
+    ),
+    RoomCase(
+        "victims-without-a-node-list-fall-back-to-counting-gpus",
+        rack_gang(),
+        [low("old-a"), low("old-b")],
+        ["old-a", "old-b"],
+        need=16,
+    ),
+    RoomCase(
+        "no-fallback-when-the-pool-has-the-gpus-but-they-are-fragmented",
+        one_node_job(),
+        [low("old-a")],
+        [],
+        pool=make_pool().shape(1, 1, 2),
+        free={"p1-n0": 4, "p1-n1": 4},
+        need=0,
+    ),
+]
+
+
+def _room_plan(case: RoomCase, jobs: list[RunningJob]) -> PreemptionPlan:
+    level = case.job.topology_required
+    return select_victims(
+        case.job,
+        case.need,
+        jobs,
+        at(0),
+        "priority",
+        pool="p1",
+        flavor="h100",
+        quotas=QUOTAS,
+        room=room(
+            case.pool.use_all_but(case.free), level.value if level else None, case.exclude
+        ),
+    )
+
+
+@pytest.mark.parametrize("case", ROOM_CASES, ids=[c.id for c in ROOM_CASES])
+def test_topology_aware_victims(case: RoomCase) -> None:
+    plan = _room_plan(case, case.running)
+    assert [v.job_id for v in plan.victims] == case.victims, plan.message
+    assert plan.ok == bool(case.victims)
+    want = Reason.WaitingForPreemption if case.victims else Reason.InsufficientCapacity
+    assert plan.reason is want
+    if case.domain is not None:
+        assert plan.domain == case.domain
+    assert case.in_message in plan.message
+
+
+@pytest.mark.parametrize("case", ROOM_CASES, ids=[c.id for c in ROOM_CASES])
+def test_topology_aware_victims_do_not_depend_on_input_order(case: RoomCase) -> None:
+    first = _room_plan(case, case.running)
+    for seed in range(10):
+        jobs = list(case.running)
+        random.Random(seed).shuffle(jobs)
+        assert _room_plan(case, jobs) == first
