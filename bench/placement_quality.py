@@ -14,11 +14,17 @@ Reports p50/p95 queue wait (submit to start), GPU allocation while saturated (jo
 during the arrival window),
 fragmentation (share of free GPUs on partly used nodes), and starvation (max wait of the
 largest gangs). Last line: `placement: p95 wait ratio vs static <X>` (lower is better).
+
+Every trace job declares a time limit (max_runtime, an over-estimate; trace.py); the simulated
+backends report when busy GPUs are due back from those limits, never from true run times, and
+reservations for starving gangs use that. `--no-releases` hides it (the inventory then says
+nothing about when work ends, as before release data existed).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -76,11 +82,15 @@ def make_trace(n: int, seed: int, load: float) -> list[TraceJob]:
     return [replace(j, submit_s=j.submit_s * scale) for j in trace]
 
 
-_SPEC_CACHE: dict[tuple[int, int], RunSnapshot] = {}
+_SPEC_CACHE: dict[tuple[int, int, int], RunSnapshot] = {}
+
+
+def limit_s(j: TraceJob) -> int:
+    return math.ceil(j.limit_s) if j.limit_s is not None else 86400
 
 
 def snapshot(j: TraceJob) -> RunSnapshot:
-    key = (j.replicas, j.gpus_per_replica)
+    key = (j.replicas, j.gpus_per_replica, limit_s(j))
     snap = _SPEC_CACHE.get(key)
     if snap is None:
         spec = JobSpec.model_validate(
@@ -90,6 +100,7 @@ def snapshot(j: TraceJob) -> RunSnapshot:
                 "gang": {"replicas": key[0], "gpus_per_replica": key[1]},
                 "flavors": FLAVORS,
                 "entrypoint": {"image": "i", "command": ["run"]},
+                "max_runtime": key[2],
             }
         )
         snap = _SPEC_CACHE[key] = RunSnapshot.of(spec)
@@ -182,11 +193,14 @@ def simulate(
     quotas: QuotaConfig,
     pin: dict[str, str] | None = None,
     seed: int = 0,
+    releases: bool = True,
 ) -> Metrics:
     clock = SimClock(T0)
     backends = {
-        "slurm-a": SimBackend("slurm-a", "slurm", pools("slurm"), clock, seed=seed),
-        "k8s-a": SimBackend("k8s-a", "k8s", pools("k8s"), clock, seed=seed + 1),
+        "slurm-a": SimBackend(
+            "slurm-a", "slurm", pools("slurm"), clock, seed=seed, releases=releases
+        ),
+        "k8s-a": SimBackend("k8s-a", "k8s", pools("k8s"), clock, seed=seed + 1, releases=releases),
     }
     by_id = {j.id: j for j in trace}
     pending: dict[str, PendingJob] = {}
@@ -211,6 +225,7 @@ def simulate(
                 flavors=j.flavors,
                 submitted_at=clock.at(j.submit_s),
                 priority=j.priority,
+                max_runtime_s=limit_s(j),
                 topology_required=TopologyLevel.RACK if j.rack_required else None,
                 backend=pin[j.team] if pin else "any",  # type: ignore[arg-type]
             )
@@ -283,6 +298,11 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=3)
     ap.add_argument("--load", type=float, default=1.0)
+    ap.add_argument(
+        "--no-releases",
+        action="store_true",
+        help="backends report no expected ends of running work (reservations by free GPUs)",
+    )
     args = ap.parse_args()
     trace = make_trace(args.jobs, args.seed, args.load)
     nominal = capacity_gpus()
@@ -296,7 +316,8 @@ def main() -> None:
     print(
         f"trace: {len(trace)} jobs over {trace[-1].submit_s / 3600:.1f} h, "
         f"{sum(g == 1 for g in gpus) / len(gpus):.0%} 1-GPU, max {max(gpus)} GPUs; "
-        f"capacity {capacity_gpus()} GPUs; offered load {args.load:.0%}"
+        f"capacity {capacity_gpus()} GPUs; offered load {args.load:.0%}; "
+        f"release data {'off' if args.no_releases else 'on'}"
     )
     results = {}
     for name, strat, p in (
@@ -305,7 +326,9 @@ def main() -> None:
         ("firstfit", firstfit, None),
     ):
         _RACKS.clear()
-        results[name] = simulate(name, trace, strat, quotas, p, seed=args.seed)
+        results[name] = simulate(
+            name, trace, strat, quotas, p, seed=args.seed, releases=not args.no_releases
+        )
         print(results[name].line(trace), flush=True)
     ratio = results["isthmus"].pct(0.95) / max(1.0, results["static"].pct(0.95))
     alloc_i = statistics.fmean(results["isthmus"].alloc)

@@ -8,8 +8,9 @@ Phases (Kueue's, numbered in the decision record):
   4 order      priority, then fair share, then submission time (FairQueue)
   5 admit      per job: quota per flavor, gang placement on the working copy; on success the
                capacity and the quota are reserved at once so later jobs see them taken; a
-               starving gang that does not fit holds capacity in one domain (reservation) so
-               smaller jobs may backfill elsewhere but not in front of it; a job that may
+               starving gang that does not fit holds capacity in one domain (reservation:
+               where it would fit soonest by the nodes' expected releases, else the most
+               free) so smaller jobs may backfill elsewhere but not in front of it; a job that may
                preempt (lower priority work in its pool, or of its own team when its quota
                is full) or reclaim lent quota asks the preemption oracle; for priority
                preemption it passes the pool's node-level room (free GPUs per node and the
@@ -25,6 +26,7 @@ Pure: no clock, no I/O; the same inputs give the same decisions and the same dig
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -282,8 +284,17 @@ class _Cycle:
         if not pools:
             return None
         rank = {f: i for i, f in enumerate(job.flavors)}
-        pool = min(pools, key=lambda p: (rank.get(p.flavor, 99), -p.free, p.name))
-        held = pool.hold(job.gpus_per_replica, job.replicas, max_level(job))
+        g, level = job.gpus_per_replica, max_level(job)
+        targets = {p.name: p.hold_target(g, job.replicas, level) for p in pools}
+
+        def ready(p: PoolIndex) -> float:
+            t = targets[p.name]
+            return math.inf if t is None else t.ready
+
+        # within a flavor, the pool whose domain drains soonest; without release data every
+        # pool is inf and the most free GPUs decide, as before
+        pool = min(pools, key=lambda p: (rank.get(p.flavor, 99), ready(p), -p.free, p.name))
+        held = pool.hold(g, job.replicas, level, targets[pool.name])
         if held is None:
             return None
         self.reservations += 1

@@ -7,26 +7,37 @@ cached per g until the rack changes. Pools also remember, per (gpus per replica,
 the smallest replica count that failed this cycle: capacity only shrinks inside a cycle, so any
 larger gang fails at once. Node lists are only walked inside the one domain finally chosen.
 
+A starving gang's reservation goes to the domain where it would fit soonest, counting the GPUs
+each node expects back (`NodeSnapshot.releases`, from declared time limits); without such data
+anywhere in the pool it goes, as before, to the domain with the most free GPUs now.
+
 Topology levels are ranked node=0, rack=1, block=2, pool=3 (no constraint).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime
 
 from broker.domain.inventory import InventorySnapshot, PoolSnapshot
+from policies.drain_time import HoldTarget, fit_time
 
 NODE, RACK, BLOCK, POOL = 0, 1, 2, 3
 LEVEL_NAMES = ("node", "rack", "block", "pool")
 _BIG = 1 << 60
 
 
+Releases = tuple[tuple[datetime, int], ...]
+
+
 class NodeSlot:
     """A node of the working copy. CPU and memory are None when the backend did not report
-    them (then only GPUs are checked)."""
+    them (then only GPUs are checked). `releases` is the snapshot's (time, GPUs) list, kept
+    by reference: it is read only when a reservation is placed."""
 
-    __slots__ = ("free", "free_cpus", "free_mem", "name", "rack", "total")
+    __slots__ = ("free", "free_cpus", "free_mem", "name", "rack", "releases", "total")
 
     def __init__(
         self,
@@ -36,6 +47,7 @@ class NodeSlot:
         free_cpus: int | None,
         free_mem: int | None,
         rack: Rack,
+        releases: Releases = (),
     ) -> None:
         self.name = name
         self.total = total
@@ -43,6 +55,7 @@ class NodeSlot:
         self.free_cpus = free_cpus
         self.free_mem = free_mem
         self.rack = rack
+        self.releases = releases
 
 
 class Rack:
@@ -115,6 +128,7 @@ class PoolIndex:
         self.free = 0
         self.total = 0
         self.unschedulable = 0
+        self.has_releases = False
         for n in snap.nodes:
             key = (n.topology.block, n.topology.rack)
             rack = racks.get(key)
@@ -126,7 +140,10 @@ class PoolIndex:
                 self.unschedulable += 1
             cpus = n.free_cpus if n.cpus else None
             mem = n.free_memory_bytes if n.memory_bytes else None
-            slot = NodeSlot(n.name, total, free, cpus, mem, rack)
+            releases = n.releases if n.schedulable else ()
+            if releases:
+                self.has_releases = True
+            slot = NodeSlot(n.name, total, free, cpus, mem, rack, releases)
             rack.nodes.append(slot)
             rack.buckets[free] += 1
             rack.free += free
@@ -149,6 +166,8 @@ class PoolIndex:
         self.admitted_max_priority: int | None = None
         self.queued = snap.queue.isthmus_pending_jobs
         self.held = 0
+        self.claimed: set[str] = set()
+        """Nodes whose releases an earlier reservation of this cycle already counts on."""
 
     # ---- capacity questions -------------------------------------------------------------
     def static_cap(self, g: int, level: int) -> int:
@@ -349,10 +368,12 @@ class PoolIndex:
         self.start_free = self.free
         return held
 
-    def hold(self, g: int, replicas: int, level: int) -> tuple[str, int] | None:
-        """Reserve free GPUs for a starving gang: in the domain at `level` (or the tightest
-        level that could ever hold it) with the most free GPUs, hold up to the gang's size.
-        Returns (domain, GPUs held)."""
+    def hold_target(self, g: int, replicas: int, level: int) -> HoldTarget | None:
+        """Where a starving gang's reservation goes: a domain at `level` (or the tightest
+        level that could ever hold the gang). With release data in the pool, the domain where
+        the gang fits soonest (free GPUs now plus those released by then, per node), then the
+        most free GPUs now, then the name; domains too small even when empty are skipped.
+        Without release data, the domain with the most free GPUs now (`ready` is inf)."""
         level = next((lv for lv in range(level + 1) if self.static_cap(g, lv) >= replicas), -1)
         if level < 0:
             return None
@@ -371,16 +392,42 @@ class PoolIndex:
         groups = [gr for gr in groups if gr[1]]
         if not groups:
             return None
-        domain, nodes = max(groups, key=lambda gr: (sum(n.free for n in gr[1]), gr[0]))
+        if not self.has_releases:
+            domain, nodes = max(groups, key=lambda gr: (sum(n.free for n in gr[1]), gr[0]))
+            return HoldTarget(domain, nodes, math.inf)
+        best: tuple[float, int, str] | None = None
+        target: HoldTarget | None = None
+        for domain, nodes in groups:
+            if sum(n.total // g for n in nodes) < replicas:
+                continue
+            ready = fit_time(nodes, g, replicas, self.claimed)
+            # max over (-ready, free, name): ties fall as they did before release data
+            key = (-ready, sum(n.free for n in nodes), domain)
+            if best is None or key > best:
+                best, target = key, HoldTarget(domain, nodes, ready)
+        return target
+
+    def hold(
+        self, g: int, replicas: int, level: int, target: HoldTarget | None = None
+    ) -> tuple[str, int] | None:
+        """Reserve free GPUs for a starving gang in `target` (default: `hold_target`), up to
+        the gang's size, largest free nodes first. Returns (domain, GPUs held)."""
+        if target is None:
+            target = self.hold_target(g, replicas, level)
+        if target is None:
+            return None
+        need = replicas * g
         held = 0
-        for n in sorted(nodes, key=lambda n: (-n.free, n.name)):
+        if self.has_releases:  # a later gang must not wait for the same releases
+            self.claimed.update(n.name for n in target.nodes)
+        for n in sorted(target.nodes, key=lambda n: (-n.free, n.name)):
             if held >= need or n.free == 0:
                 break
             take = min(n.free, need - held)
             self._take(n, take)
             held += take
         self.held += held
-        return domain, held
+        return target.domain, held
 
 
 class CapacityIndex:

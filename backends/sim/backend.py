@@ -6,6 +6,11 @@ free (else first fit inside the placement's topology level), external non-Isthmu
 as a Poisson process, job durations drawn (or given per job), and injected failures. All
 randomness comes from one `random.Random(seed)`: the same seed and the same calls give the same
 facts. Time moves only through `SimClock.advance` / `SimBackend.advance`.
+
+The inventory reports, per node, when busy GPUs are expected back (`NodeSnapshot.releases`) the
+way a real scheduler knows it: start + the declared time limit (the spec's max_runtime; for
+external load, `ExternalLoad.limit_s` if set, else no release), never the drawn run time. The
+limit is not enforced: a job running past it keeps its GPUs and its overdue release.
 """
 
 from __future__ import annotations
@@ -96,6 +101,8 @@ class ExternalLoad:
     arrivals_per_hour: float = 0.0
     gpus: tuple[int, ...] = (1, 2, 4, 8, 16)
     mean_duration_s: float = 3600.0
+    limit_s: float | None = None
+    """Declared time limit of each external job (None: the backend knows no end)."""
 
 
 @dataclass(slots=True)
@@ -108,6 +115,8 @@ class _Job:
     duration: float
     submitted: float
     isthmus: bool
+    limit: float | None = None
+    """Declared time limit in seconds (what the scheduler knows), not the true duration."""
     job_id: str | None = None
     attempt: int | None = None
     level: str | None = None
@@ -132,6 +141,8 @@ class _Node:
     topo: TopologyPath
     up: bool = True
     snap: NodeSnapshot | None = field(default=None, repr=False)
+    running: dict[str, int] = field(default_factory=dict)
+    """GPUs each running job holds here, by job name."""
 
 
 class SimBackend:
@@ -152,8 +163,11 @@ class SimBackend:
         failures: SimFailures | None = None,
         external: ExternalLoad | None = None,
         duration: Callable[[random.Random], float] | None = None,
+        releases: bool = True,
     ) -> None:
         self.name = name
+        self.report_releases = releases
+        """False: the inventory reports no releases, like a backend that cannot tell."""
         self.kind = kind
         self.clock = clock
         self.rng = random.Random(seed)  # noqa: S311 - a reproducible simulation, not secrets
@@ -208,6 +222,7 @@ class SimBackend:
                         topology=n.topo,
                         schedulable=n.up,
                         reason=None if n.up else "down",
+                        releases=self._releases(n),
                     )
                 nodes.append(n.snap)
             pools.append(
@@ -226,6 +241,16 @@ class SimBackend:
                 )
             )
         return InventorySnapshot(taken_at=self.clock.now, pools=tuple(pools))
+
+    def _releases(self, node: _Node) -> tuple[tuple[datetime, int], ...]:
+        if not self.report_releases:
+            return ()
+        out = []
+        for name, gpus in node.running.items():
+            job = self.jobs[name]
+            if job.limit is not None and job.started is not None:
+                out.append((job.started + job.limit, gpus))
+        return tuple((self.clock.at(t), g) for t, g in sorted(out))
 
     def _queue_depth(self, pool: str) -> QueueDepth:
         mine = [j for j in self.pending[pool] if j.isthmus]
@@ -260,6 +285,7 @@ class SimBackend:
             duration=duration,
             submitted=self._t,
             isthmus=True,
+            limit=float(request.snapshot.spec.max_runtime),
             job_id=request.job_id,
             attempt=request.attempt,
             level=pl.topology_level.value if pl.topology_level else None,
@@ -379,6 +405,7 @@ class SimBackend:
             duration=self.rng.expovariate(1.0 / self.external.mean_duration_s),
             submitted=self._t,
             isthmus=False,
+            limit=self.external.limit_s,
             seq=self._seq,
         )
         self.jobs[job.name] = job
@@ -417,6 +444,7 @@ class SimBackend:
                 continue
             for n in nodes:
                 n.free -= job.gpus
+                n.running[job.name] = n.running.get(job.name, 0) + job.gpus
                 n.snap = None
             job.nodes = tuple(n.name for n in nodes)
             job.started = self._t
@@ -462,6 +490,7 @@ class SimBackend:
             for name in job.nodes:
                 n = self.nodes[name]
                 n.free += job.gpus
+                n.running.pop(job.name, None)
                 n.snap = None
         elif job in self.pending[job.pool]:
             self.pending[job.pool].remove(job)

@@ -5,6 +5,12 @@ are large multi-node gangs that hold most of the GPU-hours; run times are heavy-
 (log-normal body with minutes-long medians and multi-day tails); arrivals are bursty. The
 numbers below are rounded shapes, not fitted values: the aim is a workload with the same
 pressure points (many small jobs fragmenting nodes, a few big gangs needing whole racks).
+
+Each job also declares a time limit (max_runtime), as users do on batch clusters: an
+over-estimate rounded up to a familiar value, and now and then simply the cluster maximum
+(studies of user run-time estimates, e.g. Tsafrir et al. 2007, find a few modal values and
+most jobs using a small fraction of their limit). Limits come from their own random stream, so
+adding them did not change the jobs, arrivals or run times.
 """
 
 from __future__ import annotations
@@ -12,6 +18,12 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass
+
+ROUND_LIMITS_S: tuple[float, ...] = tuple(
+    h * 3600.0 for h in (0.5, 1, 2, 4, 8, 12, 24, 48, 72)
+)
+MAX_LIMIT_SHARE = 0.15
+"""Share of jobs that declare the largest limit whatever they need."""
 
 # (GPUs, share of jobs): Helios/Philly report ~60-70% single-GPU jobs and <5% above 8 GPUs.
 SIZE_MIX: tuple[tuple[int, float], ...] = (
@@ -37,6 +49,8 @@ class TraceJob:
     flavors: tuple[str, ...]
     rack_required: bool
     priority: int = 100
+    limit_s: float | None = None
+    """Declared time limit (what the scheduler knows); never below `duration_s`."""
 
     @property
     def gpus(self) -> int:
@@ -60,6 +74,7 @@ def gpu_cluster_trace(
     Teams are Zipf-skewed (a few heavy users); a job accepts its preferred flavor and, half
     of the time, one fallback. Gangs of 2+ nodes require a rack."""
     rng = random.Random(seed)  # noqa: S311 - a reproducible workload, not secrets
+    limits = random.Random(f"limits-{seed}")  # noqa: S311 - its own stream, see module doc
     sizes = [s for s, _ in SIZE_MIX if s <= max_gpus]
     weights = [w for s, w in SIZE_MIX if s <= max_gpus]
     team_w = [1.0 / (i + 1) for i in range(len(teams))]
@@ -77,6 +92,7 @@ def gpu_cluster_trace(
             replicas, per = 1, gpus
         # big gangs run longer: a log-normal shifted up with size
         dur = rng.lognormvariate(mu + 0.25 * math.log2(gpus), sigma)
+        dur = min(max(dur, 30.0), max_duration_s)
         team = rng.choices(teams, team_w)[0]
         first = flavors[hash_index(team, len(flavors))]
         fl = [first]
@@ -89,12 +105,22 @@ def gpu_cluster_trace(
                 submit_s=t,
                 replicas=replicas,
                 gpus_per_replica=per,
-                duration_s=min(max(dur, 30.0), max_duration_s),
+                duration_s=dur,
                 flavors=tuple(fl),
                 rack_required=replicas > 1,
+                limit_s=declared_limit(dur, limits),
             )
         )
     return out
+
+
+def declared_limit(duration_s: float, rng: random.Random) -> float:
+    """A user's time limit for a job that will run `duration_s`: the largest round value for
+    MAX_LIMIT_SHARE of jobs, else 1 to 3 times the run time rounded up to a round value."""
+    if rng.random() < MAX_LIMIT_SHARE:
+        return max(ROUND_LIMITS_S[-1], duration_s)
+    want = duration_s * rng.uniform(1.0, 3.0)
+    return next((r for r in ROUND_LIMITS_S if r >= want), max(ROUND_LIMITS_S[-1], duration_s))
 
 
 def hash_index(name: str, n: int) -> int:

@@ -44,6 +44,12 @@ class NodeSnapshot(_Frozen):
     topology: TopologyPath = Field(default_factory=TopologyPath)
     schedulable: bool = True
     reason: str | None = Field(default=None, description="why not schedulable (drain, down)")
+    releases: tuple[tuple[datetime, int], ...] = Field(
+        default=(),
+        description="(time, GPUs): when busy GPUs are expected back, from the declared time "
+        "limits of the work on the node, not its true run time; busy GPUs not listed have no "
+        "known end and count as never released",
+    )
 
 
 class QueueDepth(_Frozen):

@@ -117,6 +117,7 @@ class PoolBuilder:
         self.kw: dict[str, Any] = {}
         self.queue = QueueDepth()
         self.cpus = 0
+        self.releases: dict[str, tuple[tuple[datetime, int], ...]] = {}
 
     def flavor_(self, f: str) -> PoolBuilder:
         self.flavor = f
@@ -145,6 +146,13 @@ class PoolBuilder:
         for j in jobs:
             for n in j.nodes:
                 self.used[n] = self.used.get(n, 0) + j.gpus // len(j.nodes)
+        return self
+
+    def release(self, node: str, *ends: tuple[float, int]) -> PoolBuilder:
+        """Busy GPUs of `node` ('n0') expected back: (minutes from T0, GPUs) per entry. The
+        node's busy GPUs are set to cover them unless `use` already said more."""
+        self.releases[node] = tuple((at(m), g) for m, g in ends)
+        self.used[node] = max(self.used.get(node, 0), sum(g for _, g in ends))
         return self
 
     def use_all_but(self, free: dict[str, int]) -> PoolBuilder:
@@ -188,6 +196,7 @@ class PoolBuilder:
                 for _ in range(self.nodes_per_rack):
                     name = f"{self.name}-n{i}"
                     used = self.used.get(name, self.used.get(f"n{i}", 0))
+                    releases = self.releases.get(name, self.releases.get(f"n{i}", ()))
                     nodes.append(
                         NodeSnapshot(
                             name=name,
@@ -196,7 +205,8 @@ class PoolBuilder:
                             cpus=self.cpus,
                             free_cpus=self.cpus,
                             topology=TopologyPath(block=f"b{b}", rack=f"r{b}{r}"),
-                            schedulable=name not in self.down,
+                            schedulable=name not in self.down and f"n{i}" not in self.down,
+                            releases=releases,
                         )
                     )
                     i += 1
