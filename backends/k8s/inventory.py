@@ -5,6 +5,10 @@ whoever created the pod. A node is unschedulable for Isthmus when it is cordoned
 carries a NoSchedule/NoExecute taint that the pool's pods do not tolerate (a pool's own taint,
 ``key=value`` of its node selector or a configured toleration, is tolerated).
 
+Releases: when a node's busy GPUs are expected back, per running pod with a declared limit:
+its start time plus the Isthmus limit (annotation isthmus.io/max-runtime) or the pod's own
+activeDeadlineSeconds; pods without either have no known end.
+
 Queue depth: pods not yet bound to a node, with their GPU demand counted in every pool that
 has a node they could land on (node selector, required node affinity and taints), split into
 Isthmus pods (label isthmus.io/managed-by=isthmus) and foreign ones.
@@ -14,9 +18,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
-from backends.k8s.manifests import LABEL_MANAGED, LABEL_NAME
+from backends.k8s.manifests import ANN_MAX_RUNTIME, LABEL_MANAGED, LABEL_NAME
 from backends.k8s.settings import MANAGED_BY, K8sSettings, PoolBinding, pool_tolerations
 from broker.domain.inventory import NodeSnapshot, PoolSnapshot, QueueDepth, TopologyPath
 from broker.domain.spec import BackendKind
@@ -148,7 +153,8 @@ def node_matches(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
 # -- snapshots ------------------------------------------------------------------------------
 
 def node_snapshot(node: Mapping[str, Any], used_gpus: float, pool: PoolBinding,
-                  settings: K8sSettings) -> NodeSnapshot:
+                  settings: K8sSettings,
+                  releases: Sequence[tuple[datetime, int]] = ()) -> NodeSnapshot:
     meta = node.get("metadata") or {}
     labels = meta.get("labels") or {}
     status = node.get("status") or {}
@@ -166,7 +172,40 @@ def node_snapshot(node: Mapping[str, Any], used_gpus: float, pool: PoolBinding,
                               rack=str(labels.get(settings.rack_label, ""))),
         schedulable=reason is None,
         reason=reason,
+        releases=tuple(sorted(releases)) if reason is None else (),
     )
+
+
+def pod_release(pod: Mapping[str, Any], resource: str) -> tuple[datetime, int] | None:
+    """(expected end, GPUs) of a running pod with a declared limit, else None."""
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    started = status.get("startTime")
+    if not started or status.get("phase") in TERMINAL:
+        return None
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    limit = annotations.get(ANN_MAX_RUNTIME, spec.get("activeDeadlineSeconds"))
+    gpus = int(pod_request(pod, resource))
+    try:
+        seconds = int(limit) if limit is not None else None
+        start = started if isinstance(started, datetime) else datetime.fromisoformat(
+            str(started).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if seconds is None or seconds < 0 or gpus <= 0:
+        return None
+    return start + timedelta(seconds=seconds), gpus
+
+
+def releases_by_node(pods: Iterable[Mapping[str, Any]],
+                     resource: str) -> dict[str, list[tuple[datetime, int]]]:
+    out: dict[str, list[tuple[datetime, int]]] = defaultdict(list)
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        release = pod_release(pod, resource) if node else None
+        if release is not None:
+            out[str(node)].append(release)
+    return out
 
 
 def used_gpus_by_node(pods: Iterable[Mapping[str, Any]], resource: str) -> dict[str, float]:
@@ -222,6 +261,7 @@ def build_pools(
     settings: K8sSettings,
 ) -> tuple[PoolSnapshot, ...]:
     used = used_gpus_by_node(pods, settings.gpu_resource)
+    releases = releases_by_node(pods, settings.gpu_resource)
     depth = queue_depths(pods, nodes, pools, settings.gpu_resource)
     out = []
     for pool in pools:
@@ -230,8 +270,9 @@ def build_pools(
             meta = node.get("metadata") or {}
             if not pool.selects(meta.get("labels") or {}):
                 continue
-            snaps.append(node_snapshot(node, used.get(str(meta.get("name")), 0.0), pool,
-                                       settings))
+            name = str(meta.get("name"))
+            snaps.append(node_snapshot(node, used.get(name, 0.0), pool, settings,
+                                       releases.get(name, ())))
         snaps.sort(key=lambda n: n.name)
         out.append(PoolSnapshot(
             name=pool.name, backend_kind=BackendKind.K8S, backend=backend, flavor=pool.flavor,

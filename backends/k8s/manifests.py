@@ -36,6 +36,7 @@ MANAGED_SELECTOR = f"{LABEL_MANAGED}={MANAGED_BY}"
 ANN_POOL = LABEL_PREFIX + "pool"
 ANN_SPEC_HASH = LABEL_PREFIX + "spec-hash"
 ANN_TEARDOWN = LABEL_PREFIX + "teardown"  # "<CATEGORY>/<Reason>: message", set before a kill
+ANN_MAX_RUNTIME = LABEL_PREFIX + "max-runtime"  # pod: the declared limit in seconds (releases)
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
 KUEUE_TAS_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
@@ -201,7 +202,8 @@ def render(
     labels = {**spec.labels, **labels_for(request)}  # the user's, then ours (never overridden)
     annotations = {ANN_POOL: pool.name, ANN_SPEC_HASH: request.snapshot.spec_hash}
     pod_labels = {**settings.pod_labels, **labels}
-    pod_annotations: dict[str, str] = {**settings.pod_annotations, **spec.annotations}
+    pod_annotations: dict[str, str] = {**settings.pod_annotations, **spec.annotations,
+                                       ANN_MAX_RUNTIME: str(spec.max_runtime)}
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "subdomain": name,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -244,8 +245,10 @@ def test_inventory_counts_foreign_pods_and_unusable_nodes(
     )
     core = client.CoreV1Api(api)
     n = [f"gpu-{pool}-{i:02d}" for i in range(6)]
+    part = foreign_pod("part", gpus=3, pool=pool, node=n[1])
+    part["spec"]["activeDeadlineSeconds"] = 3600  # a declared limit: its GPUs' release time
     for pod in (foreign_pod("full", gpus=8, pool=pool, node=n[0]),
-                foreign_pod("part", gpus=3, pool=pool, node=n[1]),
+                part,
                 foreign_pod("done", gpus=8, pool=pool, node=n[2],
                             annotations={FAKE_DURATION: "0s"}),
                 foreign_pod("waits", gpus=16, pool=pool),  # never fits: pending demand
@@ -277,6 +280,12 @@ def test_inventory_counts_foreign_pods_and_unusable_nodes(
     assert (snap.queue.isthmus_pending_gpus, snap.queue.isthmus_pending_jobs) == (16, 1)
     # A 2x8 gang does not fit: it stays in Isthmus (submit is never called); 1x8 would.
     assert not fits(snap, 2, 8) and fits(snap, 1, 8) and fits(snap, 2, 4)
+    # releases: start + declared limit where there is one, nothing where there is none
+    started = next(p for p in as_dict(core.list_namespaced_pod(k8s_namespace))["items"]
+                   if p["metadata"]["name"] == "part")["status"]["startTime"]
+    start = datetime.fromisoformat(started.replace("Z", "+00:00"))
+    assert nodes[n[1]].releases == ((start + timedelta(seconds=3600), 3),)
+    assert nodes[n[0]].releases == ()
 
 
 def test_foreign_pods_racing_for_capacity_trip_the_all_ranks_timeout(

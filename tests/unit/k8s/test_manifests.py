@@ -155,7 +155,8 @@ def test_kueue_mode_creates_the_job_suspended_with_a_queue() -> None:
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
     # Kueue picks the domain (topology-aware scheduling); Isthmus pins the pool only
     assert job["spec"]["template"]["metadata"]["annotations"] == {
-        "kueue.x-k8s.io/podset-required-topology": "topology.isthmus.io/rack"}
+        "kueue.x-k8s.io/podset-required-topology": "topology.isthmus.io/rack",
+        "isthmus.io/max-runtime": "7200"}
     assert len(_term(out)["matchExpressions"]) == 1
 
 

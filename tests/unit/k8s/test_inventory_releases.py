@@ -1,0 +1,74 @@
+"""When a node's busy GPUs are expected back, from pods' declared limits (pure)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from backends.k8s.inventory import build_pools, pod_release
+from backends.k8s.manifests import ANN_MAX_RUNTIME, render
+from backends.k8s.settings import K8sSettings, PoolBinding
+from tests.unit.k8s.helpers import request
+from tests.unit.k8s.kube_objects import foreign_pod, gpu_node
+
+POOL = PoolBinding(name="h100", flavor="h100-80g", node_selector={"isthmus.io/pool": "h100"})
+START = "2026-11-29T10:00:00Z"
+T0 = datetime(2026, 11, 29, 10, tzinfo=UTC)
+
+
+def running(pod: dict[str, Any], node: str, *, started: str | None = START,
+            phase: str = "Running") -> dict[str, Any]:
+    pod["spec"]["nodeName"] = node
+    pod["status"] = {"phase": phase, **({"startTime": started} if started else {})}
+    return pod
+
+
+def isthmus_pod(node: str) -> dict[str, Any]:
+    """A pod as the Job controller makes it from our template (its annotations included)."""
+    job = render(request(replicas=1, gpus=8), POOL, K8sSettings())[0]
+    tmpl = job["spec"]["template"]
+    pod = {"metadata": dict(tmpl["metadata"]), "spec": dict(tmpl["spec"])}
+    return running(pod, node)
+
+
+def with_deadline(seconds: int) -> dict[str, Any]:
+    pod = foreign_pod("x", gpus=4)
+    pod["spec"]["activeDeadlineSeconds"] = seconds
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("pod", "expected"),
+    [
+        (isthmus_pod("n1"), (T0 + timedelta(hours=2), 8)),  # max_runtime 2h of the request
+        (running(with_deadline(600), "n1"), (T0 + timedelta(minutes=10), 4)),
+        (running(foreign_pod("x", gpus=4), "n1"), None),  # no declared limit: no known end
+        (running(with_deadline(600), "n1", started=None), None),  # not started yet
+        (running(with_deadline(600), "n1", phase="Succeeded"), None),  # already gone
+        (running(with_deadline(600), "n1") | {"metadata": {"annotations": {
+            ANN_MAX_RUNTIME: "soon"}}}, None),  # unreadable limit: ignored, not an error
+        (running(with_deadline(600), "n1") | {"spec": {"nodeName": "n1", "containers": []}},
+         None),  # no GPUs
+    ],
+    ids=["isthmus-annotation", "pod-deadline", "no-limit", "not-started", "terminal",
+         "bad-annotation", "no-gpus"],
+)
+def test_pod_release(pod: dict[str, Any], expected: tuple[datetime, int] | None) -> None:
+    assert pod_release(pod, "nvidia.com/gpu") == expected
+
+
+def test_nodes_carry_their_pods_releases_sorted_and_unusable_nodes_none() -> None:
+    settings = K8sSettings()
+    nodes = [gpu_node("n1", "h100", "r0"), gpu_node("n2", "h100", "r0", unschedulable=True)]
+    for n in nodes:
+        n["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    pods = [running(with_deadline(3600), "n1"), running(with_deadline(600), "n1"),
+            running(with_deadline(600), "n2")]
+    (snap,) = build_pools("k8s", nodes, pods, [POOL], settings)
+    by_name = {n.name: n for n in snap.nodes}
+    assert by_name["n1"].releases == ((T0 + timedelta(minutes=10), 4),
+                                      (T0 + timedelta(hours=1), 4))
+    assert by_name["n1"].free_gpus == 0
+    assert by_name["n2"].releases == ()
