@@ -6,15 +6,15 @@ import logging
 import os
 import pwd
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from backends.base import CancelResult, Capability, SubmitRequest, SubmitResult, Unsupported
 from backends.slurm import script
-from backends.slurm.classify import ClassifyPolicy, Evidence, classify
+from backends.slurm.classify import ClassifyPolicy, Evidence, NodeCondition, classify
 from backends.slurm.inventory import ISTHMUS_PREFIX, PoolBinding, pool_snapshots
-from backends.slurm.records import BatchJob, JobRecord, NodeRecord
+from backends.slurm.records import BatchJob, JobRecord, NodeEvent, NodeRecord
 from backends.slurm.settings import SlurmSettings
 from backends.slurm.transport import Transport
 from broker.domain.facts import Fact, Phase
@@ -25,6 +25,12 @@ from broker.domain.reasons import Reason
 log = logging.getLogger(__name__)
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL",
             "OUT_OF_MEMORY", "PREEMPTED", "DEADLINE", "REVOKED"}
+# Ends that the health of the job's nodes can explain (or, for NODE_FAIL, name the culprit of).
+NODE_EVIDENCE_STATES = {"FAILED", "NODE_FAIL", "BOOT_FAIL"}
+# How long after a job's end its nodes' troubles still count: slurmctld declares a node whose
+# slurmd died DOWN only after SlurmdTimeout (300 s by default), and meanwhile the job's script
+# may already have failed. Beyond this the node's current state says nothing about the job.
+NODE_EVIDENCE_WINDOW = timedelta(seconds=600)
 
 
 def split_name(name: str) -> tuple[str | None, int | None]:
@@ -60,12 +66,15 @@ class SlurmBackend:
         self.settings = settings
         self.transport = transport
         self.clock = clock
-        self.policy = ClassifyPolicy(oom_is_user_error=settings.oom_is_user_error)
+        self.policy = ClassifyPolicy(oom_is_user_error=settings.oom_is_user_error,
+                                     infra_drain_reasons=settings.infra_drain_reasons)
         self.own_user = settings.user or settings.rest_user or pwd.getpwuid(os.getuid()).pw_name
         self._gpu_types: dict[str, str] = {}
         self._last_seen: dict[str, JobRecord] = {}  # name -> last queue record (exit codes)
         self._known_ids: dict[str, str] = {}  # name -> Slurm job id
         self._kill_at: dict[str, float] = {}  # Slurm job id -> monotonic deadline
+        # Slurm job id -> its nodes' conditions when its failed end was first seen
+        self._end_nodes: dict[str, dict[str, tuple[NodeCondition, ...]]] = {}
 
     # -- inventory ----------------------------------------------------------------------------
 
@@ -129,6 +138,34 @@ class SlurmBackend:
 
     # -- observe ------------------------------------------------------------------------------
 
+    def _note_end_nodes(self, recs: Iterable[JobRecord], now: datetime) -> None:
+        """Record what is known of the nodes of jobs that newly ended in a state their health
+        can explain: their current state (one node listing) and the down / drain events that
+        accounting recorded for them while the job ran (one query), for all such jobs at once
+        and never in a cycle without one. Kept per job, so the classification is that of the
+        moment the end was first seen and does not flip once an admin resumes the node."""
+        fresh = [r for r in recs if r.state in NODE_EVIDENCE_STATES and r.nodes
+                 and r.job_id not in self._end_nodes]
+        if not fresh:
+            return
+        listed = {n.name: n for n in self.transport.nodes()}
+        names = sorted({n for r in fresh for n in r.nodes})
+        since = min(r.started_at or r.submitted_at or now for r in fresh)
+        events = self.transport.node_events(names, since=since)
+        for rec in fresh:
+            start = rec.started_at or rec.submitted_at or since
+            until = (rec.ended_at or now) + NODE_EVIDENCE_WINDOW
+            seen: dict[str, list[NodeCondition]] = {n: [] for n in rec.nodes}
+            for name in rec.nodes:
+                node = listed.get(name)
+                if node is not None and now <= until:
+                    seen[name].append(NodeCondition(node.state, node.flags, node.reason))
+            for ev in events:
+                if ev.node in seen and _during(ev, start, until):
+                    at = f"recorded {ev.start:%Y-%m-%dT%H:%M:%SZ}" if ev.start else "recorded"
+                    seen[ev.node].append(NodeCondition(ev.state, ev.flags, ev.reason, at))
+            self._end_nodes[rec.job_id] = {n: tuple(c) for n, c in seen.items() if c}
+
     def _fact(self, rec: JobRecord, now: datetime) -> Fact:
         cached = self._last_seen.get(rec.name)
         exit_code, signal = rec.exit_code, rec.signal
@@ -136,10 +173,12 @@ class SlurmBackend:
                 and cached.job_id == rec.job_id and cached.state in TERMINAL):
             exit_code, signal = cached.exit_code, cached.signal  # seen before it left the queue
         requested = rec.node_count
+        conditions: Mapping[str, Sequence[NodeCondition]] = self._end_nodes.get(rec.job_id, {})
         got = classify(Evidence(state=rec.state, reason=rec.reason, exit_code=exit_code,
                                 signal=signal, cancelled_by=rec.cancelled_by,
                                 own_user=self.own_user, nodes_allocated=len(rec.nodes),
-                                nodes_requested=requested), self.policy)
+                                nodes_requested=requested, nodes=rec.nodes,
+                                node_conditions=conditions), self.policy)
         job_id, attempt = split_name(rec.name)
         return Fact(
             backend=self.name, backend_name=rec.name, backend_id=rec.job_id, job_id=job_id,
@@ -160,7 +199,8 @@ class SlurmBackend:
 
     def observe(self, names: Sequence[str] | None = None) -> list[Fact]:
         """One queue call for every Isthmus job, plus one accounting call for expected jobs
-        that left the queue (and for cancelled ones, to learn who cancelled them)."""
+        that left the queue (and for cancelled ones, to learn who cancelled them), plus one
+        node listing when a job newly ended FAILED / NODE_FAIL / BOOT_FAIL."""
         self._flush_kills()
         now = self.clock()
         queued: dict[str, list[JobRecord]] = {}
@@ -179,6 +219,9 @@ class SlurmBackend:
                 if rec.name.startswith(ISTHMUS_PREFIX):
                     prev = accounted.get(rec.name)
                     accounted[rec.name] = rec if prev is None else _newest([prev, rec])
+        gone = {name: accounted[name] for name in missing if name in accounted}
+        in_view = [*latest.values(), *gone.values()]
+        self._note_end_nodes(in_view, now)
         facts = []
         for name, rec in latest.items():
             acc = accounted.get(name)
@@ -188,13 +231,19 @@ class SlurmBackend:
             self._last_seen[name] = rec
             self._known_ids[name] = rec.job_id
         for name in missing:
-            gone = accounted.get(name)
-            facts.append(self._fact(gone, now) if gone is not None else self._lost(name, now))
+            facts.append(self._fact(gone[name], now) if name in gone else self._lost(name, now))
+        # forget jobs out of view: the broker stops asking once it has acted on their end
+        seen = {r.job_id for r in in_view}
+        self._end_nodes = {k: v for k, v in self._end_nodes.items() if k in seen}
         return facts
 
     def lookup(self, name: str) -> Fact | None:
         rec = self._existing(name)
-        return None if rec is None else self._fact(rec, self.clock())
+        if rec is None:
+            return None
+        now = self.clock()
+        self._note_end_nodes([rec], now)
+        return self._fact(rec, now)
 
     # -- cancel -------------------------------------------------------------------------------
 
@@ -238,6 +287,11 @@ class SlurmBackend:
 
     def close(self) -> None:
         self.transport.close()
+
+
+def _during(ev: NodeEvent, start: datetime, until: datetime) -> bool:
+    """The event overlaps [start, until]; an event without an end is still going on."""
+    return (ev.start is None or ev.start <= until) and (ev.end is None or ev.end >= start)
 
 
 def _with_actor(rec: JobRecord, who: str) -> JobRecord:

@@ -3,11 +3,27 @@
 Nothing here guesses: a state or end reason that is not in the tables below, or a failure
 without evidence of whose fault it was, yields UNKNOWN (phase or category) and keeps the raw
 values in the message, so a new Slurm code shows up in `explain` instead of being misfiled.
+
+Node health. When a node of a running job dies, Slurm does not always say NODE_FAIL: a batch
+host whose slurmd stops, for one, can end its job FAILED with an exit code such as 13:0 or 1:0.
+So a FAILED job is judged together with what is known of its nodes: their state when its end
+was first observed and the down / drain / fail events that accounting recorded for them while
+it ran (the adapter passes both in; nothing here calls Slurm). Events matter because a node can
+be back in service before anyone looks: with ReturnToService=2 a node set DOWN whose slurmd
+still answers is idle again within a second. A node of the allocation that was down, failing,
+not responding or in error, or drained by Slurm itself or a health check
+(`SLURM_DRAIN_REASONS`), makes the failure INFRA_TRANSIENT and is named in `bad_nodes` and the
+message. An admin's drain with any other reason ("kernel upgrade") does not: draining lets
+running jobs finish, so it does not explain a job that failed; such a job stays a user error,
+with the drain noted in the message. The same job killing its node every time (a kernel OOM,
+a process stuck in D state) is then retried as infrastructure; `max_attempts` and the waste
+budget bound that, and blaming the user for a dead node would be the worse mistake.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from broker.domain.facts import Phase
@@ -34,6 +50,19 @@ class ClassifyPolicy:
     """Site policy knobs. OOM is reproducible by default (the same job will OOM again)."""
 
     oom_is_user_error: bool = True
+    infra_drain_reasons: tuple[str, ...] = ()
+    """Drain-reason prefixes a site's own health checker sets, on top of SLURM_DRAIN_REASONS."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCondition:
+    """One observation of a node: its state when a job's end was observed, or a state change
+    recorded in accounting while the job ran (``at`` says when, for the message)."""
+
+    state: str  # base state, lower case: idle, allocated, mixed, down, drain, ...
+    flags: frozenset[str] = frozenset()  # upper case: DRAIN, NOT_RESPONDING, FAIL, ...
+    reason: str = ""
+    at: str = ""  # "" for the current state; e.g. "recorded 2026-11-29T14:00:37Z"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +77,9 @@ class Evidence:
     own_user: str | None = None  # the user Isthmus submits as
     nodes_allocated: int = 0
     nodes_requested: int = 0
+    nodes: tuple[str, ...] = ()  # the allocation
+    # Observations of (at least) the allocation's nodes; a node missing here is no evidence.
+    node_conditions: Mapping[str, Sequence[NodeCondition]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +90,7 @@ class Classification:
     pending: PendingCategory | None = None
     message: str = ""
     actor: str | None = None
+    bad_nodes: tuple[str, ...] = ()  # nodes of the allocation blamed for an infra failure
 
 
 PENDING_REASONS: dict[str, PendingCategory] = {
@@ -144,6 +177,28 @@ _ACTIVE: dict[str, tuple[Phase, Reason, str]] = {
 }
 
 
+# A node in one of these base states or with one of these flags lost or killed its work.
+NODE_FAULT_STATES = frozenset({"down", "fail", "failing", "error"})
+NODE_FAULT_FLAGS = frozenset({"NOT_RESPONDING", "FAIL", "FAILING"})
+DRAIN_STATES = frozenset({"drain", "drained", "draining"})
+DRAIN_FLAGS = frozenset({"DRAIN", "DRAINED", "DRAINING"})
+# Drain reasons that Slurm itself (or the LBNL node health check, "NHC: ...") sets when a node
+# misbehaves; compared as case-insensitive prefixes. Any other drain reason is an admin's.
+SLURM_DRAIN_REASONS = (
+    "Not responding",
+    "Kill task failed",  # unkillable processes: usually a hung driver or file system
+    "batch job complete failure",
+    "Prolog error", "Prolog failed", "Epilog error", "Epilog failed",
+    "Node unexpectedly rebooted",
+    "reboot timed out",
+    "Low RealMemory", "Low socket", "Low CPUs", "Low TmpDisk",  # registered below its config
+    "gres/",  # "gres/gpu count reported lower than configured (7 < 8)"
+    "Duplicate jobid",
+    "SlurmdSpoolDir is full",
+    "NHC",
+)
+
+
 def pending_category(reason: str) -> PendingCategory:
     if reason in PENDING_REASONS:
         return PENDING_REASONS[reason]
@@ -173,7 +228,65 @@ def _exit_text(ev: Evidence) -> str:
     return "no exit code known"
 
 
-def _failed(ev: Evidence) -> Classification:
+def _describe(name: str, cond: NodeCondition) -> str:
+    flags = {f.upper() for f in cond.flags}
+    marks = sorted(f.lower() for f in flags & (NODE_FAULT_FLAGS | DRAIN_FLAGS))
+    what = "+".join([cond.state.lower() or "unknown", *marks])
+    detail = "; ".join(x for x in (cond.reason, cond.at) if x)
+    return f"{name} {what} ({detail})" if detail else f"{name} {what}"
+
+
+def node_fault(cond: NodeCondition, policy: ClassifyPolicy) -> bool | None:
+    """True: the node failed (its work was lost or killed). False: drained by an admin, which
+    does not explain a failed job. None: nothing unusual."""
+    flags = {f.upper() for f in cond.flags}
+    state = cond.state.lower()
+    if state in NODE_FAULT_STATES or flags & NODE_FAULT_FLAGS:
+        return True
+    if state in DRAIN_STATES or flags & DRAIN_FLAGS:
+        prefixes = tuple(p.lower() for p in (*SLURM_DRAIN_REASONS, *policy.infra_drain_reasons))
+        return cond.reason.strip().lower().startswith(prefixes)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _NodeVerdicts:
+    failed: dict[str, str]  # node name -> "name state (reason)", in allocation order
+    drained: dict[str, str]  # drained by an admin: noted, not blamed
+
+
+def _node_verdicts(ev: Evidence, policy: ClassifyPolicy) -> _NodeVerdicts:
+    """A node failed if any observation of it says so (the first such one describes it)."""
+    out = _NodeVerdicts({}, {})
+    for name in ev.nodes:
+        for cond in ev.node_conditions.get(name, ()):
+            verdict = node_fault(cond, policy)
+            if verdict:
+                out.failed[name] = _describe(name, cond)
+                out.drained.pop(name, None)
+                break
+            if verdict is False:
+                out.drained.setdefault(name, _describe(name, cond))
+    return out
+
+
+def _failed(ev: Evidence, policy: ClassifyPolicy) -> Classification:
+    nodes = _node_verdicts(ev, policy)
+    if nodes.failed:
+        return Classification(
+            Phase.FAILED, Reason.InfraTransient, FailureCategory.INFRA_TRANSIENT,
+            message=f"FAILED with {_exit_text(ev)} while its node(s) failed: "
+            f"{', '.join(nodes.failed.values())}; a node failure, not the job's",
+            bad_nodes=tuple(nodes.failed))
+    got = _failed_by_exit(ev)
+    if nodes.drained:
+        note = ", ".join(nodes.drained.values())
+        got = replace(got, message=f"{got.message} (drained by an admin, not counted as a "
+                      f"node failure: {note})")
+    return got
+
+
+def _failed_by_exit(ev: Evidence) -> Classification:
     if ev.exit_code is not None and ev.exit_code > 0:
         return Classification(Phase.FAILED, Reason.UserError, FailureCategory.USER_ERROR,
                               message=f"the job's script failed with exit code {ev.exit_code}")
@@ -217,7 +330,7 @@ def classify(ev: Evidence, policy: ClassifyPolicy | None = None) -> Classificati
                                   message=f"COMPLETED but {_exit_text(ev)}")
         return Classification(Phase.SUCCEEDED, Reason.Succeeded, message="completed")
     if state == "FAILED":
-        return _failed(ev)
+        return _failed(ev, policy)
     if state == "OUT_OF_MEMORY":
         if policy.oom_is_user_error:
             return Classification(Phase.FAILED, Reason.UserError, FailureCategory.USER_ERROR,
@@ -228,6 +341,12 @@ def classify(ev: Evidence, policy: ClassifyPolicy | None = None) -> Classificati
         return _cancelled(ev)
     if state in _FIXED_END:
         phase, reason, failure, text = _FIXED_END[state]
-        return Classification(phase, reason, failure, message=f"{text} ({_exit_text(ev)})")
+        got = Classification(phase, reason, failure, message=f"{text} ({_exit_text(ev)})")
+        if failure is FailureCategory.INFRA_TRANSIENT and phase is Phase.FAILED:
+            failed = _node_verdicts(ev, policy).failed
+            if failed:  # name the culprits when the node list shows them
+                got = replace(got, message=f"{got.message}: {', '.join(failed.values())}",
+                              bad_nodes=tuple(failed))
+        return got
     return Classification(Phase.UNKNOWN, Reason.Unknown, None,
                           message=f"unrecognised Slurm state {ev.state!r}")

@@ -10,8 +10,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from backends.slurm.hostlist import expand
-from backends.slurm.records import JobRecord, NodeRecord, Switch
+from backends.slurm.records import JobRecord, NodeEvent, NodeRecord, Switch
 
+EVENT_FIELDS = ("NodeName", "TimeStart", "TimeEnd", "State", "Reason")
 SACCT_FIELDS = ("JobID", "JobName", "State", "ExitCode", "Reason", "NodeList", "Submit",
                 "Start", "End", "Partition", "ReqTRES", "NNodes", "User", "Timelimit")
 # sacct -s: every state, so that --name finds jobs that never ran (cancelled while pending)
@@ -264,3 +265,29 @@ def db_job(d: Mapping[str, Any], *, exit_code_reliable: bool) -> JobRecord:
         ended_at=epoch(times.get("end")),
         source="accounting",
     )
+
+
+def node_state_text(text: str) -> tuple[str, frozenset[str]]:
+    """'DOWN*' -> ('down', {NOT_RESPONDING}); 'MIXED+DRAIN' -> ('mixed', {DRAIN})."""
+    parts = [p for p in text.strip().split("+") if p]
+    if not parts:
+        return "", frozenset()
+    flags = {p.rstrip("*~#!%$@^-").upper() for p in parts[1:]}
+    if any(p.endswith("*") for p in parts):
+        flags.add("NOT_RESPONDING")
+    return parts[0].rstrip("*~#!%$@^-").lower(), frozenset(flags)
+
+
+def sacctmgr_events(text: str) -> list[NodeEvent]:
+    """Rows of `sacctmgr -P -n show event Format=<EVENT_FIELDS>` (times are local)."""
+    events = []
+    for line in text.splitlines():
+        cols = line.split("|")
+        if len(cols) < len(EVENT_FIELDS) or not cols[0]:
+            continue
+        row = dict(zip(EVENT_FIELDS, cols, strict=False))
+        state, flags = node_state_text(row["State"])
+        events.append(NodeEvent(node=row["NodeName"], state=state, flags=flags,
+                                reason=row["Reason"], start=_local_time(row["TimeStart"]),
+                                end=_local_time(row["TimeEnd"])))
+    return events

@@ -28,6 +28,18 @@ class NodeRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeEvent:
+    """A node state change that slurmdbd recorded (down, drain, fail), with its reason."""
+
+    node: str
+    state: str  # base state, lower case: down, drain, fail, ...
+    flags: frozenset[str] = frozenset()  # upper case: NOT_RESPONDING, DRAIN, ...
+    reason: str = ""
+    start: datetime | None = None
+    end: datetime | None = None  # None: not over when it was read
+
+
+@dataclass(frozen=True, slots=True)
 class Switch:
     name: str
     level: int

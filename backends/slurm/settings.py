@@ -31,6 +31,9 @@ class SlurmSettings:
     extra_directives: tuple[str, ...] = ()
     # classification and accounting
     oom_is_user_error: bool = True
+    # drain-reason prefixes of the site's health checker: a job that failed on a node drained
+    # with one is an infrastructure failure (Slurm's own reasons are known already)
+    infra_drain_reasons: tuple[str, ...] = ()
     accounting_lookback_s: int = 7 * 86400
     allow_untested_version: bool = False
     user: str | None = None  # the user Isthmus submits as (default: this process / rest_user)
@@ -44,8 +47,11 @@ class SlurmSettings:
             raise ValueError(
                 f"unknown slurm backend setting(s) {unknown}; known: {sorted(known)}"
             )
-        if "extra_directives" in data:
-            data["extra_directives"] = tuple(data["extra_directives"])
+        for key in ("extra_directives", "infra_drain_reasons"):
+            if key in data:
+                if isinstance(data[key], str):
+                    raise ValueError(f"{key}: a list of strings, not one string")
+                data[key] = tuple(data[key])
         settings = cls(**data)
         if settings.transport not in ("cli", "rest"):
             raise ValueError(f"transport: '{settings.transport}' must be 'cli' or 'rest'")

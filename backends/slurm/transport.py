@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
-from backends.slurm.records import BatchJob, JobRecord, NodeRecord, Switch
+from backends.slurm.records import BatchJob, JobRecord, NodeEvent, NodeRecord, Switch
 from backends.slurm.versions import Dialect
 
 
@@ -37,6 +37,11 @@ class Transport(Protocol):
         self, *, names: Sequence[str] = (), job_ids: Sequence[str] = (), since: datetime
     ) -> list[JobRecord]:
         """Jobs from the accounting database (by name and/or id), submitted after ``since``."""
+        ...
+
+    def node_events(self, nodes: Sequence[str], *, since: datetime) -> list[NodeEvent]:
+        """State changes of these nodes recorded in accounting since ``since``; [] where the
+        transport cannot read them."""
         ...
 
     def submit(self, job: BatchJob) -> str:

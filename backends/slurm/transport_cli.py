@@ -7,6 +7,7 @@ missing command) raises BackendUnavailable; refusals of a submission raise Submi
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -16,10 +17,11 @@ from typing import Any
 
 from backends.base import BackendUnavailable
 from backends.slurm import parse
-from backends.slurm.records import BatchJob, JobRecord, NodeRecord, Switch
+from backends.slurm.records import BatchJob, JobRecord, NodeEvent, NodeRecord, Switch
 from backends.slurm.transport import SubmitRefused
 from backends.slurm.versions import Dialect, dialect_for, parse_release
 
+log = logging.getLogger(__name__)
 _UNREACHABLE = (
     "Unable to contact slurm controller",
     "Socket timed out",
@@ -150,6 +152,20 @@ class CliTransport:
                     "--name", ",".join(names)]
             rows += parse.sacct_text(self.run(args).stdout)
         return rows
+
+    def node_events(self, nodes: Sequence[str], *, since: datetime) -> list[NodeEvent]:
+        if not nodes:
+            return []
+        start = since.astimezone().strftime("%Y-%m-%dT%H:%M:%S")
+        try:
+            proc = self.run(["sacctmgr", "-P", "-n", "show", "event", "Event=Node",
+                             f"Nodes={','.join(nodes)}", f"Start={start}", "End=now",
+                             f"Format={','.join(parse.EVENT_FIELDS)}"])
+        except SlurmCommandError as exc:
+            # extra evidence only (e.g. refused by PrivateData): never block observing jobs
+            log.warning("node events unavailable, judging failed jobs without them: %s", exc)
+            return []
+        return parse.sacctmgr_events(proc.stdout)
 
     def submit(self, job: BatchJob) -> str:
         Path(job.output).parent.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ import httpx
 
 from backends.base import BackendUnavailable, Unsupported
 from backends.slurm import parse
-from backends.slurm.records import BatchJob, JobRecord, NodeRecord, Switch
+from backends.slurm.records import BatchJob, JobRecord, NodeEvent, NodeRecord, Switch
 from backends.slurm.transport import SubmitRefused
 from backends.slurm.versions import DIALECTS, Dialect, dialect_for_openapi
 
@@ -157,6 +157,11 @@ class RestTransport:
             self._check(data, "accounting", ok=(_NOTHING_FOUND,))
             rows += [parse.db_job(j, exit_code_reliable=reliable) for j in data.get("jobs") or ()]
         return rows
+
+    def node_events(self, nodes: Sequence[str], *, since: datetime) -> list[NodeEvent]:
+        """slurmrestd serves no node events (sacctmgr show event): a node that is back in
+        service when a job's end is observed leaves no trace over this transport."""
+        return []
 
     def submit_body(self, job: BatchJob) -> dict[str, Any]:
         dialect = self.dialect()

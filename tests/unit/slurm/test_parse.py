@@ -83,3 +83,38 @@ def test_settings_refuse_unknown_keys() -> None:
         SlurmSettings.from_dict({"transprt": "cli"})
     with pytest.raises(ValueError, match="rest_url"):
         SlurmSettings.from_dict({"transport": "rest"})
+
+
+# `sacctmgr -P -n show event Event=Node ... Format=<EVENT_FIELDS>` on the local 22.05 cluster:
+# a node set DOWN that was back within a second (ReturnToService=2), a killed slurmd, a drain,
+# and one still going on.
+EVENTS = """\
+a100-1|2026-11-29T14:00:37|2026-11-29T14:00:37|DOWN|isthmus-test
+a100-1|2026-11-29T14:02:09|2026-11-29T14:02:11|DOWN*|Not responding
+h100-3|2026-11-29T14:02:39|2026-11-29T14:02:41|DRAIN|isthmus-probe drain
+h100-2|2026-11-29T14:05:00|Unknown|MIXED+DRAIN|Kill task failed
+"""
+
+
+def test_sacctmgr_events() -> None:
+    events = parse.sacctmgr_events(EVENTS)
+    assert [(e.node, e.state, set(e.flags), e.reason) for e in events] == [
+        ("a100-1", "down", set(), "isthmus-test"),
+        ("a100-1", "down", {"NOT_RESPONDING"}, "Not responding"),
+        ("h100-3", "drain", set(), "isthmus-probe drain"),
+        ("h100-2", "mixed", {"DRAIN"}, "Kill task failed"),
+    ]
+    first = events[0]
+    assert first.start is not None and first.start == first.end
+    assert events[-1].end is None  # still going on
+
+
+@pytest.mark.parametrize(("text", "state", "flags"), [
+    ("DOWN", "down", set()),
+    ("DOWN*", "down", {"NOT_RESPONDING"}),
+    ("IDLE+DRAIN", "idle", {"DRAIN"}),
+    ("ALLOCATED*+DRAIN", "allocated", {"DRAIN", "NOT_RESPONDING"}),
+    ("", "", set()),
+])
+def test_node_state_text(text: str, state: str, flags: set[str]) -> None:
+    assert parse.node_state_text(text) == (state, frozenset(flags))

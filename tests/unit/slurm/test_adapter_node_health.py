@@ -1,0 +1,226 @@
+"""The adapter hands node health to the classifier: one node listing and one query of recorded
+node events per observe cycle, only when a job newly ended FAILED / NODE_FAIL / BOOT_FAIL, and
+the verdict stays that of the moment the end was first seen."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+
+from backends.slurm.adapter import SlurmBackend
+from backends.slurm.inventory import PoolBinding
+from backends.slurm.records import BatchJob, JobRecord, NodeEvent, NodeRecord, Switch
+from backends.slurm.settings import SlurmSettings
+from backends.slurm.versions import Dialect
+from broker.domain.facts import Fact, Phase
+from broker.domain.failures import FailureCategory as F
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+STARTED = NOW - timedelta(minutes=10)
+ENDED = NOW - timedelta(seconds=20)
+GANG = ("a100-1", "a100-2")
+
+
+def node(name: str, state: str = "allocated", *flags: str, reason: str = "") -> NodeRecord:
+    return NodeRecord(name=name, partitions=("a100",), state=state, flags=frozenset(flags),
+                      reason=reason)
+
+
+def job(job_id: str, state: str, *, name: str = "", exit_code: int | None = None,
+        nodes: tuple[str, ...] = GANG, ended_at: datetime = ENDED) -> JobRecord:
+    running = state in ("RUNNING", "PENDING")
+    return JobRecord(job_id=job_id, name=name or f"isthmus-j{job_id}-1", state=state,
+                     reason="NonZeroExitCode" if state == "FAILED" else "None",
+                     exit_code=exit_code, nodes=nodes, partition="a100", node_count=len(nodes),
+                     started_at=STARTED, ended_at=None if running else ended_at)
+
+
+def event(name: str, state: str, reason: str, start: datetime, *flags: str,
+          end: datetime | None = None) -> NodeEvent:
+    return NodeEvent(node=name, state=state, flags=frozenset(flags), reason=reason, start=start,
+                     end=end if end is not None else start)
+
+
+@dataclass
+class FakeTransport:
+    """The queue, accounting and node list are set by the test; node listings are counted."""
+
+    kind: str = "cli"
+    queue: list[JobRecord] = field(default_factory=list)
+    accounted: list[JobRecord] = field(default_factory=list)
+    node_list: list[NodeRecord] = field(default_factory=list)
+    events: list[NodeEvent] = field(default_factory=list)
+    node_calls: int = 0
+    event_calls: list[tuple[tuple[str, ...], datetime]] = field(default_factory=list)
+
+    def dialect(self) -> Dialect:
+        raise NotImplementedError
+
+    def nodes(self) -> list[NodeRecord]:
+        self.node_calls += 1
+        return list(self.node_list)
+
+    def node_events(self, nodes: Sequence[str], *, since: datetime) -> list[NodeEvent]:
+        self.event_calls.append((tuple(nodes), since))
+        return [e for e in self.events if e.node in nodes]
+
+    def topology(self) -> list[Switch]:
+        return []
+
+    def jobs(self) -> list[JobRecord]:
+        return list(self.queue)
+
+    def find(self, name: str) -> list[JobRecord]:
+        return [j for j in self.queue if j.name == name]
+
+    def accounting(self, *, names: Sequence[str] = (), job_ids: Sequence[str] = (),
+                   since: datetime) -> list[JobRecord]:
+        return [j for j in self.accounted if j.name in names or j.job_id in job_ids]
+
+    def submit(self, job: BatchJob) -> str:
+        raise NotImplementedError
+
+    def signal(self, job_id: str, signal: str) -> bool:
+        return False
+
+    def cancel(self, job_id: str) -> bool:
+        return False
+
+    def close(self) -> None:
+        return None
+
+
+def make(transport: FakeTransport, infra_drain_reasons: tuple[str, ...] = ()) -> SlurmBackend:
+    settings = SlurmSettings(user="isthmus", infra_drain_reasons=infra_drain_reasons)
+    return SlurmBackend("slurm-local", [PoolBinding("slurm-a100", "a100", "a100-80g")],
+                        settings, transport, clock=lambda: NOW)
+
+
+def only(facts: list[Fact], name: str) -> Fact:
+    found = [f for f in facts if f.backend_name == name]
+    assert len(found) == 1, facts
+    return found[0]
+
+
+def test_failed_on_a_down_node_is_infra_and_names_it() -> None:
+    t = FakeTransport(queue=[job("7", "RUNNING")],
+                      node_list=[node("a100-1"), node("a100-2"), node("a100-3")])
+    be = make(t)
+    running = only(be.observe(), "isthmus-j7-1")
+    assert running.phase is Phase.RUNNING and t.node_calls == 0  # nothing ended: no listing
+
+    t.queue = [job("7", "FAILED", exit_code=13)]
+    t.node_list = [node("a100-1"), node("a100-2", "down", reason="isthmus-test"),
+                   node("a100-3")]
+    fact = only(be.observe(), "isthmus-j7-1")
+    assert (fact.phase, fact.failure, fact.exit_code) == (Phase.FAILED, F.INFRA_TRANSIENT, 13)
+    assert "a100-2 down (isthmus-test)" in fact.message and "a100-1" not in fact.message
+    assert fact.nodes == GANG and t.node_calls == 1
+
+    # the admin resumes the node; the job, still in the queue, keeps its verdict (no flip)
+    t.node_list = [node("a100-1", "idle"), node("a100-2", "idle"), node("a100-3", "idle")]
+    again = only(be.observe(), "isthmus-j7-1")
+    assert again.failure is F.INFRA_TRANSIENT and t.node_calls == 1
+
+
+def test_failed_on_healthy_nodes_stays_user_error() -> None:
+    t = FakeTransport(queue=[job("8", "FAILED", exit_code=13)],
+                      node_list=[node("a100-1", "idle"), node("a100-2", "idle")])
+    fact = only(make(t).observe(), "isthmus-j8-1")
+    assert fact.failure is F.USER_ERROR and "exit code 13" in fact.message
+    assert t.node_calls == 1
+
+
+def test_one_listing_for_all_jobs_ending_in_a_cycle_and_none_for_other_ends() -> None:
+    t = FakeTransport(
+        queue=[job("1", "FAILED", exit_code=1), job("2", "NODE_FAIL", exit_code=1),
+               job("3", "COMPLETED", exit_code=0), job("4", "TIMEOUT", exit_code=0),
+               job("5", "CANCELLED", exit_code=0)],
+        node_list=[node("a100-1", "down", "NOT_RESPONDING", reason="Not responding"),
+                   node("a100-2")],
+    )
+    facts = {f.backend_name: f for f in make(t).observe()}
+    assert t.node_calls == 1
+    assert facts["isthmus-j1-1"].failure is F.INFRA_TRANSIENT
+    assert "a100-1 down+not_responding (Not responding)" in facts["isthmus-j2-1"].message
+    assert facts["isthmus-j4-1"].failure is F.USER_ERROR
+
+    t2 = FakeTransport(queue=[job("3", "COMPLETED", exit_code=0),
+                              job("4", "TIMEOUT", exit_code=0)])
+    make(t2).observe()
+    assert t2.node_calls == 0 and t2.event_calls == []
+
+
+def test_job_seen_only_in_accounting_is_judged_too() -> None:
+    gone = replace(job("9", "FAILED", exit_code=13), source="accounting")
+    t = FakeTransport(accounted=[gone],
+                      node_list=[node("a100-1", "idle", "DRAIN", reason="Kill task failed"),
+                                 node("a100-2", "idle")])
+    be = make(t)
+    fact = only(be.observe(["isthmus-j9-1"]), "isthmus-j9-1")
+    assert fact.failure is F.INFRA_TRANSIENT and "Kill task failed" in fact.message
+
+
+def test_site_drain_reason_from_settings() -> None:
+    t = FakeTransport(queue=[job("10", "FAILED", exit_code=13)],
+                      node_list=[node("a100-1", "mixed", "DRAIN", reason="gpu-burn: xid 79"),
+                                 node("a100-2")])
+    assert only(make(t).observe(), "isthmus-j10-1").failure is F.USER_ERROR
+    site = make(FakeTransport(queue=t.queue, node_list=t.node_list),
+                infra_drain_reasons=("gpu-burn:",))
+    assert only(site.observe(), "isthmus-j10-1").failure is F.INFRA_TRANSIENT
+
+
+def test_remembered_node_conditions_are_dropped_once_the_job_is_out_of_view() -> None:
+    failed = job("11", "FAILED", exit_code=13)
+    t = FakeTransport(queue=[failed], node_list=[node("a100-1", "down"), node("a100-2")])
+    be = make(t)
+    be.observe()
+    be.observe()
+    assert t.node_calls == 1  # remembered while in view
+    t.queue = []
+    be.observe([])  # gone from the queue and the broker no longer asks: forgotten
+    t.queue = [failed]
+    be.observe()
+    assert t.node_calls == 2
+
+
+def test_node_back_in_service_before_the_end_was_seen_is_still_blamed() -> None:
+    """ReturnToService=2: a node set DOWN whose slurmd answers is idle again within a second;
+    only accounting remembers that it was down."""
+    t = FakeTransport(queue=[job("12", "NODE_FAIL", exit_code=1)],
+                      node_list=[node("a100-1", "idle"), node("a100-2", "idle")],
+                      events=[event("a100-1", "down", "isthmus-test", ENDED),
+                              event("a100-2", "down", "long ago", STARTED - timedelta(days=1))])
+    fact = only(make(t).observe(), "isthmus-j12-1")
+    assert fact.failure is F.INFRA_TRANSIENT
+    assert "a100-1 down (isthmus-test; recorded " in fact.message, fact.message
+    assert "a100-2" not in fact.message  # its event ended before the job started
+    assert t.event_calls == [(GANG, STARTED)] and t.node_calls == 1
+
+
+def test_events_long_after_the_end_do_not_count() -> None:
+    late = ENDED + timedelta(hours=2)
+    t = FakeTransport(queue=[job("13", "FAILED", exit_code=13)],
+                      node_list=[node("a100-1", "idle"), node("a100-2", "idle")],
+                      events=[event("a100-1", "down", "unrelated", late)])
+    assert only(make(t).observe(), "isthmus-j13-1").failure is F.USER_ERROR
+
+
+def test_current_state_says_nothing_about_an_end_long_ago() -> None:
+    """After a broker outage, a node that is down now may have gone down hours after the job
+    failed; only recorded events from the job's time count then."""
+    long_ago = NOW - timedelta(hours=3)
+    t = FakeTransport(accounted=[job("14", "FAILED", exit_code=13, ended_at=long_ago)],
+                      node_list=[node("a100-1", "down", reason="fan failure"), node("a100-2")])
+    fact = only(make(t).observe(["isthmus-j14-1"]), "isthmus-j14-1")
+    assert fact.failure is F.USER_ERROR, fact.message
+
+
+def test_one_event_query_for_all_jobs_ending_in_a_cycle() -> None:
+    t = FakeTransport(queue=[job("15", "FAILED", exit_code=1, nodes=("a100-1",)),
+                             job("16", "FAILED", exit_code=1, nodes=("a100-3",))],
+                      node_list=[node("a100-1"), node("a100-3")])
+    make(t).observe()
+    assert t.event_calls == [(("a100-1", "a100-3"), STARTED)] and t.node_calls == 1
