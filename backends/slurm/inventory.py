@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from backends.slurm.classify import PendingCategory, pending_category
 from backends.slurm.records import JobRecord, NodeRecord, Switch
@@ -61,7 +61,25 @@ def unschedulable_reason(node: NodeRecord) -> str | None:
     return None
 
 
-def node_snapshot(node: NodeRecord, path: TopologyPath | None) -> NodeSnapshot:
+def node_releases(jobs: Iterable[JobRecord]) -> dict[str, list[tuple[datetime, int]]]:
+    """When each node's busy GPUs are expected back: every running job's start plus its time
+    limit (what Slurm's own backfill plans with), its GPUs spread evenly over its nodes. Jobs
+    without a limit have no known end and are left out."""
+    out: dict[str, list[tuple[datetime, int]]] = {}
+    for job in jobs:
+        if job.state != "RUNNING" or not job.nodes or not job.started_at or not job.time_limit_s:
+            continue
+        per_node = job.gpus // len(job.nodes)
+        if per_node <= 0:
+            continue
+        end = job.started_at + timedelta(seconds=job.time_limit_s)
+        for name in job.nodes:
+            out.setdefault(name, []).append((end, per_node))
+    return out
+
+
+def node_snapshot(node: NodeRecord, path: TopologyPath | None,
+                  releases: Sequence[tuple[datetime, int]] = ()) -> NodeSnapshot:
     reason = unschedulable_reason(node)
     return NodeSnapshot(
         name=node.name,
@@ -74,6 +92,7 @@ def node_snapshot(node: NodeRecord, path: TopologyPath | None) -> NodeSnapshot:
         topology=path or TopologyPath(),
         schedulable=reason is None,
         reason=reason,
+        releases=tuple(sorted(releases)) if reason is None else (),
     )
 
 
@@ -120,9 +139,10 @@ def pool_snapshots(
     now: datetime,
 ) -> tuple[PoolSnapshot, ...]:
     paths = topology_paths(switches)
+    releases = node_releases(jobs)
     result = []
     for pool in pools:
-        members = [node_snapshot(n, paths.get(n.name)) for n in nodes
+        members = [node_snapshot(n, paths.get(n.name), releases.get(n.name, ())) for n in nodes
                    if pool.partition in n.partitions]
         total = sum(n.total_gpus for n in members)
         result.append(PoolSnapshot(

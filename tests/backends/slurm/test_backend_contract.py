@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +188,14 @@ def test_second_gang_waits_with_resources_reason(
     depth = backend.inventory().pool("slurm-a100")
     assert depth is not None and depth.queue.isthmus_pending_gpus >= 16
     assert depth.queue.isthmus_pending_jobs >= 1
+    # the running gang's nodes say when their GPUs are due back: start + its 10 min limit
+    running = fact_for(backend, first.name)
+    assert running.started_at is not None and len(running.nodes) == 2
+    releases = {n.name: n.releases for n in depth.nodes}
+    for node in running.nodes:
+        ((at, gpus),) = releases[node]
+        assert gpus == 8
+        assert timedelta(minutes=10) <= at - running.started_at <= timedelta(minutes=11), at
     for req in (first, second):
         assert backend.cancel(req.name, 0).found
 

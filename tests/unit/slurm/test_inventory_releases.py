@@ -1,0 +1,44 @@
+"""When a Slurm node's busy GPUs are expected back: running jobs' start + time limit (pure)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from backends.slurm.inventory import PoolBinding, node_releases, pool_snapshots
+from backends.slurm.records import JobRecord, NodeRecord
+
+T0 = datetime(2026, 11, 29, 10, tzinfo=UTC)
+
+
+def job(i: int, nodes: tuple[str, ...], gpus: int, *, limit: int | None = 3600,
+        state: str = "RUNNING", user: str = "someone") -> JobRecord:
+    return JobRecord(job_id=str(i), name=f"j{i}", state=state, nodes=nodes, partition="a100",
+                     gpus=gpus, user=user, started_at=T0 if state == "RUNNING" else None,
+                     time_limit_s=limit)
+
+
+def test_running_jobs_release_their_gpus_per_node_at_start_plus_limit() -> None:
+    got = node_releases([
+        job(1, ("n1", "n2"), 16),  # a gang: 8 per node
+        job(2, ("n1",), 4, limit=600),
+        job(3, ("n3",), 8, limit=None),  # UNLIMITED: no known end
+        job(4, (), 8, state="PENDING"),
+        job(5, ("n3",), 0),  # no GPUs
+    ])
+    assert got == {
+        "n1": [(T0 + timedelta(hours=1), 8), (T0 + timedelta(minutes=10), 4)],
+        "n2": [(T0 + timedelta(hours=1), 8)],
+    }
+
+
+def test_snapshots_carry_releases_sorted_and_none_on_unusable_nodes() -> None:
+    nodes = [NodeRecord("n1", ("a100",), "mixed", gpus=8, gpus_used=8),
+             NodeRecord("n2", ("a100",), "mixed", frozenset({"DRAIN"}), "maintenance",
+                        gpus=8, gpus_used=8)]
+    jobs = [job(1, ("n1", "n2"), 12), job(2, ("n1",), 2, limit=600)]
+    (pool,) = pool_snapshots("slurm", [PoolBinding("a100", "a100", "a100-80g")], nodes, [],
+                             jobs, T0)
+    by_name = {n.name: n for n in pool.nodes}
+    assert by_name["n1"].releases == ((T0 + timedelta(minutes=10), 2),
+                                      (T0 + timedelta(hours=1), 6))
+    assert by_name["n2"].releases == ()
