@@ -75,6 +75,8 @@ class SlurmBackend:
         self._kill_at: dict[str, float] = {}  # Slurm job id -> monotonic deadline
         # Slurm job id -> its nodes' conditions when its failed end was first seen
         self._end_nodes: dict[str, dict[str, tuple[NodeCondition, ...]]] = {}
+        # Slurm job id -> the steps accounting recorded for it, for jobs that ended FAILED
+        self._end_steps: dict[str, tuple[str, ...]] = {}
 
     # -- inventory ----------------------------------------------------------------------------
 
@@ -148,6 +150,9 @@ class SlurmBackend:
                  and r.job_id not in self._end_nodes]
         if not fresh:
             return
+        # did the ranks start at all? (no srun step: the job's code never ran)
+        self._end_steps.update(self.transport.steps([r.job_id for r in fresh
+                                                     if r.state == "FAILED"]))
         listed = {n.name: n for n in self.transport.nodes()}
         names = sorted({n for r in fresh for n in r.nodes})
         since = min(r.started_at or r.submitted_at or now for r in fresh)
@@ -178,7 +183,8 @@ class SlurmBackend:
                                 signal=signal, cancelled_by=rec.cancelled_by,
                                 own_user=self.own_user, nodes_allocated=len(rec.nodes),
                                 nodes_requested=requested, nodes=rec.nodes,
-                                node_conditions=conditions), self.policy)
+                                node_conditions=conditions,
+                                steps=self._end_steps.get(rec.job_id)), self.policy)
         job_id, attempt = split_name(rec.name)
         return Fact(
             backend=self.name, backend_name=rec.name, backend_id=rec.job_id, job_id=job_id,
@@ -199,8 +205,9 @@ class SlurmBackend:
 
     def observe(self, names: Sequence[str] | None = None) -> list[Fact]:
         """One queue call for every Isthmus job, plus one accounting call for expected jobs
-        that left the queue (and for cancelled ones, to learn who cancelled them), plus one
-        node listing when a job newly ended FAILED / NODE_FAIL / BOOT_FAIL."""
+        that left the queue (and for cancelled ones, to learn who cancelled them), plus, when
+        a job newly ended FAILED / NODE_FAIL / BOOT_FAIL, one node listing, one node-event and
+        one job-step query for all such jobs."""
         self._flush_kills()
         now = self.clock()
         queued: dict[str, list[JobRecord]] = {}
@@ -235,6 +242,7 @@ class SlurmBackend:
         # forget jobs out of view: the broker stops asking once it has acted on their end
         seen = {r.job_id for r in in_view}
         self._end_nodes = {k: v for k, v in self._end_nodes.items() if k in seen}
+        self._end_steps = {k: v for k, v in self._end_steps.items() if k in seen}
         return facts
 
     def lookup(self, name: str) -> Fact | None:

@@ -18,6 +18,12 @@ running jobs finish, so it does not explain a job that failed; such a job stays 
 with the drain noted in the message. The same job killing its node every time (a kernel OOM,
 a process stuck in D state) is then retried as infrastructure; `max_attempts` and the waste
 budget bound that, and blaming the user for a dead node would be the worse mistake.
+
+Ranks never launched. The job's code runs only inside the srun step the batch script starts.
+A FAILED job whose accounting records no such step (only "batch"/"extern") failed before its
+code ran: srun could not reach slurmctld, or Isthmus's batch script failed. That is an
+ORCHESTRATION failure, not the user's. Over REST, and while accounting has not recorded the
+job's end yet, steps are unknown and the exit code decides as before.
 """
 
 from __future__ import annotations
@@ -80,6 +86,8 @@ class Evidence:
     nodes: tuple[str, ...] = ()  # the allocation
     # Observations of (at least) the allocation's nodes; a node missing here is no evidence.
     node_conditions: Mapping[str, Sequence[NodeCondition]] = field(default_factory=dict)
+    # The job's steps in accounting ("batch", "extern", "0", ...); None: not known
+    steps: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +185,9 @@ _ACTIVE: dict[str, tuple[Phase, Reason, str]] = {
 }
 
 
+# Steps that are not the ranks: the batch shell and the extern step of contained jobs. A job
+# whose ranks were launched (by srun) has a numbered step, however fast its code failed.
+NON_RANK_STEPS = frozenset({"batch", "extern", "interactive"})
 # A node in one of these base states or with one of these flags lost or killed its work.
 NODE_FAULT_STATES = frozenset({"down", "fail", "failing", "error"})
 NODE_FAULT_FLAGS = frozenset({"NOT_RESPONDING", "FAIL", "FAILING"})
@@ -278,6 +289,13 @@ def _failed(ev: Evidence, policy: ClassifyPolicy) -> Classification:
             message=f"FAILED with {_exit_text(ev)} while its node(s) failed: "
             f"{', '.join(nodes.failed.values())}; a node failure, not the job's",
             bad_nodes=tuple(nodes.failed))
+    if ev.steps is not None and not set(ev.steps) - NON_RANK_STEPS:
+        return Classification(
+            Phase.FAILED, Reason.Orchestration, FailureCategory.ORCHESTRATION,
+            message=f"FAILED with {_exit_text(ev)} before any rank started (job steps in "
+            f"accounting: {', '.join(ev.steps) or 'none'}): srun could not launch the ranks "
+            "(slurmctld unreachable, for one) or the batch script failed before it; the job's "
+            "code never ran")
     got = _failed_by_exit(ev)
     if nodes.drained:
         note = ", ".join(nodes.drained.values())

@@ -195,6 +195,29 @@ def _limit_seconds(text: str) -> int | None:
     return ((d * 24 + h) * 60 + mi) * 60 + s
 
 
+STEP_FIELDS = ("JobID", "State")
+ACTIVE_STATES = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED",
+                           "RESIZING", "SUSPENDED"})
+
+
+def sacct_steps(text: str) -> dict[str, tuple[str, ...]]:
+    """Rows of `sacct -P -n -j <ids> -o JobID,State` (steps included) -> job id -> its step
+    names, for jobs whose allocation row is in a final state (see Transport.steps)."""
+    steps: dict[str, list[str]] = {}
+    ended: set[str] = set()
+    for line in text.splitlines():
+        cols = line.split("|")
+        if len(cols) < len(STEP_FIELDS):
+            continue
+        job_id, _, step = cols[0].strip().partition(".")
+        steps.setdefault(job_id, [])
+        if step:
+            steps[job_id].append(step)
+        elif cols[1].strip().split(" ")[0].upper() not in ACTIVE_STATES:
+            ended.add(job_id)
+    return {j: tuple(s) for j, s in steps.items() if j in ended}
+
+
 def sacct_text(text: str) -> list[JobRecord]:
     """Rows of `sacct -P -n -X -o <SACCT_FIELDS>`; exit codes here are right on 22.05."""
     jobs = []

@@ -44,6 +44,12 @@ class Transport(Protocol):
         transport cannot read them."""
         ...
 
+    def steps(self, job_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        """The steps accounting recorded for these ended jobs ("batch", "extern", "0", ...),
+        only for jobs whose end accounting has already recorded (its records arrive in order,
+        so their steps are complete); jobs missing from the answer are unknown."""
+        ...
+
     def submit(self, job: BatchJob) -> str:
         """Submit and return the Slurm job id; raises SubmitRefused or BackendUnavailable."""
         ...

@@ -167,6 +167,17 @@ class CliTransport:
             return []
         return parse.sacctmgr_events(proc.stdout)
 
+    def steps(self, job_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        if not job_ids:
+            return {}
+        try:
+            proc = self.run(["sacct", "-P", "-n", "-j", ",".join(job_ids),
+                             "-o", ",".join(parse.STEP_FIELDS)])
+        except SlurmCommandError as exc:
+            log.warning("job steps unavailable, judging failed jobs without them: %s", exc)
+            return {}
+        return parse.sacct_steps(proc.stdout)
+
     def submit(self, job: BatchJob) -> str:
         Path(job.output).parent.mkdir(parents=True, exist_ok=True)
         try:

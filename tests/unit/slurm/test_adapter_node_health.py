@@ -53,6 +53,8 @@ class FakeTransport:
     events: list[NodeEvent] = field(default_factory=list)
     node_calls: int = 0
     event_calls: list[tuple[tuple[str, ...], datetime]] = field(default_factory=list)
+    step_map: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    step_calls: list[tuple[str, ...]] = field(default_factory=list)
 
     def dialect(self) -> Dialect:
         raise NotImplementedError
@@ -64,6 +66,10 @@ class FakeTransport:
     def node_events(self, nodes: Sequence[str], *, since: datetime) -> list[NodeEvent]:
         self.event_calls.append((tuple(nodes), since))
         return [e for e in self.events if e.node in nodes]
+
+    def steps(self, job_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        self.step_calls.append(tuple(job_ids))
+        return {j: self.step_map[j] for j in job_ids if j in self.step_map}
 
     def topology(self) -> list[Switch]:
         return []
@@ -224,3 +230,18 @@ def test_one_event_query_for_all_jobs_ending_in_a_cycle() -> None:
                       node_list=[node("a100-1"), node("a100-3")])
     make(t).observe()
     assert t.event_calls == [(("a100-1", "a100-3"), STARTED)] and t.node_calls == 1
+
+
+def test_failed_before_any_rank_started_is_orchestration_not_the_users() -> None:
+    healthy = [node("a100-1", "idle"), node("a100-2", "idle")]
+    t = FakeTransport(queue=[job("20", "FAILED", exit_code=1), job("21", "FAILED", exit_code=1),
+                             job("22", "FAILED", exit_code=1)],
+                      node_list=healthy,
+                      step_map={"20": ("batch", "extern"), "21": ("batch", "extern", "0")})
+    facts = make(t).observe()
+    never = only(facts, "isthmus-j20-1")
+    assert (never.phase, never.failure) == (Phase.FAILED, F.ORCHESTRATION)
+    assert "before any rank started" in never.message
+    assert only(facts, "isthmus-j21-1").failure is F.USER_ERROR  # its code ran and failed
+    assert only(facts, "isthmus-j22-1").failure is F.USER_ERROR  # steps unknown: exit code
+    assert t.step_calls == [("20", "21", "22")]  # one query for the cycle

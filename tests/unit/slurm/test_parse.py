@@ -118,3 +118,15 @@ def test_sacctmgr_events() -> None:
 ])
 def test_node_state_text(text: str, state: str, flags: set[str]) -> None:
     assert parse.node_state_text(text) == (state, frozenset(flags))
+
+
+def test_sacct_steps_only_for_jobs_accounting_saw_end() -> None:
+    text = "\n".join([
+        "101|FAILED", "101.batch|FAILED", "101.extern|COMPLETED",  # no rank step
+        "102|FAILED", "102.batch|FAILED", "102.extern|COMPLETED", "102.0|FAILED",
+        "103|RUNNING", "103.batch|RUNNING",  # its end is not recorded yet: unknown
+        "104|CANCELLED by 0",
+        "garbage",
+    ])
+    assert parse.sacct_steps(text) == {"101": ("batch", "extern"), "102": ("batch", "extern", "0"),
+                                 "104": ()}
