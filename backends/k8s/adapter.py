@@ -270,8 +270,9 @@ class K8sBackend:
             attempt=int(attempt) if attempt and str(attempt).isdigit() else None,
             phase=v.phase, reason=v.reason, failure=v.failure, raw_state=v.raw_state,
             raw_reason=v.raw_reason, message=v.message, exit_code=v.exit_code,
-            signal=v.signal, nodes=v.nodes, submitted_at=v.submitted_at,
-            started_at=v.started_at, ended_at=v.ended_at, observed_at=now,
+            signal=v.signal, nodes=v.nodes, bad_nodes=v.bad_nodes,
+            submitted_at=v.submitted_at, started_at=v.started_at, ended_at=v.ended_at,
+            observed_at=now,
         )
 
     def _lost_nodes(self, pods: Sequence[Mapping[str, Any]]) -> frozenset[str]:

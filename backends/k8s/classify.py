@@ -97,6 +97,7 @@ class Verdict:
     started_at: datetime | None = None
     ended_at: datetime | None = None
     teardown: bool = False  # the adapter must stop the gang (and record this verdict)
+    bad_nodes: tuple[str, ...] = ()  # nodes blamed for an infrastructure failure
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,7 +359,7 @@ def _progress(pods: Sequence[Mapping[str, Any]], replicas: int, now: datetime,
             name = (p.get("metadata") or {}).get("name", "")
             return Verdict(Phase.FAILED, Reason.InfraTransient, C.INFRA_TRANSIENT, "Running",
                            NODE_LOST, f"{name}: node {node} is gone", teardown=True,
-                           ended_at=now, **base)
+                           ended_at=now, bad_nodes=(str(node),), **base)
     # images and container creation
     pulling: list[str] = []
     for p in live:

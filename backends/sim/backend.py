@@ -130,6 +130,7 @@ class _Job:
     seq: int = 0
     reason: Reason = Reason.BackendPending
     message: str = ""
+    bad_nodes: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -374,6 +375,7 @@ class SimBackend:
                     f"node {name} failed",
                     FailureCategory.INFRA_TRANSIENT,
                 )
+                job.bad_nodes = (name,)
 
     def restore_node(self, name: str) -> None:
         node = self.nodes[name]
@@ -518,6 +520,7 @@ class SimBackend:
             raw_state=phase.value,
             message=job.message,
             nodes=tuple(dict.fromkeys(job.nodes)),
+            bad_nodes=job.bad_nodes,
             submitted_at=self.clock.at(job.submitted),
             started_at=self.clock.at(job.started) if job.started is not None else None,
             ended_at=self.clock.at(job.ended) if job.ended is not None else None,

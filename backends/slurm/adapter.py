@@ -190,7 +190,7 @@ class SlurmBackend:
             backend=self.name, backend_name=rec.name, backend_id=rec.job_id, job_id=job_id,
             attempt=attempt, phase=got.phase, reason=got.reason, failure=got.failure,
             raw_state=rec.state, raw_reason=rec.reason, message=got.message,
-            exit_code=exit_code, signal=signal, nodes=rec.nodes,
+            exit_code=exit_code, signal=signal, nodes=rec.nodes, bad_nodes=got.bad_nodes,
             submitted_at=rec.submitted_at, started_at=rec.started_at, ended_at=rec.ended_at,
             observed_at=now, actor=got.actor,
         )

@@ -64,8 +64,11 @@ def _store_fact(plane: ControlPlane, a: att.AttemptRecord, fact: Fact, now: date
 
 
 def requeue_after(plane: ControlPlane, job_id: str, a: att.AttemptRecord, *, preempted: bool,
-                  failure: FailureCategory | None, now: datetime) -> None:
-    """After FAILED (or a preemption into RETRYING): ask the retry engine, apply its answer."""
+                  failure: FailureCategory | None, now: datetime,
+                  blamed: tuple[str, ...] = ()) -> None:
+    """After FAILED (or a preemption into RETRYING): ask the retry engine, apply its answer.
+    `blamed`: the nodes the backend blamed for the failure; the retry avoids only those, else
+    every node of the attempt's placement."""
     with plane.db.write() as s:
         job = get_job(s, job_id)
         if job is None:
@@ -86,7 +89,7 @@ def requeue_after(plane: ControlPlane, job_id: str, a: att.AttemptRecord, *, pre
             if r.failure:
                 wasted += _hours(r.gpus, r.started_at or r.dispatched_at, r.ended_at or now)
         snapshot = RunSnapshot.model_validate_json(a.snapshot_json)
-        nodes = snapshot.placement.nodes if snapshot.placement else ()
+        nodes = blamed or (snapshot.placement.nodes if snapshot.placement else ())
         decision = decide_retry(
             spec.retry, failure, attempt_counts(history), wasted, preempted=preempted,
             pool=a.pool, nodes=nodes,
@@ -140,7 +143,8 @@ def _apply(plane: ControlPlane, a: att.AttemptRecord, fact: Fact, now: datetime)
                        failure=d.failure.value if d.failure else None, preempted=d.preempted)
             _account(s, plane, job.team, a, fact, d, end, now)
     if current and (d.failure is not None or d.preempted):
-        requeue_after(plane, a.job_id, a, preempted=d.preempted, failure=d.failure, now=now)
+        requeue_after(plane, a.job_id, a, preempted=d.preempted, failure=d.failure, now=now,
+                      blamed=fact.bad_nodes)
     return moved
 
 

@@ -44,6 +44,9 @@ class Fact(BaseModel):
     exit_code: int | None = None
     signal: int | None = None
     nodes: tuple[str, ...] = ()
+    bad_nodes: tuple[str, ...] = Field(
+        default=(), description="the nodes blamed for an infrastructure failure, when the "
+        "backend can tell (a retry then avoids only these, not the whole allocation)")
     submitted_at: datetime | None = None
     started_at: datetime | None = None
     ended_at: datetime | None = None

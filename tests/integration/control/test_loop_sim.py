@@ -131,6 +131,24 @@ def test_preempted_job_is_requeued_without_spending_an_attempt(sim: Sim) -> None
     consistent(sim)
 
 
+def test_infra_retry_avoids_only_the_node_the_backend_blamed(sim: Sim) -> None:
+    import json
+
+    job = submit(sim, spec().flavors("a100-80g").replicas(2).gpus(8).topology(None), 300)
+    _run_until(sim, job, "RUNNING", step=20)
+    first = _attempts(sim, job)[-1]
+    gang = sim.backends["sim-k8s"].jobs[first.backend_name].nodes
+    bad, healthy = gang[0], gang[1]
+    sim.backends["sim-k8s"].fail_node(bad)
+    cycle(sim, 1)
+    with sim.plane.db.read() as s:
+        row = get_job(s, job)
+        assert row is not None
+        assert json.loads(row.exclude_json or "{}")["nodes"] == [bad]  # not the healthy one
+        assert f"avoiding node {bad}" in row.message and healthy not in row.message
+    consistent(sim)
+
+
 def test_cancel_while_running_cancels_the_backend_object(sim: Sim) -> None:
     job = submit(sim, spec().flavors("h100-80g").replicas(2).gpus(8), 600)
     _run_until(sim, job, "RUNNING", step=20)

@@ -130,6 +130,7 @@ def test_rank_on_a_lost_node_tears_the_gang_down() -> None:
     assert (v.phase, v.failure, v.raw_reason, v.teardown) == (
         Phase.FAILED, C.INFRA_TRANSIENT, "NodeLost", True)
     assert "gone" in v.message
+    assert v.bad_nodes == ("gone",)  # only that node is avoided by the retry
 
 
 def test_oom_by_policy_flag_is_resource_env() -> None:

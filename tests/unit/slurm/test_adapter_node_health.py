@@ -122,6 +122,7 @@ def test_failed_on_a_down_node_is_infra_and_names_it() -> None:
     fact = only(be.observe(), "isthmus-j7-1")
     assert (fact.phase, fact.failure, fact.exit_code) == (Phase.FAILED, F.INFRA_TRANSIENT, 13)
     assert "a100-2 down (isthmus-test)" in fact.message and "a100-1" not in fact.message
+    assert fact.bad_nodes == ("a100-2",)  # the retry avoids this node, not the whole gang's
     assert fact.nodes == GANG and t.node_calls == 1
 
     # the admin resumes the node; the job, still in the queue, keeps its verdict (no flip)
