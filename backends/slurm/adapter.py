@@ -243,6 +243,10 @@ class SlurmBackend:
         seen = {r.job_id for r in in_view}
         self._end_nodes = {k: v for k, v in self._end_nodes.items() if k in seen}
         self._end_steps = {k: v for k, v in self._end_steps.items() if k in seen}
+        if names is not None:  # jobs neither asked about nor in the queue: forget them
+            keep = set(names) | set(latest)
+            self._last_seen = {k: v for k, v in self._last_seen.items() if k in keep}
+            self._known_ids = {k: v for k, v in self._known_ids.items() if k in keep}
         return facts
 
     def lookup(self, name: str) -> Fact | None:

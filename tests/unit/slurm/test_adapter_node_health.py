@@ -246,3 +246,16 @@ def test_failed_before_any_rank_started_is_orchestration_not_the_users() -> None
     assert only(facts, "isthmus-j21-1").failure is F.USER_ERROR  # its code ran and failed
     assert only(facts, "isthmus-j22-1").failure is F.USER_ERROR  # steps unknown: exit code
     assert t.step_calls == [("20", "21", "22")]  # one query for the cycle
+
+
+def test_caches_forget_jobs_nobody_asks_about_any_more() -> None:
+    t = FakeTransport(queue=[job("30", "RUNNING"), job("31", "RUNNING")])
+    be = make(t)
+    be.observe(["isthmus-j30-1", "isthmus-j31-1"])
+    assert set(be._known_ids) == {"isthmus-j30-1", "isthmus-j31-1"}
+    t.queue = []  # both left the queue; the broker only asks about one of them now
+    t.accounted = [job("30", "COMPLETED", exit_code=0)]
+    be.observe(["isthmus-j30-1"])
+    assert set(be._known_ids) == {"isthmus-j30-1"} and set(be._last_seen) == {"isthmus-j30-1"}
+    be.observe([])
+    assert not be._known_ids and not be._last_seen
