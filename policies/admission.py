@@ -131,6 +131,9 @@ def inputs_digest(
         h.update(f"{j.id}:{j.priority}:{j.replicas}x{j.gpus_per_replica};".encode())
     for p in sorted(inventory.pools, key=lambda p: p.name):
         h.update(f"{p.name}:{p.free_gpus}:{p.drained}:{p.queue.pending_gpus};".encode())
+        for n in p.nodes:  # expected releases steer reservations
+            if n.releases:
+                h.update(f"{n.name}={[(t.isoformat(), g) for t, g in n.releases]};".encode())
     h.update(",".join(sorted(inventory.unreachable)).encode())
     for k, v in sorted(usage.in_use.items()):
         h.update(f"{k[0]}/{k[1]}={v};".encode())

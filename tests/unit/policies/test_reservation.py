@@ -9,11 +9,11 @@ from dataclasses import dataclass
 import pytest
 
 from broker.domain.inventory import InventorySnapshot
-from policies.admission import AdmissionParams, admission_cycle
+from policies.admission import AdmissionParams, admission_cycle, inputs_digest
 from policies.capacity import RACK, PoolIndex
 from policies.drain_time import fit_time
 from policies.ordering import OrderingParams
-from policies.types import PendingJob
+from policies.types import PendingJob, Usage
 from tests.unit.policies.builders import (
     T0,
     PoolBuilder,
@@ -187,3 +187,9 @@ def test_fit_time(
 def test_hold_target_without_release_data_says_never() -> None:
     target = PoolIndex(make_pool("p1").use("n0", 8).build()).hold_target(8, 4, RACK)
     assert target is not None and target.domain == "b0/r01" and target.ready == math.inf
+
+
+def test_the_cycle_digest_sees_release_data() -> None:
+    plain = inventory(make_pool("p1").use("n0", 8))
+    releasing = inventory(make_pool("p1").use("n0", 8).release("n0", (30, 8)))
+    assert inputs_digest([], plain, Usage(), at(0)) != inputs_digest([], releasing, Usage(), at(0))
