@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -319,3 +320,16 @@ def test_exit_code_matched_by_pod_failure_policy_fails_the_job(
     batch.create_namespaced_job(k8s_namespace, job_obj)
     failed = condition(wait_job_condition(batch, k8s_namespace, "policy", "Failed"), "Failed")
     assert failed is not None and failed["reason"] == "PodFailurePolicy"
+
+
+def test_components_do_not_depend_on_the_checkout_that_started_them(
+    k8s_cluster: K8sCluster,
+) -> None:
+    # the cluster is reused by later checkouts; the one that started it may be gone by then
+    repo = Path(__file__).resolve().parents[3]
+    pids = sorted((k8s_cluster.state_dir / "run").glob("*.pid"))
+    assert pids
+    for f in pids:
+        cwd = Path(f"/proc/{f.read_text().strip()}/cwd").readlink()
+        assert cwd == k8s_cluster.state_dir, (f.name, cwd)
+        assert not cwd.is_relative_to(repo), (f.name, cwd)

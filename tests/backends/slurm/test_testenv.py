@@ -301,3 +301,19 @@ def test_killed_node_fails_its_gang_with_node_fail(
         idle_cluster.cancel_all()
         idle_cluster.restore_nodes()
     idle_cluster.wait_idle(timeout=60)
+
+
+def test_daemons_do_not_depend_on_the_checkout_that_started_them(
+    slurm_cluster: SlurmCluster,
+) -> None:
+    # A CI clone that started the cluster may be deleted while the cluster is reused;
+    # slurmrestd then died on the next job submission (getcwd failed). Daemons run from the
+    # state dir (or a directory of their own choosing), never from the caller's checkout.
+    repo = Path(__file__).resolve().parents[3]
+    pids = sorted((slurm_cluster.state_dir / "run").glob("*.pid"))
+    assert pids
+    for f in pids:
+        pid = f.read_text().strip()
+        cwd = Path(f"/proc/{pid}/cwd").readlink()
+        assert not str(cwd).endswith("(deleted)"), (f.name, cwd)
+        assert not cwd.is_relative_to(repo), (f.name, cwd)
