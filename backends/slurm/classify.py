@@ -22,8 +22,8 @@ budget bound that, and blaming the user for a dead node would be the worse mista
 Ranks never launched. The job's code runs only inside the srun step the batch script starts.
 A FAILED job whose accounting records no such step (only "batch"/"extern") failed before its
 code ran: srun could not reach slurmctld, or Isthmus's batch script failed. That is an
-ORCHESTRATION failure, not the user's. Over REST, and while accounting has not recorded the
-job's end yet, steps are unknown and the exit code decides as before.
+ORCHESTRATION failure, not the user's. While accounting has not recorded the job's end yet,
+its steps are unknown and the exit code decides as before.
 """
 
 from __future__ import annotations

@@ -218,6 +218,22 @@ def sacct_steps(text: str) -> dict[str, tuple[str, ...]]:
     return {j: tuple(s) for j, s in steps.items() if j in ended}
 
 
+def db_steps(d: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """Step names of a job of slurmdbd's JSON ("batch", "extern", "0", ...), or None while its
+    end is not recorded (its step list may still be incomplete)."""
+    state_obj = d.get("state") or {}
+    state, _ = base_state(state_obj.get("current") if isinstance(state_obj, Mapping)
+                          else state_obj)
+    if state in ACTIVE_STATES or not state:
+        return None
+    names = []
+    for step in d.get("steps") or ():
+        ident = (step.get("step") or {}).get("id") if isinstance(step, Mapping) else None
+        if ident is not None:
+            names.append(str(ident).rsplit(".", 1)[-1])  # "1234.batch" in some versions
+    return tuple(names)
+
+
 def sacct_text(text: str) -> list[JobRecord]:
     """Rows of `sacct -P -n -X -o <SACCT_FIELDS>`; exit codes here are right on 22.05."""
     jobs = []

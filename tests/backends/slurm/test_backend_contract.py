@@ -226,9 +226,9 @@ def test_failing_script_is_user_error_also_after_it_left_the_queue(
     assert (fact.phase, fact.failure, fact.exit_code) == (
         Phase.FAILED, FailureCategory.USER_ERROR, 3), fact
     assert "exit code 3" in fact.message
-    if backend.transport.kind == "cli":  # the evidence behind that: its ranks did start
-        steps = backend.transport.steps([fact.backend_id or ""])
-        assert "0" in steps[fact.backend_id or ""], steps
+    # the evidence behind that: its ranks did start (a numbered step in accounting)
+    steps = backend.transport.steps([fact.backend_id or ""])
+    assert "0" in steps[fact.backend_id or ""], steps
 
     # MinJobAge=10 s: wait until both left the queue, then a fresh adapter (as after a
     # restart) must still classify them, from accounting alone
@@ -265,17 +265,14 @@ def test_batch_script_failing_before_srun_is_not_the_users_error(
     try:
         def ended() -> Fact | None:
             fact = fact_for(backend, name)
-            has_steps = backend.transport.kind != "cli" or backend.transport.steps([job_id])
-            return fact if fact.phase is Phase.FAILED and has_steps else None
+            recorded = backend.transport.steps([job_id])  # accounting has its end
+            return fact if fact.phase is Phase.FAILED and recorded else None
 
         wait_until(ended, timeout=60, interval=1, what=f"{name} FAILED and in accounting")
         fact = fact_for(make_backend(slurm_cluster, backend.transport.kind), name)
-        if backend.transport.kind == "cli":
-            assert (fact.failure, fact.reason) == (FailureCategory.ORCHESTRATION,
-                                                   Reason.Orchestration), fact
-            assert "before any rank started" in fact.message
-        else:  # slurmrestd: steps are not read, the exit code decides as before
-            assert fact.failure in (FailureCategory.USER_ERROR, FailureCategory.UNKNOWN), fact
+        assert (fact.failure, fact.reason) == (FailureCategory.ORCHESTRATION,
+                                               Reason.Orchestration), fact
+        assert "before any rank started" in fact.message
     finally:
         slurm_cluster.run(["scancel", job_id], check=False)
 

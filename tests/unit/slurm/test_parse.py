@@ -130,3 +130,14 @@ def test_sacct_steps_only_for_jobs_accounting_saw_end() -> None:
     ])
     assert parse.sacct_steps(text) == {"101": ("batch", "extern"), "102": ("batch", "extern", "0"),
                                  "104": ()}
+
+
+def test_db_steps_from_slurmdbd_json() -> None:
+    ended = {"state": {"current": "FAILED", "reason": "None"},
+             "steps": [{"step": {"job_id": 1417, "id": "batch", "name": "batch"}},
+                       {"step": {"job_id": 1417, "id": 0, "name": "true"}}]}
+    assert parse.db_steps(ended) == ("batch", "0")
+    assert parse.db_steps({"state": {"current": "FAILED"}, "steps": []}) == ()
+    assert parse.db_steps({"state": {"current": "RUNNING"}, "steps": []}) is None
+    assert parse.db_steps({"state": "FAILED", "steps": [{"step": {"id": "7.extern"}}]}) == (
+        "extern",)
