@@ -62,7 +62,8 @@ def test_apiserver_outage_fails_no_job(k8s_cluster: Any, tmp_path: Path) -> None
         finally:  # start it again exactly as up did, and record its pid for `down`
             log = open(state_dir / "logs" / "kube-apiserver.log", "ab")  # noqa: SIM115
             proc = subprocess.Popen([a.decode() for a in argv], stdin=subprocess.DEVNULL,
-                                    stdout=log, stderr=log, start_new_session=True)
+                                    stdout=log, stderr=log, start_new_session=True,
+                                    cwd=state_dir)  # not this checkout: it may be deleted
             pid_file.write_text(f"{proc.pid}\n")
             wait_until(lambda: _apiserver_ready(k8s_cluster), 120, "the apiserver to be back")
         wait_until(lambda: all(server.job(i)["state"] == "SUCCEEDED" for i in ids), 180,

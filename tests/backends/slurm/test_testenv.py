@@ -295,7 +295,10 @@ def test_killed_node_fails_its_gang_with_node_fail(
         # script fail first (FAILED 13:0) before slurmctld declares the node dead
         idle_cluster.kill_node(hosts[-1])
         row = wait_until(lambda: _sacct_row(idle_cluster, job_id), timeout=60, what="job end")
-        assert row[1] == "NODE_FAIL", row
+        # usually NODE_FAIL; sometimes srun on the batch host sees its step lost before
+        # slurmctld declares the node dead and the job ends FAILED 105:0 (seen here about 1
+        # run in 5): the backend tells that apart by the node's state (backends/slurm/classify)
+        assert row[1] in ("NODE_FAIL", "FAILED"), row
         assert idle_cluster.node_states()[hosts[-1]].startswith("down"), idle_cluster.node_states()
     finally:
         idle_cluster.cancel_all()
