@@ -140,12 +140,13 @@ class SlurmBackend:
 
     # -- observe ------------------------------------------------------------------------------
 
-    def _note_end_nodes(self, recs: Iterable[JobRecord], now: datetime) -> None:
-        """Record what is known of the nodes of jobs that newly ended in a state their health
-        can explain: their current state (one node listing) and the down / drain events that
-        accounting recorded for them while the job ran (one query), for all such jobs at once
-        and never in a cycle without one. Kept per job, so the classification is that of the
-        moment the end was first seen and does not flip once an admin resumes the node."""
+    def _note_end_evidence(self, recs: Iterable[JobRecord], now: datetime) -> None:
+        """Record the evidence for judging jobs that newly ended in a state their nodes' health
+        can explain: the steps accounting recorded for the FAILED ones (one query), the nodes'
+        current state (one node listing) and the down / drain events that accounting recorded
+        for them while the job ran (one query), for all such jobs at once and never in a cycle
+        without one. Kept per job, so the classification is that of the moment the end was
+        first seen and does not flip once an admin resumes the node."""
         fresh = [r for r in recs if r.state in NODE_EVIDENCE_STATES and r.nodes
                  and r.job_id not in self._end_nodes]
         if not fresh:
@@ -228,7 +229,7 @@ class SlurmBackend:
                     accounted[rec.name] = rec if prev is None else _newest([prev, rec])
         gone = {name: accounted[name] for name in missing if name in accounted}
         in_view = [*latest.values(), *gone.values()]
-        self._note_end_nodes(in_view, now)
+        self._note_end_evidence(in_view, now)
         facts = []
         for name, rec in latest.items():
             acc = accounted.get(name)
@@ -254,7 +255,7 @@ class SlurmBackend:
         if rec is None:
             return None
         now = self.clock()
-        self._note_end_nodes([rec], now)
+        self._note_end_evidence([rec], now)
         return self._fact(rec, now)
 
     # -- cancel -------------------------------------------------------------------------------

@@ -218,12 +218,19 @@ def sacct_steps(text: str) -> dict[str, tuple[str, ...]]:
     return {j: tuple(s) for j, s in steps.items() if j in ended}
 
 
+def db_state(d: Mapping[str, Any]) -> tuple[str, str]:
+    """(base state, reason) of a job of slurmdbd's JSON: {"current": ..., "reason": ...} or,
+    in some versions, the bare state."""
+    state_obj = d.get("state") or {}
+    if not isinstance(state_obj, Mapping):
+        return base_state(state_obj)[0], ""
+    return base_state(state_obj.get("current"))[0], str(state_obj.get("reason") or "")
+
+
 def db_steps(d: Mapping[str, Any]) -> tuple[str, ...] | None:
     """Step names of a job of slurmdbd's JSON ("batch", "extern", "0", ...), or None while its
     end is not recorded (its step list may still be incomplete)."""
-    state_obj = d.get("state") or {}
-    state, _ = base_state(state_obj.get("current") if isinstance(state_obj, Mapping)
-                          else state_obj)
+    state, _ = db_state(d)
     if state in ACTIVE_STATES or not state:
         return None
     names = []
@@ -273,10 +280,7 @@ def sacct_text(text: str) -> list[JobRecord]:
 
 def db_job(d: Mapping[str, Any], *, exit_code_reliable: bool) -> JobRecord:
     """A job of slurmdbd's JSON (slurmrestd /slurmdb/.../jobs, or sacct --json)."""
-    state_obj = d.get("state") or {}
-    state, _ = base_state(state_obj.get("current") if isinstance(state_obj, Mapping)
-                          else state_obj)
-    reason = str(state_obj.get("reason") or "") if isinstance(state_obj, Mapping) else ""
+    state, reason = db_state(d)
     exit_obj = d.get("exit_code") or {}
     exit_code, signal = exit_object(exit_obj)
     if not exit_code_reliable:
