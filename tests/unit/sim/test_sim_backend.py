@@ -29,8 +29,10 @@ def request(
     nodes: tuple[str, ...] = (),
     duration: float | None = 600,
     level: TopologyLevel | None = None,
+    max_runtime: int | None = None,
 ) -> SubmitRequest:
-    s = spec().replicas(replicas).gpus(gpus).build()
+    b = spec().replicas(replicas).gpus(gpus)
+    s = (b.set("max_runtime", max_runtime) if max_runtime is not None else b).build()
     env = {DURATION_ENV: str(duration)} if duration is not None else {}
     placement = Placement(
         backend=BackendKind.SLURM,

@@ -6,12 +6,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from backends.base import SubmitRequest
-from backends.sim import DURATION_ENV, ExternalLoad, SimBackend, SimClock, SimPoolSpec
-from broker.domain import RunSnapshot
-from broker.domain.attempts import Placement
+from backends.sim import ExternalLoad, SimBackend, SimClock, SimPoolSpec
 from broker.domain.inventory import NodeSnapshot
-from broker.domain.spec import BackendKind
-from tests.builders import spec
+from tests.unit.sim.test_sim_backend import request as sim_request
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 POOL = SimPoolSpec("p1", "h100", blocks=1, racks_per_block=1, nodes_per_rack=2, gpus_per_node=8)
@@ -22,22 +19,7 @@ def make(**kw: object) -> SimBackend:
 
 
 def request(n: int, node: str, gpus: int, max_runtime: int, duration: float) -> SubmitRequest:
-    s = spec().replicas(1).gpus(gpus).set("max_runtime", max_runtime).build()
-    placement = Placement(
-        backend=BackendKind.SLURM,
-        backend_instance="sim-a",
-        pool="p1",
-        flavor="h100",
-        nodes=(node,),
-    )
-    return SubmitRequest(
-        job_id=f"j{n}",
-        attempt=1,
-        name=f"isthmus-j{n}-1",
-        snapshot=RunSnapshot.of(s),
-        placement=placement,
-        env={DURATION_ENV: str(duration)},
-    )
+    return sim_request(n, gpus=gpus, nodes=(node,), duration=duration, max_runtime=max_runtime)
 
 
 def nodes(b: SimBackend) -> dict[str, NodeSnapshot]:
