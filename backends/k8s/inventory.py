@@ -176,46 +176,46 @@ def node_snapshot(node: Mapping[str, Any], used_gpus: float, pool: PoolBinding,
     )
 
 
-def pod_release(pod: Mapping[str, Any], resource: str) -> tuple[datetime, int] | None:
-    """(expected end, GPUs) of a running pod with a declared limit, else None."""
-    spec = pod.get("spec") or {}
+def declared_end(pod: Mapping[str, Any]) -> datetime | None:
+    """When a started, non-terminal pod is due to end by its declared limit, else None."""
     status = pod.get("status") or {}
     started = status.get("startTime")
     if not started or status.get("phase") in TERMINAL:
         return None
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    limit = annotations.get(ANN_MAX_RUNTIME, spec.get("activeDeadlineSeconds"))
-    gpus = int(pod_request(pod, resource))
+    limit = annotations.get(ANN_MAX_RUNTIME, (pod.get("spec") or {}).get("activeDeadlineSeconds"))
     try:
         seconds = int(limit) if limit is not None else None
         start = started if isinstance(started, datetime) else datetime.fromisoformat(
             str(started).replace("Z", "+00:00"))
     except ValueError:
         return None
-    if seconds is None or seconds < 0 or gpus <= 0:
-        return None
-    return start + timedelta(seconds=seconds), gpus
+    return None if seconds is None or seconds < 0 else start + timedelta(seconds=seconds)
 
 
-def releases_by_node(pods: Iterable[Mapping[str, Any]],
-                     resource: str) -> dict[str, list[tuple[datetime, int]]]:
-    out: dict[str, list[tuple[datetime, int]]] = defaultdict(list)
-    for pod in pods:
-        node = (pod.get("spec") or {}).get("nodeName")
-        release = pod_release(pod, resource) if node else None
-        if release is not None:
-            out[str(node)].append(release)
-    return out
+def pod_release(pod: Mapping[str, Any], resource: str) -> tuple[datetime, int] | None:
+    """(expected end, GPUs) of a running pod with a declared limit, else None."""
+    end = declared_end(pod)
+    gpus = int(pod_request(pod, resource))
+    return (end, gpus) if end is not None and gpus > 0 else None
 
 
-def used_gpus_by_node(pods: Iterable[Mapping[str, Any]], resource: str) -> dict[str, float]:
+def node_usage(pods: Iterable[Mapping[str, Any]], resource: str
+               ) -> tuple[dict[str, float], dict[str, list[tuple[datetime, int]]]]:
+    """In one pass over the pods: the GPUs requested on each node by its non-terminal pods,
+    and when each node expects them back (`pod_release`)."""
     used: dict[str, float] = defaultdict(float)
+    releases: dict[str, list[tuple[datetime, int]]] = defaultdict(list)
     for pod in pods:
         node = (pod.get("spec") or {}).get("nodeName")
         if not node or (pod.get("status") or {}).get("phase") in TERMINAL:
             continue
-        used[node] += pod_request(pod, resource)
-    return used
+        gpus = pod_request(pod, resource)
+        used[node] += gpus
+        end = declared_end(pod)
+        if end is not None and int(gpus) > 0:
+            releases[node].append((end, int(gpus)))
+    return used, releases
 
 
 def queue_depths(pods: Iterable[Mapping[str, Any]], nodes: Sequence[Mapping[str, Any]],
@@ -260,8 +260,7 @@ def build_pools(
     pools: Sequence[PoolBinding],
     settings: K8sSettings,
 ) -> tuple[PoolSnapshot, ...]:
-    used = used_gpus_by_node(pods, settings.gpu_resource)
-    releases = releases_by_node(pods, settings.gpu_resource)
+    used, releases = node_usage(pods, settings.gpu_resource)
     depth = queue_depths(pods, nodes, pools, settings.gpu_resource)
     out = []
     for pool in pools:
