@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from broker.config import IsthmusConfig
 from broker.domain.attempts import Attempt
 from broker.domain.failures import FailureCategory
 from broker.domain.spec import JobSpec
+from broker.domain.timebox import add_seconds
 from broker.feasibility import acceptable_flavors
 from policies.retry import AttemptCounts
 from policies.types import FlavorQuota, PendingJob, QuotaConfig, RunningJob, TeamQuota, Usage
@@ -91,7 +92,8 @@ def running_job(
     nodes: Sequence[str] = (),
 ) -> RunningJob:
     """The preemption view of an admitted or running job; its expected end is the start plus
-    its max_runtime (the only bound Isthmus knows for sure)."""
+    its max_runtime (the only bound Isthmus knows for sure), saturating far in the future: a
+    stored spec is not trusted to hold a sane duration."""
     pc = config.priority_class(spec.priority)
     return RunningJob(
         id=job_id,
@@ -102,7 +104,7 @@ def running_job(
         priority=pc.value if pc else 0,
         started_at=started_at,
         last_checkpoint_at=last_checkpoint_at,
-        expected_end=started_at + timedelta(seconds=spec.max_runtime),
+        expected_end=add_seconds(started_at, spec.max_runtime),
         borrowed=borrowed,
         grace_seconds=spec.checkpoint.grace,
         nodes=tuple(nodes),

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import timedelta
 
 import yaml
 
@@ -15,6 +14,7 @@ from broker.control.faults import crash_point
 from broker.control.plane import ControlPlane, log
 from broker.domain import JobState, Reason
 from broker.domain.attempts import RunSnapshot
+from broker.domain.timebox import add_seconds
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
 from broker.store import attempts as att
@@ -73,7 +73,7 @@ def _refused(plane: ControlPlane, a: att.AttemptRecord, why: str) -> None:
         exclude = json.loads(job.exclude_json or "{}") if job else {}
         exclude["pools"] = sorted({*exclude.get("pools", []), a.pool})
         delay = min(REFUSAL_BACKOFF_MAX_S, REFUSAL_BACKOFF_S * 2 ** (refusals - 1))
-        records.set_retry_terms(s, a.job_id, now + timedelta(seconds=delay), json.dumps(exclude))
+        records.set_retry_terms(s, a.job_id, add_seconds(now, delay), json.dumps(exclude))
         set_state(
             s, a.job_id, JobState.QUEUED, Reason.DispatchRefused,
             Cause("dispatcher", DISPATCHER, key=f"refused:{a.number}"),

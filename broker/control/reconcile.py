@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from sqlmodel import Session
 
@@ -23,6 +23,7 @@ from broker.control.plane import ControlPlane, log
 from broker.domain import FailureCategory, JobState, Reason
 from broker.domain.attempts import Attempt, RunSnapshot
 from broker.domain.facts import Fact, Phase
+from broker.domain.timebox import add_seconds
 from broker.metrics import BACKEND_UP, GPU_HOURS
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
@@ -109,7 +110,7 @@ def requeue_after(plane: ControlPlane, job_id: str, a: att.AttemptRecord, *, pre
             "pools": sorted(set(exclude.get("pools", [])) | decision.exclude_pools),
             "nodes": sorted(set(exclude.get("nodes", [])) | decision.exclude_nodes),
         }
-        not_before = now + timedelta(seconds=decision.delay_seconds)
+        not_before = add_seconds(now, decision.delay_seconds)  # a stored backoff may be absurd
         records.set_retry_terms(s, job_id, not_before, json.dumps(exclude))
         reason = Reason.BackoffAfterFailure if decision.delay_seconds else Reason.RetryScheduled
         set_state(s, job_id, JobState.QUEUED, reason,

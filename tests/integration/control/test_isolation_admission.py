@@ -1,0 +1,51 @@
+"""Issue 11, finding 1: a job with an absurd stored duration must not stop admission (nor its
+own retry); a job whose stored spec cannot be read waits with InternalError, alone."""
+
+from __future__ import annotations
+
+from broker.control.admission import run_admission
+from broker.domain.timebox import FAR_FUTURE
+from broker.store import attempts as att
+from broker.store.queries import get_job
+from tests.builders import spec
+from tests.integration.control.conftest import Sim
+from tests.integration.control.poison import poison
+from tests.integration.control.test_loop_sim import _run_until, cycle, state, submit
+
+
+def _low(team: str) -> object:
+    return spec().name(f"low-{team}").team(team).flavors("h100-80g").replicas(2).topology(
+        None).set("priority", "low")
+
+
+def test_a_running_job_with_a_huge_max_runtime_does_not_stop_preemption_planning(
+    sim: Sim,
+) -> None:
+    lows = [submit(sim, _low("vision"), 3600), submit(sim, _low("language"), 3600)]
+    for j in lows:
+        _run_until(sim, j, "RUNNING", step=20)
+    poison(sim, lows[0], max_runtime=10**12)  # 31,700 years; past the API, never trusted
+    cycle(sim, 700)  # past the minimum runtime that protects new work
+    urgent = submit(sim, spec().name("urgent").flavors("h100-80g").replicas(2).topology(None)
+                    .set("priority", "high"), 60)
+    other = submit(sim, spec().name("other").team("language").flavors("a100-80g").replicas(1)
+                   .topology(None).backend("k8s"), 60)
+    run_admission(sim.plane)  # raised OverflowError: date value out of range
+    assert state(sim, other) == ("ADMITTED", "Admitted")
+    assert state(sim, urgent) == ("QUEUED", "WaitingForPreemption")
+
+
+def test_a_huge_retry_backoff_saturates_instead_of_losing_the_retry(sim: Sim) -> None:
+    job = submit(sim, spec().flavors("a100-80g").replicas(1).gpus(8).topology(None), 300)
+    _run_until(sim, job, "RUNNING", step=20)
+    poison(sim, job, retry__backoff=10**12, retry__max_backoff=10**12)
+    with sim.plane.db.read() as s:
+        a = att.attempts_of(s, job)[-1]
+    sim.backends["sim-k8s"].fail_node(sim.backends["sim-k8s"].jobs[a.backend_name].nodes[0])
+    cycle(sim, 1)  # reconcile raised OverflowError in requeue_after
+    assert state(sim, job) == ("QUEUED", "BackoffAfterFailure")
+    with sim.plane.db.read() as s:
+        row = get_job(s, job)
+        assert row is not None and row.not_before is not None
+        assert row.not_before.year == FAR_FUTURE.year
+
