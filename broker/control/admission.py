@@ -4,6 +4,12 @@ policies.admission) -> persist -> requeue the rest with reasons -> decision reco
 Persisting an admission is one transaction per job: QUEUED -> ADMITTED through set_state (the
 ledger rule writes the reservation), and the attempt row with its run snapshot and placement,
 which is also the dispatcher's outbox entry.
+
+One job never stops the cycle (broker.control.guard): a job whose admission view cannot be
+built (a stored spec that does not parse) is left out and waits with InternalError; a
+preemption plan that fails for one job counts as "no plan" for that job; a decision that
+cannot be persisted is undone alone (its savepoint) and its job marked; one victim that
+cannot be stopped does not keep the others from being stopped.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from sqlmodel import Session
 
 from broker import ledger
 from broker.control.faults import crash_point
+from broker.control.guard import Incident, JobGuard, mark
 from broker.control.plane import ControlPlane, hold_in_flight, log
 from broker.control.preempt import LazyPreemptor, preempt
 from broker.domain import JobState, Reason
@@ -36,32 +43,42 @@ ADMISSION = "system:admission"
 PERSIST_CHUNK = 100
 
 
-def _pending_views(plane: ControlPlane, queued: list[JobRecord]) -> list[PendingJob]:
+def _pending_views(
+    plane: ControlPlane, queued: list[JobRecord]
+) -> tuple[list[PendingJob], list[Incident]]:
+    """The admission views, and the jobs whose view could not be built (left out)."""
     views: list[PendingJob] = []
+    incidents: list[Incident] = []
     for j in queued:
-        exclude = json.loads(j.exclude_json or "{}")
-        views.append(
-            pending_job(
-                plane.config, j.id, plane.spec(j.id, j.spec_json), j.created_at,
-                not_before=j.not_before, exclude_pools=exclude.get("pools", ()),
-                exclude_nodes=exclude.get("nodes", ()),
+        with JobGuard("admission view", j.id) as guard:
+            exclude = json.loads(j.exclude_json or "{}")
+            views.append(
+                pending_job(
+                    plane.config, j.id, plane.spec(j.id, j.spec_json), j.created_at,
+                    not_before=j.not_before, exclude_pools=exclude.get("pools", ()),
+                    exclude_nodes=exclude.get("nodes", ()),
+                )
             )
-        )
-    return views
+        if guard.incident is not None:
+            incidents.append(guard.incident)
+    return views, incidents
 
 
 def _in_flight(live: list[att.AttemptRecord]) -> dict[tuple[str, str], int]:
-    """GPUs per (pool, node) of attempts the backend has not shown us yet."""
+    """GPUs per (pool, node) of attempts the backend has not shown us yet. An attempt whose
+    snapshot cannot be read is skipped (logged): its nodes may then be offered again, which
+    the backend refuses or queues, better than admitting nobody."""
     held: dict[tuple[str, str], int] = {}
     for a in live:
         if a.dispatch == att.CREATED and a.last_seen_at is not None:
             continue  # the backend's own inventory and queue depth account for it
-        placement = RunSnapshot.model_validate_json(a.snapshot_json).placement
-        if placement is None or not placement.nodes:
-            continue
-        per_replica = a.gpus // len(placement.nodes)
-        for node in placement.nodes:
-            held[(a.pool, node)] = held.get((a.pool, node), 0) + per_replica
+        with JobGuard("in-flight view", a.job_id):
+            placement = RunSnapshot.model_validate_json(a.snapshot_json).placement
+            if placement is None or not placement.nodes:
+                continue
+            per_replica = a.gpus // len(placement.nodes)
+            for node in placement.nodes:
+                held[(a.pool, node)] = held.get((a.pool, node), 0) + per_replica
     return held
 
 
@@ -112,7 +129,7 @@ def _persist(plane: ControlPlane, chunk: list[Decision], by_id: dict[str, JobRec
     with plane.db.write() as s:
         for i, d in enumerate(chunk):
             job = by_id[d.job_id]
-            with s.begin_nested():
+            with JobGuard("admission persist", job.id) as guard, s.begin_nested():
                 # verdicts are kept for `isthmus explain` when the answer changes
                 att.save_explanation(s, job.id, now, explain(d).model_dump_json())
                 if d.admitted and d.placement is not None:
@@ -122,6 +139,14 @@ def _persist(plane: ControlPlane, chunk: list[Decision], by_id: dict[str, JobRec
                 else:
                     set_state(s, job.id, JobState.QUEUED, d.reason,
                               Cause("admission", ADMISSION), d.message, now=now)
+            if guard.incident is not None:  # its savepoint is undone; the others stand
+                _mark(s, [guard.incident], now)
+
+
+def _mark(s: Session, incidents: list[Incident], now: datetime) -> None:
+    for incident in incidents:
+        with JobGuard("marking", incident.job_id):
+            mark(s, incident, ADMISSION, now)
 
 
 def run_admission(plane: ControlPlane, limit: int = 10_000) -> CycleResult:
@@ -137,15 +162,23 @@ def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
         held = _in_flight(att.live(s))
     inventory = hold_in_flight(plane.inventory(), held)
     quotas = quota_config(plane.config)
+    views, unreadable = _pending_views(plane, queued)
+    if unreadable:
+        with plane.db.write() as s:
+            _mark(s, unreadable, now)
     result = admission_cycle(
-        _pending_views(plane, queued), inventory, quotas,
+        views, inventory, quotas,
         usage_view(in_use, plane.decayed_usage(in_use, now)), now,
         preemptor=LazyPreemptor(plane, quotas, now),
     )
     by_id = {j.id: j for j in queued}
     for d in result.decisions:  # victims first: signals go out before the space is handed on
         for victim in d.victims:
-            preempt(plane, victim)
+            with JobGuard("preemption", victim.job_id) as guard:
+                preempt(plane, victim)
+            if guard.incident is not None:
+                with plane.db.write() as s:
+                    _mark(s, [guard.incident], now)
     todo = [d for d in result.decisions
             if d.admitted or by_id[d.job_id].reason != d.reason.value
             or by_id[d.job_id].message != d.message]

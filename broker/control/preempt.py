@@ -10,6 +10,7 @@ from datetime import datetime
 
 from backends.base import BackendUnavailable
 from broker import ledger
+from broker.control.guard import JobGuard
 from broker.control.plane import ControlPlane, log
 from broker.domain import JobState, Reason
 from broker.domain.attempts import RunSnapshot
@@ -25,7 +26,10 @@ HOLDING = {JobState.ADMITTED.value, JobState.PREPARING.value, JobState.RUNNING.v
 
 
 def running_views(plane: ControlPlane) -> list[RunningJob]:
-    """Admitted and running jobs as preemption sees them, from their live attempts."""
+    """Admitted and running jobs as preemption sees them, from their live attempts. A job
+    whose view cannot be built (its stored spec or snapshot does not parse) is left out,
+    logged: it cannot be chosen as a victim, and it is not marked (it runs; its reason is the
+    backend's to tell)."""
     out: list[RunningJob] = []
     with plane.db.read() as s:
         live = att.live(s)
@@ -34,17 +38,19 @@ def running_views(plane: ControlPlane) -> list[RunningJob]:
             job = jobs.get(a.job_id)
             if job is None or job.state not in HOLDING or job.attempt != a.number:
                 continue
-            snapshot = RunSnapshot.model_validate_json(a.snapshot_json)
-            placement = snapshot.placement
-            out.append(
-                running_job(
-                    plane.config, job.id, plane.spec(job.id, job.spec_json), flavor=a.flavor,
-                    pool=a.pool, started_at=a.started_at or a.dispatched_at or a.created_at,
-                    last_checkpoint_at=a.last_progress_at,
-                    borrowed=ledger.borrowed_of(s, job.id, a.number) > 0,
-                    nodes=placement.nodes if placement else (),
+            with JobGuard("preemption view", job.id):
+                snapshot = RunSnapshot.model_validate_json(a.snapshot_json)
+                placement = snapshot.placement
+                out.append(
+                    running_job(
+                        plane.config, job.id, plane.spec(job.id, job.spec_json),
+                        flavor=a.flavor, pool=a.pool,
+                        started_at=a.started_at or a.dispatched_at or a.created_at,
+                        last_checkpoint_at=a.last_progress_at,
+                        borrowed=ledger.borrowed_of(s, job.id, a.number) > 0,
+                        nodes=placement.nodes if placement else (),
+                    )
                 )
-            )
     return out
 
 
@@ -93,6 +99,11 @@ class LazyPreemptor:
 
     def plan(self, job: PendingJob, mode: Mode, gpus_needed: int, pool: str | None,
              flavor: str | None, room: PoolRoom | None = None) -> PreemptionPlan:
-        if self._inner is None:
-            self._inner = Preemptor(running_views(self.plane), self.quotas, self.now)
-        return self._inner.plan(job, mode, gpus_needed, pool, flavor, room)
+        """The plan for `job`; one that fails is "no plan" for this job alone, with the
+        incident in its message (the admission cycle appends it to the job's wait reason)."""
+        with JobGuard("preemption planning", job.id) as guard:
+            if self._inner is None:
+                self._inner = Preemptor(running_views(self.plane), self.quotas, self.now)
+            return self._inner.plan(job, mode, gpus_needed, pool, flavor, room)
+        assert guard.incident is not None
+        return PreemptionPlan(False, (), 0, Reason.InternalError, guard.incident.message)

@@ -69,6 +69,8 @@ class Reason(StrEnum):
     # refusals of a proposed transition (outcomes only)
     TransitionNotAllowed = "TransitionNotAllowed"
     RetryNotDecided = "RetryNotDecided"
+    # waiting, added after the others (codes are appended, never reordered)
+    InternalError = "InternalError"
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +122,11 @@ REASONS: dict[Reason, ReasonInfo] = {
     R.RetriesExhausted: ReasonInfo(85, K.FAILURE, "no attempts or retry budget left"),
     R.TransitionNotAllowed: ReasonInfo(0, K.REFUSAL, "the lifecycle does not allow this move"),
     R.RetryNotDecided: ReasonInfo(0, K.REFUSAL, "only the retry engine may retry a failed job"),
+    R.InternalError: ReasonInfo(
+        57, K.WAIT,
+        "an unexpected error while handling this job; the message has a correlation id for "
+        "the logs",
+    ),
 }
 
 FAILURE_REASON: dict[FailureCategory, Reason] = {
