@@ -3,13 +3,15 @@ own retry); a job whose stored spec cannot be read waits with InternalError, alo
 
 from __future__ import annotations
 
+import pytest
+
 from broker.control.admission import run_admission
 from broker.domain.timebox import FAR_FUTURE
 from broker.store import attempts as att
 from broker.store.queries import get_job
 from tests.builders import spec
 from tests.integration.control.conftest import Sim
-from tests.integration.control.poison import poison
+from tests.integration.control.poison import events, poison
 from tests.integration.control.test_loop_sim import _run_until, cycle, state, submit
 
 
@@ -49,3 +51,46 @@ def test_a_huge_retry_backoff_saturates_instead_of_losing_the_retry(sim: Sim) ->
         assert row is not None and row.not_before is not None
         assert row.not_before.year == FAR_FUTURE.year
 
+
+def test_a_job_whose_stored_spec_cannot_be_read_waits_alone_with_internal_error(
+    sim: Sim,
+) -> None:
+    bad = submit(sim, spec().name("bad").flavors("a100-80g").replicas(1).topology(None), 60)
+    good = [submit(sim, spec().name(f"good-{t}").team(t).flavors("a100-80g").replicas(1)
+                   .topology(None), 60) for t in ("vision", "language")]
+    poison(sim, bad, raw='{"api_version": "isthmus/v1", "team": ')  # truncated
+    run_admission(sim.plane)
+    for j in good:
+        assert state(sim, j) == ("ADMITTED", "Admitted")
+    assert state(sim, bad) == ("QUEUED", "InternalError")
+    message = events(sim, bad)[-1][2]
+    assert "correlation id" in message and "admission view" in message
+    run_admission(sim.plane)  # the same failure again: the same message, no new event
+    assert events(sim, bad)[-1][2] == message
+    assert sum(1 for e in events(sim, bad) if e[1] == "InternalError") == 1
+
+
+def test_a_preemption_plan_that_fails_for_one_job_is_no_plan_for_that_job_alone(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from policies.preemption import Preemptor
+
+    lows = [submit(sim, _low("vision"), 3600), submit(sim, _low("language"), 3600)]
+    for j in lows:
+        _run_until(sim, j, "RUNNING", step=20)
+    cycle(sim, 700)
+    broken = submit(sim, spec().name("broken").flavors("h100-80g").replicas(2).topology(None)
+                    .set("priority", "high"), 60)
+    other = submit(sim, spec().name("other").team("language").flavors("a100-80g").replicas(1)
+                   .topology(None).backend("k8s"), 60)
+    original = Preemptor.plan
+
+    def plan(self: Preemptor, job: object, *args: object, **kwargs: object) -> object:
+        if getattr(job, "id", None) == broken:
+            raise ZeroDivisionError("a bug met only by this job")
+        return original(self, job, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Preemptor, "plan", plan)
+    run_admission(sim.plane)
+    assert state(sim, other) == ("ADMITTED", "Admitted")
+    assert state(sim, broken) == ("QUEUED", "QuotaExhausted")  # as without a plan
