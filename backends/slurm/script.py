@@ -17,7 +17,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
-import math
 import re
 from dataclasses import dataclass
 
@@ -26,6 +25,11 @@ from backends.slurm.records import BatchJob
 from broker.domain.spec import TopologyLevel
 
 MAX_SIGNAL_SECONDS = 65535  # Slurm's limit for --signal=...@<time>
+# Slurm keeps these in fixed-width integers whose top values mean "not set" / "infinite" (and
+# bit 63 of a memory size means "per CPU"); a larger request cannot be expressed at all.
+MAX_TIME_MINUTES = 2**32 - 3
+MAX_MEMORY_MB = 2**63 - 1
+MAX_CPUS_PER_TASK = 2**16 - 3
 _SAFE_PATH = re.compile(r"^/[A-Za-z0-9._/+-]*$")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _SAFE_WORD = re.compile(r"^[A-Za-z0-9._:+-]+$")
@@ -92,6 +96,17 @@ def _check_word(what: str, value: str) -> str:
     return value
 
 
+def _ceil_div(a: int, b: int) -> int:
+    return -(-int(a) // b)
+
+
+def _check_limit(field: str, value: int, most: int, unit: str) -> None:
+    if value > most:
+        digits = len(str(value))
+        shown = str(value) if digits <= 24 else f"a {digits}-digit number of"
+        raise Unsupported(f"{field} is too large for Slurm: {shown} {unit}, at most {most}")
+
+
 def rack_of(domain: str | None) -> str | None:
     """'spine/rack1' -> 'rack1' (the placement's topology domain at rack level)."""
     if not domain:
@@ -137,7 +152,13 @@ def batch_job(
     grace = min(spec.checkpoint.grace, MAX_SIGNAL_SECONDS)
     memory_mb = None
     if spec.gang.memory_per_replica:
-        memory_mb = math.ceil(spec.gang.memory_per_replica / 2**20)
+        memory_mb = _ceil_div(spec.gang.memory_per_replica, 2**20)  # exact for any size
+        _check_limit("gang.memory_per_replica", memory_mb, MAX_MEMORY_MB, "MiB")
+    time_limit_min = max(1, _ceil_div(spec.max_runtime, 60))
+    _check_limit("max_runtime", time_limit_min, MAX_TIME_MINUTES, "minutes")
+    if spec.gang.cpus_per_replica:
+        _check_limit("gang.cpus_per_replica", spec.gang.cpus_per_replica, MAX_CPUS_PER_TASK,
+                     "CPUs")
     work_dir = settings.work_dir.rstrip("/") or "/"
     job = BatchJob(
         name=request.name,
@@ -148,7 +169,7 @@ def batch_job(
         gpus_per_node=spec.gang.gpus_per_replica,
         gpu_type=gpu_type,
         gpu_request=settings.gpu_request,
-        time_limit_min=max(1, math.ceil(spec.max_runtime / 60)),
+        time_limit_min=time_limit_min,
         output=f"{work_dir}/{request.name}-%j.out",
         work_dir=f"{work_dir}/{request.name}",
         signal=f"B:USR1@{grace}" if grace > 0 else None,

@@ -6,12 +6,14 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
+from backends.base import Unsupported
 from backends.slurm.records import BatchJob, JobRecord, NodeEvent, NodeRecord, Switch
 from backends.slurm.versions import Dialect
 
 
-class SubmitRefused(Exception):
-    """Slurm refused the job (bad partition, impossible request); the message says why."""
+class SubmitRefused(Unsupported):
+    """Slurm refused the job (bad partition, impossible request); the message says why. An
+    Unsupported: for the broker it is the backend refusing the request, like any other."""
 
 
 class Transport(Protocol):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import re
 import subprocess
@@ -142,3 +143,27 @@ def test_launcher_execs_argv_with_env_and_rank(tmp_path: Path) -> None:
 ])
 def test_hostlist(text: str, names: tuple[str, ...]) -> None:
     assert expand(text) == names
+
+
+@pytest.mark.parametrize(
+    ("field", "update"),
+    [
+        pytest.param("max_runtime", {"max_runtime": 10**400}, id="max_runtime-10^400"),
+        pytest.param("max_runtime", {"max_runtime": 60 * (2**32)}, id="max_runtime-2^32-min"),
+        pytest.param("gang.memory_per_replica", {"memory_per_replica": 10**400},
+                     id="memory-10^400"),
+        pytest.param("gang.cpus_per_replica", {"cpus_per_replica": 10**30}, id="cpus-10^30"),
+    ],
+)
+def test_values_slurm_cannot_hold_are_refused_not_overflowed(
+    field: str, update: dict[str, int]
+) -> None:
+    request = _request()
+    spec = request.snapshot.spec
+    gang = {k: v for k, v in update.items() if k != "max_runtime"}
+    bad = spec.model_copy(update={k: v for k, v in update.items() if k == "max_runtime"}
+                          | ({"gang": spec.gang.model_copy(update=gang)} if gang else {}))
+    request = dataclasses.replace(
+        request, snapshot=request.snapshot.model_copy(update={"spec": bad}))
+    with pytest.raises(Unsupported, match=rf"^{re.escape(field)} is too large for Slurm"):
+        batch_job(request, RenderSettings(), partition="a100")
