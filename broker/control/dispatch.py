@@ -1,6 +1,12 @@
 """The dispatcher: turns committed intents (attempt rows with dispatch='pending') into backend
 objects. Before creating anything it looks the deterministic name up, so an intent resumed
-after a crash adopts what the previous run created instead of making a duplicate."""
+after a crash adopts what the previous run created instead of making a duplicate.
+
+One intent never holds up the others: each is dispatched inside a per-job guard, the intents
+of a pass are taken in turn across backends (oldest first within each), and once a backend is
+found unreachable its remaining intents of the pass wait with BackendUnavailable without
+asking it again.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ import yaml
 
 from backends.base import BackendUnavailable, SubmitRequest, SubmitResult, Unsupported
 from broker.control.faults import crash_point
+from broker.control.guard import Incident, JobGuard
 from broker.control.plane import ControlPlane, log
 from broker.domain import JobState, Reason
 from broker.domain.attempts import RunSnapshot
@@ -61,10 +68,17 @@ REFUSAL_BACKOFF_S = 10
 REFUSAL_BACKOFF_MAX_S = 600
 
 
-def _refused(plane: ControlPlane, a: att.AttemptRecord, why: str) -> None:
+def _refused(plane: ControlPlane, a: att.AttemptRecord, why: str,
+             reason: Reason = Reason.DispatchRefused) -> None:
     """The backend will not take this object: requeue, avoid that pool for this job, and back
     off, so a refusal cannot turn into a loop of attempts. If no other pool fits, the job
-    waits and `explain` shows the pool as excluded, with the refusal in the events."""
+    waits and `explain` shows the pool as excluded, with the refusal in the events.
+
+    Also the way out for an intent whose dispatch failed unexpectedly (`reason`
+    InternalError): leaving ADMITTED releases its reservation at once, so a job that cannot be
+    dispatched never holds quota; the same failure is likely in that pool again, so the pool
+    is avoided, and another pool may serve the job. FAILED is not a move the lifecycle allows
+    from ADMITTED, and it would end a job that may run elsewhere."""
     now = plane.clock()
     with plane.db.write() as s:
         att.update(s, a.job_id, a.number, dispatch=att.ABANDONED, ended_at=now)
@@ -75,24 +89,32 @@ def _refused(plane: ControlPlane, a: att.AttemptRecord, why: str) -> None:
         delay = min(REFUSAL_BACKOFF_MAX_S, REFUSAL_BACKOFF_S * 2 ** (refusals - 1))
         records.set_retry_terms(s, a.job_id, add_seconds(now, delay), json.dumps(exclude))
         set_state(
-            s, a.job_id, JobState.QUEUED, Reason.DispatchRefused,
+            s, a.job_id, JobState.QUEUED, reason,
             Cause("dispatcher", DISPATCHER, key=f"refused:{a.number}"),
             f"{why}; pool {a.pool} is avoided for this job from now on", now=now,
         )
 
 
+CREATED, SKIPPED, UNAVAILABLE = "created", "skipped", "unavailable"
+
+
 def dispatch_one(plane: ControlPlane, a: att.AttemptRecord, key: bytes) -> bool:
     """True when the backend object exists (created or adopted) and the job is PREPARING."""
+    return _dispatch(plane, a, key)[0] == CREATED
+
+
+def _dispatch(plane: ControlPlane, a: att.AttemptRecord, key: bytes) -> tuple[str, str]:
+    """(outcome, why) for one intent; `why` says what an unreachable backend answered."""
     with plane.db.read() as s:
         job = get_job(s, a.job_id)
     if job is None or job.state != JobState.ADMITTED or job.attempt != a.number:
         with plane.db.write() as s:  # cancelled or requeued before its object was made
             att.update(s, a.job_id, a.number, dispatch=att.ABANDONED, ended_at=plane.clock())
-        return False
+        return SKIPPED, ""
     backend = plane.backends.get(a.backend)
     if backend is None:
         _refused(plane, a, f"backend '{a.backend}' is not configured any more")
-        return False
+        return SKIPPED, ""
     token = progress_token(key, a.job_id, a.number)
     request = _request(plane, a, token)
     try:
@@ -103,15 +125,12 @@ def dispatch_one(plane: ControlPlane, a: att.AttemptRecord, key: bytes) -> bool:
             result = backend.submit(request)
             crash_point("after-backend-create")
     except BackendUnavailable as exc:
-        with plane.db.write() as s:
-            set_state(
-                s, a.job_id, JobState.ADMITTED, Reason.BackendUnavailable,
-                Cause("dispatcher", DISPATCHER), f"{a.backend}: {exc}",
-            )
-        return False
-    except Unsupported as exc:
+        why = f"{a.backend}: {exc}"
+        _unavailable(plane, a, why)
+        return UNAVAILABLE, why
+    except Unsupported as exc:  # Slurm's SubmitRefused too
         _refused(plane, a, f"{a.backend} refused the job: {exc}")
-        return False
+        return SKIPPED, ""
     now = plane.clock()
     with plane.db.write() as s:
         att.update(
@@ -126,7 +145,32 @@ def dispatch_one(plane: ControlPlane, a: att.AttemptRecord, key: bytes) -> bool:
             f"{verb} {a.backend_name} on {a.backend} ({result.backend_id})", now=now,
         )
     log.info("dispatch %s: %s on %s", a.backend_name, verb, a.backend)
-    return True
+    return CREATED, ""
+
+
+def _unavailable(plane: ControlPlane, a: att.AttemptRecord, why: str) -> None:
+    with plane.db.write() as s:
+        set_state(s, a.job_id, JobState.ADMITTED, Reason.BackendUnavailable,
+                  Cause("dispatcher", DISPATCHER), why)
+
+
+def _failed(plane: ControlPlane, a: att.AttemptRecord, incident: Incident) -> None:
+    """An unexpected error: requeued away from that pool (see `_refused`). If the object was
+    created before the error, the reconciler cancels it as an orphan (its attempt is ended)."""
+    with JobGuard("requeue after a failed dispatch", a.job_id):
+        _refused(plane, a, incident.message, Reason.InternalError)
+
+
+def in_turns(intents: list[att.AttemptRecord]) -> list[att.AttemptRecord]:
+    """Oldest first within each backend, the backends taking turns: a backend with many
+    intents (or a slow one) does not make the others' intents wait for all of its own."""
+    queues: dict[str, list[att.AttemptRecord]] = {}
+    for a in intents:
+        queues.setdefault(a.backend, []).append(a)
+    out: list[att.AttemptRecord] = []
+    for i in range(max((len(q) for q in queues.values()), default=0)):
+        out.extend(q[i] for q in queues.values() if i < len(q))
+    return out
 
 
 def run_dispatch(plane: ControlPlane) -> int:
@@ -135,4 +179,17 @@ def run_dispatch(plane: ControlPlane) -> int:
     if not intents:
         return 0
     key = server_secret(plane.db, "progress")
-    return sum(dispatch_one(plane, a, key) for a in intents)
+    created = 0
+    down: dict[str, str] = {}  # backends found unreachable in this pass, and why
+    for a in in_turns(intents):
+        with JobGuard("dispatch", a.job_id) as guard:
+            if a.backend in down:
+                _unavailable(plane, a, down[a.backend])
+                continue
+            outcome, why = _dispatch(plane, a, key)
+            created += outcome == CREATED
+            if outcome == UNAVAILABLE:
+                down[a.backend] = why
+        if guard.incident is not None:
+            _failed(plane, a, guard.incident)
+    return created

@@ -8,6 +8,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from broker.store import attempts as att
 from broker.store import records
 from broker.store.queries import get_job, job_events
 from tests.integration.control.conftest import Sim
@@ -36,3 +37,18 @@ def poison(sim: Sim, job_id: str, *, raw: str | None = None, **fields: Any) -> N
 def events(sim: Sim, job_id: str) -> list[tuple[str, str, str]]:
     with sim.plane.db.read() as s:
         return [(e.to_state, e.reason, e.message) for e in job_events(s, job_id)]
+
+
+def poison_snapshot(sim: Sim, job_id: str, **fields: Any) -> None:
+    """Overwrite fields of the spec in the run snapshot of the job's latest attempt (the
+    dispatcher renders from it), directly in the database."""
+    with sim.plane.db.write() as s:
+        a = att.attempts_of(s, job_id)[-1]
+        data = json.loads(a.snapshot_json)
+        for path, value in fields.items():
+            *parents, leaf = path.split("__")
+            target = data["spec"]
+            for p in parents:
+                target = target[p]
+            target[leaf] = value
+        att.update(s, job_id, a.number, snapshot_json=json.dumps(data))
