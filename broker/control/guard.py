@@ -66,10 +66,11 @@ def correlation_id(step: str, job_id: str, error: BaseException) -> str:
 
 class JobGuard:
     """`with JobGuard("dispatch", job_id) as g: ...`; afterwards `g.incident` is None, or
-    what went wrong (the exception did not propagate)."""
+    what went wrong (the exception did not propagate). `subject` names what `job_id` is in
+    the log ("backend" for a step that concerns a whole backend)."""
 
-    def __init__(self, step: str, job_id: str) -> None:
-        self.step, self.job_id = step, job_id
+    def __init__(self, step: str, job_id: str, subject: str = "job") -> None:
+        self.step, self.job_id, self.subject = step, job_id, subject
         self.incident: Incident | None = None
 
     def __enter__(self) -> JobGuard:
@@ -82,14 +83,14 @@ class JobGuard:
         cid = correlation_id(self.step, self.job_id, error)
         self.incident = Incident(self.step, self.job_id, error, cid)
         if cid in _LOGGED:
-            log.error("%s of job %s failed again [%s]: %s: %s", self.step, self.job_id, cid,
-                      type(error).__name__, error)
+            log.error("%s of %s %s failed again [%s]: %s: %s", self.step, self.subject,
+                      self.job_id, cid, type(error).__name__, error)
         else:
             if len(_LOGGED) >= _LOGGED_MAX:
                 _LOGGED.clear()
             _LOGGED.add(cid)
-            log.error("%s of job %s failed [%s]: %s: %s", self.step, self.job_id, cid,
-                      type(error).__name__, error, exc_info=error)
+            log.error("%s of %s %s failed [%s]: %s: %s", self.step, self.subject, self.job_id,
+                      cid, type(error).__name__, error, exc_info=error)
         return True
 
 

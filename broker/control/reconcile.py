@@ -4,7 +4,11 @@ they change, derive, transitions through set_state, retries decided and applied.
 - "backend unreachable" is kept as a reason on the jobs, never turned into a failure;
 - an attempt missing from the backend (queue and accounting) for `lost_grace_s` is LOST;
 - Isthmus-named objects with no live attempt (orphans) and objects of cancelled jobs are
-  cancelled in the backend.
+  cancelled in the backend;
+- one attempt never stops the pass: each is handled in its own guard (broker.control.guard),
+  an attempt that fails is marked InternalError where its state allows and looked at again
+  next pass; an unexpected error of `observe` is the backend's, shown on its jobs like an
+  unreachable backend (with the correlation id), never a job failure.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from backends.base import Backend, BackendUnavailable
 from broker import ledger
 from broker.control.derive import LIVE, Derived, derive
 from broker.control.faults import crash_point
+from broker.control.guard import Incident, JobGuard, mark
 from broker.control.plane import ControlPlane, log
 from broker.domain import FailureCategory, JobState, Reason
 from broker.domain.attempts import Attempt, RunSnapshot
@@ -196,57 +201,28 @@ def reconcile(plane: ControlPlane, backend_name: str) -> ReconcileReport:
     with plane.db.read() as s:
         live = [a for a in att.live(s, backend_name) if a.dispatch == att.CREATED]
         jobs: dict[str, JobRecord | None] = dict(jobs_by_ids(s, [a.job_id for a in live]))
-    try:
-        facts = backend.observe([a.backend_name for a in live])
-        BACKEND_UP.labels(backend_name).set(1)
-    except BackendUnavailable as exc:
-        BACKEND_UP.labels(backend_name).set(0)
+    with JobGuard("observe", backend_name, subject="backend") as guard:
+        try:
+            facts = backend.observe([a.backend_name for a in live])
+            BACKEND_UP.labels(backend_name).set(1)
+        except BackendUnavailable as exc:
+            _unreachable(plane, backend_name, live, jobs, f"{backend_name}: {exc}", now)
+            report.unreachable = True
+            return report
+    if guard.incident is not None:
+        why = f"{backend_name}: {guard.incident.message}"
+        _unreachable(plane, backend_name, live, jobs, why, now)
         report.unreachable = True
-        with plane.db.write() as s:
-            for a in live:
-                job = jobs.get(a.job_id)
-                if job is not None and JobState(job.state) in LIVE and job.attempt == a.number:
-                    set_state(s, a.job_id, JobState(job.state), Reason.BackendUnavailable,
-                              Cause("reconciler", RECONCILER), f"{backend_name}: {exc}", now=now)
         return report
     by_name = {f.backend_name: f for f in facts}
     report.observed = len(facts)
-    live_names = set()
+    live_names = {a.backend_name for a in live}
     for a in live:
-        live_names.add(a.backend_name)
-        job = jobs.get(a.job_id)
-        fact = by_name.get(a.backend_name)
-        if job is not None and job.state == JobState.CANCELLED:
-            if fact is None or fact.phase not in (Phase.SUCCEEDED, Phase.FAILED,
-                                                  Phase.CANCELLED, Phase.LOST):
-                spec = plane.spec(job.id, job.spec_json)
-                grace = plane.params.cancel_grace_s
-                _cancel(plane, backend, a, spec.checkpoint.grace if grace is None else grace)
-                report.cancelled += 1
-            with plane.db.write() as s:
-                att.update(s, a.job_id, a.number, ended_at=now)
-            continue
-        if fact is None or fact.phase is Phase.LOST:
-            # Missing, or reported lost: either may be a moment of inconsistency (a job that
-            # left the queue before accounting recorded it), so both wait out the grace.
-            missing = a.missing_since or now
-            if a.missing_since is None:
-                with plane.db.write() as s:
-                    att.update(s, a.job_id, a.number, missing_since=now)
-            if (now - missing).total_seconds() >= plane.params.lost_grace_s:
-                lost = fact or Fact(
-                    backend=backend_name, backend_name=a.backend_name, job_id=a.job_id,
-                    attempt=a.number, phase=Phase.LOST, reason=Reason.Orchestration,
-                    failure=FailureCategory.ORCHESTRATION, observed_at=now,
-                    message=f"{a.backend_name} is unknown to {backend_name} "
-                            "(queue and accounting)",
-                )
-                report.transitions += _apply(plane, a, lost, now)
-                report.lost += 1
-            continue
-        if a.phase == fact.phase.value and job is not None and job.reason == fact.reason.value:
-            continue  # nothing new
-        report.transitions += _apply(plane, a, fact, now)
+        with JobGuard("reconcile", a.job_id) as guard:
+            _one(plane, backend, a, jobs.get(a.job_id), by_name.get(a.backend_name), now,
+                 report)
+        if guard.incident is not None:
+            _mark(plane, guard.incident, now)
     for fact in facts:  # Isthmus objects nobody owns any more
         if fact.backend_name in live_names or fact.phase in (
             Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED, Phase.LOST, Phase.PREEMPTED
@@ -254,17 +230,78 @@ def reconcile(plane: ControlPlane, backend_name: str) -> ReconcileReport:
             continue
         if not fact.job_id or not fact.attempt:
             continue
-        with plane.db.read() as s:
-            if get_job(s, fact.job_id) is None:
-                # Not a job of this installation (another Isthmus may share the backend):
-                # never touch what we cannot prove is ours.
-                continue
-            owner = att.get_attempt(s, fact.job_id, fact.attempt)
-        if owner is None or owner.ended_at is not None:
-            try:
-                backend.cancel(fact.backend_name, 0)
-                report.orphans_cancelled += 1
-                log.warning("cancelled orphan %s on %s", fact.backend_name, backend_name)
-            except BackendUnavailable:
-                pass
+        with JobGuard("orphan check", fact.job_id):
+            _orphan(plane, backend, backend_name, fact, report)
     return report
+
+
+def _unreachable(plane: ControlPlane, backend_name: str, live: list[att.AttemptRecord],
+                 jobs: dict[str, JobRecord | None], why: str, now: datetime) -> None:
+    """Nothing is known about the backend's objects: a reason on each job, never a failure."""
+    BACKEND_UP.labels(backend_name).set(0)
+    with plane.db.write() as s:
+        for a in live:
+            job = jobs.get(a.job_id)
+            if job is not None and JobState(job.state) in LIVE and job.attempt == a.number:
+                set_state(s, a.job_id, JobState(job.state), Reason.BackendUnavailable,
+                          Cause("reconciler", RECONCILER), why, now=now)
+
+
+def _mark(plane: ControlPlane, incident: Incident, now: datetime) -> None:
+    with JobGuard("marking", incident.job_id), plane.db.write() as s:
+        mark(s, incident, RECONCILER, now)
+
+
+def _one(plane: ControlPlane, backend: Backend, a: att.AttemptRecord, job: JobRecord | None,
+         fact: Fact | None, now: datetime, report: ReconcileReport) -> None:
+    """One live attempt against what the backend said about it (`fact`, None if nothing)."""
+    backend_name = a.backend
+    if job is not None and job.state == JobState.CANCELLED:
+        if fact is None or fact.phase not in (Phase.SUCCEEDED, Phase.FAILED,
+                                              Phase.CANCELLED, Phase.LOST):
+            spec = plane.spec(job.id, job.spec_json)
+            grace = plane.params.cancel_grace_s
+            _cancel(plane, backend, a, spec.checkpoint.grace if grace is None else grace)
+            report.cancelled += 1
+        with plane.db.write() as s:
+            att.update(s, a.job_id, a.number, ended_at=now)
+        return
+    if fact is None or fact.phase is Phase.LOST:
+        # Missing, or reported lost: either may be a moment of inconsistency (a job that
+        # left the queue before accounting recorded it), so both wait out the grace.
+        missing = a.missing_since or now
+        if a.missing_since is None:
+            with plane.db.write() as s:
+                att.update(s, a.job_id, a.number, missing_since=now)
+        if (now - missing).total_seconds() >= plane.params.lost_grace_s:
+            lost = fact or Fact(
+                backend=backend_name, backend_name=a.backend_name, job_id=a.job_id,
+                attempt=a.number, phase=Phase.LOST, reason=Reason.Orchestration,
+                failure=FailureCategory.ORCHESTRATION, observed_at=now,
+                message=f"{a.backend_name} is unknown to {backend_name} "
+                        "(queue and accounting)",
+            )
+            report.transitions += _apply(plane, a, lost, now)
+            report.lost += 1
+        return
+    if a.phase == fact.phase.value and job is not None and job.reason == fact.reason.value:
+        return  # nothing new
+    report.transitions += _apply(plane, a, fact, now)
+
+
+def _orphan(plane: ControlPlane, backend: Backend, backend_name: str, fact: Fact,
+            report: ReconcileReport) -> None:
+    assert fact.job_id and fact.attempt
+    with plane.db.read() as s:
+        if get_job(s, fact.job_id) is None:
+            # Not a job of this installation (another Isthmus may share the backend):
+            # never touch what we cannot prove is ours.
+            return
+        owner = att.get_attempt(s, fact.job_id, fact.attempt)
+    if owner is None or owner.ended_at is not None:
+        try:
+            backend.cancel(fact.backend_name, 0)
+            report.orphans_cancelled += 1
+            log.warning("cancelled orphan %s on %s", fact.backend_name, backend_name)
+        except BackendUnavailable:
+            pass
