@@ -63,7 +63,10 @@ def derive(state: JobState, fact: Fact) -> Derived:
             return Derived()
         return Derived((Step(S.PREPARING, reason, fact.message or "ranks are starting"),))
     if fact.phase is Phase.RUNNING:
-        return Derived(tuple(_to_running(state, f"all ranks run{where}")), started=True)
+        msg = f"all ranks run{where}"
+        if state is S.RUNNING:  # a reason only (Running again after BackendUnavailable...)
+            return Derived((Step(S.RUNNING, Reason.Running, msg),), started=True)
+        return Derived(tuple(_to_running(state, msg)), started=True)
     if fact.phase is Phase.SUCCEEDED:
         steps = _to_running(state, f"all ranks ran{where}")
         steps.append(Step(S.SUCCEEDED, Reason.Succeeded, fact.message or "every rank exited 0"))
