@@ -7,7 +7,9 @@ carries a NoSchedule/NoExecute taint that the pool's pods do not tolerate (a poo
 
 Releases: when a node's busy GPUs are expected back, per running pod with a declared limit:
 its start time plus the Isthmus limit (annotation isthmus.io/max-runtime) or the pod's own
-activeDeadlineSeconds; pods without either have no known end.
+activeDeadlineSeconds; pods without either have no known end. Any pod can carry any value
+there (ours or not): a huge limit saturates far in the future, an unreadable one is ignored.
+Resource quantities are bounded the same way (`quantity`).
 
 Queue depth: pods not yet bound to a node, with their GPU demand counted in every pool that
 has a node they could land on (node selector, required node affinity and taints), split into
@@ -16,32 +18,40 @@ Isthmus pods (label isthmus.io/managed-by=isthmus) and foreign ones.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from backends.k8s.manifests import ANN_MAX_RUNTIME, LABEL_MANAGED, LABEL_NAME
 from backends.k8s.settings import MANAGED_BY, K8sSettings, PoolBinding, pool_tolerations
 from broker.domain.inventory import NodeSnapshot, PoolSnapshot, QueueDepth, TopologyPath
 from broker.domain.spec import BackendKind
+from broker.domain.timebox import add_seconds
 
 TERMINAL = frozenset({"Succeeded", "Failed"})
+MAX_QUANTITY = float(2**63)  # what the API server's int64 quantities can mean; larger is noise
 _SUFFIX = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
            "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
 
 
 def quantity(value: Any) -> float:
-    """A Kubernetes resource quantity ('8', '500m', '2Ti', '1e3') as a number."""
+    """A Kubernetes resource quantity ('8', '500m', '2Ti', '1e3') as a number, bounded to
+    [0, MAX_QUANTITY] (NaN counts as 0), so that sums and int() of it stay numbers."""
     if value is None:
         return 0.0
     text = str(value).strip()
     if text.endswith("m"):
-        return float(text[:-1]) / 1000
-    for suffix in sorted(_SUFFIX, key=len, reverse=True):
-        if text.endswith(suffix):
-            return float(text[: -len(suffix)]) * _SUFFIX[suffix]
-    return float(text)
+        number = float(text[:-1]) / 1000
+    else:
+        for suffix in sorted(_SUFFIX, key=len, reverse=True):
+            if text.endswith(suffix):
+                number = float(text[: -len(suffix)]) * _SUFFIX[suffix]
+                break
+        else:
+            number = float(text)
+    return 0.0 if math.isnan(number) else min(max(number, 0.0), MAX_QUANTITY)
 
 
 def pod_request(pod: Mapping[str, Any], resource: str) -> float:
@@ -188,9 +198,9 @@ def declared_end(pod: Mapping[str, Any]) -> datetime | None:
         seconds = int(limit) if limit is not None else None
         start = started if isinstance(started, datetime) else datetime.fromisoformat(
             str(started).replace("Z", "+00:00"))
-    except ValueError:
+    except (ValueError, TypeError, OverflowError):
         return None
-    return None if seconds is None or seconds < 0 else start + timedelta(seconds=seconds)
+    return None if seconds is None or seconds < 0 else add_seconds(start, seconds)
 
 
 def pod_release(pod: Mapping[str, Any], resource: str) -> tuple[datetime, int] | None:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from backends.slurm.classify import PendingCategory, pending_category
 from backends.slurm.records import JobRecord, NodeRecord, Switch
 from broker.domain.inventory import NodeSnapshot, PoolSnapshot, QueueDepth, TopologyPath
 from broker.domain.spec import BackendKind
+from broker.domain.timebox import add_seconds
 
 ISTHMUS_PREFIX = "isthmus-"
 ISTHMUS_COMMENT = "isthmus,"
@@ -72,7 +73,7 @@ def node_releases(jobs: Iterable[JobRecord]) -> dict[str, list[tuple[datetime, i
         per_node = job.gpus // len(job.nodes)
         if per_node <= 0:
             continue
-        end = job.started_at + timedelta(seconds=job.time_limit_s)
+        end = add_seconds(job.started_at, job.time_limit_s)  # a limit may be absurd
         for name in job.nodes:
             out.setdefault(name, []).append((end, per_node))
     return out

@@ -31,16 +31,21 @@ def number(value: Any) -> int | None:
     if value is None or isinstance(value, bool):
         return None
     try:
-        return int(value)
-    except (TypeError, ValueError):
+        n = int(value)
+    except (TypeError, ValueError, OverflowError):  # NaN, infinity, text
         return None
+    return n if -(2**64) < n < 2**64 else None  # Slurm's fields are at most 64-bit
 
 
 def epoch(value: Any) -> datetime | None:
+    """A Unix time; None when absent, or beyond what a date can hold (no evidence)."""
     seconds = number(value)
     if not seconds:
         return None
-    return datetime.fromtimestamp(seconds, tz=UTC)
+    try:
+        return datetime.fromtimestamp(seconds, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def base_state(value: Any) -> tuple[str, frozenset[str]]:

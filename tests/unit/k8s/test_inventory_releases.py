@@ -10,6 +10,7 @@ import pytest
 from backends.k8s.inventory import build_pools, pod_release
 from backends.k8s.manifests import ANN_MAX_RUNTIME, render
 from backends.k8s.settings import K8sSettings, PoolBinding
+from broker.domain.timebox import FAR_FUTURE
 from tests.unit.k8s.helpers import request
 from tests.unit.k8s.kube_objects import foreign_pod, gpu_node
 
@@ -72,3 +73,42 @@ def test_nodes_carry_their_pods_releases_sorted_and_unusable_nodes_none() -> Non
                                       (T0 + timedelta(hours=1), 4))
     assert by_name["n1"].free_gpus == 0
     assert by_name["n2"].releases == ()
+
+
+def _annotated(value: object) -> dict[str, Any]:
+    pod = running(with_deadline(600), "n1")
+    pod["metadata"] = {"annotations": {ANN_MAX_RUNTIME: value}}
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("pod", "expected"),
+    [
+        pytest.param(_annotated("1000000000000"), (FAR_FUTURE.replace(tzinfo=UTC), 4),
+                     id="annotation-1e12"),
+        pytest.param(_annotated("9" * 400), (FAR_FUTURE.replace(tzinfo=UTC), 4),
+                     id="annotation-400-digits"),
+        pytest.param(running(with_deadline(10**12), "n1"), (FAR_FUTURE.replace(tzinfo=UTC), 4),
+                     id="deadline-1e12"),
+        pytest.param(running(with_deadline(float("inf")), "n1"), None,  # type: ignore[arg-type]
+                     id="deadline-inf"),
+        pytest.param(_annotated(["a", "list"]), None, id="annotation-not-a-number"),
+        pytest.param(running(with_deadline(600), "n1", started="not a time"), None,
+                     id="bad-start"),
+    ],
+)
+def test_absurd_limits_of_any_pod_saturate_or_are_ignored(
+    pod: dict[str, Any], expected: tuple[datetime, int] | None
+) -> None:
+    assert pod_release(pod, "nvidia.com/gpu") == expected
+
+
+@pytest.mark.parametrize("value", ["1e400", "1e30", "9" * 400, "NaN", "inf"],
+                         ids=["1e400", "1e30", "400-digits", "NaN", "inf"])
+def test_absurd_gpu_quantities_do_not_break_the_inventory(value: str) -> None:
+    nodes = [gpu_node("n1", "h100", "r0")]
+    nodes[0]["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    pod = running(with_deadline(600), "n1")
+    pod["spec"]["containers"][0]["resources"] = {"requests": {"nvidia.com/gpu": value}}
+    (snap,) = build_pools("k8s", nodes, [pod], [POOL], K8sSettings())
+    assert snap.nodes[0].free_gpus in (0, 8)  # a number, whatever the pod claims

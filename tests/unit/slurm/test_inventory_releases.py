@@ -42,3 +42,10 @@ def test_snapshots_carry_releases_sorted_and_none_on_unusable_nodes() -> None:
     assert by_name["n1"].releases == ((T0 + timedelta(minutes=10), 2),
                                       (T0 + timedelta(hours=1), 6))
     assert by_name["n2"].releases == ()
+
+
+def test_an_absurd_time_limit_saturates_instead_of_overflowing() -> None:
+    from broker.domain.timebox import FAR_FUTURE
+
+    got = node_releases([job(1, ("n1",), 8, limit=10**12 * 60)])
+    assert got == {"n1": [(FAR_FUTURE.replace(tzinfo=UTC), 8)]}

@@ -141,3 +141,17 @@ def test_db_steps_from_slurmdbd_json() -> None:
     assert parse.db_steps({"state": {"current": "RUNNING"}, "steps": []}) is None
     assert parse.db_steps({"state": "FAILED", "steps": [{"step": {"id": "7.extern"}}]}) == (
         "extern",)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [float("inf"), float("nan"), {"set": True, "infinite": False, "number": float("inf")},
+     10**400, "1e400"],
+    ids=["inf", "nan", "object-inf", "10^400", "text-1e400"],
+)
+def test_absurd_numbers_and_times_are_no_evidence_not_errors(value: object) -> None:
+    assert parse.epoch(value) is None
+    rec = parse.squeue_job({"job_id": 1, "job_state": "RUNNING", "start_time": value,
+                            "time_limit": value, "node_count": value})
+    assert rec.started_at is None and rec.node_count == 0
+    assert rec.time_limit_s is None or rec.time_limit_s > 0
