@@ -100,7 +100,8 @@ class LazyPreemptor:
     def plan(self, job: PendingJob, mode: Mode, gpus_needed: int, pool: str | None,
              flavor: str | None, room: PoolRoom | None = None) -> PreemptionPlan:
         """The plan for `job`; one that fails is "no plan" for this job alone, with the
-        incident in its message (the admission cycle appends it to the job's wait reason)."""
+        incident in its message (priority preemption appends that to the job's wait message;
+        the log has it in every mode)."""
         with JobGuard("preemption planning", job.id) as guard:
             if self._inner is None:
                 self._inner = Preemptor(running_views(self.plane), self.quotas, self.now)
