@@ -77,13 +77,21 @@ def attempts_of(session: Session, job_id: str) -> list[AttemptRecord]:
 
 
 def to_dispatch(session: Session, limit: int = 500) -> list[AttemptRecord]:
-    rows = session.connection().execute(
-        sa.select(*_COLS)
-        .where(ATTEMPTS.c.dispatch == PENDING, ATTEMPTS.c.ended_at.is_(None))
-        .order_by(ATTEMPTS.c.created_at)
-        .limit(limit)
-    )
-    return [_rec(r) for r in rows]
+    """Pending intents, oldest first, at most `limit` per backend: the oldest intents of one
+    backend (say, an unreachable one) never crowd the other backends' intents out of a pass."""
+    conn = session.connection()
+    pending = sa.and_(ATTEMPTS.c.dispatch == PENDING, ATTEMPTS.c.ended_at.is_(None))
+    backends = [r[0] for r in conn.execute(sa.select(ATTEMPTS.c.backend).where(pending)
+                                           .distinct())]
+    out: list[AttemptRecord] = []
+    for backend in sorted(backends):
+        rows = conn.execute(
+            sa.select(*_COLS).where(pending, ATTEMPTS.c.backend == backend)
+            .order_by(ATTEMPTS.c.created_at).limit(limit)
+        )
+        out.extend(_rec(r) for r in rows)
+    out.sort(key=lambda a: a.created_at)
+    return out
 
 
 def live(session: Session, backend: str | None = None) -> list[AttemptRecord]:
