@@ -101,8 +101,8 @@ def requeue_after(plane: ControlPlane, job_id: str, a: att.AttemptRecord, *, pre
             pool=a.pool, nodes=nodes,
         )
         if not decision.retry:
-            if preempted:  # RETRYING with nowhere to go: the policy ends it
-                set_state(s, job_id, JobState.CANCELLED, decision.reason,
+            if preempted:  # RETRYING with nowhere to go: the policy ends it as a failure
+                set_state(s, job_id, JobState.FAILED, decision.reason,
                           Cause("retry", "system:retry", key=f"stop:{a.number}"),
                           decision.message, now=now)
             return  # FAILED stays FAILED; the failure reason is already on the job

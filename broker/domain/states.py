@@ -39,7 +39,7 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.PREPARING: frozenset({S.RUNNING, S.RETRYING, S.FAILED, S.CANCELLED}),
     S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.RETRYING}),
     S.FAILED: frozenset({S.RETRYING}),
-    S.RETRYING: frozenset({S.QUEUED, S.CANCELLED}),
+    S.RETRYING: frozenset({S.QUEUED, S.FAILED, S.CANCELLED}),
     S.REJECTED: frozenset(),
     S.SUCCEEDED: frozenset(),
     S.CANCELLED: frozenset(),

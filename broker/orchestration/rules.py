@@ -107,6 +107,23 @@ class RetryNeedsDecisionRule(Rule):
         )
 
 
+class RetryingFailsOnDecisionRule(Rule):
+    """A job waiting to be retried fails only when the retry engine says it may not go on
+    (too many preemptions, no retry budget left); nobody else ends it as FAILED."""
+
+    from_states = frozenset({JobState.RETRYING})
+    to_states = frozenset({JobState.FAILED})
+
+    def before(self, ctx: TransitionContext) -> Decision | None:
+        if ctx.cause.kind == "retry":
+            return None
+        return Decision(
+            Outcome.REJECT,
+            Reason.RetryNotDecided,
+            "a job waiting for its retry fails only on a decision of the retry engine",
+        )
+
+
 class RuleSet:
     """An ordered list of rules; the transition table always comes first."""
 
@@ -125,5 +142,6 @@ def default_rules() -> RuleSet:
     from broker.orchestration.ledger_rules import ReleaseOnLeave, ReserveOnAdmission
 
     return RuleSet(
-        [RetryNeedsDecisionRule(), ReserveOnAdmission(), ReleaseOnLeave(), MetricsRule()]
+        [RetryNeedsDecisionRule(), RetryingFailsOnDecisionRule(), ReserveOnAdmission(),
+         ReleaseOnLeave(), MetricsRule()]
     )
