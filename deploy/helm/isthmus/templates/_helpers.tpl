@@ -20,6 +20,12 @@ app.kubernetes.io/name: {{ include "isthmus.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{/* The API server pods (not the migration hook's, which share the release labels). */}}
+{{- define "isthmus.serverSelectorLabels" -}}
+{{ include "isthmus.selectorLabels" . }}
+app.kubernetes.io/component: server
+{{- end -}}
+
 {{- define "isthmus.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{ include "isthmus.selectorLabels" . }}
