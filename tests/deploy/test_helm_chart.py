@@ -220,6 +220,8 @@ REFUSED: list[Any] = [
                  "leave the URL out of the ConfigMap", id="url-in-configmap"),
     pytest.param({"config": {"auth": {"mode": "none"}}}, "/config/auth/mode",
                  id="auth-none"),
+    pytest.param({"config": {"server": {"host": "127.0.0.1"}}}, "use 0.0.0.0",
+                 id="loopback-listener"),
     pytest.param({"database": {"url": "mysql://db/i"}}, "/database/url", id="bad-scheme"),
     pytest.param({"replicas": 3}, "additional properties 'replicas'", id="typo-key"),
     pytest.param({"podSecurityContext": {"runAsNonRoot": False}},

@@ -100,6 +100,9 @@ the config.
 {{- if hasKey .Values.config "database" -}}
 {{- fail "config.database: leave the URL out of the ConfigMap; use database.existingSecret" -}}
 {{- end -}}
+{{- if has ((.Values.config.server | default dict).host | default "") (list "127.0.0.1" "localhost" "::1") -}}
+{{- fail "config.server.host: a loopback listener is unreachable from the Service and the probes; use 0.0.0.0" -}}
+{{- end -}}
 {{- if eq ((.Values.config.auth | default dict).mode | default "token") "none" -}}
 {{- fail "config.auth.mode: 'none' is refused off loopback; configure tokens or oidc" -}}
 {{- end -}}
