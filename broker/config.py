@@ -59,9 +59,53 @@ class ApiToken(_Strict):
         return hashlib.sha256(secret.encode()).hexdigest() if secret else None
 
 
+# Asymmetric only: an HMAC algorithm would let anyone holding the issuer's public key sign.
+OIDC_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512",
+                   "ES256", "ES384", "ES512", "EdDSA")
+
+
+class OidcAuth(_Strict):
+    """JWT bearer tokens from an OpenID Connect issuer, checked against its JWKS.
+
+    Keys come from `jwks_file`, else `jwks_url`, else the issuer's discovery document
+    (`<issuer>/.well-known/openid-configuration`), cached for `jwks_cache_s`. The claims
+    named here give the caller's name, team and role; a group in `admin_values` is an admin.
+    """
+
+    issuer: str = Field(min_length=1, description="must equal the tokens' `iss`")
+    audiences: list[str] = Field(min_length=1, description="one must be in the tokens' `aud`")
+    algorithms: list[str] = Field(default_factory=lambda: ["RS256"], min_length=1)
+    jwks_file: str | None = None
+    jwks_url: str | None = None
+    jwks_cache_s: float = Field(default=300.0, gt=0)
+    leeway_s: float = Field(default=30.0, ge=0, le=300, description="clock skew allowed")
+    user_claim: str = "sub"
+    team_claim: str = "groups"
+    team_map: dict[str, str] = Field(
+        default_factory=dict, description="claim value -> team name (else used as is)")
+    admin_claim: str = "groups"
+    admin_values: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _checks(self) -> OidcAuth:
+        bad = [a for a in self.algorithms if a not in OIDC_ALGORITHMS]
+        if bad:
+            raise ValueError(f"algorithms: {bad} not allowed; use asymmetric ones "
+                             f"{list(OIDC_ALGORITHMS)}")
+        for field in ("issuer", "jwks_url"):
+            url = getattr(self, field)
+            if url is None or url.startswith("https://"):
+                continue
+            host = url.removeprefix("http://").split("/", 1)[0].rsplit(":", 1)[0]
+            if not (url.startswith("http://") and is_loopback(host.strip("[]"))):
+                raise ValueError(f"{field}: '{url}' must be https:// (http only on loopback)")
+        return self
+
+
 class Auth(_Strict):
     mode: Literal["none", "token"] = "token"
     tokens: list[ApiToken] = Field(default_factory=list)
+    oidc: OidcAuth | None = None
 
 
 class Server(_Strict):

@@ -1,7 +1,9 @@
 """Bearer-token authentication and team scoping.
 
 Tokens are compared by SHA-256 digest in constant time; the token itself is never stored,
-logged or echoed. With `auth.mode: none` (loopback only) every caller is a local admin.
+logged or echoed. A token that is not a known static one and looks like a JWT is checked as
+an OIDC token when `auth.oidc` is configured (broker/api/oidc.py). With `auth.mode: none`
+(loopback only) every caller is a local admin.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
+from broker.api.oidc import OidcError, OidcVerifier, looks_like_jwt
 from broker.api.problems import Problem
 from broker.config import IsthmusConfig, Role
 
@@ -43,6 +46,8 @@ class Authenticator:
                 self._by_digest.append(
                     (bytes.fromhex(digest), Principal(tok.name, tok.team, tok.role))
                 )
+        oidc = config.auth.oidc
+        self._oidc = OidcVerifier(oidc, [t.name for t in config.teams]) if oidc else None
 
     def authenticate(self, authorization: str | None) -> Principal:
         if self.open:
@@ -53,17 +58,34 @@ class Authenticator:
                 401, "unauthenticated", "Authentication required",
                 "send 'Authorization: Bearer <token>'", headers=unauthorised,
             )
-        digest = hashlib.sha256(authorization[7:].strip().encode()).digest()
+        token = authorization[7:].strip()
+        digest = hashlib.sha256(token.encode()).digest()
         found: Principal | None = None
         for known, principal in self._by_digest:
             if hmac.compare_digest(known, digest):
                 found = principal
+        if found is None and self._oidc is not None and looks_like_jwt(token):
+            found = self._from_oidc(token, unauthorised)
         if found is None:
             raise Problem(
                 401, "unauthenticated", "Invalid token",
                 "the bearer token is not known", headers=unauthorised,
             )
         return found
+
+    def _from_oidc(self, token: str, unauthorised: dict[str, str]) -> Principal:
+        assert self._oidc is not None
+        try:
+            who = self._oidc.verify(token)
+        except OidcError as exc:
+            if exc.status == 403:
+                raise Problem(403, "forbidden", "Not allowed", str(exc)) from None
+            if exc.status == 503:
+                raise Problem(503, "auth-unavailable", "Cannot check the token", str(exc),
+                              headers={"Retry-After": "10"}) from None
+            raise Problem(401, "unauthenticated", "Invalid token", str(exc),
+                          headers=unauthorised) from None
+        return Principal(who.name, who.team, who.role)
 
 
 async def principal(request: Request) -> Principal:

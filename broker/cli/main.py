@@ -31,6 +31,12 @@ Token = Annotated[
                  show_default=False),
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output")]
+# The database URL carries a password: deployments pass it from a secret through this env var
+# rather than writing it into isthmus.yaml.
+DB_ENV = "ISTHMUS_DATABASE_URL"
+DbUrl = Annotated[
+    str | None, typer.Option("--db", envvar=DB_ENV, help="database URL", show_default=False)
+]
 DEFAULT_URL = "http://127.0.0.1:8080"
 
 
@@ -57,7 +63,10 @@ def _call(server: str, token: str | None, fn: str, *args: Any) -> Any:
 @app.command()
 def server(
     config: Annotated[Path, typer.Option("--config", "-c", help="isthmus.yaml")],
-    db: Annotated[str | None, typer.Option("--db", help="database URL (overrides config)")] = None,
+    db: Annotated[
+        str | None,
+        typer.Option("--db", envvar=DB_ENV, help="database URL (overrides config)"),
+    ] = None,
     host: Annotated[str | None, typer.Option("--host")] = None,
     port: Annotated[int | None, typer.Option("--port")] = None,
     control: Annotated[
@@ -231,9 +240,49 @@ def admin_usage(server: ServerUrl = DEFAULT_URL, token: Token = None,
                       f"({r['borrowed_gpus']} borrowed)")
 
 
+def _db_url(db: str | None, config: Path | None) -> str:
+    if db is not None:
+        return db
+    if config is None:
+        _fail(f"give --db URL (or {DB_ENV}) or --config FILE")
+    try:
+        return load_config(config).database
+    except ConfigError as exc:
+        _fail(str(exc))
+
+
+@db_app.command("upgrade")
+def db_upgrade(
+    db: DbUrl = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c")] = None,
+) -> None:
+    """Apply the schema migrations up to the newest (what `server` also does at start-up);
+    safe to run from several places at once: replicas migrate one at a time."""
+    from broker.store.db import DatabaseURLError, open_database
+    from broker.store.migrate import upgrade
+
+    url = _db_url(db, config)
+    try:
+        database = open_database(url, migrate=False)
+    except DatabaseURLError as exc:
+        _fail(str(exc))
+    try:
+        upgrade(database)
+        from sqlalchemy import text
+
+        with database.read() as s:
+            head = s.execute(text("SELECT version_num FROM alembic_version")).scalar_one()
+    except Exception as exc:
+        _fail(f"cannot migrate {database.dialect} database: {exc.__class__.__name__}: "
+              f"{str(exc).splitlines()[0] if str(exc) else ''}")
+    finally:
+        database.dispose()
+    console.print(f"database schema at revision {head}")
+
+
 @db_app.command("check")
 def db_check(
-    db: Annotated[str | None, typer.Option("--db", help="database URL")] = None,
+    db: DbUrl = None,
     config: Annotated[Path | None, typer.Option("--config", "-c")] = None,
     as_json: AsJson = False,
 ) -> None:
@@ -242,13 +291,7 @@ def db_check(
     from broker.orchestration.replay import check_all
     from broker.store.db import DatabaseURLError, open_database
 
-    if db is None:
-        if config is None:
-            _fail("give --db URL or --config FILE")
-        try:
-            db = load_config(config).database
-        except ConfigError as exc:
-            _fail(str(exc))
+    db = _db_url(db, config)
     try:
         database = open_database(db, migrate=False)
     except DatabaseURLError as exc:
