@@ -336,6 +336,48 @@ def db_check(
         raise typer.Exit(1)
 
 
+@db_app.command("backup")
+def db_backup(
+    file: Annotated[Path, typer.Argument(help="where to write the backup")],
+    db: DbUrl = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c")] = None,
+    force: Annotated[bool, typer.Option("--force", help="replace an existing file")] = False,
+) -> None:
+    """A consistent copy of the whole database while the broker runs (SQLite backup API,
+    or pg_dump --format=custom on PostgreSQL)."""
+    from broker.store.backup import BackupError, backup
+    from broker.store.db import DatabaseURLError
+
+    try:
+        backup(_db_url(db, config), file, overwrite=force)
+    except (BackupError, DatabaseURLError) as exc:
+        _fail(str(exc))
+    console.print(f"backup written to {file}")
+
+
+@db_app.command("restore")
+def db_restore(
+    file: Annotated[Path, typer.Argument(help="a backup made by `isthmus db backup`")],
+    db: DbUrl = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c")] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="confirm: replaces the database")] = False,
+) -> None:
+    """Replace the database with a backup (stop every broker replica first). All or nothing;
+    run `isthmus db upgrade` and `isthmus db check` afterwards."""
+    from broker.store.backup import BackupError, restore
+    from broker.store.db import DatabaseURLError
+
+    if not yes:
+        _fail("restore replaces every job, event and ledger entry in the database; "
+              "stop the broker and pass --yes")
+    try:
+        restore(_db_url(db, config), file)
+    except (BackupError, DatabaseURLError) as exc:
+        _fail(str(exc))
+    console.print(f"database restored from {file}; now run `isthmus db upgrade` and "
+                  "`isthmus db check`")
+
+
 @config_app.command("check")
 def config_check(file: Path) -> None:
     """Validate an isthmus.yaml and print a summary."""
