@@ -21,8 +21,11 @@ class BlockingBackend:
         self.name, self.kind, self.capabilities = inner.name, inner.kind, inner.capabilities
         self._open = threading.Event()
         self._open.set()
+        self.observe_too = True
 
-    def block(self) -> None:
+    def block(self, observe: bool = True) -> None:
+        """From now on inventory (and observe, unless told otherwise) hang."""
+        self.observe_too = observe
         self._open.clear()
 
     def release(self) -> None:
@@ -37,7 +40,8 @@ class BlockingBackend:
         return self.inner.inventory()
 
     def observe(self, names: Sequence[str] | None = None) -> list[Fact]:
-        self._wait()
+        if self.observe_too:
+            self._wait()
         return self.inner.observe(names)
 
     def __getattr__(self, attr: str) -> Any:

@@ -131,6 +131,25 @@ def test_slow_backend_is_served_from_its_last_inventory(
     assert "inventory of sim-slurm as of 2026-11-29T00:00:00Z: no answer within 1s" in saved[1]
 
 
+def test_a_stale_inventory_holds_the_gpus_of_attempts_made_since(
+    sim: Sim, db: Database, sim_config: IsthmusConfig, blocked: BlockingBackend
+) -> None:
+    """The stale snapshot cannot show a gang placed after it was taken; once the backend has
+    reported that gang, admission no longer holds its GPUs itself, so the plane must."""
+    plane = _plane(sim, db, sim_config, sim_slurm=blocked)
+    job = submit(sim, H100)
+    run_admission(plane)  # the inventory taken here is the one served stale below
+    run_dispatch(plane)
+    reconcile(plane, "sim-slurm")
+    with plane.db.read() as s:
+        (a,) = att.live(s, "sim-slurm")
+    assert a.job_id == job and a.last_seen_at is not None
+    blocked.block()
+    pool = plane.inventory().pool("slurm-h100")
+    assert pool is not None and pool.stale
+    assert pool.free_gpus == 32 - 16
+
+
 def test_a_too_old_inventory_is_not_served(sim: Sim, db: Database,
                                            sim_config: IsthmusConfig,
                                            blocked: BlockingBackend) -> None:
