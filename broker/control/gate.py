@@ -167,9 +167,18 @@ class GatedBackend:
             return self.inner.cancel(name, grace_seconds)
 
     def __getattr__(self, attr: str) -> Any:
-        # `render` (pure: request and settings in, text out) and adapter extras such as
-        # `close`; not part of the control loop's calls, so not serialised
-        return getattr(self.inner, attr)
+        if attr == "inner":  # not set yet (a copy): never recurse
+            raise AttributeError(attr)
+        target = getattr(self.inner, attr)
+        if attr != "render":
+            return target  # adapter extras (close, start): not the control loop's calls
+
+        def render(request: SubmitRequest) -> Any:
+            # renderers read caches the inventory fills (GPU types, learned tolerations)
+            with self._held("render", self.lock_wait):
+                return target(request)
+
+        return render
 
 
 class UnavailableBackend:
