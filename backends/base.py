@@ -6,10 +6,11 @@ what they can do, and refuse unsupported requests up front with a reason.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+import difflib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from enum import Flag, auto
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from broker.domain.attempts import Placement, RunSnapshot
 from broker.domain.facts import Fact
@@ -31,6 +32,42 @@ class BackendUnavailable(Exception):
 
 class Unsupported(Exception):
     """The request asks for something this backend cannot do; the message says what."""
+
+
+class SettingsError(ValueError):
+    """Backend settings that do not fit the adapter's schema: one (key path, message) per
+    problem, so that `isthmus config check` and the server can name each key."""
+
+    def __init__(self, problems: Sequence[tuple[str, str]]) -> None:
+        self.problems = list(problems)
+        super().__init__("; ".join(f"{key}: {msg}" if key else msg for key, msg in problems))
+
+
+S = TypeVar("S")
+
+
+def parse_settings(cls: type[S], data: Mapping[str, Any] | None, kind: str) -> S:
+    """Build a settings dataclass from isthmus.yaml (`backends[].settings`), checking every key
+    and every value against the field types (the dataclass sets `__pydantic_config__` with
+    `extra="forbid"`). Raises SettingsError naming each bad key."""
+    from pydantic import TypeAdapter, ValidationError
+
+    if data is not None and not isinstance(data, Mapping):
+        raise SettingsError([("", "settings must be a mapping of setting: value")])
+    try:
+        return TypeAdapter(cls).validate_python(dict(data or {}))
+    except ValidationError as exc:
+        known = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+        problems = []
+        for err in exc.errors():
+            key = ".".join(str(p) for p in err["loc"])
+            if err["type"] == "unexpected_keyword_argument":
+                close = difflib.get_close_matches(key, known, n=1)
+                hint = f"; did you mean '{close[0]}'?" if close else f"; known: {known}"
+                problems.append((key, f"unknown {kind} backend setting{hint}"))
+            else:
+                problems.append((key, err["msg"].removeprefix("Value error, ")))
+        raise SettingsError(problems) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,11 +116,22 @@ class Backend(Protocol):
 
 
 BackendFactory = Callable[..., Backend]
+SettingsCheck = Callable[..., list[tuple[str, str]]]
+"""(config.Backend, its config.Pools) -> problems as (path, message), paths from the top of
+isthmus.yaml (`backends[1].settings.kubeconfg`, `pools[2].partition`). No I/O."""
 _REGISTRY: dict[str, BackendFactory] = {}
+_CHECKS: dict[str, SettingsCheck] = {}
 
 
-def register(kind: str, factory: BackendFactory) -> None:
+def register(kind: str, factory: BackendFactory, check: SettingsCheck | None = None) -> None:
     _REGISTRY[kind] = factory
+    if check is not None:
+        _CHECKS[kind] = check
+
+
+def check_for(kind: str) -> SettingsCheck | None:
+    """The configuration check of a backend kind (the same one its factory relies on)."""
+    return _CHECKS.get(kind)
 
 
 def factory_for(kind: str) -> BackendFactory:

@@ -128,6 +128,16 @@ class Control(_Strict):
     reconcile_interval: float = Field(default=5.0, gt=0)
     lease_ttl: float = Field(default=15.0, gt=0)
     lost_grace: float = Field(default=120.0, ge=0)
+    inventory_wait: float = Field(default=1.0, gt=0, le=60)
+    """How long an admission cycle waits for the backends' inventories (asked all at once)."""
+    inventory_max_age: float = Field(default=60.0, ge=0)
+    """A backend slower than inventory_wait is served from its last good inventory up to this
+    old; older, its pools are unavailable (BackendUnavailable)."""
+    observe_timeout: float = Field(default=60.0, gt=0)
+    """A reconciler waits this long for its backend's observe call, then keeps the jobs'
+    reason as BackendUnavailable and tries again next pass."""
+    backend_lock_wait: float = Field(default=10.0, gt=0)
+    """How long submit, lookup and cancel wait for an adapter busy with another call."""
 
 
 class PriorityClass(_Strict):

@@ -23,6 +23,11 @@ def run(
     from broker.store.db import DatabaseURLError, open_database
 
     config = load_config(config_path)
+    from broker.control.wiring import check_backends
+
+    problems = check_backends(config)  # the same check as `isthmus config check`
+    if problems:
+        raise ServerError("\n".join(f"{config_path}: {line}" for line in problems))
     host = host or config.server.host
     port = port or config.server.port
     if config.auth.mode == "none" and not is_loopback(host):

@@ -2,7 +2,8 @@
 pools, with a verdict (and a reason) kept for every candidate pool.
 
 Checks per candidate pool, in order (the first that fails gives the pool's verdict):
-  backend unreachable -> BackendUnavailable; drained -> PoolDrained; excluded for this job
+  backend unreachable (or the pool marked unavailable) -> BackendUnavailable, with the pool's
+  note (which backend, the error, since when); drained -> PoolDrained; excluded for this job
   after failures -> PoolExcluded; flavor blocked by quota -> the quota reason; a replica larger
   than any node, or a gang larger than any domain at the required level even when empty ->
   TopologyUnsatisfiable; not enough free GPUs -> InsufficientCapacity; enough GPUs but no
@@ -18,7 +19,7 @@ depth, fragmentation left in the chosen domain, and the pool's cost weight.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from broker.domain.attempts import Placement
 from broker.domain.reasons import Reason, most_severe, severity
@@ -155,10 +156,25 @@ def evaluate_pool(
     params: PlacementParams,
     blocked: Mapping[str, tuple[Reason, str]] | None = None,
 ) -> tuple[PoolVerdict, Fit | None]:
-    """The verdict of one candidate pool for one job (see the module docstring for order)."""
+    """The verdict of one candidate pool for one job (see the module docstring for order).
+    A pool served from its backend's last inventory says so in its verdict's message."""
     s = pool.snap
-    if s.backend in index.unreachable:
-        return _verdict(pool, Reason.BackendUnavailable, f"backend {s.backend} unreachable"), None
+    if s.unavailable or s.backend in index.unreachable:
+        why = s.unavailable or f"backend {s.backend} unreachable"
+        return _verdict(pool, Reason.BackendUnavailable, why), None
+    verdict, fit = _evaluate(job, pool, params, blocked)
+    if s.stale:
+        verdict = replace(verdict, message=f"{verdict.message} ({s.stale})")
+    return verdict, fit
+
+
+def _evaluate(
+    job: PendingJob,
+    pool: PoolIndex,
+    params: PlacementParams,
+    blocked: Mapping[str, tuple[Reason, str]] | None,
+) -> tuple[PoolVerdict, Fit | None]:
+    s = pool.snap
     if s.drained:
         return _verdict(pool, Reason.PoolDrained, f"pool {s.name} is drained"), None
     if s.name in job.exclude_pools:

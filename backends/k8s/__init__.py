@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from backends.base import Unsupported, register
+from backends.base import SettingsError, Unsupported, register
 from backends.k8s.adapter import K8sBackend
 from backends.k8s.classify import ClassifyPolicy, judge
 from backends.k8s.manifests import render
@@ -19,7 +19,7 @@ from backends.k8s.settings import K8sSettings, PoolBinding
 
 if TYPE_CHECKING:
     from broker.config import Backend as BackendConfig
-    from broker.config import Pool
+    from broker.config import IsthmusConfig, Pool
 
 
 def create(backend: BackendConfig, pools: Sequence[Pool] = (),
@@ -47,13 +47,38 @@ def create(backend: BackendConfig, pools: Sequence[Pool] = (),
     return K8sBackend(backend.name, bindings, settings, api_client=api_client)
 
 
-register("k8s", create)
+def check(config: IsthmusConfig, index: int) -> list[tuple[str, str]]:
+    """What `create` would refuse for `config.backends[index]`, each problem with its path."""
+    b = config.backends[index]
+    where = f"backends[{index}].settings"
+    problems: list[tuple[str, str]] = []
+    try:
+        settings = K8sSettings.from_dict(dict(b.settings))
+    except SettingsError as exc:
+        problems += [(f"{where}.{key}" if key else where, msg) for key, msg in exc.problems]
+        settings = None
+    mine = set()
+    for j, pool in enumerate(config.pools):
+        if pool.backend != b.name:
+            continue
+        mine.add(pool.name)
+        if not pool.node_selector:
+            problems.append((f"pools[{j}].node_selector", "a Kubernetes pool needs a node "
+                             "selector (e.g. {isthmus.io/pool: h100})"))
+    if settings is not None:
+        for name in sorted(set(settings.modes) - mine):
+            problems.append((f"{where}.modes.{name}", f"no pool {name} on this backend"))
+    return problems
+
+
+register("k8s", create, check)
 
 __all__ = [
     "ClassifyPolicy",
     "K8sBackend",
     "K8sSettings",
     "PoolBinding",
+    "check",
     "create",
     "judge",
     "render",

@@ -6,8 +6,12 @@ Checked up front: an unknown key or a bad mode is an error at start-up naming th
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import ConfigDict
+
+from backends.base import SettingsError, parse_settings
 
 MODES = ("plain", "kueue", "volcano")
 LABEL_PREFIX = "isthmus.io/"
@@ -16,6 +20,8 @@ MANAGED_BY = "isthmus"
 
 @dataclass(frozen=True, slots=True)
 class K8sSettings:
+    __pydantic_config__ = ConfigDict(extra="forbid")  # parse_settings: unknown keys refused
+
     # connection
     kubeconfig: str | None = None  # None: in-cluster config, else $KUBECONFIG / ~/.kube/config
     context: str | None = None
@@ -54,32 +60,33 @@ class K8sSettings:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> K8sSettings:
-        values = dict(data or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown k8s backend setting(s) {unknown}; known: {sorted(known)}")
-        if "tolerations" in values:
-            values["tolerations"] = {
-                str(pool): tuple(dict(t) for t in tols)
-                for pool, tols in dict(values["tolerations"]).items()
-            }
-        for key in ("modes", "kueue_queues", "volcano_queues", "pod_labels", "pod_annotations"):
-            if key in values:
-                values[key] = {str(k): str(v) for k, v in dict(values[key]).items()}
-        settings = cls(**values)
-        bad = {p: m for p, m in settings.modes.items() if m not in MODES}
-        if bad:
-            raise ValueError(f"modes: {bad} — each pool's mode must be one of {list(MODES)}")
-        missing = [p for p, m in settings.modes.items()
-                   if m == "kueue" and p not in settings.kueue_queues]
-        if missing:
-            raise ValueError(f"kueue_queues: pools {missing} use mode 'kueue' and need a "
-                             "LocalQueue name (kueue_queues: {pool: queue})")
+        """Raises SettingsError (a ValueError) naming every bad key."""
+        values = dict(data or {}) if isinstance(data, Mapping) else data
+        if isinstance(values, dict):
+            for key in ("modes", "kueue_queues", "volcano_queues", "pod_labels",
+                        "pod_annotations"):
+                # YAML reads `tier: 1` as a number; labels and annotations are text
+                v = values.get(key)
+                if isinstance(v, Mapping):
+                    values[key] = {str(k): str(x) if isinstance(x, int | float | bool) else x
+                                   for k, x in v.items()}
+        settings = parse_settings(cls, values, "k8s")
+        problems: list[tuple[str, str]] = []
+        for pool, mode in settings.modes.items():
+            if mode not in MODES:
+                problems.append((f"modes.{pool}", f"'{mode}' — each pool's mode must be one of "
+                                 f"{list(MODES)}"))
+            elif mode == "kueue" and pool not in settings.kueue_queues:
+                problems.append(("kueue_queues", f"pool {pool} uses mode 'kueue' and needs a "
+                                 "LocalQueue name (kueue_queues: {pool: queue})"))
         if settings.all_ranks_timeout_s <= 0:
-            raise ValueError("all_ranks_timeout_s: must be > 0 seconds")
+            problems.append(("all_ranks_timeout_s", "must be > 0 seconds"))
+        if settings.request_timeout_s <= 0:
+            problems.append(("request_timeout_s", "must be > 0 seconds"))
         if not 1 <= settings.master_port <= 65535:
-            raise ValueError("master_port: must be a TCP port (1-65535)")
+            problems.append(("master_port", "must be a TCP port (1-65535)"))
+        if problems:
+            raise SettingsError(problems)
         return settings
 
     def mode(self, pool: str) -> str:

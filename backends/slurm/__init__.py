@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from backends.base import Unsupported, register
+from backends.base import SettingsError, Unsupported, register
 from backends.slurm.adapter import SlurmBackend
 from backends.slurm.inventory import PoolBinding
 from backends.slurm.script import render
@@ -20,7 +20,7 @@ from backends.slurm.versions import UnsupportedSlurmVersion
 
 if TYPE_CHECKING:
     from broker.config import Backend as BackendConfig
-    from broker.config import Pool
+    from broker.config import IsthmusConfig, Pool
 
 
 def make_transport(settings: SlurmSettings) -> Transport:
@@ -59,7 +59,22 @@ def create(backend: BackendConfig, pools: Sequence[Pool] = (),
     return SlurmBackend(backend.name, bindings, settings, transport or make_transport(settings))
 
 
-register("slurm", create)
+def check(config: IsthmusConfig, index: int) -> list[tuple[str, str]]:
+    """What `create` would refuse for `config.backends[index]`, each problem with its path."""
+    b = config.backends[index]
+    where = f"backends[{index}].settings"
+    problems: list[tuple[str, str]] = []
+    try:
+        SlurmSettings.from_dict(dict(b.settings))
+    except SettingsError as exc:
+        problems += [(f"{where}.{key}" if key else where, msg) for key, msg in exc.problems]
+    for j, pool in enumerate(config.pools):
+        if pool.backend == b.name and not pool.partition:
+            problems.append((f"pools[{j}].partition", "a Slurm pool needs a partition"))
+    return problems
+
+
+register("slurm", create, check)
 
 __all__ = [
     "PoolBinding",
@@ -68,6 +83,7 @@ __all__ = [
     "SubmitRefused",
     "Transport",
     "UnsupportedSlurmVersion",
+    "check",
     "create",
     "make_transport",
     "render",

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
 
+from pydantic import ConfigDict
+
+from backends.base import SettingsError, parse_settings
 from backends.slurm.script import RenderSettings
 
 
 @dataclass(frozen=True, slots=True)
 class SlurmSettings:
-    transport: str = "cli"  # "cli" (login node) or "rest" (slurmrestd)
+    __pydantic_config__ = ConfigDict(extra="forbid")  # parse_settings: unknown keys refused
+
+    transport: Literal["cli", "rest"] = "cli"  # "cli" (login node) or "rest" (slurmrestd)
     # CLI
     slurm_conf: str | None = None  # SLURM_CONF for the commands
     bin_dir: str | None = None  # where sbatch/squeue/... live, when not on PATH
@@ -26,7 +32,7 @@ class SlurmSettings:
     work_dir: str = "/var/tmp/isthmus-slurm-jobs"  # noqa: S108 - a default; set per site
     python: str = "python3"  # interpreter for the launcher on compute nodes
     master_port: int = 29500
-    gpu_request: str = "gres"  # "gres" (--gres=gpu:T:N) or "gpus-per-node"
+    gpu_request: Literal["gres", "gpus-per-node"] = "gres"  # --gres=gpu:T:N or --gpus-per-node
     rack_features: bool = False  # nodes carry their rack's name as a feature
     extra_directives: tuple[str, ...] = ()
     # classification and accounting
@@ -39,25 +45,24 @@ class SlurmSettings:
     user: str | None = None  # the user Isthmus submits as (default: this process / rest_user)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> SlurmSettings:
-        data = dict(data or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(
-                f"unknown slurm backend setting(s) {unknown}; known: {sorted(known)}"
-            )
-        for key in ("extra_directives", "infra_drain_reasons"):
-            if key in data:
-                if isinstance(data[key], str):
-                    raise ValueError(f"{key}: a list of strings, not one string")
-                data[key] = tuple(data[key])
-        settings = cls(**data)
-        if settings.transport not in ("cli", "rest"):
-            raise ValueError(f"transport: '{settings.transport}' must be 'cli' or 'rest'")
+    def from_dict(cls, data: Mapping[str, Any] | None) -> SlurmSettings:
+        """Raises SettingsError (a ValueError) naming every bad key."""
+        settings = parse_settings(cls, data, "slurm")
+        problems: list[tuple[str, str]] = []
         if settings.transport == "rest" and not settings.rest_url:
-            raise ValueError("rest_url: required when transport is 'rest'")
-        settings.render_settings()  # validates work_dir, python, gpu_request
+            problems.append(("rest_url", "required when transport is 'rest'"))
+        if settings.timeout <= 0:
+            problems.append(("timeout", "must be > 0 seconds"))
+        if not 1 <= settings.master_port <= 65535:
+            problems.append(("master_port", "must be a TCP port (1-65535)"))
+        try:
+            settings.render_settings()  # validates work_dir, python, extra_directives
+        except ValueError as exc:
+            text = str(exc)
+            key = text.split(" ", 1)[0].rstrip(":")
+            problems.append((key, text) if key in cls.__dataclass_fields__ else ("", text))
+        if problems:
+            raise SettingsError(problems)
         return settings
 
     def render_settings(self) -> RenderSettings:

@@ -381,10 +381,15 @@ def db_restore(
 @config_app.command("check")
 def config_check(file: Path) -> None:
     """Validate an isthmus.yaml and print a summary."""
+    from broker.control.wiring import check_backends
+
     try:
         cfg = load_config(file)
     except ConfigError as exc:
         _fail(str(exc), code=1)
+    problems = check_backends(cfg)  # the server refuses to start on these too
+    if problems:
+        _fail("\n".join(f"{file}: {line}" for line in problems), code=1)
     console.print(
         f"{file}: OK: {len(cfg.backends)} backends, {len(cfg.pools)} pools, "
         f"{len(cfg.flavors)} flavors, {len(cfg.teams)} teams, auth {cfg.auth.mode}"

@@ -2,7 +2,10 @@
 
 The admission cycle, dispatcher and reconcilers are functions of a ControlPlane; the runtime
 (runtime.py) schedules them. Everything here recovers from the database and from backend
-facts, never from memory: the caches below only save parsing.
+facts, never from memory: the caches below only save parsing, and the inventory cache
+(inventories.py) only bridges a backend that answers late.
+
+Every backend is reached through a GatedBackend (gate.py): one call at a time per adapter.
 """
 
 from __future__ import annotations
@@ -12,10 +15,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from backends.base import Backend, BackendUnavailable
+from backends.base import Backend
 from broker.config import IsthmusConfig
-from broker.domain.inventory import InventorySnapshot, PoolSnapshot
-from broker.domain.spec import JobSpec
+from broker.config import Pool as PoolConfig
+from broker.control.gate import GatedBackend
+from broker.control.inventories import Answer, Inventories
+from broker.domain.attempts import RunSnapshot
+from broker.domain.inventory import InventorySnapshot, NodeSnapshot, PoolSnapshot, TopologyPath
+from broker.domain.spec import BackendKind, JobSpec
+from broker.store import attempts as att
 from broker.store.db import Database
 from broker.store.pools import pool_states
 from broker.store.tables import utcnow
@@ -31,6 +39,14 @@ class ControlParams:
     """An attempt missing from its backend (queue and accounting) this long is lost."""
     cancel_grace_s: int | None = None
     """Grace for cancelling; None: the job's checkpoint grace."""
+    inventory_wait_s: float = 1.0
+    """An admission cycle waits this long for all backends' inventories (asked at once)."""
+    inventory_max_age_s: float = 60.0
+    """A slow backend's last good inventory is served up to this old, then it is unavailable."""
+    observe_timeout_s: float = 60.0
+    """A reconciler's observe call times out after this (BackendUnavailable)."""
+    lock_wait_s: float = 10.0
+    """submit, lookup and cancel wait this long for an adapter busy with another call."""
 
 
 @dataclass
@@ -46,6 +62,30 @@ class ControlPlane:
     # the current usage, which only makes fair share briefly less far-sighted.
     _decayed: dict[tuple[str, str], float] = field(default_factory=dict, repr=False)
     _decayed_at: datetime | None = field(default=None, repr=False)
+    _inventories: Inventories = field(init=False, repr=False)
+    _gates: dict[str, GatedBackend] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.backends = {name: self._wrap(b) for name, b in self.backends.items()}
+        self._inventories = Inventories(
+            lambda: self.clock(), self.params.inventory_wait_s, self.params.inventory_max_age_s
+        )
+
+    def _wrap(self, backend: Backend) -> GatedBackend:
+        if isinstance(backend, GatedBackend):
+            return backend
+        return GatedBackend(backend, lock_wait=self.params.lock_wait_s,
+                            observe_timeout=self.params.observe_timeout_s)
+
+    def gate(self, name: str) -> GatedBackend:
+        """The gated adapter of a backend (also when `backends` was replaced after start)."""
+        backend = self.backends[name]
+        if isinstance(backend, GatedBackend):
+            return backend
+        gate = self._gates.get(name)
+        if gate is None or gate.inner is not backend:
+            gate = self._gates[name] = self._wrap(backend)
+        return gate
 
     def decayed_usage(
         self, in_use: Mapping[tuple[str, str], int], now: datetime
@@ -75,39 +115,101 @@ class ControlPlane:
     def inventory(self) -> InventorySnapshot:
         """One snapshot across all backends, pools as configured (drain from config too).
 
-        A backend that cannot be reached is listed as unreachable; its pools are absent, so
-        admission waits with BackendUnavailable instead of guessing."""
-        pools: list[PoolSnapshot] = []
-        unreachable: list[str] = []
+        Backends are asked at once and waited for at most `inventory_wait_s` (inventories.py),
+        so a slow one delays the others by that much at most. The pools of a backend that
+        cannot be used stay in the snapshot with their configured shape, marked unavailable
+        (and the backend listed as unreachable): their jobs wait with BackendUnavailable naming
+        the backend, the error and since when, not with NoFlavorFits."""
+        answers = self._inventories.gather({name: self.gate(name) for name in self.backends})
+        for b in self.config.backends:  # configured, but no adapter at all
+            if b.name not in answers:
+                answers[b.name] = Answer(None, f"backend {b.name} has no adapter")
         configured = {p.name: p for p in self.config.pools}
+        stale = {n: a.taken_at for n, a in answers.items() if a.stale and a.taken_at}
         with self.db.read() as s:
             admin = pool_states(s)
-        for name, backend in self.backends.items():
-            try:
-                snap = backend.inventory()
-            except BackendUnavailable as exc:
-                log.warning("backend %s unreachable for inventory: %s", name, exc)
+            late = [a for n, at in stale.items() for a in att.live(s, n) if a.created_at >= at]
+
+        def drained(name: str, flag: bool = False) -> bool:
+            cfg = configured.get(name)
+            return flag or bool(cfg and cfg.drained) or (name in admin and admin[name].drained)
+
+        pools: list[PoolSnapshot] = []
+        unreachable: list[str] = []
+        for name, answer in answers.items():
+            if answer.snapshot is None:
                 unreachable.append(name)
+                pools += [
+                    unavailable_pool(cfg, self._kind(name), answer.note, drained(cfg.name))
+                    for cfg in self.config.pools if cfg.backend == name
+                ]
                 continue
-            for pool in snap.pools:
+            for pool in answer.snapshot.pools:
                 cfg = configured.get(pool.name)
                 if cfg is None or cfg.backend != name:
                     continue  # not an Isthmus pool
                 pools.append(
                     pool.model_copy(
                         update={
-                            "drained": pool.drained or cfg.drained or (
-                                pool.name in admin and admin[pool.name].drained
-                            ),
+                            "drained": drained(pool.name, pool.drained),
                             "cost_weight": cfg.cost_weight,
                             "shared": cfg.shared,
                             "flavor": cfg.flavor,
+                            "stale": answer.note or None,
                         }
                     )
                 )
-        return InventorySnapshot(
+        snapshot = InventorySnapshot(
             taken_at=self.clock(), pools=tuple(pools), unreachable=tuple(unreachable)
         )
+        return hold_in_flight(snapshot, _seen_since(late))
+
+    def _kind(self, name: str) -> BackendKind:
+        cfg = self.config.backend(name)
+        if cfg is not None:
+            return BackendKind(cfg.kind)
+        return BackendKind(self.backends[name].kind)
+
+
+def _seen_since(late: list[att.AttemptRecord]) -> dict[tuple[str, str], int]:
+    """GPUs per (pool, node) of attempts created after a stale inventory was taken that the
+    admission cycle does not hold already (it holds those the backend has not shown yet): the
+    stale snapshot cannot show any of them, and without this their nodes would look free."""
+    held: dict[tuple[str, str], int] = {}
+    for a in late:
+        if not (a.dispatch == att.CREATED and a.last_seen_at is not None):
+            continue
+        placement = RunSnapshot.model_validate_json(a.snapshot_json).placement
+        if placement is None or not placement.nodes:
+            continue
+        per_replica = a.gpus // len(placement.nodes)
+        for node in placement.nodes:
+            held[(a.pool, node)] = held.get((a.pool, node), 0) + per_replica
+    return held
+
+
+def unavailable_pool(cfg: PoolConfig, kind: BackendKind, why: str,
+                     drained: bool) -> PoolSnapshot:
+    """A configured pool whose backend cannot be used now: its static shape from isthmus.yaml
+    (when given), every node unschedulable, and the reason."""
+    nodes: list[NodeSnapshot] = []
+    cap = cfg.capacity
+    if cap is not None:
+        per_rack = cap.nodes_per_rack or cap.nodes
+        per_block = cap.racks_per_block or 1
+        for i in range(cap.nodes):
+            rack = i // per_rack
+            nodes.append(NodeSnapshot(
+                name=f"{cfg.name}-static-{i}", total_gpus=cap.gpus_per_node, free_gpus=0,
+                topology=TopologyPath(block=f"b{rack // per_block}", rack=f"r{rack}"),
+                schedulable=False, reason="backend unavailable",
+            ))
+    selector = cfg.partition or ",".join(f"{k}={v}" for k, v in sorted(cfg.node_selector.items()))
+    return PoolSnapshot(
+        name=cfg.name, backend_kind=kind, backend=cfg.backend, flavor=cfg.flavor,
+        selector=selector, cost_weight=cfg.cost_weight, shared=cfg.shared, drained=drained,
+        nodes=tuple(nodes), unavailable=why,
+    )
 
 
 def hold_in_flight(

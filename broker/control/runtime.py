@@ -4,6 +4,21 @@ and one reconciler per backend instance, each on its own interval, plus immediat
 Every replica runs the lease keeper; only the holder of the lease runs the other jobs, so two
 replicas on one PostgreSQL database never both admit or dispatch. Losing the lease pauses the
 loop at once; gaining it resumes it (recovery reads the database and the backends' facts).
+
+Concurrency, made explicit:
+- each control job runs in a scheduler thread, never two instances of one job at once
+  (`max_instances=1`), but admission, dispatch and the reconcilers may overlap each other;
+  they share only the database (transactions) and the backend adapters;
+- one writer per adapter: every call into a backend adapter goes through its GatedBackend
+  (gate.py), which holds that adapter's lock for the call, so the adapters' own caches need
+  no locks. Adapters never wait for each other;
+- nobody waits long for a slow backend: admission asks every backend for its inventory at
+  once and waits at most `control.inventory_wait` (a backend still busy is served from its
+  last inventory up to `control.inventory_max_age` old, else its pools are unavailable), a
+  reconciler waits at most `control.observe_timeout` for its observe call, and submit, lookup
+  and cancel wait at most `control.backend_lock_wait` for a busy adapter. A call that times out
+  keeps running in its worker thread and keeps the adapter's lock until it returns; the
+  caller goes on with BackendUnavailable (or the cached inventory).
 """
 
 from __future__ import annotations

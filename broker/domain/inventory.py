@@ -79,6 +79,17 @@ class PoolSnapshot(_Frozen):
     )
     nodes: tuple[NodeSnapshot, ...] = ()
     queue: QueueDepth = Field(default_factory=QueueDepth)
+    unavailable: str | None = Field(
+        default=None,
+        description="why the pool's backend cannot be used now (which backend, the last error, "
+        "since when); placement then gives BackendUnavailable. Such a pool has its configured "
+        "shape only, no free GPUs",
+    )
+    stale: str | None = Field(
+        default=None,
+        description="set when the pool comes from its backend's last good inventory because "
+        "the backend did not answer in time: from when",
+    )
 
     @property
     def total_gpus(self) -> int:

@@ -1,0 +1,209 @@
+"""One writer per backend adapter, and backend calls that cannot stall the control loop.
+
+The Slurm and Kubernetes adapters keep their caches in plain dicts and are not thread-safe,
+while admission, dispatch and the reconcilers run as separate scheduler jobs that may overlap.
+A GatedBackend wraps one adapter and lets exactly one call into it run at a time (one lock per
+adapter; different adapters never wait for each other):
+
+- submit, lookup and cancel run in the caller's thread once they hold the lock. They wait for
+  it at most `lock_wait` seconds, and not at all when the call holding it has already run that
+  long (so a hung backend costs each later caller nothing, not `lock_wait` each). A caller that
+  gets no lock sees BackendUnavailable, which the dispatcher and the reconcilers keep as a
+  reason and retry on their next pass.
+- inventory and observe run in a worker thread, at most one of each in flight per adapter.
+  The caller waits with a timeout and leaves the call running when it expires: the lock stays
+  with the call in flight, the caller goes on. `start_inventory` hands out the in-flight call so
+  that the control plane can wait for all backends at once and use a late answer when it
+  comes. Worker threads are daemons: a hung backend never holds up the process's exit.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from backends.base import (
+    Backend,
+    BackendUnavailable,
+    CancelResult,
+    Capability,
+    SubmitRequest,
+    SubmitResult,
+)
+from broker.domain.facts import Fact
+from broker.domain.inventory import InventorySnapshot
+
+T = TypeVar("T")
+
+
+@dataclass(eq=False)
+class Flight:
+    """One call running in a worker thread."""
+
+    op: str
+    future: Future[Any]
+    started: float = field(default_factory=time.monotonic)
+    """time.monotonic() when the call was started."""
+
+    def age(self) -> float:
+        return time.monotonic() - self.started
+
+
+class GatedBackend:
+    """A Backend that serialises every call into `inner` (see the module docstring)."""
+
+    def __init__(self, inner: Backend, *, lock_wait: float = 10.0,
+                 observe_timeout: float = 60.0) -> None:
+        self.inner = inner
+        self.name: str = inner.name
+        self.kind: str = inner.kind
+        self.capabilities: Capability = inner.capabilities
+        self.lock_wait = lock_wait
+        self.observe_timeout = observe_timeout
+        self._lock = threading.Lock()
+        self._holder: tuple[str, float] | None = None  # (call, monotonic start) holding _lock
+        self._flights: dict[str, Flight] = {}
+        self._flights_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"GatedBackend({self.inner!r})"
+
+    # ---- the lock ----------------------------------------------------------------------
+    @contextmanager
+    def _held(self, op: str, wait: float | None) -> Iterator[None]:
+        """Hold the adapter's lock for one call; `wait` None waits as long as it takes."""
+        if wait is None:
+            self._lock.acquire()
+        else:
+            holder = self._holder
+            if holder is not None and time.monotonic() - holder[1] >= wait:
+                wait = 0.0  # the holder is stuck already: do not queue up behind it
+            got = self._lock.acquire(timeout=wait) if wait > 0 else self._lock.acquire(False)
+            if not got:
+                raise BackendUnavailable(f"{self.name} is busy: {self.busy_with()}")
+        self._holder = (op, time.monotonic())
+        try:
+            yield
+        finally:
+            self._holder = None
+            self._lock.release()
+
+    def busy_with(self) -> str:
+        holder = self._holder
+        if holder is None:
+            return "another call holds it"
+        return f"its {holder[0]} call has run for {time.monotonic() - holder[1]:.0f}s"
+
+    # ---- calls in a worker thread ------------------------------------------------------
+    def _start(self, op: str, fn: Callable[[], T]) -> Flight:
+        with self._flights_lock:
+            flight = self._flights.get(op)
+            if flight is not None and not flight.future.done():
+                return flight
+            flight = self._flights[op] = Flight(op, Future())
+
+        def run() -> None:
+            future = flight.future
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                with self._held(op, None):
+                    result = fn()
+            except BaseException as exc:  # handed to whoever waits; nothing escapes a worker
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+
+        threading.Thread(target=run, name=f"isthmus-{self.name}-{op}", daemon=True).start()
+        return flight
+
+    def in_flight(self, op: str) -> Flight | None:
+        with self._flights_lock:
+            flight = self._flights.get(op)
+        return flight if flight is not None and not flight.future.done() else None
+
+    def start_inventory(self) -> Flight:
+        """The inventory call in flight, or a new one (its future yields the snapshot)."""
+        return self._start("inventory", self.inner.inventory)
+
+    # ---- the Backend protocol ----------------------------------------------------------
+    def inventory(self) -> InventorySnapshot:
+        """Blocking (tools and tests); the control plane waits with a budget instead."""
+        snapshot: InventorySnapshot = self.start_inventory().future.result()
+        return snapshot
+
+    def observe(self, names: Sequence[str] | None = None) -> list[Fact]:
+        previous = self.in_flight("observe")
+        if previous is not None:
+            raise BackendUnavailable(
+                f"{self.name} has not answered the previous observe call for "
+                f"{previous.age():.0f}s"
+            )
+        wanted = None if names is None else list(names)
+        flight = self._start("observe", lambda: self.inner.observe(wanted))
+        try:
+            facts: list[Fact] = flight.future.result(timeout=self.observe_timeout)
+        except TimeoutError:
+            raise BackendUnavailable(
+                f"{self.name} did not answer observe within {self.observe_timeout:g}s"
+            ) from None
+        return facts
+
+    def submit(self, request: SubmitRequest) -> SubmitResult:
+        with self._held("submit", self.lock_wait):
+            return self.inner.submit(request)
+
+    def lookup(self, name: str) -> Fact | None:
+        with self._held("lookup", self.lock_wait):
+            return self.inner.lookup(name)
+
+    def cancel(self, name: str, grace_seconds: int) -> CancelResult:
+        with self._held("cancel", self.lock_wait):
+            return self.inner.cancel(name, grace_seconds)
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr == "inner":  # not set yet (a copy): never recurse
+            raise AttributeError(attr)
+        target = getattr(self.inner, attr)
+        if attr != "render":
+            return target  # adapter extras (close, start): not the control loop's calls
+
+        def render(request: SubmitRequest) -> Any:
+            # renderers read caches the inventory fills (GPU types, learned tolerations)
+            with self._held("render", self.lock_wait):
+                return target(request)
+
+        return render
+
+
+class UnavailableBackend:
+    """Stands in for a configured backend whose adapter could not be built: every call says
+    why, so its pools stay visible and its jobs wait with BackendUnavailable."""
+
+    capabilities = Capability.NONE
+
+    def __init__(self, name: str, kind: str, error: str) -> None:
+        self.name, self.kind, self.error = name, kind, error
+
+    def _refuse(self) -> BackendUnavailable:
+        return BackendUnavailable(f"the {self.kind} adapter could not be built: {self.error}")
+
+    def inventory(self) -> InventorySnapshot:
+        raise self._refuse()
+
+    def submit(self, request: SubmitRequest) -> SubmitResult:
+        raise self._refuse()
+
+    def lookup(self, name: str) -> Fact | None:
+        raise self._refuse()
+
+    def cancel(self, name: str, grace_seconds: int) -> CancelResult:
+        raise self._refuse()
+
+    def observe(self, names: Sequence[str] | None = None) -> list[Fact]:
+        raise self._refuse()
