@@ -78,12 +78,12 @@ def create_app(config: IsthmusConfig, db: Database, runtime: Runtime | None = No
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         slug = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
-        headers = exc.headers
+        headers = dict(exc.headers or {})
         if exc.status_code == 405:
             routes = [*app.router.routes, *(r for rt in routers for r in rt.routes)]
-            headers = {**(headers or {}), "Allow": _allowed_methods(routes, request.url.path)}
+            headers["Allow"] = _allowed_methods(routes, request.url.path)
         return Problem(
-            exc.status_code, slug, str(exc.detail), str(exc.detail), headers=headers
+            exc.status_code, slug, str(exc.detail), str(exc.detail), headers=headers or None
         ).response(request.url.path)
 
     @app.exception_handler(Exception)
