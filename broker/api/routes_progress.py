@@ -7,11 +7,12 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Request
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field
 
 from broker.api.guards import DB_INT_MAX
 from broker.api.problems import Problem, problem_responses
 from broker.domain.ids import is_job_id
+from broker.domain.spec import WholeNumber
 from broker.domain.text import Text
 from broker.metrics import TIME_TO_USEFUL_WORK
 from broker.store import attempts as att
@@ -29,7 +30,7 @@ router = APIRouter(
 class Progress(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    step: StrictInt = Field(ge=0, le=DB_INT_MAX)
+    step: WholeNumber = Field(ge=0, le=DB_INT_MAX)
     checkpoint: Text | None = Field(default=None, max_length=1024)
 
 

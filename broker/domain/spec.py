@@ -18,14 +18,13 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
-    StrictInt,
     WithJsonSchema,
     field_validator,
     model_validator,
 )
 
 from broker.domain import metadata_keys
-from broker.domain.text import MultilineText, Text
+from broker.domain.text import MultilineText, Text, TextKey
 from broker.domain.units import (
     duration_parser,
     format_duration,
@@ -79,7 +78,7 @@ def _duration_schema(maximum: int) -> WithJsonSchema:
     return WithJsonSchema({
         "anyOf": [
             {"type": "integer", "minimum": 1, "maximum": maximum},
-            {"type": "string", "pattern": _DURATION_TEXT, "maxLength": 32},
+            {"type": "string", "pattern": _DURATION_TEXT, "minLength": 2, "maxLength": 32},
         ],
         "description": "a duration such as '2h', '90m' or '1h30m' (seconds when a number), "
         f"at most {format_duration(maximum)}",
@@ -110,9 +109,27 @@ MemorySize = Annotated[
         f"{format_size(Ceiling.MEMORY_PER_REPLICA)}",
     }),
 ]
+def _no_bool_or_text(value: object) -> object:
+    if isinstance(value, bool):
+        raise ValueError("expected an integer, got a boolean")
+    if isinstance(value, str):
+        raise ValueError(f"expected an integer, got the string {value[:20]!r}; write it unquoted")
+    return value
+
+
+WholeNumber = Annotated[int, BeforeValidator(_no_bool_or_text)]
+"""An integer as JSON Schema means it (8 or 8.0), never a boolean or a string: `true` taken as
+1 replica or "2" as 2 hides a client bug."""
 ShortText = Annotated[Text, Field(min_length=1, max_length=Ceiling.TEXT_LENGTH)]
 Name = Annotated[Text, Field(min_length=1, max_length=Ceiling.NAME_LENGTH)]
-MetadataKey = Annotated[Text, Field(max_length=Ceiling.METADATA_KEY_LENGTH)]
+MetadataKey = Annotated[TextKey, Field(max_length=Ceiling.METADATA_KEY_LENGTH)]
+# What metadata_keys checks, stated for the OpenAPI document (less the reserved prefix).
+_K8S_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_K8S_KEY = rf"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?{_K8S_NAME}$"
+
+
+def _keys(pattern: str, max_length: int) -> dict[str, Any]:
+    return {"propertyNames": {"pattern": pattern, "maxLength": max_length}}
 
 
 class _Strict(BaseModel):
@@ -136,13 +153,13 @@ class BackendKind(StrEnum):
 
 
 class Gang(_Strict):
-    replicas: StrictInt = Field(
+    replicas: WholeNumber = Field(
         ge=1, le=Ceiling.REPLICAS, description="ranks that must all start together"
     )
-    gpus_per_replica: StrictInt = Field(
+    gpus_per_replica: WholeNumber = Field(
         ge=1, le=Ceiling.GPUS_PER_REPLICA, description="GPUs each rank needs"
     )
-    cpus_per_replica: StrictInt | None = Field(default=None, ge=1, le=Ceiling.CPUS_PER_REPLICA)
+    cpus_per_replica: WholeNumber | None = Field(default=None, ge=1, le=Ceiling.CPUS_PER_REPLICA)
     memory_per_replica: MemorySize | None = None
 
     @property
@@ -152,7 +169,7 @@ class Gang(_Strict):
 
 class FlavorConstraints(_Strict):
     gpu_model: ShortText | None = None
-    min_gpu_memory_gb: StrictInt | None = Field(default=None, ge=1, le=Ceiling.GPU_MEMORY_GB)
+    min_gpu_memory_gb: WholeNumber | None = Field(default=None, ge=1, le=Ceiling.GPU_MEMORY_GB)
     interconnect: ShortText | None = None
 
 
@@ -171,6 +188,17 @@ class Topology(_Strict):
 
 
 class Entrypoint(_Strict):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "oneOf": [
+                {"required": ["command"], "properties": {"command": {"type": "array"},
+                                                         "script": {"type": "null"}}},
+                {"required": ["script"], "properties": {"script": {"type": "string"},
+                                                        "command": {"type": "null"}}},
+            ]
+        }
+    )
+
     image: Text | None = Field(default=None, min_length=1, max_length=512)
     command: list[Annotated[MultilineText, Field(max_length=Ceiling.ARG_LENGTH)]] | None = Field(
         default=None, min_length=1, max_length=Ceiling.COMMAND_ARGS
@@ -207,7 +235,7 @@ class Checkpoint(_Strict):
 
 
 class RetryPolicy(_Strict):
-    max_attempts: StrictInt = Field(default=3, ge=1, le=Ceiling.MAX_ATTEMPTS)
+    max_attempts: WholeNumber = Field(default=3, ge=1, le=Ceiling.MAX_ATTEMPTS)
     max_wasted_gpu_hours: float | None = Field(
         default=None, gt=0, le=Ceiling.WASTED_GPU_HOURS, allow_inf_nan=False
     )
@@ -233,15 +261,22 @@ class JobSpec(_Strict):
     backend: Literal["slurm", "k8s", "any"] = "any"
     entrypoint: Entrypoint
     env: dict[
-        Annotated[Text, Field(max_length=Ceiling.NAME_LENGTH * 4)],
+        Annotated[TextKey, Field(max_length=Ceiling.NAME_LENGTH * 4)],
         Annotated[MultilineText, Field(max_length=Ceiling.ENV_VALUE_LENGTH)],
-    ] = Field(default_factory=dict, max_length=Ceiling.ENV_VARS)
+    ] = Field(
+        default_factory=dict, max_length=Ceiling.ENV_VARS,
+        json_schema_extra=_keys(_ENV_KEY.pattern, Ceiling.NAME_LENGTH * 4),
+    )
     mounts: list[Mount] = Field(default_factory=list, max_length=Ceiling.MOUNTS)
     max_runtime: RuntimeDuration = 86400
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
-    labels: dict[MetadataKey, Annotated[Text, Field(max_length=Ceiling.NAME_LENGTH)]] = Field(
+    labels: dict[
+        MetadataKey,
+        Annotated[Text, Field(max_length=Ceiling.NAME_LENGTH)],
+    ] = Field(
         default_factory=dict, max_length=Ceiling.METADATA_ENTRIES,
+        json_schema_extra=_keys(_K8S_KEY, Ceiling.METADATA_KEY_LENGTH),
         description="added to the Job, its pods and its Service on Kubernetes (kept by Isthmus "
         "on Slurm); Kubernetes label syntax",
     )
@@ -250,6 +285,7 @@ class JobSpec(_Strict):
     ] = Field(
         default_factory=dict, max_length=Ceiling.METADATA_ENTRIES,
         description="added to every pod on Kubernetes (ignored on Slurm)",
+        json_schema_extra=_keys(_K8S_KEY, Ceiling.METADATA_KEY_LENGTH),
     )
     code_version: ShortText | None = None
     data_version: ShortText | None = None

@@ -107,7 +107,7 @@ REFUSED: list[tuple[str, dict[str, Any] | bytes, str, str]] = [
     # strict integers: no bool, no string, no float coercion
     ("replicas-true", _with("gang.replicas", True), "gang.replicas", "integer"),
     ("replicas-string", _with("gang.replicas", "2"), "gang.replicas", "integer"),
-    ("gpus-float", _with("gang.gpus_per_replica", 8.0), "gang.gpus_per_replica", "integer"),
+    ("gpus-fraction", _with("gang.gpus_per_replica", 7.5), "gang.gpus_per_replica", "integer"),
     ("attempts-string", _with("retry.max_attempts", "3"), "retry.max_attempts", "integer"),
     ("max-runtime-bool", _with("max_runtime", True), "max_runtime", "boolean"),
     # collections: counts and lengths
