@@ -109,6 +109,8 @@ MemorySize = Annotated[
         f"{format_size(Ceiling.MEMORY_PER_REPLICA)}",
     }),
 ]
+
+
 def _no_bool_or_text(value: object) -> object:
     if isinstance(value, bool):
         raise ValueError("expected an integer, got a boolean")
@@ -121,6 +123,7 @@ WholeNumber = Annotated[int, BeforeValidator(_no_bool_or_text)]
 """An integer as JSON Schema means it (8 or 8.0), never a boolean or a string: `true` taken as
 1 replica or "2" as 2 hides a client bug."""
 ShortText = Annotated[Text, Field(min_length=1, max_length=Ceiling.TEXT_LENGTH)]
+FreeText = Annotated[Text, Field(max_length=Ceiling.TEXT_LENGTH)]
 Name = Annotated[Text, Field(min_length=1, max_length=Ceiling.NAME_LENGTH)]
 MetadataKey = Annotated[TextKey, Field(max_length=Ceiling.METADATA_KEY_LENGTH)]
 # What metadata_keys checks, stated for the OpenAPI document (less the reserved prefix).
@@ -168,9 +171,9 @@ class Gang(_Strict):
 
 
 class FlavorConstraints(_Strict):
-    gpu_model: ShortText | None = None
+    gpu_model: FreeText | None = None
     min_gpu_memory_gb: WholeNumber | None = Field(default=None, ge=1, le=Ceiling.GPU_MEMORY_GB)
-    interconnect: ShortText | None = None
+    interconnect: FreeText | None = None
 
 
 class Topology(_Strict):
@@ -226,7 +229,7 @@ class Mount(_Strict):
 
 
 class Checkpoint(_Strict):
-    dir: ShortText | None = None
+    dir: FreeText | None = None
     interval: RuntimeDuration | None = None
     resumable: bool = False
     grace: GraceDuration = Field(
@@ -287,8 +290,8 @@ class JobSpec(_Strict):
         description="added to every pod on Kubernetes (ignored on Slurm)",
         json_schema_extra=_keys(_K8S_KEY, Ceiling.METADATA_KEY_LENGTH),
     )
-    code_version: ShortText | None = None
-    data_version: ShortText | None = None
+    code_version: FreeText | None = None
+    data_version: FreeText | None = None
 
     @field_validator("flavors")
     @classmethod
