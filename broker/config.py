@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from broker.domain.metadata_keys import DEFAULT_RESERVED_PREFIXES
 from broker.domain.spec import (
     DAY,
     BackendKind,
@@ -159,6 +160,20 @@ class Control(_Strict):
     """How long submit, lookup and cancel wait for an adapter busy with another call."""
 
 
+class Tenancy(_Strict):
+    """What one team may put into the objects its jobs become, checked at submit (422).
+
+    `reserved_key_prefixes`: label and annotation keys jobs may not set (other controllers and
+    the node act on them); `exempt_key_prefixes` re-allows narrower prefixes (the local test
+    cluster scripts its fake pods with `isthmus.io/fake-` annotations). `mounts`: per team, the
+    volume (PersistentVolumeClaim) names its jobs may mount; a team not listed mounts none."""
+
+    reserved_key_prefixes: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_RESERVED_PREFIXES))
+    exempt_key_prefixes: list[str] = Field(default_factory=list)
+    mounts: dict[str, list[str]] = Field(default_factory=dict, description="team -> claims")
+
+
 class PriorityClass(_Strict):
     name: str = Field(pattern=NAME)
     value: int
@@ -232,6 +247,7 @@ class IsthmusConfig(_Strict):
     auth: Auth = Field(default_factory=Auth)
     limits: Limits = Field(default_factory=Limits)
     control: Control = Field(default_factory=Control)
+    tenancy: Tenancy = Field(default_factory=Tenancy)
     priority_classes: list[PriorityClass] = Field(
         default_factory=lambda: [
             PriorityClass(name="low", value=0),
@@ -275,6 +291,9 @@ class IsthmusConfig(_Strict):
             for f in t.quotas:
                 if f not in flavors:
                     problems.append(f"teams[{i}].quotas.{f}: '{f}' is not in flavors")
+        for team in self.tenancy.mounts:
+            if team not in teams:
+                problems.append(f"tenancy.mounts.{team}: '{team}' is not in teams")
         for i, tok in enumerate(self.auth.tokens):
             if tok.team is not None and tok.team not in teams:
                 problems.append(f"auth.tokens[{i}].team: '{tok.team}' is not in teams")

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from broker.config import Flavor, IsthmusConfig, Limits, Pool, PoolCapacity, Team
-from broker.domain import Reason
+from broker.config import Flavor, IsthmusConfig, Limits, Pool, PoolCapacity, Team, Tenancy
+from broker.domain import Reason, metadata_keys
 from broker.domain.spec import JobSpec, TopologyLevel
 from broker.domain.units import format_duration, format_size
 
@@ -72,6 +72,24 @@ def request_problems(
             )
         )
     out += limit_problems(config.limits, spec)
+    out += tenancy_problems(config.tenancy, spec)
+    return out
+
+
+def tenancy_problems(tenancy: Tenancy, spec: JobSpec) -> list[FieldProblem]:
+    """Reserved label and annotation keys, and mounts outside the team's allow-list."""
+    out: list[FieldProblem] = []
+    for kind, items in (("label", spec.labels), ("annotation", spec.annotations)):
+        for key, msg in metadata_keys.reserved_problems(
+                kind, items, tenancy.reserved_key_prefixes, tenancy.exempt_key_prefixes):
+            out.append(FieldProblem(f"{kind}s.{key}", msg))
+    allowed = tenancy.mounts.get(spec.team, [])
+    for i, m in enumerate(spec.mounts):
+        if m.name not in allowed:
+            known = ", ".join(sorted(allowed)) or "none"
+            out.append(FieldProblem(
+                f"mounts[{i}].name",
+                f"team '{spec.team}' may not mount '{m.name}' (tenancy.mounts allows: {known})"))
     return out
 
 

@@ -173,11 +173,19 @@ class K8sBackend:
     def submit(self, request: SubmitRequest) -> SubmitResult:
         manifests = self.render(request)
         self._ensure_namespace()
-        job, rest = manifests[0], manifests[1:]
+        secrets = [m for m in manifests if m["kind"] == "Secret"]
+        job = next(m for m in manifests if m["kind"] == "Job")
+        rest = [m for m in manifests if m["kind"] not in ("Job", "Secret")]
+        for secret in secrets:  # before the Job: its pods read the token from it
+            self._create(request, secret)
         created, adopted_job = self._create(request, job)
         uid = str(_meta(created).get("uid", ""))
         owner = {"apiVersion": "batch/v1", "kind": "Job", "name": request.name, "uid": uid,
                  "controller": False, "blockOwnerDeletion": True}
+        for secret in secrets:  # owned by the Job, so the garbage collector takes it along
+            call("own Secret", self.apis.core.patch_namespaced_secret, request.name,
+                 self.namespace, {"metadata": {"ownerReferences": [owner]}},
+                 timeout=self.timeout, _content_type="application/merge-patch+json")
         adopted = adopted_job
         for manifest in rest:
             manifest["metadata"]["ownerReferences"] = [owner]
@@ -215,6 +223,10 @@ class K8sBackend:
             c = self.apis.core
             return (functools.partial(c.create_namespaced_service, ns),
                     functools.partial(c.read_namespaced_service, namespace=ns))
+        if kind == "Secret":
+            c = self.apis.core
+            return (functools.partial(c.create_namespaced_secret, ns),
+                    functools.partial(c.read_namespaced_secret, namespace=ns))
         if kind == "PodGroup":
             group, version = PODGROUP_API.split("/")
             cu = self.apis.custom
@@ -353,12 +365,13 @@ class K8sBackend:
         if grace is not None:
             call("delete pods", self.apis.core.delete_collection_namespaced_pod, ns,
                  label_selector=f"{LABEL_NAME}={name}", timeout=t, grace_period_seconds=grace)
-        try:
-            call("delete Service", self.apis.core.delete_namespaced_service, name, ns,
-                 timeout=t)
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
+        for what, delete in (("Service", self.apis.core.delete_namespaced_service),
+                             ("Secret", self.apis.core.delete_namespaced_secret)):
+            try:  # the Secret is the Job's too; deleted here as well, not left to the GC
+                call(f"delete {what}", delete, name, ns, timeout=t)
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
         if any(self.settings.mode(p) == "volcano" for p in self.pools):
             group, version = PODGROUP_API.split("/")
             try:

@@ -43,6 +43,9 @@ KUEUE_TAS_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 VOLCANO_GROUP = "scheduling.k8s.io/group-name"
 PODGROUP_API = "scheduling.volcano.sh/v1beta1"
 
+# the progress token reaches the ranks through a per-attempt Secret of the Job's name
+TOKEN_ENV = "ISTHMUS_PROGRESS_TOKEN"
+SECRET_TOKEN_KEY = "progress-token"
 # set by Isthmus for every rank; the job's env may override MASTER_PORT only
 RESERVED_ENV = ("MASTER_ADDR", "WORLD_SIZE", "NNODES", "NODE_RANK", "RANK", "GPUS_PER_NODE")
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -128,7 +131,11 @@ def env_for(request: SubmitRequest, settings: K8sSettings) -> list[dict[str, Any
         "NNODES": str(replicas),
         "GPUS_PER_NODE": str(spec.gang.gpus_per_replica),
     })
+    token = values.pop(TOKEN_ENV, None)
     env: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in values.items()]
+    if token is not None:  # from the attempt's Secret: never a literal on the Job
+        env.append({"name": TOKEN_ENV, "valueFrom": {"secretKeyRef": {
+            "name": request.name, "key": SECRET_TOKEN_KEY}}})
     index_ref = {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']"}}
     env += [{"name": "NODE_RANK", "valueFrom": index_ref},
             {"name": "RANK", "valueFrom": index_ref}]
@@ -191,7 +198,8 @@ def check_name(name: str) -> None:
 def render(
     request: SubmitRequest, pool: PoolBinding, settings: K8sSettings | None = None
 ) -> list[dict[str, Any]]:
-    """The manifests of one attempt, in creation order: Job, Service (and PodGroup)."""
+    """The manifests of one attempt: Job, Service (and PodGroup), and the Secret of the
+    progress token when the request carries one (the adapter creates it first)."""
     settings = settings or K8sSettings()
     check_name(request.name)
     spec = request.snapshot.spec
@@ -201,8 +209,10 @@ def render(
     name = request.name
     labels = {**spec.labels, **labels_for(request)}  # the user's, then ours (never overridden)
     annotations = {ANN_POOL: pool.name, ANN_SPEC_HASH: request.snapshot.spec_hash}
-    pod_labels = {**settings.pod_labels, **labels}
-    pod_annotations: dict[str, str] = {**settings.pod_annotations, **spec.annotations,
+    # the user's, then the admin's (pod_labels/pod_annotations: a tenant must not opt out of
+    # e.g. `sidecar.istio.io/inject`), then ours
+    pod_labels = {**spec.labels, **settings.pod_labels, **labels_for(request)}
+    pod_annotations: dict[str, str] = {**spec.annotations, **settings.pod_annotations,
                                        ANN_MAX_RUNTIME: str(spec.max_runtime)}
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
@@ -283,7 +293,25 @@ def render(
             "metadata": {"name": name, "namespace": ns, "labels": dict(labels)},
             "spec": pg_spec,
         })
+    token = request.env.get(TOKEN_ENV)
+    if token is not None:
+        manifests.append(token_secret(request, ns, dict(labels), token))
     return manifests
+
+
+def token_secret(request: SubmitRequest, namespace: str, labels: dict[str, str],
+                 token: str) -> dict[str, Any]:
+    """The attempt's progress token. The adapter creates it before the Job and makes the Job
+    its owner, so it goes with the Job; readable by whoever may read Secrets there, never by
+    whoever may only read Jobs or pods."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": request.name, "namespace": namespace, "labels": labels},
+        "type": "Opaque",
+        "immutable": True,
+        "stringData": {SECRET_TOKEN_KEY: token},
+    }
 
 
 def labels_match(found: Mapping[str, str] | None, request: SubmitRequest) -> bool:

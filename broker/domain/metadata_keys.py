@@ -6,15 +6,31 @@ syntax (checked at submit, where the user can fix them, not at dispatch):
 - a label value is empty or like a name (at most 63 characters); an annotation value is free;
 - label keys under `isthmus.io/` (and its subdomains) are reserved: Isthmus finds and adopts
   its objects by them. Annotations may use it (the local test cluster scripts pods that way).
+
+Tenancy (`tenancy:` in isthmus.yaml, checked at submit by `reserved_problem`): keys that other
+controllers or the node act on (queue names, gang groups, apparmor and seccomp profiles, mesh
+sidecars) are refused on labels and annotations alike, so one team cannot opt its pods out of
+the platform's rules or into another team's queue.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 
 _NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 RESERVED = "isthmus.io"
+DEFAULT_RESERVED_PREFIXES = (
+    "isthmus.io/",
+    "kueue.x-k8s.io/",
+    "scheduling.k8s.io/",
+    "volcano.sh/",
+    "scheduling.volcano.sh/",
+    "container.apparmor.security.beta.kubernetes.io/",
+    "seccomp.security.alpha.kubernetes.io/",
+    "sidecar.istio.io/",
+)
 
 
 def key_problem(key: str, *, reserved: bool = False) -> str | None:
@@ -51,3 +67,31 @@ def check(kind: str, items: dict[str, str], *, labels: bool) -> dict[str, str]:
     if bad:
         raise ValueError("; ".join(bad))
     return items
+
+
+def is_reserved(key: str, prefixes: Sequence[str], exempt: Sequence[str] = ()) -> bool:
+    """A key matches a reserved prefix when it starts with it; a prefix that ends in '/' also
+    covers its subdomains (`x.isthmus.io/k` under `isthmus.io/`)."""
+    if any(key.startswith(e) for e in exempt):
+        return False
+    domain = key.rpartition("/")[0]
+    for p in prefixes:
+        if key.startswith(p):
+            return True
+        if p.endswith("/") and domain.endswith("." + p[:-1]):
+            return True
+    return False
+
+
+def reserved_problems(
+    kind: str, items: Mapping[str, str], prefixes: Sequence[str], exempt: Sequence[str] = ()
+) -> list[tuple[str, str]]:
+    """(key, message) for every key of `items` under a reserved prefix."""
+    out = []
+    for k in items:
+        if is_reserved(k, prefixes, exempt):
+            hit = next((p for p in prefixes if k.startswith(p)), None) or "a reserved prefix"
+            out.append((k, f"{kind} key {k!r} is under the reserved prefix {hit!r} "
+                           "(set by the platform, not by jobs); use your own prefix, like "
+                           "example.com/"))
+    return out

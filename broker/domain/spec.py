@@ -219,13 +219,34 @@ class Entrypoint(_Strict):
         return self
 
 
+_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
 class Mount(_Strict):
-    name: ShortText = Field(description="a data set or volume known to the platform")
+    """A volume by reference (a PersistentVolumeClaim on Kubernetes). Which names a team may
+    mount is the installation's `tenancy.mounts` allow-list, checked at submit."""
+
+    name: ShortText = Field(
+        max_length=253, pattern=_DNS_SUBDOMAIN,
+        description="a data set or volume known to the platform (a lower-case DNS name, like "
+        "a PersistentVolumeClaim's)",
+    )
     path: Text = Field(
         pattern=r"^/", max_length=Ceiling.TEXT_LENGTH,
-        description="absolute mount path inside the job",
+        description="absolute mount path inside the job, without '.' or '..' parts",
     )
     read_only: bool = True
+
+    @field_validator("path")
+    @classmethod
+    def _clean_path(cls, v: str) -> str:
+        parts = v.split("/")[1:]
+        if v == "/" or any(p in ("", ".", "..") for p in parts) or ":" in v:
+            raise ValueError(
+                f"{v!r} is not a clean absolute path: no '.', '..', '//', ':' or trailing "
+                "'/', and not '/' itself (write e.g. /data/imagenet)"
+            )
+        return v
 
 
 class Checkpoint(_Strict):
@@ -309,6 +330,15 @@ class JobSpec(_Strict):
                 f"invalid variable name(s) {bad}: use letters, digits and '_', not starting "
                 "with a digit"
             )
+        return v
+
+    @field_validator("mounts")
+    @classmethod
+    def _unique_mount_paths(cls, v: list[Mount]) -> list[Mount]:
+        paths = [m.path for m in v]
+        dup = sorted({p for p in paths if paths.count(p) > 1})
+        if dup:
+            raise ValueError(f"each mount path may be used once; repeated: {dup}")
         return v
 
     @field_validator("labels")

@@ -71,6 +71,8 @@ def write_config(path: Path, backends: list[dict[str, Any]], pools: list[dict[st
         "backends": backends,
         "pools": pools,
         "cohorts": [{"name": "research"}],
+        # the test cluster's fake pods are scripted by these annotations (deploy/testenv/k8s)
+        "tenancy": {"exempt_key_prefixes": ["isthmus.io/fake-"]},
         "teams": [
             {"name": "vision", "cohort": "research",
              "quotas": {"h100-80g": {"nominal": 256}, "a100-80g": {"nominal": 256}}},

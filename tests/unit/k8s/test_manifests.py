@@ -38,8 +38,8 @@ def _env(manifests: list[dict[str, Any]]) -> dict[str, Any]:
 
 def test_indexed_gang_job_and_headless_service() -> None:
     out = render(request(), H100, SETTINGS)
-    assert [m["kind"] for m in out] == ["Job", "Service"]
-    job, svc = out
+    assert [m["kind"] for m in out] == ["Job", "Service", "Secret"]
+    job, svc, _ = out
     assert job["metadata"]["name"] == svc["metadata"]["name"] == NAME
     assert job["metadata"]["namespace"] == "train"
     labels = {"isthmus.io/job": JOB_ID, "isthmus.io/attempt": "2",
@@ -70,7 +70,7 @@ def test_indexed_gang_job_and_headless_service() -> None:
 
 def test_the_jobs_labels_go_on_every_object_and_ours_are_kept() -> None:
     mine = {"app.kubernetes.io/name": "llama", "example.com/run": "r1"}
-    job, svc = render(request(labels=mine), H100, SETTINGS)
+    job, svc, _ = render(request(labels=mine), H100, SETTINGS)
     for labels in (job["metadata"]["labels"], job["spec"]["template"]["metadata"]["labels"],
                    svc["metadata"]["labels"]):
         assert labels.items() >= mine.items()
@@ -87,7 +87,8 @@ def test_torchrun_env() -> None:
     assert env["WORLD_SIZE"] == env["NNODES"] == "4"  # but not the world size
     assert env["GPUS_PER_NODE"] == "8"
     assert env["FOO"] == "req"  # the request's env wins over the spec's
-    assert env["ISTHMUS_PROGRESS_TOKEN"] == "t"
+    assert env["ISTHMUS_PROGRESS_TOKEN"] == {
+        "secretKeyRef": {"name": NAME, "key": "progress-token"}}  # never the literal
     assert env["ISTHMUS_JOB_ID"] == JOB_ID and env["ISTHMUS_ATTEMPT"] == "2"
     ref = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
     assert env["NODE_RANK"] == env["RANK"] == {"fieldRef": {"fieldPath": ref}}
@@ -149,7 +150,7 @@ def test_kueue_mode_creates_the_job_suspended_with_a_queue() -> None:
     settings = K8sSettings.from_dict({"modes": {"h100": "kueue"},
                                       "kueue_queues": {"h100": "team-a"}})
     out = render(request(level="rack", domain="b/h100-rack-1"), H100, settings)
-    assert [m["kind"] for m in out] == ["Job", "Service"]
+    assert [m["kind"] for m in out] == ["Job", "Service", "Secret"]
     job = _job(out)
     assert job["spec"]["suspend"] is True
     assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
@@ -164,7 +165,7 @@ def test_volcano_mode_adds_a_podgroup() -> None:
     settings = K8sSettings.from_dict({"modes": {"h100": "volcano"},
                                       "volcano_queues": {"h100": "research"}})
     out = render(request(), H100, settings)
-    assert [m["kind"] for m in out] == ["Job", "Service", "PodGroup"]
+    assert [m["kind"] for m in out] == ["Job", "Service", "PodGroup", "Secret"]
     pg = out[2]
     assert pg["apiVersion"] == "scheduling.volcano.sh/v1beta1"
     assert pg["metadata"]["name"] == NAME
