@@ -192,7 +192,7 @@ def test_submit_after_a_crash_adopts_instead_of_duplicating(
 ) -> None:
     backend = make_backend(pod_annotations={FAKE_DURATION: "never"})
     req = request(pool="a100", replicas=1, gpus=1, job_id=new_job_id())
-    job, _service = backend.render(req)
+    job = backend.render(req)[0]  # Job, Service, Secret
     # the previous broker created the Job and died before the Service
     batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
     made = as_dict(batch.create_namespaced_job(k8s_namespace, job))  # type: ignore[arg-type]

@@ -1,0 +1,76 @@
+"""Tenancy on the real local control plane: the progress token lives in a per-attempt Secret
+owned by the Job (never a literal on the Job or its pods), and goes when the gang goes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from backends.k8s import K8sBackend, create
+from broker.config import Backend as BackendConfig
+from broker.config import Pool
+from broker.domain.facts import Phase
+from tests.fixtures.k8s import FAKE_DURATION, K8sCluster, as_dict, wait_until
+from tests.unit.k8s.helpers import request
+from tests.unit.k8s.kube_objects import new_job_id
+
+pytestmark = pytest.mark.k8s
+TOKEN = "tok-" + "x" * 40
+
+
+@pytest.fixture
+def backend(k8s_cluster: K8sCluster, k8s_namespace: str) -> Iterator[K8sBackend]:
+    cfg = BackendConfig(name="k8s-local", kind="k8s", settings={
+        "kubeconfig": str(k8s_cluster.kubeconfig), "namespace": k8s_namespace,
+        "create_namespace": False, "all_ranks_timeout_s": 30,
+        "pod_annotations": {FAKE_DURATION: "never"}})
+    b = create(cfg, [Pool(name="a100", backend="k8s-local", flavor="h100-80g",
+                          node_selector={"isthmus.io/pool": "a100"})])
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+def _secret(core: client.CoreV1Api, name: str, ns: str) -> dict[str, Any] | None:
+    try:
+        return as_dict(core.read_namespaced_secret(name, ns))
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def test_progress_token_is_a_secret_owned_by_the_job_and_deleted_with_it(
+    backend: K8sBackend, k8s_cluster: K8sCluster, k8s_namespace: str
+) -> None:
+    req = request(pool="a100", replicas=2, gpus=1, job_id=new_job_id(),
+                  env={"ISTHMUS_PROGRESS_TOKEN": TOKEN})
+    result = backend.submit(req)
+    with k8s_cluster.api_client() as api:
+        core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+        job = as_dict(batch.read_namespaced_job(req.name, k8s_namespace))
+        assert TOKEN not in json.dumps(job)
+        (c,) = job["spec"]["template"]["spec"]["containers"]
+        (env,) = [e for e in c["env"] if e["name"] == "ISTHMUS_PROGRESS_TOKEN"]
+        assert env["valueFrom"]["secretKeyRef"]["name"] == req.name
+        secret = _secret(core, req.name, k8s_namespace)
+        assert secret is not None
+        (owner,) = secret["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["uid"]) == ("Job", result.backend_id)
+        assert secret["data"]["progress-token"]  # base64 of the token, readable only here
+        wait_until(lambda: any(f.backend_name == req.name and f.phase is Phase.RUNNING
+                               for f in backend.observe([req.name])),
+                   timeout=60, interval=0.3, what="the gang to run")
+        pods = core.list_namespaced_pod(k8s_namespace,
+                                        label_selector=f"isthmus.io/name={req.name}")
+        assert pods.items and TOKEN not in json.dumps(as_dict(pods))
+        # a retried submit (after a crash) adopts the Secret like the Job
+        assert backend.submit(req).adopted
+        assert backend.cancel(req.name, 0).found
+        wait_until(lambda: _secret(core, req.name, k8s_namespace) is None, timeout=60,
+                   interval=0.3, what="the Secret to go with the Job")
