@@ -78,6 +78,7 @@ class SubmitRequest:
     snapshot: RunSnapshot
     placement: Placement
     env: dict[str, str] = field(default_factory=dict)  # extra env (progress token, resume dir)
+    owner: str | None = None  # who submitted the job (the API caller's name)
 
 
 @dataclass(frozen=True, slots=True)

@@ -183,7 +183,8 @@ class K8sBackend:
         owner = {"apiVersion": "batch/v1", "kind": "Job", "name": request.name, "uid": uid,
                  "controller": False, "blockOwnerDeletion": True}
         for secret in secrets:  # owned by the Job, so the garbage collector takes it along
-            call("own Secret", self.apis.core.patch_namespaced_secret, request.name,
+            call("own Secret", self.apis.core.patch_namespaced_secret,
+                 secret["metadata"]["name"],
                  self.namespace, {"metadata": {"ownerReferences": [owner]}},
                  timeout=self.timeout, _content_type="application/merge-patch+json")
         adopted = adopted_job

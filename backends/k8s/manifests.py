@@ -44,8 +44,8 @@ VOLCANO_GROUP = "scheduling.k8s.io/group-name"
 PODGROUP_API = "scheduling.volcano.sh/v1beta1"
 
 # the progress token reaches the ranks through a per-attempt Secret of the Job's name
-TOKEN_ENV = "ISTHMUS_PROGRESS_TOKEN"
-SECRET_TOKEN_KEY = "progress-token"
+TOKEN_ENV = "ISTHMUS_PROGRESS_TOKEN"  # noqa: S105 - a variable name, not a secret
+SECRET_TOKEN_KEY = "progress-token"  # noqa: S105 - a key name
 # set by Isthmus for every rank; the job's env may override MASTER_PORT only
 RESERVED_ENV = ("MASTER_ADDR", "WORLD_SIZE", "NNODES", "NODE_RANK", "RANK", "GPUS_PER_NODE")
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")

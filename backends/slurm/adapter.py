@@ -112,7 +112,12 @@ class SlurmBackend:
     def batch_job(self, request: SubmitRequest, *, hold: bool = False,
                   begin: str | None = None) -> BatchJob:
         partition = self._partition(request.placement.pool)
-        return script.batch_job(request, self.settings.render_settings(), partition=partition,
+        render = self.settings.render_settings()
+        account = self.settings.accounts.get(request.snapshot.spec.team)
+        if account:  # the team's Slurm account (fair share and limits of the site)
+            render = replace(
+                render, extra_directives=(*render.extra_directives, f"--account={account}"))
+        return script.batch_job(request, render, partition=partition,
                                 gpu_type=self._gpu_type(partition), hold=hold, begin=begin)
 
     def render(self, request: SubmitRequest) -> str:
@@ -134,7 +139,12 @@ class SlurmBackend:
             self._known_ids[request.name] = existing.job_id
             log.info("slurm %s: adopted %s as job %s", self.name, request.name, existing.job_id)
             return SubmitResult(name=request.name, backend_id=existing.job_id, adopted=True)
-        job_id = self.transport.submit(job)
+        try:
+            as_user = self.settings.unix_user(request.owner)
+        except ValueError as exc:
+            raise Unsupported(f"submit_as_owner: {exc}") from None
+        job_id = (self.transport.submit(job) if as_user is None
+                  else self.transport.submit(job, as_user=as_user))
         self._known_ids[request.name] = job_id
         return SubmitResult(name=request.name, backend_id=job_id, adopted=False)
 

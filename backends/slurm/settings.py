@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import ConfigDict
 
 from backends.base import SettingsError, parse_settings
 from backends.slurm.script import RenderSettings
+
+_ACCOUNT = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+_UNIX_USER = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +47,11 @@ class SlurmSettings:
     accounting_lookback_s: int = 7 * 86400
     allow_untested_version: bool = False
     user: str | None = None  # the user Isthmus submits as (default: this process / rest_user)
+    # tenancy: the broker runs as root and sbatch runs as the job's owner (its API user, mapped
+    # through unix_users, else the same name), so each job's files are its owner's (cli only)
+    submit_as_owner: bool = False
+    unix_users: Mapping[str, str] = field(default_factory=dict)  # API user -> Unix user
+    accounts: Mapping[str, str] = field(default_factory=dict)  # team -> --account
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> SlurmSettings:
@@ -55,6 +64,15 @@ class SlurmSettings:
             problems.append(("timeout", "must be > 0 seconds"))
         if not 1 <= settings.master_port <= 65535:
             problems.append(("master_port", "must be a TCP port (1-65535)"))
+        if settings.submit_as_owner and settings.transport != "cli":
+            problems.append(("submit_as_owner", "needs transport 'cli' (slurmrestd would need "
+                             "a token per user)"))
+        for team, account in settings.accounts.items():
+            if not _ACCOUNT.match(str(account)):
+                problems.append((f"accounts.{team}", f"{account!r} is not a Slurm account name"))
+        for who, unix in settings.unix_users.items():
+            if not _UNIX_USER.match(str(unix)):
+                problems.append((f"unix_users.{who}", f"{unix!r} is not a Unix user name"))
         try:
             settings.render_settings()  # validates work_dir, python, extra_directives
         except ValueError as exc:
@@ -70,6 +88,14 @@ class SlurmSettings:
                               master_port=self.master_port, gpu_request=self.gpu_request,
                               rack_features=self.rack_features,
                               extra_directives=self.extra_directives)
+
+    def unix_user(self, owner: str | None) -> str | None:
+        """The Unix user a job of `owner` is submitted as, or None (the broker's own)."""
+        if not self.submit_as_owner:
+            return None
+        if not owner:
+            raise ValueError("the job has no owner to submit as")
+        return self.unix_users.get(owner, owner)
 
     def token(self) -> str | None:
         if self.rest_token_env:

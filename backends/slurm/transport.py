@@ -52,8 +52,9 @@ class Transport(Protocol):
         so their steps are complete); jobs missing from the answer are unknown."""
         ...
 
-    def submit(self, job: BatchJob) -> str:
-        """Submit and return the Slurm job id; raises SubmitRefused or BackendUnavailable."""
+    def submit(self, job: BatchJob, *, as_user: str | None = None) -> str:
+        """Submit and return the Slurm job id; raises SubmitRefused or BackendUnavailable.
+        `as_user`: submit as this Unix user (the broker runs as root; CLI only)."""
         ...
 
     def signal(self, job_id: str, signal: str) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pwd
 import subprocess
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -36,6 +37,23 @@ _UNREACHABLE = (
 )
 JOB_ENV_KEYS = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "SLURM_CONF")
 _UNKNOWN_JOB = ("Invalid job id specified", "Job/step already completing or completed")
+
+
+JOB_UMASK = "0077"
+
+
+def _identity(user: str) -> tuple[dict[str, Any], str]:
+    """subprocess arguments that run a command as `user` (uid, gid, its groups), and its home.
+    Never root: a job submitted as root would defeat the point."""
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        raise SubmitRefused(f"no Unix user '{user}' to submit the job as (backend setting "
+                            "unix_users maps API users to Unix users)") from None
+    if pw.pw_uid == 0:
+        raise SubmitRefused(f"refusing to submit a job as '{user}' (uid 0)")
+    groups = os.getgrouplist(user, pw.pw_gid)
+    return {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": groups}, pw.pw_dir
 
 
 class SlurmCommandError(RuntimeError):
@@ -71,12 +89,15 @@ class CliTransport:
         return str(Path(self.bin_dir) / name) if self.bin_dir else name
 
     def run(self, args: Sequence[str], *, input: str | None = None, unknown_ok: bool = False,
-            env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+            env: Mapping[str, str] | None = None, user: int | None = None,
+            group: int | None = None,
+            extra_groups: list[int] | None = None) -> subprocess.CompletedProcess[str]:
         argv = [self._cmd(args[0]), *args[1:]]
         try:
             proc = subprocess.run(  # noqa: S603 - an argument list, never a shell
                 argv, input=input, capture_output=True, text=True,
                 timeout=self.timeout, env=dict(env or self.env), check=False,
+                user=user, group=group, extra_groups=extra_groups,
             )
         except FileNotFoundError as exc:
             raise BackendUnavailable(f"{args[0]} not found: is Slurm installed here?") from exc
@@ -178,10 +199,22 @@ class CliTransport:
             return {}
         return parse.sacct_steps(proc.stdout)
 
-    def submit(self, job: BatchJob) -> str:
-        Path(job.output).parent.mkdir(parents=True, exist_ok=True)
+    def submit(self, job: BatchJob, *, as_user: str | None = None) -> str:
+        env = self.job_env()
+        # the output file is created before the script runs: private from the start
+        env["SLURM_UMASK"] = JOB_UMASK
+        ids: dict[str, Any] = {}
+        spool = Path(job.output).parent
+        if as_user is not None:
+            ids, home = _identity(as_user)
+            env.update({"USER": as_user, "LOGNAME": as_user, "HOME": home})
+            if not spool.exists():  # shared by every owner, like /tmp
+                spool.mkdir(parents=True, exist_ok=True)
+                spool.chmod(0o1777)
+        else:
+            spool.mkdir(parents=True, exist_ok=True)
         try:
-            proc = self.run(["sbatch", "--parsable"], input=job.script, env=self.job_env())
+            proc = self.run(["sbatch", "--parsable"], input=job.script, env=env, **ids)
         except SlurmCommandError as exc:
             raise SubmitRefused(str(exc)) from exc
         job_id = proc.stdout.strip().split(";")[0]

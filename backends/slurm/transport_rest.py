@@ -219,7 +219,9 @@ class RestTransport:
             return {"job": {**props, "script": job.script}}
         return {"script": job.script, "job": props}
 
-    def submit(self, job: BatchJob) -> str:
+    def submit(self, job: BatchJob, *, as_user: str | None = None) -> str:
+        if as_user is not None:
+            raise Unsupported("submitting as the job's owner needs the cli transport")
         data = self.request("POST", self._p("job/submit"), body=self.submit_body(job))
         job_id = data.get("job_id")
         errors = [e for e in self.errors(data) if e.get("error_code") != _HELD]

@@ -32,7 +32,8 @@ from broker.store.secrets import digest, progress_token, server_secret
 DISPATCHER = "system:dispatcher"
 
 
-def _request(plane: ControlPlane, a: att.AttemptRecord, token: str) -> SubmitRequest:
+def _request(plane: ControlPlane, a: att.AttemptRecord, token: str,
+             owner: str | None = None) -> SubmitRequest:
     snapshot = RunSnapshot.model_validate_json(a.snapshot_json)
     assert snapshot.placement is not None
     env = {
@@ -44,7 +45,7 @@ def _request(plane: ControlPlane, a: att.AttemptRecord, token: str) -> SubmitReq
         env["ISTHMUS_RESUME_FROM"] = snapshot.resume_from
     return SubmitRequest(
         job_id=a.job_id, attempt=a.number, name=a.backend_name, snapshot=snapshot,
-        placement=snapshot.placement, env=env,
+        placement=snapshot.placement, env=env, owner=owner,
     )
 
 
@@ -116,7 +117,7 @@ def _dispatch(plane: ControlPlane, a: att.AttemptRecord, key: bytes) -> tuple[st
         _refused(plane, a, f"backend '{a.backend}' is not configured any more")
         return SKIPPED, ""
     token = progress_token(key, a.job_id, a.number)
-    request = _request(plane, a, token)
+    request = _request(plane, a, token, owner=job.submitted_by)
     try:
         found = backend.lookup(a.backend_name)
         if found is not None:

@@ -1,0 +1,134 @@
+"""Tenancy on the real Slurm cluster: the broker (root) submits each job as its owner's Unix
+user, under the team's account; each job's directory is 0700 and its files 0600, owned by that
+user, so another team's user cannot read them (job.json holds the job's env and its token)."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import backends.slurm as slurm
+from backends.base import SubmitRequest
+from backends.slurm import SlurmBackend
+from backends.slurm.transport import SubmitRefused
+from broker.config import Backend as BackendConfig
+from broker.config import Pool
+from broker.domain.attempts import Placement, RunSnapshot, backend_object_name
+from broker.domain.facts import Phase
+from broker.domain.ids import new_job_id
+from broker.domain.spec import JobSpec
+from tests.fixtures.slurm import SlurmCluster, wait_until
+
+pytestmark = pytest.mark.slurm
+USERS = {"alice": "isthmus-t1", "bob": "isthmus-t2"}  # API user -> Unix user
+ACCOUNT = "isthmus"  # created by deploy/testenv/slurm/up
+SUBMITTED: list[str] = []  # cancelled after each test
+POOL = Pool(name="slurm-a100", backend="slurm-local", partition="a100", flavor="a100-80g")
+
+
+@pytest.fixture(scope="module")
+def unix_users() -> dict[str, pwd.struct_passwd]:
+    if os.geteuid() != 0:
+        pytest.skip("submitting as another user needs root")
+    for unix in USERS.values():
+        try:
+            pwd.getpwnam(unix)
+        except KeyError:
+            subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/bash", unix],
+                           check=True, capture_output=True, text=True)
+    return {api: pwd.getpwnam(unix) for api, unix in USERS.items()}
+
+
+@pytest.fixture
+def backend(slurm_cluster: SlurmCluster, unix_users: Any) -> Iterator[SlurmBackend]:
+    work = slurm_cluster.work_dir / f"tenancy-{uuid.uuid4().hex[:8]}"
+    settings: dict[str, Any] = {
+        "transport": "cli", "slurm_conf": str(slurm_cluster.slurm_conf),
+        "work_dir": str(work), "python": "/usr/bin/python3", "timeout": 30,
+        "submit_as_owner": True, "unix_users": USERS, "accounts": {"vision": ACCOUNT},
+    }
+    be = slurm.create(BackendConfig(name="slurm-local", kind="slurm", settings=settings),
+                      [POOL])
+    yield be
+    for name in SUBMITTED:
+        be.cancel(name, 0)
+    SUBMITTED.clear()
+    be.close()
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _request(backend: SlurmBackend, owner: str, argv: list[str],
+             env: dict[str, str]) -> SubmitRequest:
+    job_id = new_job_id()
+    spec = JobSpec.model_validate({
+        "name": "tenancy", "team": "vision", "flavors": ["a100-80g"],
+        "gang": {"replicas": 1, "gpus_per_replica": 1}, "entrypoint": {"command": argv},
+        "env": env, "max_runtime": "10m",
+    })
+    name = backend_object_name(job_id, 1)
+    SUBMITTED.append(name)
+    placement = Placement(backend="slurm", backend_instance="slurm-local", pool=POOL.name,
+                          flavor="a100-80g")
+    return SubmitRequest(job_id=job_id, attempt=1, name=name, snapshot=RunSnapshot.of(spec),
+                         placement=placement, owner=owner,
+                         env={"ISTHMUS_PROGRESS_TOKEN": "secret-token-of-" + owner})
+
+
+def _phase(backend: SlurmBackend, name: str, *phases: Phase) -> bool:
+    return any(f.backend_name == name and f.phase in phases for f in backend.observe([name]))
+
+
+def test_jobs_run_as_their_owner_and_cannot_read_each_others_directory(
+    backend: SlurmBackend, slurm_cluster: SlurmCluster, unix_users: dict[str, Any]
+) -> None:
+    work = Path(backend.settings.work_dir)
+    release = work / "release-alice"
+    alice = _request(backend, "alice", ["/bin/bash", "-c",
+                     'for i in $(seq 1200); do [ -e "$RELEASE" ] && exit 0; sleep 0.1; done; '
+                     "exit 7"], {"RELEASE": str(release)})
+    backend.submit(alice)
+    alice_dir = work / alice.name
+    wait_until(lambda: (alice_dir / "job.json").exists()
+               and _phase(backend, alice.name, Phase.RUNNING), timeout=90,
+               what="alice's job to run")
+    t1 = unix_users["alice"]
+    st = alice_dir.stat()
+    assert (stat.S_IMODE(st.st_mode), st.st_uid) == (0o700, t1.pw_uid)
+    for f in ("job.json", "launch.py"):
+        fst = (alice_dir / f).stat()
+        assert (stat.S_IMODE(fst.st_mode), fst.st_uid) == (0o600, t1.pw_uid), f
+    out = slurm_cluster.run(["squeue", "-h", "-n", alice.name, "-o", "%u %a"]).stdout.split()
+    assert out == ["isthmus-t1", ACCOUNT]
+
+    # bob's job tries to read alice's directory and job.json (with her token) from inside
+    bob = _request(backend, "bob", ["/bin/bash", "-c",
+                   'ls "$OTHER" >/dev/null 2>&1 && echo LIST-OK || echo LIST-DENIED; '
+                   'cat "$OTHER/job.json" >/dev/null 2>&1 && echo READ-OK || echo READ-DENIED'],
+                   {"OTHER": str(alice_dir)})
+    backend.submit(bob)
+    wait_until(lambda: _phase(backend, bob.name, Phase.SUCCEEDED, Phase.FAILED), timeout=90,
+               what="bob's job to end")
+    (output,) = work.glob(f"{bob.name}-*.out")
+    text = output.read_text()
+    assert "LIST-DENIED" in text and "READ-DENIED" in text, text
+    ost = output.stat()
+    assert (stat.S_IMODE(ost.st_mode), ost.st_uid) == (0o600, unix_users["bob"].pw_uid)
+    assert (work / bob.name).stat().st_uid == unix_users["bob"].pw_uid
+    release.touch()
+    wait_until(lambda: _phase(backend, alice.name, Phase.SUCCEEDED), timeout=90,
+               what="alice's job to succeed")
+
+
+def test_an_owner_without_a_unix_user_is_refused(backend: SlurmBackend) -> None:
+    req = _request(backend, "mallory-has-no-account", ["/bin/true"], {})
+    with pytest.raises(SubmitRefused, match="no Unix user"):
+        backend.submit(req)
