@@ -36,13 +36,15 @@ from backends.k8s.manifests import (
     ANN_TEARDOWN,
     LABEL_ATTEMPT,
     LABEL_JOB,
+    LABEL_MANAGED,
     LABEL_NAME,
+    LABEL_TEAM,
     MANAGED_SELECTOR,
     PODGROUP_API,
     labels_match,
     render,
 )
-from backends.k8s.settings import K8sSettings, PoolBinding
+from backends.k8s.settings import MANAGED_BY, K8sSettings, PoolBinding
 from backends.k8s.watch import Reflector
 from broker.domain.facts import Fact
 from broker.domain.inventory import InventorySnapshot
@@ -87,12 +89,35 @@ class K8sBackend:
         self.use_watch = watch
         self.reflectors: dict[str, Reflector] = {}
         self._tombstones: dict[str, Fact] = {}
-        self._namespace_ready = False
+        self._namespaces_ready: set[str] = set()
         self._lock = threading.Lock()
 
     @property
     def namespace(self) -> str:
+        """The namespace of every gang, or the template (`isthmus-{team}`) of per-team ones."""
         return self.settings.namespace
+
+    def _namespace_of(self, name: str) -> str | None:
+        """Where the gang `name` lives: the one namespace, or (per team) wherever its Job or
+        pods are: the watch caches first, then one label-selected list across namespaces."""
+        if not self.settings.per_team:
+            return self.namespace
+        for kind in ("jobs", "pods"):
+            reflector = self.reflectors.get(kind)
+            if reflector is None or not reflector.healthy:
+                continue
+            for obj in reflector.snapshot():
+                meta = _meta(obj)
+                if (meta.get("labels") or {}).get(LABEL_NAME) == name or (
+                        kind == "jobs" and meta.get("name") == name):
+                    return str(meta.get("namespace"))
+        selector = f"{LABEL_NAME}={name}"
+        for what, lister in (("list Jobs", self.apis.batch.list_job_for_all_namespaces),
+                             ("list pods", self.apis.core.list_pod_for_all_namespaces)):
+            found = call_json(what, lister, label_selector=selector, timeout=self.timeout)
+            for obj in found.get("items") or ():
+                return str(_meta(obj).get("namespace"))
+        return None
 
     @property
     def timeout(self) -> float:
@@ -114,11 +139,19 @@ class K8sBackend:
                               "watch_timeout_s": s.watch_timeout_s,
                               "max_backoff_s": s.max_backoff_s}
         batch, core = self.apis.batch, self.apis.core
+        if s.per_team:  # every team's namespace: one watch across them, by our label
+            jobs: Callable[..., Any] = functools.partial(
+                batch.list_job_for_all_namespaces, label_selector=MANAGED_SELECTOR)
+            pods: Callable[..., Any] = functools.partial(
+                core.list_pod_for_all_namespaces, label_selector=MANAGED_SELECTOR)
+        else:
+            jobs = functools.partial(batch.list_namespaced_job, ns,
+                                     label_selector=MANAGED_SELECTOR)
+            pods = functools.partial(core.list_namespaced_pod, ns,
+                                     label_selector=MANAGED_SELECTOR)
         return {
-            "jobs": Reflector("jobs", functools.partial(
-                batch.list_namespaced_job, ns, label_selector=MANAGED_SELECTOR), **kw),
-            "pods": Reflector("pods", functools.partial(
-                core.list_namespaced_pod, ns, label_selector=MANAGED_SELECTOR), **kw),
+            "jobs": Reflector("jobs", jobs, **kw),
+            "pods": Reflector("pods", pods, **kw),
             "nodes": Reflector("nodes", core.list_node, **kw),
         }
 
@@ -159,46 +192,51 @@ class K8sBackend:
                               f"'{request.placement.pool}' (known: {sorted(self.pools)})")
         return pool
 
-    def _ensure_namespace(self) -> None:
-        if self._namespace_ready or not self.settings.create_namespace:
+    def _ensure_namespace(self, ns: str, team: str) -> None:
+        if ns in self._namespaces_ready or not self.settings.create_namespace:
             return
-        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.namespace}}
+        labels = {LABEL_MANAGED: MANAGED_BY}
+        if self.settings.per_team:
+            labels[LABEL_TEAM] = team
+        body = {"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": ns, "labels": labels}}
         try:
             call("create namespace", self.apis.core.create_namespace, body, timeout=self.timeout)
         except ApiError as exc:
             if exc.status not in (409, 403):
-                raise Unsupported(f"namespace {self.namespace}: {exc.reason}") from None
-        self._namespace_ready = True
+                raise Unsupported(f"namespace {ns}: {exc.reason}") from None
+        self._namespaces_ready.add(ns)
 
     def submit(self, request: SubmitRequest) -> SubmitResult:
         manifests = self.render(request)
-        self._ensure_namespace()
-        secrets = [m for m in manifests if m["kind"] == "Secret"]
         job = next(m for m in manifests if m["kind"] == "Job")
+        ns = str(job["metadata"]["namespace"])
+        self._ensure_namespace(ns, request.snapshot.spec.team)
+        secrets = [m for m in manifests if m["kind"] == "Secret"]
         rest = [m for m in manifests if m["kind"] not in ("Job", "Secret")]
         for secret in secrets:  # before the Job: its pods read the token from it
-            self._create(request, secret)
-        created, adopted_job = self._create(request, job)
+            self._create(request, secret, ns)
+        created, adopted_job = self._create(request, job, ns)
         uid = str(_meta(created).get("uid", ""))
         owner = {"apiVersion": "batch/v1", "kind": "Job", "name": request.name, "uid": uid,
                  "controller": False, "blockOwnerDeletion": True}
         for secret in secrets:  # owned by the Job, so the garbage collector takes it along
             call("own Secret", self.apis.core.patch_namespaced_secret,
                  secret["metadata"]["name"],
-                 self.namespace, {"metadata": {"ownerReferences": [owner]}},
+                 ns, {"metadata": {"ownerReferences": [owner]}},
                  timeout=self.timeout, _content_type="application/merge-patch+json")
         adopted = adopted_job
         for manifest in rest:
             manifest["metadata"]["ownerReferences"] = [owner]
-            _, was_there = self._create(request, manifest)
+            _, was_there = self._create(request, manifest, ns)
             adopted = adopted or was_there
         verb = "adopted" if adopted else "created"
-        log.info("%s %s/%s (%s)", verb, self.namespace, request.name, uid)
+        log.info("%s %s/%s (%s)", verb, ns, request.name, uid)
         return SubmitResult(request.name, uid, adopted=adopted)
 
-    def _create(self, request: SubmitRequest, manifest: JSON) -> tuple[JSON, bool]:
+    def _create(self, request: SubmitRequest, manifest: JSON, ns: str) -> tuple[JSON, bool]:
         kind = manifest["kind"]
-        create, read = self._verbs(kind)
+        create, read = self._verbs(kind, ns)
         try:
             return call_json(f"create {kind}", create, body=manifest,
                              timeout=self.timeout), False
@@ -210,12 +248,11 @@ class K8sBackend:
         labels = _meta(existing).get("labels") or {}
         if not labels_match(labels, request):
             raise Unsupported(
-                f"{kind} {self.namespace}/{request.name} already exists and is not this "
+                f"{kind} {ns}/{request.name} already exists and is not this "
                 f"attempt's (labels {dict(labels)}); delete it or pick another namespace")
         return existing, True
 
-    def _verbs(self, kind: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
-        ns = self.namespace
+    def _verbs(self, kind: str, ns: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
         if kind == "Job":
             b = self.apis.batch
             return (functools.partial(b.create_namespaced_job, ns),
@@ -261,14 +298,17 @@ class K8sBackend:
         return facts
 
     def lookup(self, name: str) -> Fact | None:
+        ns = self._namespace_of(name)
+        if ns is None:
+            return self._tombstones.get(name)
         try:
             job = call_json("read Job", self.apis.batch.read_namespaced_job, name,
-                            self.namespace, timeout=self.timeout)
+                            ns, timeout=self.timeout)
         except ApiError as exc:
             if exc.status == 404:
                 return self._tombstones.get(name)
             raise
-        pods = call_json("list pods", self.apis.core.list_namespaced_pod, self.namespace,
+        pods = call_json("list pods", self.apis.core.list_namespaced_pod, ns,
                          label_selector=f"{LABEL_NAME}={name}", timeout=self.timeout)
         now = self.clock()
         return self._fact(job, judge(job, pods.get("items") or (), now, self.policy), now)
@@ -310,6 +350,7 @@ class K8sBackend:
         """Stop a gang that cannot go on; the annotation makes the verdict durable."""
         meta = _meta(job)
         name = str(meta.get("name", ""))
+        ns = str(meta.get("namespace") or self.namespace)
         failure = v.failure or fact.failure
         assert failure is not None
         self._tombstones[name] = fact.model_copy(update={"raw_state": "TornDown"})
@@ -319,14 +360,14 @@ class K8sBackend:
             note = teardown_annotation(failure, v.raw_reason, v.message)
             try:
                 call("annotate Job", self.apis.batch.patch_namespaced_job, name,
-                     self.namespace, {"metadata": {"annotations": {ANN_TEARDOWN: note}}},
+                     ns, {"metadata": {"annotations": {ANN_TEARDOWN: note}}},
                      timeout=self.timeout, _content_type="application/merge-patch+json")
             except ApiError as exc:
                 if exc.status == 404:
                     return
                 raise
-            log.warning("tearing down %s/%s: %s", self.namespace, name, note)
-        self._delete(name, grace=None)
+            log.warning("tearing down %s/%s: %s", ns, name, note)
+        self._delete(name, grace=None, ns=ns)
 
     def _prune_tombstones(self, now: datetime) -> None:
         for name, fact in list(self._tombstones.items()):
@@ -336,24 +377,28 @@ class K8sBackend:
     # -- cancel ---------------------------------------------------------------------------
     def cancel(self, name: str, grace_seconds: int) -> CancelResult:
         self._tombstones.pop(name, None)
-        pods = call_json("list pods", self.apis.core.list_namespaced_pod, self.namespace,
+        ns = self._namespace_of(name)
+        if ns is None:
+            return CancelResult(name, found=False, signalled=False,
+                                message=f"{name} not found in any team's namespace")
+        pods = call_json("list pods", self.apis.core.list_namespaced_pod, ns,
                          label_selector=f"{LABEL_NAME}={name}", timeout=self.timeout)
         running = [p for p in pods.get("items") or ()
                    if (p.get("status") or {}).get("phase") == "Running"]
-        found = self._delete(name, grace=grace_seconds)
+        found = self._delete(name, grace=grace_seconds, ns=ns)
         found = found or bool(pods.get("items"))
         signalled = found and grace_seconds > 0 and bool(running)
         if not found:
-            msg = f"{self.namespace}/{name} not found"
+            msg = f"{ns}/{name} not found"
         else:
-            msg = (f"deleted Job {self.namespace}/{name}; {len(running)} running rank(s) "
+            msg = (f"deleted Job {ns}/{name}; {len(running)} running rank(s) "
                    f"stopped with {grace_seconds}s grace")
         return CancelResult(name, found=found, signalled=signalled, message=msg)
 
-    def _delete(self, name: str, grace: int | None) -> bool:
-        """Delete the Job (foreground), its pods (with `grace` when given), the Service and
-        PodGroup. True when the Job existed."""
-        ns, t = self.namespace, self.timeout
+    def _delete(self, name: str, grace: int | None, ns: str) -> bool:
+        """Delete the Job (foreground), its pods (with `grace` when given), the Service,
+        Secret and PodGroup. True when the Job existed."""
+        t = self.timeout
         found = True
         extra: dict[str, Any] = {} if grace is None else {"grace_period_seconds": grace}
         try:

@@ -31,6 +31,7 @@ LABEL_JOB = LABEL_PREFIX + "job"
 LABEL_ATTEMPT = LABEL_PREFIX + "attempt"
 LABEL_MANAGED = LABEL_PREFIX + "managed-by"
 LABEL_NAME = LABEL_PREFIX + "name"  # the object name, isthmus-<job>-<attempt>
+LABEL_TEAM = LABEL_PREFIX + "team"  # on a team's own namespace
 MANAGED_SELECTOR = f"{LABEL_MANAGED}={MANAGED_BY}"
 # annotations
 ANN_POOL = LABEL_PREFIX + "pool"
@@ -205,7 +206,10 @@ def render(
     spec = request.snapshot.spec
     gang = spec.gang
     mode = settings.mode(pool.name)
-    ns = settings.namespace
+    ns = settings.namespace_for(spec.team)
+    if not _DNS_LABEL.match(ns) or len(ns) > 63:
+        raise Unsupported(f"namespace '{ns}' (setting namespace: {settings.namespace}) is not "
+                          "a DNS label of at most 63 characters")
     name = request.name
     labels = {**spec.labels, **labels_for(request)}  # the user's, then ours (never overridden)
     annotations = {ANN_POOL: pool.name, ANN_SPEC_HASH: request.snapshot.spec_hash}

@@ -5,6 +5,7 @@ Checked up front: an unknown key or a bad mode is an error at start-up naming th
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +15,8 @@ from pydantic import ConfigDict
 from backends.base import SettingsError, parse_settings
 
 MODES = ("plain", "kueue", "volcano")
+TEAM_FIELD = "{team}"
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 LABEL_PREFIX = "isthmus.io/"
 MANAGED_BY = "isthmus"
 
@@ -26,7 +29,8 @@ class K8sSettings:
     kubeconfig: str | None = None  # None: in-cluster config, else $KUBECONFIG / ~/.kube/config
     context: str | None = None
     request_timeout_s: float = 15.0
-    # where Isthmus objects live
+    # where Isthmus objects live; "isthmus-{team}" gives each team a namespace of its own
+    # (created on first use, labelled with the team)
     namespace: str = "isthmus"
     create_namespace: bool = True
     # node labels
@@ -79,6 +83,9 @@ class K8sSettings:
             elif mode == "kueue" and pool not in settings.kueue_queues:
                 problems.append(("kueue_queues", f"pool {pool} uses mode 'kueue' and needs a "
                                  "LocalQueue name (kueue_queues: {pool: queue})"))
+        if not _NAMESPACE.match(settings.namespace.replace(TEAM_FIELD, "t")):
+            problems.append(("namespace", f"'{settings.namespace}' must be a DNS label, "
+                             f"optionally with {TEAM_FIELD} for the team (isthmus-{TEAM_FIELD})"))
         if settings.all_ranks_timeout_s <= 0:
             problems.append(("all_ranks_timeout_s", "must be > 0 seconds"))
         if settings.request_timeout_s <= 0:
@@ -91,6 +98,14 @@ class K8sSettings:
 
     def mode(self, pool: str) -> str:
         return self.modes.get(pool, "plain")
+
+    @property
+    def per_team(self) -> bool:
+        """Each team's objects in a namespace of its own (`namespace` holds {team})."""
+        return TEAM_FIELD in self.namespace
+
+    def namespace_for(self, team: str) -> str:
+        return self.namespace.replace(TEAM_FIELD, team)
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,9 @@ API_CALLS: dict[str, tuple[str, str, frozenset[str], str]] = {
     "list_node": ("", "nodes", frozenset({"list", "watch"}), "cluster"),
     "read_node": ("", "nodes", frozenset({"get"}), "cluster"),
     "list_pod_for_all_namespaces": ("", "pods", frozenset({"list"}), "cluster"),
+    # only with per-team namespaces (settings namespace: "isthmus-{team}"), which the chart
+    # does not grant: the site binds a ClusterRole (README, Tenancy)
+    "list_job_for_all_namespaces": ("batch", "jobs", frozenset({"list", "watch"}), "per-team"),
 }
 # Called, but deliberately not granted: the backend treats a 403 as "the namespace is managed
 # by someone else" (K8sBackend._ensure_namespace); the chart's users create the namespaces.

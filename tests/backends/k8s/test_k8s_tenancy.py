@@ -4,6 +4,7 @@ owned by the Job (never a literal on the Job or its pods), and goes when the gan
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -74,3 +75,44 @@ def test_progress_token_is_a_secret_owned_by_the_job_and_deleted_with_it(
         assert backend.cancel(req.name, 0).found
         wait_until(lambda: _secret(core, req.name, k8s_namespace) is None, timeout=60,
                    interval=0.3, what="the Secret to go with the Job")
+
+
+def test_each_team_gets_its_own_namespace(k8s_cluster: K8sCluster) -> None:
+    # unique per run: an earlier run's namespaces may still be terminating
+    template = f"isthmus-{uuid.uuid4().hex[:6]}-{{team}}"
+    cfg = BackendConfig(name="k8s-local", kind="k8s", settings={
+        "kubeconfig": str(k8s_cluster.kubeconfig), "namespace": template,
+        "create_namespace": True, "all_ranks_timeout_s": 30,
+        "pod_annotations": {FAKE_DURATION: "never"}})
+    backend = create(cfg, [Pool(name="a100", backend="k8s-local", flavor="h100-80g",
+                                node_selector={"isthmus.io/pool": "a100"})])
+    made = {team: template.replace("{team}", team) for team in ("vision", "nlp")}
+    try:
+        reqs = {team: request(pool="a100", replicas=1, gpus=1, job_id=new_job_id(), team=team)
+                for team in made}
+        for req in reqs.values():
+            backend.submit(req)
+        with k8s_cluster.api_client() as api:
+            core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+            for team, req in reqs.items():
+                ns = as_dict(core.read_namespace(made[team]))
+                assert ns["metadata"]["labels"]["isthmus.io/team"] == team
+                job = as_dict(batch.read_namespaced_job(req.name, made[team]))
+                assert job["metadata"]["namespace"] == made[team]
+                assert _secret(core, req.name, made[team]) is not None
+        # one watch sees both teams' gangs; lookup and cancel find each in its namespace
+        wait_until(lambda: {f.backend_name for f in backend.observe()
+                            if f.phase is Phase.RUNNING} >= {r.name for r in reqs.values()},
+                   timeout=60, interval=0.3, what="both teams' gangs to run")
+        for req in reqs.values():
+            found = backend.lookup(req.name)
+            assert found is not None and found.job_id == req.job_id
+            assert backend.cancel(req.name, 0).found
+        gone = {r.name for r in reqs.values()}
+        wait_until(lambda: not gone & {f.backend_name for f in backend.observe()}, timeout=60,
+                   interval=0.3, what="both gangs to be gone")
+        assert not backend.cancel(reqs["nlp"].name, 0).found
+    finally:
+        backend.close()
+        for ns in made.values():
+            k8s_cluster.delete_namespace(ns)
