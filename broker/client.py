@@ -81,6 +81,11 @@ class Client:
             raise ApiError(r.status_code, r.json())
         return r.text
 
+    def snapshot(self, job_id: str, number: int) -> dict[str, Any]:
+        result: dict[str, Any] = self._call(
+            "GET", f"/v1/jobs/{job_id}/attempts/{number}/snapshot")
+        return result
+
     def cancel(self, job_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self._call("POST", f"/v1/jobs/{job_id}/cancel")
         return result

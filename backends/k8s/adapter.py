@@ -288,7 +288,7 @@ class K8sBackend:
         for job in jobs:
             name = str(_meta(job).get("name", ""))
             verdict = judge(job, by_job.get(name, ()), now, self.policy, lost)
-            fact = self._fact(job, verdict, now)
+            fact = self._fact(job, verdict, now, by_job.get(name, ()))
             if verdict.teardown:
                 self._teardown(job, verdict, fact)
             facts.append(fact)
@@ -311,10 +311,29 @@ class K8sBackend:
         pods = call_json("list pods", self.apis.core.list_namespaced_pod, ns,
                          label_selector=f"{LABEL_NAME}={name}", timeout=self.timeout)
         now = self.clock()
-        return self._fact(job, judge(job, pods.get("items") or (), now, self.policy), now)
+        items = pods.get("items") or ()
+        return self._fact(job, judge(job, items, now, self.policy), now, items)
 
-    def _fact(self, job: Mapping[str, Any], v: Verdict, now: datetime) -> Fact:
+    def _ran_with(self, pods: Sequence[Mapping[str, Any]],
+                  nodes: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(image IDs the ranks' containers report, GPU models of the nodes they run on)."""
+        ids = {str(cs["imageID"]) for p in pods
+               for cs in (p.get("status") or {}).get("containerStatuses") or ()
+               if cs.get("name") == self.settings.container_name and cs.get("imageID")}
+        models: set[str] = set()
+        if nodes:
+            wanted = set(nodes)
+            for node in self._objects("nodes"):
+                meta = _meta(node)
+                model = (meta.get("labels") or {}).get(self.settings.gpu_product_label)
+                if meta.get("name") in wanted and model:
+                    models.add(str(model))
+        return tuple(sorted(ids)), tuple(sorted(models))
+
+    def _fact(self, job: Mapping[str, Any], v: Verdict, now: datetime,
+              pods: Sequence[Mapping[str, Any]] = ()) -> Fact:
         meta = _meta(job)
+        image_ids, gpu_models = self._ran_with(pods, v.nodes)
         labels = meta.get("labels") or {}
         attempt = labels.get(LABEL_ATTEMPT)
         return Fact(
@@ -325,7 +344,7 @@ class K8sBackend:
             raw_reason=v.raw_reason, message=v.message, exit_code=v.exit_code,
             signal=v.signal, nodes=v.nodes, bad_nodes=v.bad_nodes,
             submitted_at=v.submitted_at, started_at=v.started_at, ended_at=v.ended_at,
-            observed_at=now,
+            observed_at=now, image_ids=image_ids, gpu_models=gpu_models,
         )
 
     def _lost_nodes(self, pods: Sequence[Mapping[str, Any]]) -> frozenset[str]:

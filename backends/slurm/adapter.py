@@ -70,6 +70,7 @@ class SlurmBackend:
                                      infra_drain_reasons=settings.infra_drain_reasons)
         self.own_user = settings.user or settings.rest_user or pwd.getpwuid(os.getuid()).pw_name
         self._gpu_types: dict[str, str] = {}
+        self._node_gpu_types: dict[str, str] = {}  # node -> its GPU type (the run's GPU model)
         self._last_seen: dict[str, JobRecord] = {}  # name -> last queue record (exit codes)
         self._known_ids: dict[str, str] = {}  # name -> Slurm job id
         self._kill_at: dict[str, float] = {}  # Slurm job id -> monotonic deadline
@@ -92,6 +93,8 @@ class SlurmBackend:
 
     def _remember_gpu_types(self, nodes: Sequence[NodeRecord]) -> None:
         for node in nodes:
+            if node.gpu_type:
+                self._node_gpu_types[node.name] = node.gpu_type
             for part in node.partitions:
                 if node.gpu_type:
                     self._gpu_types.setdefault(part, node.gpu_type)
@@ -204,6 +207,8 @@ class SlurmBackend:
             exit_code=exit_code, signal=signal, nodes=rec.nodes, bad_nodes=got.bad_nodes,
             submitted_at=rec.submitted_at, started_at=rec.started_at, ended_at=rec.ended_at,
             observed_at=now, actor=got.actor,
+            gpu_models=tuple(sorted({self._node_gpu_types[n] for n in rec.nodes
+                                     if n in self._node_gpu_types})),
         )
 
     def _lost(self, name: str, now: datetime) -> Fact:

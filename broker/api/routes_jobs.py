@@ -255,3 +255,28 @@ def render(
         raise Problem(404, "not-rendered", "Nothing rendered",
                       f"attempt {number} has no backend object yet (dispatch: {a.dispatch})")
     return Response(a.rendered, media_type="text/plain; charset=utf-8")
+
+
+@router.get("/{job_id}/attempts/{number}/snapshot", responses=problem_responses(404))
+def snapshot(
+    job_id: str,
+    number: Annotated[int, Path(ge=1, le=DB_INT_MAX, description="attempt number, from 1")],
+    request: Request,
+    caller: Caller,
+) -> dict[str, object]:
+    """What reproducing the attempt needs: its immutable run snapshot (spec, spec hash, code
+    and data versions, placement) and what it ran with, resolved once when its ranks started
+    (image digest, GPU models, nodes, entrypoint hash; null until then)."""
+    db = _db(request)
+    _visible_job(db, job_id, caller)
+    with db.read() as s:
+        a = att.get_attempt(s, job_id, number)
+    if a is None:
+        raise Problem(404, "attempt-not-found", "Attempt not found",
+                      f"job {job_id} has no attempt {number}")
+    return {
+        "job_id": job_id, "attempt": number, "backend_name": a.backend_name,
+        "backend_id": a.backend_id, "created_at": a.created_at.isoformat(),
+        "snapshot": json.loads(a.snapshot_json),
+        "resolved": json.loads(a.resolved_json) if a.resolved_json else None,
+    }

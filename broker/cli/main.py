@@ -182,6 +182,22 @@ def render(
 
 
 @app.command()
+def snapshot(
+    job_id: str,
+    attempt: Annotated[int | None, typer.Option(help="attempt number (default: the last)")] = None,
+    server: ServerUrl = DEFAULT_URL, token: Token = None,
+) -> None:
+    """Export what reproducing an attempt needs (JSON): its immutable run snapshot and what it
+    ran with (image digest, GPU models, nodes), resolved when its ranks started."""
+    if attempt is None:
+        attempts = _call(server, token, "attempts", job_id)
+        if not attempts:
+            _fail(f"job {job_id} has no attempt yet", code=1)
+        attempt = attempts[-1]["number"]
+    emit_json(_call(server, token, "snapshot", job_id, attempt))
+
+
+@app.command()
 def cancel(
     job_id: str, server: ServerUrl = DEFAULT_URL, token: Token = None, as_json: AsJson = False
 ) -> None:

@@ -25,7 +25,7 @@ from broker.control.derive import LIVE, Derived, derive
 from broker.control.faults import crash_point
 from broker.control.guard import Incident, JobGuard, mark
 from broker.control.plane import ControlPlane, log
-from broker.domain import FailureCategory, JobState, Reason
+from broker.domain import FailureCategory, JobState, Reason, reproducibility
 from broker.domain.attempts import Attempt, RunSnapshot
 from broker.domain.facts import Fact, Phase
 from broker.domain.timebox import add_seconds
@@ -123,6 +123,15 @@ def requeue_after(plane: ControlPlane, job_id: str, a: att.AttemptRecord, *, pre
                   decision.message, now=now)
 
 
+def _resolve_once(s: Session, a: att.AttemptRecord, fact: Fact, now: datetime) -> None:
+    """What the run actually ran with, beside its immutable snapshot; written by the first
+    observation of the started gang and never again (the reader of an old attempt must get
+    what it was)."""
+    snapshot = RunSnapshot.model_validate_json(a.snapshot_json)
+    resolved = reproducibility.resolve(snapshot, fact, now)
+    att.set_resolved_once(s, a.job_id, a.number, resolved.model_dump_json())
+
+
 def _apply(plane: ControlPlane, a: att.AttemptRecord, fact: Fact, now: datetime) -> int:
     with plane.db.read() as s:
         job = get_job(s, a.job_id)
@@ -143,6 +152,8 @@ def _apply(plane: ControlPlane, a: att.AttemptRecord, fact: Fact, now: datetime)
             moved += r.accepted
         if d.started and a.started_at is None:
             att.update(s, a.job_id, a.number, started_at=fact.started_at or now)
+        if a.resolved_json is None and (d.started or fact.phase is Phase.RUNNING):
+            _resolve_once(s, a, fact, now)
         if d.ended:
             end = fact.ended_at or now
             att.update(s, a.job_id, a.number, ended_at=end,

@@ -52,3 +52,8 @@ class Fact(BaseModel):
     ended_at: datetime | None = None
     observed_at: datetime
     actor: str | None = Field(default=None, description="who cancelled, when someone else did")
+    image_ids: tuple[str, ...] = Field(
+        default=(), description="the image digests the ranks run (Kubernetes: each pod's "
+        "containerStatuses[].imageID), once they have started")
+    gpu_models: tuple[str, ...] = Field(
+        default=(), description="the GPU models of the nodes in `nodes`, as the backend names them")

@@ -46,6 +46,7 @@ class AttemptRecord:
     last_step: int | None = None
     last_progress_at: datetime | None = None
     rendered: str | None = None
+    resolved_json: str | None = None  # reproducibility.ResolvedRun, once the ranks started
 
 
 _FIELDS = list(AttemptRecord.__dataclass_fields__)
@@ -111,6 +112,17 @@ def update(session: Session, job_id: str, number: int, **values: Any) -> None:
         .where(ATTEMPTS.c.job_id == job_id, ATTEMPTS.c.number == number)
         .values(**values)
     )
+
+
+def set_resolved_once(session: Session, job_id: str, number: int, resolved_json: str) -> bool:
+    """Store what the attempt ran with, unless it was stored before (never rewritten)."""
+    result = session.connection().execute(
+        sa.update(ATTEMPTS)
+        .where(ATTEMPTS.c.job_id == job_id, ATTEMPTS.c.number == number,
+               ATTEMPTS.c.resolved_json.is_(None))
+        .values(resolved_json=resolved_json)
+    )
+    return bool(result.rowcount)
 
 
 def by_token_digest(session: Session, job_id: str, digest: str) -> AttemptRecord | None:

@@ -117,6 +117,7 @@ class AttemptRow(SQLModel, table=True):
     last_step: int | None = None
     last_progress_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     rendered: str | None = Field(default=None, sa_type=sa.Text)
+    resolved_json: str | None = Field(default=None, sa_type=sa.Text)  # written once, at start
 
 
 class LedgerEntryRow(SQLModel, table=True):
