@@ -64,9 +64,12 @@ def test_progress_token_is_a_secret_owned_by_the_job_and_deleted_with_it(
         (owner,) = secret["metadata"]["ownerReferences"]
         assert (owner["kind"], owner["uid"]) == ("Job", result.backend_id)
         assert secret["data"]["progress-token"]  # base64 of the token, readable only here
-        wait_until(lambda: any(f.backend_name == req.name and f.phase is Phase.RUNNING
-                               for f in backend.observe([req.name])),
-                   timeout=60, interval=0.3, what="the gang to run")
+        running = wait_until(lambda: next((f for f in backend.observe([req.name])
+                                           if f.backend_name == req.name
+                                           and f.phase is Phase.RUNNING), None),
+                             timeout=60, interval=0.3, what="the gang to run")
+        # what the run snapshot resolves: the GPU model of the nodes the ranks got
+        assert running.gpu_models == ("NVIDIA-A100-SXM4-80GB",)
         pods = core.list_namespaced_pod(k8s_namespace,
                                         label_selector=f"isthmus.io/name={req.name}")
         assert pods.items and TOKEN not in json.dumps(as_dict(pods))

@@ -100,6 +100,8 @@ def test_jobs_run_as_their_owner_and_cannot_read_each_others_directory(
     wait_until(lambda: (alice_dir / "job.json").exists()
                and _phase(backend, alice.name, Phase.RUNNING), timeout=90,
                what="alice's job to run")
+    (fact,) = [f for f in backend.observe([alice.name]) if f.backend_name == alice.name]
+    assert fact.gpu_models == ("a100",)  # for the run snapshot: the GPU type of its nodes
     t1 = unix_users["alice"]
     st = alice_dir.stat()
     assert (stat.S_IMODE(st.st_mode), st.st_uid) == (0o700, t1.pw_uid)
