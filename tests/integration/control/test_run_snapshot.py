@@ -97,3 +97,33 @@ def test_snapshot_of_an_unknown_attempt_is_a_404(sim: Sim) -> None:
     cycle(sim, 1)  # admitted: the attempt and its snapshot exist, nothing resolved yet
     r = client.get(f"/v1/jobs/{job}/attempts/1/snapshot")
     assert r.status_code == 200 and r.json()["resolved"] is None
+
+
+def test_cli_snapshot_exports_the_last_attempt_as_json(sim: Sim, monkeypatch: Any) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    import broker.cli.main as cli
+    from broker.client import Client
+
+    job = _submit(sim, code_version="git:abc123")
+    _run_until(sim, job, "RUNNING")
+    http = TestClient(create_app(sim.plane.config, sim.plane.db))
+
+    class Local(Client):
+        def __init__(self, *a: object, **k: object) -> None:
+            self._http = http
+
+        def close(self) -> None:  # the test's client outlives each command
+            return None
+
+    monkeypatch.setattr(cli, "Client", Local)
+    out = CliRunner().invoke(cli.app, ["snapshot", job])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert (data["job_id"], data["attempt"]) == (job, 1)
+    assert data["snapshot"]["code_version"] == "git:abc123"
+    assert data["resolved"]["entrypoint_sha256"]
+    out = CliRunner().invoke(cli.app, ["snapshot", job, "--attempt", "7"])
+    assert out.exit_code == 1 and "no attempt 7" in out.output
