@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from broker.domain.facts import Phase
@@ -245,6 +246,28 @@ def _describe(name: str, cond: NodeCondition) -> str:
     what = "+".join([cond.state.lower() or "unknown", *marks])
     detail = "; ".join(x for x in (cond.reason, cond.at) if x)
     return f"{name} {what} ({detail})" if detail else f"{name} {what}"
+
+
+def event_in_run(event_start: datetime | None, event_end: datetime | None, run_start: datetime,
+                 run_end: datetime, slack: timedelta) -> bool:
+    """Whether a node event that accounting recorded (from ``event_start`` to ``event_end``;
+    None: not over, or not yet recorded as over) can explain the end of a job that ran on that
+    node from ``run_start`` to ``run_end``.
+
+    It can if it began while the job ran, or up to ``slack`` after its end (a dead node is
+    declared down only after SlurmdTimeout, while its job may already have ended). One that
+    began before the job started counts only if its recorded end falls after the start: Slurm
+    allocates no down, drained or failing node, so a node in the allocation was back in service
+    when the job started. Hence an event that ended in the second the job started (times are
+    whole seconds, and a pending job gets a node the moment it returns) and an event from
+    before the start whose end is not recorded (slurmdbd lags behind slurmctld, or an end was
+    lost) are another job's story, never this one's. An event of unknown start proves nothing.
+    """
+    if event_start is None or event_start > run_end + slack:
+        return False
+    if event_start >= run_start:
+        return True
+    return event_end is not None and event_end > run_start
 
 
 def node_fault(cond: NodeCondition, policy: ClassifyPolicy) -> bool | None:
