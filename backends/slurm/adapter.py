@@ -38,6 +38,13 @@ NODE_EVIDENCE_STATES = {"FAILED", "NODE_FAIL", "BOOT_FAIL"}
 # slurmd died DOWN only after SlurmdTimeout (300 s by default), and meanwhile the job's script
 # may already have failed. Beyond this the node's current state says nothing about the job.
 NODE_EVIDENCE_WINDOW = timedelta(seconds=600)
+# How long after a job's end a node event may begin and still count as this job's: both times
+# are slurmctld's, in whole seconds, taken in the same handling of the node's failure (the
+# job's end is the node's "down" or a moment after it), so a little slack covers the
+# recording. Not more: an event a minute after the end is the next job's (a node that failed
+# after the job's script did is still down when the end is seen, which the current state
+# tells, see NODE_EVIDENCE_WINDOW).
+NODE_EVENT_SLACK = timedelta(seconds=10)
 # How long the judgment of such an end may wait for accounting to record it (and the node
 # events before it): slurmdbd lags slurmctld by a second or so, more on a busy machine.
 END_EVIDENCE_WAIT = timedelta(seconds=60)
@@ -191,7 +198,7 @@ class SlurmBackend:
                     seen[name].append(NodeCondition(node.state, node.flags, node.reason))
             for ev in events:
                 if ev.node in seen and event_in_run(ev.start, ev.end, start, end,
-                                                    NODE_EVIDENCE_WINDOW):
+                                                    NODE_EVENT_SLACK):
                     at = f"recorded {ev.start:%Y-%m-%dT%H:%M:%SZ}" if ev.start else "recorded"
                     seen[ev.node].append(NodeCondition(ev.state, ev.flags, ev.reason, at))
             conditions = {n: tuple(c) for n, c in seen.items() if c}

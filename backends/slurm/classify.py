@@ -254,8 +254,8 @@ def event_in_run(event_start: datetime | None, event_end: datetime | None, run_s
     None: not over, or not yet recorded as over) can explain the end of a job that ran on that
     node from ``run_start`` to ``run_end``.
 
-    It can if it began while the job ran, or up to ``slack`` after its end (a dead node is
-    declared down only after SlurmdTimeout, while its job may already have ended). One that
+    It can if it began while the job ran, or up to ``slack`` after its end (the event and the
+    end are stamped apart, in whole seconds); not if it began later (the next job's). One that
     began before the job started counts only if its recorded end falls after the start: Slurm
     allocates no down, drained or failing node, so a node in the allocation was back in service
     when the job started. Hence an event that ended in the second the job started (times are

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from backends.slurm.adapter import END_EVIDENCE_WAIT, NODE_EVIDENCE_WINDOW, SlurmBackend
+from backends.slurm.adapter import END_EVIDENCE_WAIT, NODE_EVENT_SLACK, SlurmBackend
 from backends.slurm.classify import event_in_run
 from backends.slurm.inventory import PoolBinding
 from backends.slurm.records import BatchJob, JobRecord, NodeEvent, NodeRecord, Switch
@@ -312,18 +312,20 @@ SEC = timedelta(seconds=1)
     ("concurrent: began in the second the job started", S, S, True),
     ("concurrent: began before, recorded end after the start", S - 5 * SEC, S + 3 * SEC, True),
     ("open: began during the run, still going on", E - SEC, None, True),
-    ("after: declared down soon after the end", E + 120 * SEC, None, True),
+    ("after: stamped a few seconds after the end", E + 5 * SEC, E + 5 * SEC, True),
+    ("after: the next job's event, half a minute after the end", E + 33 * SEC, None, False),
     ("after: long after the end", E + timedelta(hours=2), None, False),
     ("no start recorded", None, None, False),
 ])
 def test_event_in_run(case: str, start: datetime | None, end: datetime | None,
                       counts: bool) -> None:
-    assert event_in_run(start, end, S, E, NODE_EVIDENCE_WINDOW) is counts, case
+    assert event_in_run(start, end, S, E, NODE_EVENT_SLACK) is counts, case
 
 
 def test_only_the_node_whose_event_overlaps_the_run_is_blamed() -> None:
-    """The gang's nodes all went down before the job (an earlier test, another tenant's job);
-    during the run only a100-1 did. Every node is back in service when the end is seen."""
+    """The gang's nodes all went down before the job (an earlier test, another tenant's job),
+    and a100-2 again half a minute after it (judged late, after a broker restart); during the
+    run only a100-1 did. Every node is back in service when the end is seen."""
     t = FakeTransport(
         queue=[job("40", "NODE_FAIL", exit_code=0)],
         node_list=[node("a100-1", "idle"), node("a100-2", "idle")],
@@ -332,12 +334,15 @@ def test_only_the_node_whose_event_overlaps_the_run_is_blamed() -> None:
                 event("a100-2", "down", "earlier run", S - timedelta(minutes=5), "NOT_RESPONDING",
                       end=S - timedelta(minutes=4)),
                 open_event("a100-2", "down", "end not recorded", S - 2 * SEC),
+                event("a100-2", "down", "next test", E + 33 * SEC, "NOT_RESPONDING",
+                      end=E + 36 * SEC),
                 event("a100-1", "down", "isthmus-test", E)])
     fact = only(make(t).observe(), "isthmus-j40-1")
     assert (fact.phase, fact.failure) == (Phase.FAILED, F.INFRA_TRANSIENT)
     assert fact.bad_nodes == ("a100-1",), fact.message
     assert "a100-1 down (isthmus-test; recorded " in fact.message
     assert "a100-2" not in fact.message and "stale" not in fact.message
+    assert "next test" not in fact.message
 
 
 def test_node_fail_waits_for_the_failed_nodes_event() -> None:
