@@ -8,7 +8,8 @@ Node health. When a node of a running job dies, Slurm does not always say NODE_F
 host whose slurmd stops, for one, can end its job FAILED with an exit code such as 13:0 or 1:0.
 So a FAILED job is judged together with what is known of its nodes: their state when its end
 was first observed and the down / drain / fail events that accounting recorded for them while
-it ran (the adapter passes both in; nothing here calls Slurm). Events matter because a node can
+it ran (`event_in_run`: never one that was over when the job started; the adapter passes both
+in; nothing here calls Slurm). Events matter because a node can
 be back in service before anyone looks: with ReturnToService=2 a node set DOWN whose slurmd
 still answers is idle again within a second. A node of the allocation that was down, failing,
 not responding or in error, or drained by Slurm itself or a health check
