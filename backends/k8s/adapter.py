@@ -1,8 +1,11 @@
 """`K8sBackend`: the Backend protocol over a Kubernetes cluster.
 
 - inventory: Nodes (from the node watch) and every non-terminal pod (one list) -> pools;
-- submit: the manifests of `manifests.render`, created in order; a 409 adopts the existing
-  object when its Isthmus labels match, else the request is refused;
+- submit: the manifests of `manifests.render`: the Secret of the progress token first, then
+  the Job (which then owns the Secret), Service and PodGroup; a 409 adopts the existing
+  object when its Isthmus labels match, else the request is refused. With a per-team
+  namespace (`namespace: "isthmus-{team}"`) the team's namespace is created on first use and
+  the watches span namespaces (label-selected); by name, a gang is found in the caches first;
 - observe: facts from the Job / Pod watch caches (a direct list while they are not healthy);
   gangs that must end (all-ranks timeout, rank on a lost node, image never pulled) are torn
   down here: the Job is annotated with the verdict, then deleted, and the verdict is kept as a

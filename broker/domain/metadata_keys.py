@@ -69,18 +69,17 @@ def check(kind: str, items: dict[str, str], *, labels: bool) -> dict[str, str]:
     return items
 
 
-def is_reserved(key: str, prefixes: Sequence[str], exempt: Sequence[str] = ()) -> bool:
-    """A key matches a reserved prefix when it starts with it; a prefix that ends in '/' also
-    covers its subdomains (`x.isthmus.io/k` under `isthmus.io/`)."""
+def reserved_by(key: str, prefixes: Sequence[str], exempt: Sequence[str] = ()) -> str | None:
+    """The reserved prefix `key` falls under, or None. A key is under a prefix when it starts
+    with it; a prefix that ends in '/' also covers its subdomains (`x.isthmus.io/k` under
+    `isthmus.io/`). An exempt prefix wins."""
     if any(key.startswith(e) for e in exempt):
-        return False
+        return None
     domain = key.rpartition("/")[0]
     for p in prefixes:
-        if key.startswith(p):
-            return True
-        if p.endswith("/") and domain.endswith("." + p[:-1]):
-            return True
-    return False
+        if key.startswith(p) or (p.endswith("/") and domain.endswith("." + p[:-1])):
+            return p
+    return None
 
 
 def reserved_problems(
@@ -89,8 +88,8 @@ def reserved_problems(
     """(key, message) for every key of `items` under a reserved prefix."""
     out = []
     for k in items:
-        if is_reserved(k, prefixes, exempt):
-            hit = next((p for p in prefixes if k.startswith(p)), None) or "a reserved prefix"
+        hit = reserved_by(k, prefixes, exempt)
+        if hit is not None:
             out.append((k, f"{kind} key {k!r} is under the reserved prefix {hit!r} "
                            "(set by the platform, not by jobs); use your own prefix, like "
                            "example.com/"))
