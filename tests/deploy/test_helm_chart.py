@@ -39,12 +39,13 @@ API_CALLS: dict[str, tuple[str, str, frozenset[str], str]] = {
     "list_node": ("", "nodes", frozenset({"list", "watch"}), "cluster"),
     "read_node": ("", "nodes", frozenset({"get"}), "cluster"),
     "list_pod_for_all_namespaces": ("", "pods", frozenset({"list"}), "cluster"),
-    # only with per-team namespaces (settings namespace: "isthmus-{team}"), which the chart
-    # does not grant: the site binds a ClusterRole (README, Tenancy)
+    # only with per-team namespaces (settings namespace: "isthmus-{team}"): granted by the
+    # chart's "-teams" ClusterRole, with the namespaced verbs and namespaces create
     "list_job_for_all_namespaces": ("batch", "jobs", frozenset({"list", "watch"}), "per-team"),
 }
-# Called, but deliberately not granted: the backend treats a 403 as "the namespace is managed
-# by someone else" (K8sBackend._ensure_namespace); the chart's users create the namespaces.
+# Called, but deliberately not granted in the Role: the backend treats a 403 as "the namespace
+# is managed by someone else" (K8sBackend._ensure_namespace); the chart's users create the
+# namespaces. Only per-team namespaces get it (the "-teams" ClusterRole).
 NOT_GRANTED = {"create_namespace"}
 
 
@@ -246,3 +247,20 @@ def test_bad_values_are_refused_with_the_field(
                     values=merge(SITE_VALUES, values), tmp=tmp_path, check=False)
     assert proc.returncode != 0
     assert says in proc.stderr, proc.stderr
+
+
+def test_per_team_namespaces_are_granted_cluster_wide(render: Render) -> None:
+    objs = render({"config": {"backends": [
+        {"name": "k8s", "kind": "k8s", "settings": {"namespace": "isthmus-{team}"}}],
+        "pools": []}})
+    assert not [r for r in by_kind(objs, "Role") if "{" in r["metadata"]["namespace"]]
+    teams = [r for r in by_kind(objs, "ClusterRole") if r["metadata"]["name"].endswith("-teams")]
+    assert len(teams) == 1
+    assert _grants(teams[0]["rules"]) == _needed({"ns", "per-team"}) | {
+        ("", "namespaces", "create")}
+    (binding,) = [b for b in by_kind(objs, "ClusterRoleBinding")
+                  if b["roleRef"]["name"] == teams[0]["metadata"]["name"]]
+    assert binding["subjects"][0]["namespace"] == "isthmus-system"
+    one_ns = render()  # the default single namespace: no cluster-wide writes
+    assert not [r for r in by_kind(one_ns, "ClusterRole")
+                if r["metadata"]["name"].endswith("-teams")]

@@ -63,11 +63,13 @@ the config.
 {{- $s := .settings | default dict -}}
 {{- if and (eq .kind "k8s") (not $s.kubeconfig) -}}
 {{- $name := $s.namespace | default "isthmus" -}}
+{{- if not (contains "{team}" $name) -}}
 {{- $volcano := false -}}
 {{- range $pool, $mode := ($s.modes | default dict) -}}
 {{- if eq $mode "volcano" }}{{ $volcano = true }}{{ end -}}
 {{- end -}}
 {{- $_ := set $ns $name (or (get $ns $name) $volcano) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- range .Values.rbac.extraNamespaces -}}
@@ -106,4 +108,18 @@ the config.
 {{- if eq ((.Values.config.auth | default dict).mode | default "token") "none" -}}
 {{- fail "config.auth.mode: 'none' is refused off loopback; configure tokens or oidc" -}}
 {{- end -}}
+{{- end -}}
+
+{{/* "true" when a Kubernetes backend of this cluster gives each team its own namespace
+(settings namespace: "isthmus-{team}"): those namespaces do not exist yet, so the backend's
+rights there can only be granted cluster-wide. */}}
+{{- define "isthmus.perTeamNamespaces" -}}
+{{- $per := false -}}
+{{- range .Values.config.backends -}}
+{{- $s := .settings | default dict -}}
+{{- if and (eq .kind "k8s") (not $s.kubeconfig) (contains "{team}" ($s.namespace | default "isthmus")) -}}
+{{- $per = true -}}
+{{- end -}}
+{{- end -}}
+{{- $per -}}
 {{- end -}}
