@@ -112,6 +112,8 @@ class Server(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
     max_body_bytes: int = Field(default=256 * 1024, ge=1024)
+    metrics_auth: bool = False
+    """/metrics asks for a bearer token (any known one; give the scraper its own)."""
 
 
 class Limits(_Strict):
