@@ -287,6 +287,16 @@ def _first_flavor(spec_json: str) -> str:
         return "unknown"
 
 
+STORE_FAMILIES = frozenset({
+    "isthmus_jobs", "isthmus_gpus_allocated", "isthmus_gpus_idle",
+    "isthmus_queue_oldest_age_seconds", "isthmus_queued_gpus", "isthmus_gpus_reserved",
+    "isthmus_gpus_borrowed", "isthmus_leader_lease_valid", "isthmus_leader_epoch",
+    "isthmus_ledger_drift",
+})
+"""The families the store collectors yield (tests/integration/control/test_metrics.py keeps
+this true), for checks that have no database at hand."""
+
+
 def store_collectors(db: Database) -> list[Collector]:
     """What the API registers for /metrics besides REGISTRY."""
     return [JobsByState(db), FederationState(db)]
