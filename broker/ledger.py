@@ -8,13 +8,13 @@ GPU-hours: `charge` books an ended attempt once, whatever its ending. Its usage 
 GPU-hour the attempt held (from its backend object's creation to its end); the waste entries
 are the parts of that usage that bought nothing, one entry per kind:
 
-| ending                              | waste kinds (besides `waste:preparing`, always)      |
-|-------------------------------------|------------------------------------------------------|
-| succeeded                           | none                                                 |
-| failed (user, infra, environment)   | `waste:failed`: the whole run                        |
-| lost (the backend forgot it)        | `waste:lost`: the run since the last progress report |
-| preempted (by a backend or Isthmus) | `waste:preempted`: the run since the last progress    |
-| cancelled (by a user or an admin)   | `waste:cancelled`: the run since the last progress    |
+| ending                              | waste besides `waste:preparing` (always)           |
+|-------------------------------------|----------------------------------------------------|
+| succeeded                           | none                                               |
+| failed (user, infra, environment)   | `waste:failed`: the whole run                      |
+| lost (the backend forgot it)        | `waste:lost`: the run since the last progress      |
+| preempted (by a backend or Isthmus) | `waste:preempted`: the run since the last progress |
+| cancelled (by a user or an admin)   | `waste:cancelled`: the run since the last progress |
 
 `waste:preparing` is the time GPUs were held before every rank ran. A progress report stands
 for a checkpoint: work before it survives into the next attempt; an attempt that never
@@ -235,16 +235,6 @@ def charge(
              "note": f"{ending.value}; weight {cost_weight:g}" + (f"; {note}" if note else "")},
         )
     return hours
-
-
-def hours_charged(session: Session) -> dict[str, float]:
-    """GPU-hours in the ledger by kind (usage, waste:...), over every entry."""
-    rows = session.connection().execute(
-        sa.select(ENTRIES.c.kind, sa.func.sum(ENTRIES.c.gpu_hours))
-        .where(ENTRIES.c.kind.in_([k.value for k in HOURS_KINDS]))
-        .group_by(ENTRIES.c.kind)
-    )
-    return {k: float(h or 0.0) for k, h in rows}
 
 
 def uncharged_attempts(session: Session) -> int:
