@@ -71,7 +71,8 @@ class Tracked:
         if self.story == "retried":
             ok = "FAILED" in path and "RETRYING" in path and any(
                 r == "InfraTransient" for r in reasons)
-            return ok, f"failed (InfraTransient), retried, succeeded on attempt {self.job['attempt']}"
+            return ok, ("failed (InfraTransient), retried, succeeded on attempt "
+                        f"{self.job['attempt']}")
         if self.story == "preempted":
             ok = any(e["to_state"] == "RETRYING" and e["reason"] == "Preempted"
                      for e in self.events)
@@ -133,36 +134,40 @@ class Demo:
             if t.name != PREEMPTOR:
                 self.submit(t)
 
-    def table(self) -> Any:
+    def table(self, width: int) -> Any:
         from rich.table import Table
 
         table = Table(title=f"Isthmus demo: {self.elapsed():5.1f} s", title_justify="left")
-        for col in ("job", "team", "prio", "gang", "state", "reason", "try", "story", "message"):
-            table.add_column(col, no_wrap=col != "message", overflow="ellipsis")
+        cols = ["job", "team", "prio", "gang", "state", "reason", "try"]
+        wide = width >= 120  # the message needs room; a narrow terminal shows it at the end
+        for col in cols + (["message"] if wide else []):
+            table.add_column(col, no_wrap=col != "message", overflow="fold")
         colours = {"SUCCEEDED": "green", "RUNNING": "cyan", "REJECTED": "red",
                    "FAILED": "red", "RETRYING": "yellow", "PREPARING": "blue"}
         for t in self.jobs:
             g = t.spec["gang"]
             c = colours.get(t.state, "white")
-            table.add_row(
-                t.name, t.spec["team"], t.spec.get("priority", "normal"),
-                f"{g['replicas']}x{g['gpus_per_replica']}", f"[{c}]{t.state}[/]",
-                str(t.job.get("reason", "")), str(t.job.get("attempt", "")), t.story,
-                str(t.job.get("message", "not submitted yet"))[:90],
-            )
+            row = [t.name, t.spec["team"], t.spec.get("priority", "normal"),
+                   f"{g['replicas']}x{g['gpus_per_replica']}", f"[{c}]{t.state}[/]",
+                   str(t.job.get("reason", "")), str(t.job.get("attempt", ""))]
+            if wide:
+                row.append(str(t.job.get("message", "not submitted yet"))[:160])
+            table.add_row(*row)
         return table
 
     def run(self, live: bool) -> bool:
         self.start()
         deadline = self.started + self.timeout
         if live:
+            from rich.console import Console
             from rich.live import Live
 
-            with Live(self.table(), refresh_per_second=4) as view:
+            console = Console()
+            with Live(self.table(console.width), console=console, refresh_per_second=4) as view:
                 while not self.step() and time.monotonic() < deadline:
-                    view.update(self.table())
+                    view.update(self.table(console.width))
                     time.sleep(0.5)
-                view.update(self.table())
+                view.update(self.table(console.width))
         else:
             last: dict[str, str] = {}
             while not self.step() and time.monotonic() < deadline:
