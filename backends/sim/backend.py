@@ -18,7 +18,6 @@ from __future__ import annotations
 import heapq
 import random
 from collections.abc import Callable, Sequence
-from datetime import datetime
 
 from backends.base import (
     BackendUnavailable,
@@ -27,7 +26,7 @@ from backends.base import (
     SubmitRequest,
     SubmitResult,
 )
-from backends.sim import faults
+from backends.sim import faults, foreign, views
 from backends.sim.clock import SimClock
 from backends.sim.model import ExternalLoad, Job, Node, SimFailures, SimPoolSpec
 from backends.sim.progress import PROGRESS_TOKEN_ENV, Report, Reporter, Reporting
@@ -35,13 +34,9 @@ from broker.domain.facts import Fact, Phase
 from broker.domain.failures import FailureCategory
 from broker.domain.inventory import (
     InventorySnapshot,
-    NodeSnapshot,
-    PoolSnapshot,
-    QueueDepth,
     TopologyPath,
 )
 from broker.domain.reasons import FAILURE_REASON, Reason
-from broker.domain.spec import BackendKind
 from broker.domain.units import parse_duration
 
 DURATION_ENV = "ISTHMUS_SIM_DURATION"
@@ -112,8 +107,8 @@ class SimBackend:
         self._seq = 0
         self._events: list[tuple[str, str]] = []
         self._t = clock.t
-        self._occupy(self.external.occupied)
-        self._next_external = self._draw_arrival(self._t)
+        foreign.occupy(self, self.external.occupied)
+        self._next_external = foreign.next_arrival(self, self._t)
 
     # ---- the Backend protocol ---------------------------------------------------------
     def _check(self) -> None:
@@ -122,63 +117,7 @@ class SimBackend:
 
     def inventory(self) -> InventorySnapshot:
         self._check()
-        pools = []
-        for name, spec in self.pools.items():
-            nodes = []
-            for n in self.pool_nodes[name]:
-                if n.snap is None:
-                    n.snap = NodeSnapshot.model_construct(
-                        name=n.name,
-                        total_gpus=n.total,
-                        free_gpus=n.free if n.up else 0,
-                        cpus=spec.cpus_per_node,
-                        free_cpus=_share(spec.cpus_per_node, n),
-                        memory_bytes=spec.memory_per_node,
-                        free_memory_bytes=_share(spec.memory_per_node, n),
-                        topology=n.topo,
-                        schedulable=n.up,
-                        reason=None if n.up else "down",
-                        releases=self._releases(n),
-                    )
-                nodes.append(n.snap)
-            pools.append(
-                PoolSnapshot.model_construct(
-                    name=name,
-                    backend_kind=BackendKind(self.kind),
-                    backend=self.name,
-                    flavor=spec.flavor,
-                    selector=name,
-                    cost_weight=spec.cost_weight,
-                    shared=spec.shared,
-                    drained=False,
-                    max_isthmus_pending=spec.max_isthmus_pending,
-                    nodes=tuple(nodes),
-                    queue=self._queue_depth(name),
-                )
-            )
-        return InventorySnapshot(taken_at=self.clock.now, pools=tuple(pools))
-
-    def _releases(self, node: Node) -> tuple[tuple[datetime, int], ...]:
-        if not self.report_releases:
-            return ()
-        out = []
-        for name, gpus in node.running.items():
-            job = self.jobs[name]
-            if job.limit is not None and job.started is not None:
-                out.append((job.started + job.limit, gpus))
-        return tuple((self.clock.at(t), g) for t, g in sorted(out))
-
-    def _queue_depth(self, pool: str) -> QueueDepth:
-        mine = [j for j in self.pending[pool] if j.isthmus]
-        foreign = sum(j.gpus * j.replicas for j in self.pending[pool] if not j.isthmus)
-        total = sum(n.total for n in self.pool_nodes[pool]) or 1
-        pend = sum(j.gpus * j.replicas for j in mine) + foreign
-        return QueueDepth(
-            isthmus_pending_gpus=pend - foreign,
-            foreign_pending_gpus=foreign,
-            isthmus_pending_jobs=len(mine),
-            expected_wait_seconds=pend / total * self.external.mean_duration_s,
-        )
+        return views.inventory(self)
 
     def submit(self, request: SubmitRequest) -> SubmitResult:
         self._check()
@@ -222,7 +161,7 @@ class SimBackend:
             self._reporting[job.name] = job
         self.jobs[job.name] = job
         self.pending[job.pool].append(job)
-        self._schedule(job.pool)
+        self.schedule(job.pool)
         return SubmitResult(job.name, job.backend_id, adopted=False)
 
     def _run_time(self, request: SubmitRequest) -> float:
@@ -245,7 +184,7 @@ class SimBackend:
     def lookup(self, name: str) -> Fact | None:
         self._check()
         job = self.jobs.get(name)
-        return self._fact(job) if job else None
+        return views.fact(self, job) if job else None
 
     def cancel(self, name: str, grace_seconds: int) -> CancelResult:
         self._check()
@@ -260,7 +199,7 @@ class SimBackend:
 
     def observe(self, names: Sequence[str] | None = None) -> list[Fact]:
         self._check()
-        facts = [self._fact(j) for j in self.jobs.values() if j.isthmus]
+        facts = [views.fact(self, j) for j in self.jobs.values() if j.isthmus]
         for n in names or ():
             if n not in self.jobs:
                 facts.append(
@@ -295,8 +234,8 @@ class SimBackend:
                 _, _, name = heapq.heappop(self._ends)
                 self._finish(self.jobs[name])
             else:
-                self._arrive_external()
-                self._next_external = self._draw_arrival(t)
+                foreign.arrive(self)
+                self._next_external = foreign.next_arrival(self, t)
         self._t = target
         if self._reporting:
             self._progress()
@@ -344,53 +283,26 @@ class SimBackend:
         node = self.nodes[name]
         node.up = True
         node.snap = None
-        self._schedule(node.pool)
+        self.schedule(node.pool)
 
     def preempt(self, name: str) -> None:
         """Preemption by the backend itself (e.g. a higher-priority partition)."""
         self._end(self.jobs[name], Phase.PREEMPTED, Reason.Preempted, "preempted by backend")
 
     # ---- internals ----------------------------------------------------------------------
-    def _draw_arrival(self, t: float) -> float:
-        rate = self.external.arrivals_per_hour
-        return t + self.rng.expovariate(rate / 3600.0) if rate > 0 else float("inf")
-
-    def _arrive_external(self) -> None:
-        pool = self.rng.choice(sorted(self.pools))
-        width = self.pools[pool].gpus_per_node
-        gpus = self.rng.choice(self.external.gpus)
-        replicas, per = (gpus // width, width) if gpus > width else (1, gpus)
+    def foreign_job(self, pool: str, replicas: int, gpus: int, duration: float,
+                    limit: float | None, wanted: tuple[str, ...] = ()) -> Job:
+        """A job that is not Isthmus's (foreign.py), not queued yet."""
         self._seq += 1
-        job = Job(
-            name=f"foreign-{self._seq}",
-            backend_id=f"{self.name}-{self._seq}",
-            pool=pool,
-            replicas=replicas,
-            gpus=per,
-            duration=self.rng.expovariate(1.0 / self.external.mean_duration_s),
-            submitted=self._t,
-            isthmus=False,
-            limit=self.external.limit_s,
-            seq=self._seq,
-        )
-        self.jobs[job.name] = job
-        self.pending[pool].append(job)
-        self._schedule(pool)
+        return Job(name=f"foreign-{self._seq}", backend_id=f"{self.name}-{self._seq}", pool=pool,
+                   replicas=replicas, gpus=gpus, duration=duration, submitted=self._t,
+                   isthmus=False, limit=limit, seq=self._seq, wanted=wanted)
 
-    def _occupy(self, fraction: float) -> None:
-        """Foreign work holding whole nodes for good: `fraction` of each pool's nodes, spread
-        over racks by a seeded draw."""
-        if fraction <= 0:
-            return
-        for pool, nodes in self.pool_nodes.items():
-            for node in self.rng.sample(nodes, round(len(nodes) * min(fraction, 1.0))):
-                self._seq += 1
-                job = Job(name=f"foreign-{self._seq}", backend_id=f"{self.name}-{self._seq}",
-                          pool=pool, replicas=1, gpus=node.total, duration=float("inf"),
-                          submitted=self._t, isthmus=False, seq=self._seq, wanted=(node.name,))
-                self.jobs[job.name] = job
-                self.pending[pool].append(job)
-            self._schedule(pool)
+    def enqueue(self, job: Job, schedule: bool = True) -> None:
+        self.jobs[job.name] = job
+        self.pending[job.pool].append(job)
+        if schedule:
+            self.schedule(job.pool)
 
     def _fits(self, job: Job) -> list[Node] | None:
         if job.wanted and len(job.wanted) == job.replicas:
@@ -415,7 +327,7 @@ class SimBackend:
                     return out
         return None
 
-    def _schedule(self, pool: str) -> None:
+    def schedule(self, pool: str) -> None:
         queue = self.pending[pool]
         started: list[Job] = []
         for job in queue:
@@ -490,37 +402,6 @@ class SimBackend:
         job.failure = failure
         if job.isthmus:
             self._events.append((job.name, "end"))
-        self._schedule(job.pool)
-
-    def _fact(self, job: Job) -> Fact:
-        phase = job.phase
-        started = job.started
-        if phase is Phase.RUNNING and started is not None:
-            phase = Phase.STARTING if self._t < started + self.failures.start_delay_s else phase
-        reason = Reason.WaitingForAllRanks if phase is Phase.STARTING else job.reason
-        return Fact(
-            backend=self.name,
-            backend_name=job.name,
-            backend_id=job.backend_id,
-            job_id=job.job_id,
-            attempt=job.attempt,
-            phase=phase,
-            reason=reason,
-            failure=job.failure,
-            raw_state=phase.value,
-            message=job.message,
-            nodes=tuple(dict.fromkeys(job.nodes)),
-            bad_nodes=job.bad_nodes,
-            submitted_at=self.clock.at(job.submitted),
-            started_at=self.clock.at(job.started) if job.started is not None else None,
-            ended_at=self.clock.at(job.ended) if job.ended is not None else None,
-            observed_at=self.clock.now,
-        )
+        self.schedule(job.pool)
 
 
-def _share(total: int, node: Node) -> int:
-    """Free CPUs or memory of a node, in proportion to its free GPUs (the simulator allocates
-    GPUs; a job is taken to use its share of the rest)."""
-    if not node.up or node.total == 0:
-        return 0
-    return total * node.free // node.total
