@@ -245,7 +245,7 @@ class SimBackend:
         delay = self.failures.start_delay_s
         for job in list(self._reporting.values()):
             rep = job.report
-            if not isinstance(rep, Reporting) or job.started is None:
+            if rep is None or job.started is None:
                 continue
             worked = self._t - job.started - delay
             if worked < 0 or job.phase is not Phase.RUNNING:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from backends.sim.faults import Fault
+from backends.sim.progress import Reporting
 from broker.domain.facts import Phase
 from broker.domain.failures import FailureCategory
 from broker.domain.inventory import NodeSnapshot, TopologyPath
@@ -94,8 +95,8 @@ class Job:
     bad_nodes: tuple[str, ...] = ()
     done_before: float = 0.0
     """Simulated seconds of work restored from a checkpoint when the attempt started."""
-    report: object | None = None
-    """Its progress reporting state (progress.Reporting), when it reports."""
+    report: Reporting | None = None
+    """Its progress reporting state, when it reports or checkpoints."""
 
 
 @dataclass(slots=True)
