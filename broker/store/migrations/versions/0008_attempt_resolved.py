@@ -1,15 +1,15 @@
 """attempts.resolved_json: what a run actually ran with (image digests, GPU models, nodes),
 resolved once when its ranks start, beside the immutable run snapshot
 
-Revision ID: 0007
-Revises: 0006
+Revision ID: 0008
+Revises: 0007
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0007"
-down_revision = "0006"
+revision = "0008"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
