@@ -7,6 +7,7 @@ import binascii
 import json
 from typing import Annotated
 
+import sqlalchemy as sa
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import ValidationError
 
@@ -14,7 +15,7 @@ from broker.api.auth import Principal, principal
 from broker.api.group_commit import SubmitQueue
 from broker.api.guards import DB_INT_MAX, idempotency_key
 from broker.api.problems import Problem, invalid_spec, problem_responses
-from broker.api.schemas import EventOut, JobOut, JobPage
+from broker.api.schemas import EventOut, JobOut, JobPage, WaitOut
 from broker.config import IsthmusConfig
 from broker.domain import JobState
 from broker.domain.ids import is_job_id
@@ -70,7 +71,25 @@ def _spec_from_body(body: bytes, content_type: str) -> JobSpec:
         raise invalid_spec(exc) from None
 
 
-_SPEC_BODY = {
+async def checked_spec(request: Request, caller: Caller) -> JobSpec:
+    """The request's job spec, parsed and checked against the configuration and the caller's
+    team (422, or 403 for another team's spec): shared by submit and plan."""
+    spec = _spec_from_body(await request.body(), request.headers.get("content-type", ""))
+    problems = request_problems(
+        _config(request), spec, None if caller.is_admin else caller.team
+    )
+    if problems:
+        status = 403 if any(p.field == "team" and "token" in p.message for p in problems) else 422
+        raise Problem(
+            status, "invalid-spec" if status == 422 else "forbidden-team",
+            "Invalid job spec" if status == 422 else "Not your team",
+            "; ".join(f"{p.field}: {p.message}" for p in problems),
+            [{"field": p.field, "message": p.message} for p in problems],
+        )
+    return spec
+
+
+SPEC_BODY = {
     "requestBody": {
         "required": True,
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/JobSpec"}}},
@@ -79,7 +98,7 @@ _SPEC_BODY = {
 
 
 @router.post(
-    "", status_code=201, response_model=JobOut, openapi_extra=_SPEC_BODY,
+    "", status_code=201, response_model=JobOut, openapi_extra=SPEC_BODY,
     responses={
         200: {"model": JobOut, "description": "replay of an idempotent submission"},
         **problem_responses(400, 403, 409, 413, 415),
@@ -90,17 +109,7 @@ async def submit(
     caller: Caller,
     key: Annotated[str | None, Depends(idempotency_key)],
 ) -> Response:
-    spec = _spec_from_body(await request.body(), request.headers.get("content-type", ""))
-    config = _config(request)
-    problems = request_problems(config, spec, None if caller.is_admin else caller.team)
-    if problems:
-        status = 403 if any(p.field == "team" and "token" in p.message for p in problems) else 422
-        raise Problem(
-            status, "invalid-spec" if status == 422 else "forbidden-team",
-            "Invalid job spec" if status == 422 else "Not your team",
-            "; ".join(f"{p.field}: {p.message}" for p in problems),
-            [{"field": p.field, "message": p.message} for p in problems],
-        )
+    spec = await checked_spec(request, caller)
     queue: SubmitQueue = request.app.state.submit_queue
     try:
         result = await queue.submit(Submission(spec, caller.name, key))
@@ -119,9 +128,31 @@ async def submit(
     )
 
 
+def _waits(db: Database, jobs: list[JobRecord]) -> dict[str, WaitOut]:
+    """Position and estimate of the QUEUED ones among `jobs`, stored by the admission cycle
+    with their verdicts (one query for the page)."""
+    ids = [j.id for j in jobs if j.state == JobState.QUEUED.value]
+    if not ids:
+        return {}
+    t = att.EXPLANATIONS
+    with db.read() as s:
+        rows = s.connection().execute(
+            sa.select(t.c.job_id, t.c.at, t.c.payload_json).where(t.c.job_id.in_(ids))
+        ).all()
+    out: dict[str, WaitOut] = {}
+    for job_id, at, payload in rows:
+        try:
+            out[job_id] = WaitOut.of(at, payload)
+        except (ValueError, TypeError):
+            continue  # an explanation stored before estimates existed, or unreadable
+    return out
+
+
 @router.get("/{job_id}", response_model=JobOut, responses=problem_responses(404))
 def get(job_id: str, request: Request, caller: Caller) -> JobOut:
-    return JobOut.of(_visible_job(_db(request), job_id, caller))
+    db = _db(request)
+    job = _visible_job(db, job_id, caller)
+    return JobOut.of(job, _waits(db, [job]).get(job.id))
 
 
 def _decode_cursor(cursor: str) -> str:
@@ -164,7 +195,8 @@ def list_(
     more = len(rows) > limit
     rows = rows[:limit]
     nxt = base64.urlsafe_b64encode(rows[-1].id.encode()).decode().rstrip("=") if more else None
-    return JobPage(items=[JobOut.of(r) for r in rows], next_cursor=nxt)
+    waits = _waits(_db(request), rows)
+    return JobPage(items=[JobOut.of(r, waits.get(r.id)) for r in rows], next_cursor=nxt)
 
 
 @router.get(

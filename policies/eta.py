@@ -1,0 +1,236 @@
+"""Queue position and estimated start of every waiting job of one admission cycle.
+
+A shadow schedule, as a batch scheduler's backfill estimate does it: each pool's nodes are
+replayed forward in time from what the backends say (free GPUs now, and when busy GPUs come
+back: `NodeSnapshot.releases`, from declared time limits), the jobs admitted this cycle hold
+their nodes for their declared `max_runtime`, and the waiting jobs, in the cycle's admission
+order, each take the earliest time at which their gang fits for its whole declared run in one
+domain at its required topology level, which then holds those GPUs for later jobs. A later job
+may start before an earlier one where it fits in a gap (backfill), never by delaying it.
+
+Methods (`Estimate.method`), named so a user knows what the time rests on:
+  now            the gang fits now; it waits only for the next cycle (or its backend queue)
+  releases       from the expected releases of running work and the declared run times of
+                 the jobs ahead
+  preemption     its victims are being stopped; it starts once they have
+  unknown        no estimate; the method says why (quota, drained or unavailable pools, no
+                 release data for busy GPUs, beyond the horizon)
+
+Pure: the same cycle result and snapshot give the same estimates.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from broker.domain.inventory import InventorySnapshot, NodeSnapshot
+from broker.domain.reasons import Reason
+from broker.domain.spec import TopologyLevel
+from policies.admission import Decision
+from policies.types import PendingJob
+
+MAX_ESTIMATED = 500
+"""Jobs past this place in the queue get no estimate: the replay is linear in the queue."""
+HORIZON_S = 60 * 86400
+"""Starts further away than this are reported as unknown rather than as a date."""
+_SCHEDULABLE = frozenset({
+    Reason.InsufficientCapacity, Reason.TopologyUnsatisfiable, Reason.HigherPriorityAhead,
+    Reason.FairShareBehind, Reason.WaitingForAdmission, Reason.BackoffAfterFailure,
+})
+"""Decision reasons for which capacity alone decides when the job starts."""
+_POOL_USABLE = frozenset({Reason.InsufficientCapacity, Reason.TopologyUnsatisfiable})
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    job_id: str
+    position: int
+    """1-based place among the waiting jobs, in admission order (0: not ordered, in backoff)."""
+    team_position: int
+    """1-based place among its team's waiting jobs."""
+    at: datetime | None
+    """Earliest estimated start; None when not known (see `method`)."""
+    method: str
+    pool: str | None = None
+
+
+@dataclass(slots=True)
+class _Node:
+    name: str
+    total: int
+    free: int
+    domains: tuple[str, str, str, str]
+    """Its domain at node, rack, block and pool level."""
+    times: list[float] = field(default_factory=list)
+    deltas: list[int] = field(default_factory=list)
+
+    def add(self, t: float, delta: int) -> None:
+        i = bisect.bisect_right(self.times, t)
+        self.times.insert(i, t)
+        self.deltas.insert(i, delta)
+
+    def room(self, t0: float, t1: float) -> int:
+        """Least free GPUs over [t0, t1), never above the node's total."""
+        level = self.free
+        i = 0
+        n = len(self.times)
+        while i < n and self.times[i] <= t0:
+            level += self.deltas[i]
+            i += 1
+        low = min(level, self.total)
+        while i < n and self.times[i] < t1:
+            level += self.deltas[i]
+            low = min(low, level, self.total)
+            i += 1
+        return max(0, low)
+
+
+_LEVEL = {TopologyLevel.NODE: 0, TopologyLevel.RACK: 1, TopologyLevel.BLOCK: 2, None: 3}
+
+
+class _Pool:
+    def __init__(self, nodes: Sequence[NodeSnapshot], now: float) -> None:
+        self.nodes: dict[str, _Node] = {}
+        self.unknown_busy = False
+        for n in nodes:
+            if not n.schedulable or n.total_gpus <= 0:
+                continue
+            t = n.topology
+            node = _Node(n.name, n.total_gpus, min(n.free_gpus, n.total_gpus),
+                         (n.name, f"{t.block}/{t.rack}", t.block or "", ""))
+            released = 0
+            for at, gpus in n.releases:
+                if gpus > 0:
+                    node.add(max(now, at.timestamp()), gpus)
+                    released += gpus
+            if node.free + released < node.total:
+                self.unknown_busy = True  # some busy GPUs have no announced end
+            self.nodes[n.name] = node
+
+    def starts(self, now: float) -> list[float]:
+        ts = {now}
+        for n in self.nodes.values():
+            ts.update(t for t, d in zip(n.times, n.deltas, strict=True) if d > 0 and t > now)
+        return sorted(ts)
+
+    def earliest(
+        self, now: float, g: int, replicas: int, level: int, run_s: float,
+        exclude: frozenset[str],
+    ) -> tuple[float, list[tuple[_Node, int]]] | None:
+        for t in self.starts(now):
+            if t - now > HORIZON_S:
+                return None
+            groups: dict[str, list[tuple[_Node, int]]] = {}
+            for n in self.nodes.values():
+                if n.name in exclude:
+                    continue
+                k = n.room(t, t + run_s) // g
+                if k:
+                    groups.setdefault(n.domains[level], []).append((n, k))
+            for domain in sorted(groups):
+                members = groups[domain]
+                if sum(k for _, k in members) < replicas:
+                    continue
+                picked: list[tuple[_Node, int]] = []
+                need = replicas
+                for n, k in sorted(members, key=lambda m: (-m[1], m[0].name)):
+                    take = min(k, need)
+                    picked.append((n, take))
+                    need -= take
+                    if not need:
+                        break
+                return t, picked
+        return None
+
+    def take(self, t: float, run_s: float, g: int, picked: list[tuple[_Node, int]]) -> None:
+        for n, k in picked:
+            n.add(t, -k * g)
+            n.add(t + run_s, k * g)
+
+
+def _ts(at: datetime) -> float:
+    return at.timestamp()
+
+
+def estimate(
+    decisions: Sequence[Decision],
+    jobs: Mapping[str, PendingJob],
+    inventory: InventorySnapshot,
+    now: datetime,
+    max_estimated: int = MAX_ESTIMATED,
+) -> dict[str, Estimate]:
+    """Position and estimated start of every waiting decision (admitted ones get none)."""
+    t_now = _ts(now)
+    pools = {p.name: _Pool(p.nodes, t_now) for p in inventory.pools}
+    # 1 the admitted jobs of this cycle hold their nodes for their declared run
+    for d in decisions:
+        if not (d.admitted and d.placement and d.placement.nodes) or d.job_id not in jobs:
+            continue
+        pool = pools.get(d.placement.pool)
+        admitted = jobs[d.job_id]
+        if pool is None:
+            continue
+        for name in d.placement.nodes:  # one entry per replica
+            node = pool.nodes.get(name)
+            if node is not None:
+                node.add(t_now - 1e-6, -admitted.gpus_per_replica)
+                node.add(t_now + admitted.max_runtime_s, admitted.gpus_per_replica)
+    # 2 the waiting jobs in admission order (backoff ones, unordered, last)
+    waiting = [d for d in decisions if not d.admitted]
+    waiting.sort(key=lambda d: (d.position < 0, d.position))
+    out: dict[str, Estimate] = {}
+    per_team: dict[str, int] = {}
+    for i, d in enumerate(waiting, start=1):
+        job = jobs.get(d.job_id)
+        team = job.team if job else ""
+        per_team[team] = per_team.get(team, 0) + 1
+        position = i if d.position >= 0 else 0
+        at, method, where = _one(d, job, pools, t_now, i > max_estimated)
+        out[d.job_id] = Estimate(d.job_id, position, per_team[team], at, method, where)
+    return out
+
+
+def _one(
+    d: Decision, job: PendingJob | None, pools: dict[str, _Pool], now: float, beyond: bool
+) -> tuple[datetime | None, str, str | None]:
+    if job is None:
+        return None, "unknown: no admission view", None
+    if d.reason == Reason.WaitingForPreemption:
+        return _dt(now), "preemption", None
+    if d.reason not in _SCHEDULABLE:
+        return None, f"unknown: waits for {d.reason.value}, not for capacity", None
+    if beyond:
+        return None, f"unknown: beyond the first {MAX_ESTIMATED} jobs of the queue", None
+    start = now
+    if job.not_before is not None:
+        start = max(start, _ts(job.not_before))
+    usable = [v.pool for v in d.verdicts if (v.fits or v.reason in _POOL_USABLE)]
+    run_s = float(max(1, job.max_runtime_s))
+    level = _LEVEL.get(job.topology_required, 3)
+    best: tuple[float, str, list[tuple[_Node, int]]] | None = None
+    blind = False
+    for name in sorted(usable):
+        pool = pools.get(name)
+        if pool is None:
+            continue
+        found = pool.earliest(start, job.gpus_per_replica, job.replicas, level, run_s,
+                              job.exclude_nodes)
+        if found is None:
+            blind = blind or pool.unknown_busy
+            continue
+        if best is None or found[0] < best[0]:
+            best = (found[0], name, found[1])
+    if best is None:
+        why = ("busy GPUs without a known end" if blind
+               else f"no fit within {HORIZON_S // 86400} days")
+        return None, f"unknown: {why}", None
+    t, name, picked = best
+    pools[name].take(t, run_s, job.gpus_per_replica, picked)
+    return _dt(t), "now" if t <= now else "releases", name
+
+
+def _dt(t: float) -> datetime:
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(seconds=t)
