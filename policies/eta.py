@@ -92,7 +92,7 @@ _LEVEL = {TopologyLevel.NODE: 0, TopologyLevel.RACK: 1, TopologyLevel.BLOCK: 2, 
 
 
 class _Pool:
-    def __init__(self, nodes: Sequence[NodeSnapshot], now: float) -> None:
+    def __init__(self, nodes: Sequence[NodeSnapshot], now: float, factor: float) -> None:
         self.nodes: dict[str, _Node] = {}
         self.unknown_busy = False
         for n in nodes:
@@ -104,7 +104,7 @@ class _Pool:
             released = 0
             for at, gpus in n.releases:
                 if gpus > 0:
-                    node.add(max(now, at.timestamp()), gpus)
+                    node.add(now + factor * max(0.0, at.timestamp() - now), gpus)
                     released += gpus
             if node.free + released < node.total:
                 self.unknown_busy = True  # some busy GPUs have no announced end
@@ -161,10 +161,17 @@ def estimate(
     inventory: InventorySnapshot,
     now: datetime,
     max_estimated: int = MAX_ESTIMATED,
+    runtime_factor: float = 1.0,
 ) -> dict[str, Estimate]:
-    """Position and estimated start of every waiting decision (admitted ones get none)."""
+    """Position and estimated start of every waiting decision (admitted ones get none).
+
+    `runtime_factor` scales declared run times and the time left until announced releases:
+    1.0 trusts the declared limits; the broker passes the ratio of true to declared run time
+    observed on ended attempts (declared limits are over-estimates, see backends/sim/trace.py),
+    and names it in the method."""
     t_now = _ts(now)
-    pools = {p.name: _Pool(p.nodes, t_now) for p in inventory.pools}
+    f = min(1.0, max(0.01, runtime_factor))
+    pools = {p.name: _Pool(p.nodes, t_now, f) for p in inventory.pools}
     # 1 the admitted jobs of this cycle hold their nodes for their declared run
     for d in decisions:
         if not (d.admitted and d.placement and d.placement.nodes) or d.job_id not in jobs:
@@ -177,7 +184,7 @@ def estimate(
             node = pool.nodes.get(name)
             if node is not None:
                 node.add(t_now - 1e-6, -admitted.gpus_per_replica)
-                node.add(t_now + admitted.max_runtime_s, admitted.gpus_per_replica)
+                node.add(t_now + f * admitted.max_runtime_s, admitted.gpus_per_replica)
     # 2 the waiting jobs in admission order (backoff ones, unordered, last)
     waiting = [d for d in decisions if not d.admitted]
     waiting.sort(key=lambda d: (d.position < 0, d.position))
@@ -188,13 +195,14 @@ def estimate(
         team = job.team if job else ""
         per_team[team] = per_team.get(team, 0) + 1
         position = i if d.position >= 0 else 0
-        at, method, where = _one(d, job, pools, t_now, i > max_estimated)
+        at, method, where = _one(d, job, pools, t_now, i > max_estimated, f)
         out[d.job_id] = Estimate(d.job_id, position, per_team[team], at, method, where)
     return out
 
 
 def _one(
-    d: Decision, job: PendingJob | None, pools: dict[str, _Pool], now: float, beyond: bool
+    d: Decision, job: PendingJob | None, pools: dict[str, _Pool], now: float, beyond: bool,
+    factor: float,
 ) -> tuple[datetime | None, str, str | None]:
     if job is None:
         return None, "unknown: no admission view", None
@@ -208,7 +216,7 @@ def _one(
     if job.not_before is not None:
         start = max(start, _ts(job.not_before))
     usable = [v.pool for v in d.verdicts if (v.fits or v.reason in _POOL_USABLE)]
-    run_s = float(max(1, job.max_runtime_s))
+    run_s = max(1.0, factor * job.max_runtime_s)
     level = _LEVEL.get(job.topology_required, 3)
     best: tuple[float, str, list[tuple[_Node, int]]] | None = None
     blind = False
@@ -229,7 +237,10 @@ def _one(
         return None, f"unknown: {why}", None
     t, name, picked = best
     pools[name].take(t, run_s, job.gpus_per_replica, picked)
-    return _dt(t), "now" if t <= now else "releases", name
+    if t <= now:
+        return _dt(t), "now", name
+    scaled = "" if factor == 1.0 else f" x{factor:.2f} (observed run/declared)"
+    return _dt(t), f"releases{scaled}", name
 
 
 def _dt(t: float) -> datetime:
