@@ -5,7 +5,8 @@ same two simulated backends with the isthmus admission cycle. Each cycle also ru
 estimate (policies/eta.py) exactly as the broker's admission does; the first estimate a job
 gets (the cycle after its submission) is kept and compared with when the simulator really
 starts it. The estimate knows only what the broker knows: the backends' expected releases
-and the jobs' declared time limits (over-estimates, trace.py), never true run times.
+and the jobs' declared time limits (over-estimates, trace.py), scaled as the broker scales them
+(by the median true/declared run time of the last 200 ended jobs); never true run times.
 
 Error of a job: |first estimate - real start| / real wait, over jobs that waited at least
 `--min-wait` seconds (a job that starts in the next cycle has no wait to be wrong about);

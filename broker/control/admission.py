@@ -220,9 +220,11 @@ def runtime_factor(plane: ControlPlane, s: Session) -> float:
         setattr(plane, "_eta_ratios", cache)  # noqa: B010 - not a field of ControlPlane
     missing = [r.job_id for r in rows if (r.job_id, r.number) not in cache]
     if missing:
-        specs = dict(s.connection().execute(
-            sa.select(JOBS.c.id, JOBS.c.spec_json).where(JOBS.c.id.in_(missing))
-        ).all())
+        specs: dict[str, str] = {
+            row[0]: row[1] for row in s.connection().execute(
+                sa.select(JOBS.c.id, JOBS.c.spec_json).where(JOBS.c.id.in_(missing))
+            )
+        }
         for r in rows:
             if (r.job_id, r.number) in cache or r.job_id not in specs:
                 continue
