@@ -22,6 +22,7 @@ Pure: the same cycle result and snapshot give the same estimates.
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -34,6 +35,12 @@ from policies.types import PendingJob
 
 MAX_ESTIMATED = 500
 """Jobs past this place in the queue get no estimate: the replay is linear in the queue."""
+MAX_WORK = 200_000
+"""Node checks one estimate pass may make (deterministic, unlike a time budget); jobs after
+it is spent get no estimate. Bounds a pass at about a second on a 10,000-job queue."""
+MAX_STARTS = 64
+"""Start times tried per job and pool (each expected release is one): a gang that needs more
+releases than this before it fits gets no date."""
 HORIZON_S = 60 * 86400
 """Starts further away than this are reported as unknown rather than as a date."""
 _SCHEDULABLE = frozenset({
@@ -74,17 +81,15 @@ class _Node:
 
     def room(self, t0: float, t1: float) -> int:
         """Least free GPUs over [t0, t1), never above the node's total."""
-        level = self.free
-        i = 0
-        n = len(self.times)
-        while i < n and self.times[i] <= t0:
-            level += self.deltas[i]
-            i += 1
+        if not self.times:
+            return min(self.free, self.total)
+        i = bisect.bisect_right(self.times, t0)
+        level = self.free + sum(self.deltas[:i])
         low = min(level, self.total)
-        while i < n and self.times[i] < t1:
-            level += self.deltas[i]
-            low = min(low, level, self.total)
-            i += 1
+        for d in self.deltas[i:bisect.bisect_left(self.times, t1, i)]:
+            level += d
+            if level < low:
+                low = level
         return max(0, low)
 
 
@@ -95,6 +100,8 @@ class _Pool:
     def __init__(self, nodes: Sequence[NodeSnapshot], now: float, factor: float) -> None:
         self.nodes: dict[str, _Node] = {}
         self.unknown_busy = False
+        self._ups: list[float] | None = None
+        self._live: list[_Node] | None = None
         for n in nodes:
             if not n.schedulable or n.total_gpus <= 0:
                 continue
@@ -111,20 +118,25 @@ class _Pool:
             self.nodes[n.name] = node
 
     def starts(self, now: float) -> list[float]:
-        ts = {now}
-        for n in self.nodes.values():
-            ts.update(t for t, d in zip(n.times, n.deltas, strict=True) if d > 0 and t > now)
-        return sorted(ts)
+        """`now`, then every time GPUs come back after it (cached until the next take)."""
+        if self._ups is None:
+            ups: set[float] = set()
+            for n in self.nodes.values():
+                ups.update(t for t, d in zip(n.times, n.deltas, strict=True) if d > 0)
+            self._ups = sorted(ups)
+        return [now, *self._ups[bisect.bisect_right(self._ups, now):]]
 
     def earliest(
         self, now: float, g: int, replicas: int, level: int, run_s: float,
-        exclude: frozenset[str],
+        exclude: frozenset[str], work: list[int],
     ) -> tuple[float, list[tuple[_Node, int]]] | None:
-        for t in self.starts(now):
-            if t - now > HORIZON_S:
+        for t in self.starts(now)[:MAX_STARTS]:
+            if t - now > HORIZON_S or work[0] <= 0:
                 return None
+            live = self.live()
+            work[0] -= len(live)
             groups: dict[str, list[tuple[_Node, int]]] = {}
-            for n in self.nodes.values():
+            for n in live:
                 if n.name in exclude:
                     continue
                 k = n.room(t, t + run_s) // g
@@ -145,7 +157,15 @@ class _Pool:
                 return t, picked
         return None
 
+    def live(self) -> list[_Node]:
+        """Nodes that have or will have free GPUs: a full node with no known release never
+        does, and most nodes of a busy pool are such."""
+        if self._live is None:
+            self._live = [n for n in self.nodes.values() if n.free > 0 or n.times]
+        return self._live
+
     def take(self, t: float, run_s: float, g: int, picked: list[tuple[_Node, int]]) -> None:
+        self._ups = self._live = None
         for n, k in picked:
             n.add(t, -k * g)
             n.add(t + run_s, k * g)
@@ -190,19 +210,29 @@ def estimate(
     waiting.sort(key=lambda d: (d.position < 0, d.position))
     out: dict[str, Estimate] = {}
     per_team: dict[str, int] = {}
+    ctx = _Pass([MAX_WORK], {})
     for i, d in enumerate(waiting, start=1):
         job = jobs.get(d.job_id)
         team = job.team if job else ""
         per_team[team] = per_team.get(team, 0) + 1
         position = i if d.position >= 0 else 0
-        at, method, where = _one(d, job, pools, t_now, i > max_estimated, f)
+        at, method, where = _one(d, job, pools, t_now, i > max_estimated, f, ctx)
         out[d.job_id] = Estimate(d.job_id, position, per_team[team], at, method, where)
     return out
 
 
+@dataclass(slots=True)
+class _Pass:
+    work: list[int]
+    """Node checks left (a list so that pools can spend it)."""
+    never: dict[tuple[str, int, int, int], float]
+    """(pool, GPUs per replica, replicas, level) -> shortest run that found no start: pools
+    only fill up as the pass goes on, so a gang that fits nowhere fits nowhere later either."""
+
+
 def _one(
     d: Decision, job: PendingJob | None, pools: dict[str, _Pool], now: float, beyond: bool,
-    factor: float,
+    factor: float, ctx: _Pass,
 ) -> tuple[datetime | None, str, str | None]:
     if job is None:
         return None, "unknown: no admission view", None
@@ -224,9 +254,17 @@ def _one(
         pool = pools.get(name)
         if pool is None:
             continue
+        key = (name, job.gpus_per_replica, job.replicas, level)
+        if not job.exclude_nodes and start == now and ctx.never.get(key, math.inf) <= run_s:
+            blind = blind or pool.unknown_busy
+            continue
         found = pool.earliest(start, job.gpus_per_replica, job.replicas, level, run_s,
-                              job.exclude_nodes)
+                              job.exclude_nodes, ctx.work)
         if found is None:
+            if ctx.work[0] <= 0:
+                return None, "unknown: the estimate's work budget for this cycle is spent", None
+            if not job.exclude_nodes and start == now:
+                ctx.never[key] = min(run_s, ctx.never.get(key, math.inf))
             blind = blind or pool.unknown_busy
             continue
         if best is None or found[0] < best[0]:
