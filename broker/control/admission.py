@@ -198,8 +198,9 @@ RATIO_MIN = 20
 def runtime_factor(plane: ControlPlane, s: Session) -> float:
     """The median ratio of true to declared run time of attempts that recently ended without a
     failure or preemption: declared limits are over-estimates (users round up), so the queue
-    estimate scales them by what they turned out to be here (bench/eta_accuracy.py measures both). 1.0 until RATIO_MIN
-    attempts have ended. Ratios are cached on the plane (soft state: refetched on loss)."""
+    estimate scales them by what they turned out to be here (bench/eta_accuracy.py measures
+    both). 1.0 until RATIO_MIN attempts have ended. Ratios are cached on the plane (soft
+    state: refetched on loss)."""
     a = att.ATTEMPTS
     rows = s.connection().execute(
         sa.select(a.c.job_id, a.c.number, a.c.started_at, a.c.ended_at)
