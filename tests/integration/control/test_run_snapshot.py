@@ -104,6 +104,7 @@ def test_cli_snapshot_exports_the_last_attempt_as_json(sim: Sim, monkeypatch: An
 
     from typer.testing import CliRunner
 
+    import broker.cli.common as common
     import broker.cli.main as cli
     from broker.client import Client
 
@@ -118,7 +119,7 @@ def test_cli_snapshot_exports_the_last_attempt_as_json(sim: Sim, monkeypatch: An
         def close(self) -> None:  # the test's client outlives each command
             return None
 
-    monkeypatch.setattr(cli, "Client", Local)
+    monkeypatch.setattr(common, "Client", Local)
     out = CliRunner().invoke(cli.app, ["snapshot", job])
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)
