@@ -308,7 +308,10 @@ class K8sBackend:
         """Each rank's pod log (read_namespaced_pod_log), the rank from the pod's completion
         index. A node that serves no logs (a fake kwok node has no kubelet to ask) gives an
         empty log with the API server's answer as the note, never an error for the others."""
-        pods = call_json("list pods", self.apis.core.list_namespaced_pod, self.namespace,
+        ns = self._namespace_of(name)
+        if ns is None:
+            return []
+        pods = call_json("list pods", self.apis.core.list_namespaced_pod, ns,
                          label_selector=f"{LABEL_NAME}={name}", timeout=self.timeout)
         out: list[RankLog] = []
         for pod in pods.get("items") or ():
@@ -323,13 +326,13 @@ class K8sBackend:
             try:
                 with translated("read pod log"):
                     resp = self.apis.core.read_namespaced_pod_log(
-                        pod_name, self.namespace, _preload_content=False,
+                        pod_name, ns, _preload_content=False,
                         _request_timeout=self.timeout, **kw)
                     text = resp.data.decode("utf-8", errors="replace") if resp.data else ""
-                out.append(RankLog(r, text, f"pod {self.namespace}/{pod_name}"))
+                out.append(RankLog(r, text, f"pod {ns}/{pod_name}"))
             except (ApiError, BackendUnavailable) as exc:
                 node = (pod.get("spec") or {}).get("nodeName") or "no node yet"
-                out.append(RankLog(r, "", f"pod {self.namespace}/{pod_name}",
+                out.append(RankLog(r, "", f"pod {ns}/{pod_name}",
                                    f"no log from node {node}: {exc}"))
         return sorted(out, key=lambda x: (x.rank is None, x.rank or 0, x.source))
 
