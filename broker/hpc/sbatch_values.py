@@ -233,14 +233,14 @@ def parse_signal(text: str) -> tuple[str, int, str]:
 
 
 _BEGIN_WORDS = {"midnight": (0, 0), "noon": (12, 0), "fika": (15, 0), "teatime": (16, 0)}
-_UNITS_S = {"": 1, "seconds": 1, "minutes": 60, "hours": 3600, "days": 86400, "weeks": 604800}
+_UNITS_S = {"": 1, "second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
 
 
 def parse_begin(text: str, now: datetime) -> datetime:
     """Absolute start time from the --begin forms: now[+N[units]], HH:MM[:SS],
     YYYY-MM-DD[THH:MM[:SS]], MM/DD[/YY], midnight, noon, fika, teatime, today, tomorrow."""
     value = text.strip().lower()
-    m = re.match(r"^now(?:\+(\d+)(seconds|minutes|hours|days|weeks)?)?$", value)
+    m = re.match(r"^now(?:\+(\d+)(?:(second|minute|hour|day|week)s?)?)?$", value)
     if m:
         return now + timedelta(seconds=int(m.group(1) or 0) * _UNITS_S[m.group(2) or ""])
     today = now.replace(hour=0, minute=0, second=0, microsecond=0)
