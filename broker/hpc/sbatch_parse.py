@@ -229,7 +229,9 @@ def read_command_line(argv: Sequence[str]) -> CommandLine:
     return CommandLine(ns, command[0] if command else None, tuple(command[1:]))
 
 
-def merge(script: str | None, environ: Mapping[str, str], argv: Sequence[str]) -> argparse.Namespace:
+def merge(
+    script: str | None, environ: Mapping[str, str], argv: Sequence[str]
+) -> argparse.Namespace:
     """All options, script < SBATCH_* environment < command line (last one wins)."""
     ns = argparse.Namespace()
     if script is not None:

@@ -253,7 +253,7 @@ def parse_begin(text: str, now: datetime) -> datetime:
     formats = ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d", "%m/%d/%y", "%m/%d")
     for fmt in formats:
         try:
-            parsed = datetime.strptime(value.upper() if "T" in fmt else value, fmt)  # noqa: DTZ007
+            parsed = datetime.strptime(value.upper() if "T" in fmt else value, fmt)
         except ValueError:
             continue
         if fmt == "%m/%d":

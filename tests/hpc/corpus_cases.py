@@ -36,7 +36,7 @@ class Case:
         text = self.script.read_text()
         if "@PARENT@" not in text:
             return self.script
-        out = Path(f"/tmp/isthmus-corpus-{parent}-{self.script.name}")  # noqa: S108
+        out = Path(f"/tmp/isthmus-corpus-{parent}-{self.script.name}")
         out.write_text(text.replace("@PARENT@", parent))
         return out
 
