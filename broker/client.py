@@ -103,6 +103,10 @@ class Client:
         result: list[dict[str, Any]] = self._call("GET", "/v1/admin/usage")
         return result
 
+    def slurm_compat(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", "/v1/hpc/slurm-compat")
+        return result
+
     def health(self) -> dict[str, Any]:
         result: dict[str, Any] = self._call("GET", "/healthz")
         return result

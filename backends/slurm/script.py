@@ -233,6 +233,15 @@ def _payload(request: SubmitRequest) -> tuple[dict[str, object], bytes | None]:
     return data, spec.entrypoint.script.encode()
 
 
+def _step_prefix(request: SubmitRequest) -> str:
+    """How the launcher starts: one rank per node under srun, or (entrypoint.launcher 'batch',
+    as sbatch runs a script) once, here on the first node, where the script's own srun starts
+    the ranks."""
+    if request.snapshot.spec.entrypoint.launcher == "batch":
+        return ""
+    return "srun --ntasks-per-node=1 --kill-on-bad-exit=1 "
+
+
 def _with_script(job: BatchJob, request: SubmitRequest, settings: RenderSettings) -> BatchJob:
     payload, user_script = _payload(request)
     lines = ["#!/bin/bash"]
@@ -269,7 +278,7 @@ def _with_script(job: BatchJob, request: SubmitRequest, settings: RenderSettings
         "export ISTHMUS_MASTER_ADDR ISTHMUS_WORLD_SIZE ISTHMUS_NNODES ISTHMUS_GPUS_PER_NODE",
         f"export MASTER_PORT={settings.master_port}",
         "# srun forwards USR1 to every rank: the checkpoint signal (--signal, or a cancel).",
-        f"srun --ntasks-per-node=1 --kill-on-bad-exit=1 {settings.python} "
+        f"{_step_prefix(request)}{settings.python} "
         '"$ISTHMUS_JOB_DIR/launch.py" "$ISTHMUS_JOB_DIR/job.json" &',
         "ISTHMUS_STEP=$!",
         "trap 'kill -USR1 \"$ISTHMUS_STEP\" 2>/dev/null' USR1",

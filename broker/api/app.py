@@ -17,6 +17,7 @@ from broker.api.group_commit import SubmitQueue
 from broker.api.limits import BodyLimit, BodyTooLarge, problem_413
 from broker.api.problems import PROBLEM_JSON, Problem
 from broker.api.routes_admin import router as admin_router
+from broker.api.routes_hpc import router as hpc_router
 from broker.api.routes_jobs import router as jobs_router
 from broker.api.routes_progress import router as progress_router
 from broker.api.schemas import Health
@@ -47,6 +48,7 @@ def create_app(config: IsthmusConfig, db: Database, runtime: Runtime | None = No
     app.include_router(jobs_router)
     app.include_router(progress_router)
     app.include_router(admin_router)
+    app.include_router(hpc_router)
 
     @app.exception_handler(Problem)
     async def _problem(request: Request, exc: Problem) -> JSONResponse:

@@ -97,6 +97,11 @@ class Entrypoint(_Strict):
     image: str | None = Field(default=None, min_length=1, max_length=512)
     command: list[str] | None = Field(default=None, min_length=1)
     script: str | None = Field(default=None, min_length=1, max_length=1_000_000)
+    launcher: Literal["ranks", "batch"] = Field(
+        default="ranks",
+        description="'ranks': the command or script runs once per rank; 'batch': the script "
+        "runs as sbatch runs it (once, on the first node on Slurm; its own srun starts the ranks)",
+    )
 
     @model_validator(mode="after")
     def _one_kind(self) -> Entrypoint:
@@ -104,6 +109,8 @@ class Entrypoint(_Strict):
             raise ValueError("give either 'command' (with 'image') or a batch 'script'")
         if self.command is not None and self.script is not None:
             raise ValueError("give 'command' or 'script', not both")
+        if self.launcher == "batch" and self.script is None:
+            raise ValueError("launcher 'batch' runs a batch 'script'; give 'script'")
         return self
 
 

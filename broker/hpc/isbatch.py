@@ -13,8 +13,14 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-from broker.hpc import sbatch_parse
+import httpx
+
+from broker.client import ApiError, Client
+from broker.hpc import client_config, sbatch_parse
+from broker.hpc.compat import CompatError, to_job_spec
+from broker.hpc.compat_config import SlurmCompat
 from broker.hpc.sbatch_values import SbatchError
 
 PROG = "isbatch"
@@ -56,8 +62,64 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
             for key, value in parsed.request.sbatch_json().items():
                 print(f"{key}={'' if value is None else value}")
         return 0
-    print(f"{PROG}: error: submission needs a broker; see 'isbatch --help'", file=sys.stderr)
-    return 1
+    return submit(parsed, environ)
+
+
+def _fail(text: str, code: int = 1) -> int:
+    print(f"{PROG}: error: {text}", file=sys.stderr)
+    return code
+
+
+def submit(parsed: sbatch_parse.Parsed, environ: Mapping[str, str]) -> int:
+    """Map the request with the broker's slurm_compat section and submit it as the user."""
+    options = parsed.command_line.options
+    if parsed.script_args:
+        return _fail("script arguments are not supported by Isthmus yet: "
+                     f"{' '.join(parsed.script_args)}")
+    try:
+        conf = client_config.load(environ)
+    except client_config.ClientConfigError as exc:
+        return _fail(str(exc))
+    try:
+        with Client(conf.url, conf.token) as api:
+            compat_data = api.slurm_compat()
+            compat = SlurmCompat.model_validate(compat_data["slurm_compat"])
+            spec = to_job_spec(
+                parsed.request, parsed.script, compat,
+                caller_team=compat_data["caller"].get("team"),
+                script_path=parsed.command_line.script_path,
+                environ=environ, submit_dir=options.chdir or os.getcwd(),
+            )
+            if options.test_only:
+                return _test_only(spec, options.json)
+            job = api.submit(spec)
+    except CompatError as exc:
+        return _fail(str(exc))
+    except ApiError as exc:
+        return _fail(f"{exc} (HTTP {exc.status})")
+    except httpx.HTTPError as exc:
+        return _fail(f"cannot reach the Isthmus broker at {conf.url}: {exc}")
+    if options.json:
+        print(json.dumps(job, sort_keys=True))
+    elif options.parsable:
+        print(job["id"])
+    else:
+        print(f"Submitted batch job {job['id']}")
+    return 0
+
+
+def _test_only(spec: dict[str, Any], as_json: bool) -> int:
+    """What would be submitted (no what-if endpoint yet: placement and start time are not
+    estimated)."""
+    if as_json:
+        print(json.dumps({"spec": spec}, sort_keys=True))
+        return 0
+    gang = spec["gang"]
+    print(f"{PROG}: Job {spec['name']} would be submitted for team {spec['team']}: "
+          f"{gang['replicas']} node(s) x {gang['gpus_per_replica']} GPU(s) of "
+          f"{', '.join(spec['flavors'])} (backend {spec['backend']}); nothing was submitted",
+          file=sys.stderr)
+    return 0
 
 
 def main() -> None:
