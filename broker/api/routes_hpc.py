@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 
+from broker.api import routes_jobs
 from broker.api.auth import Principal, principal
 from broker.api.problems import Problem
 from broker.config import IsthmusConfig
+from broker.domain.states import JobState
+from broker.hpc import runs
+from broker.store.db import Database
 
 router = APIRouter(prefix="/v1/hpc", tags=["hpc"])
 Caller = Annotated[Principal, Depends(principal)]
@@ -31,3 +35,30 @@ def slurm_compat(request: Request, caller: Caller) -> dict[str, Any]:
         "slurm_compat": config.slurm_compat.model_dump(mode="json"),
         "caller": {"name": caller.name, "team": caller.team, "admin": caller.is_admin},
     }
+
+
+@router.get("/jobs")
+def jobs(
+    request: Request,
+    caller: Caller,
+    team: str | None = None,
+    state: Annotated[list[JobState] | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 500,
+    cursor: str | None = None,
+) -> dict[str, Any]:
+    """``GET /v1/jobs`` (same scoping: users see their team only) with each job's current
+    run: nodes, exit code, start and end as the backend reported them."""
+    page = routes_jobs.list_(request, caller, team, state, limit, cursor)
+    db: Database = request.app.state.db
+    with db.read() as s:
+        found = runs.current_runs(s, [(j.id, j.attempt) for j in page.items])
+    return {
+        "items": [{**j.model_dump(mode="json"), "run": found.get(j.id)} for j in page.items],
+        "next_cursor": page.next_cursor,
+    }
+
+
+@router.get("/whoami")
+def whoami(caller: Caller) -> dict[str, Any]:
+    """The caller as the broker sees it: isqueue --me and the default account need it."""
+    return {"name": caller.name, "team": caller.team, "admin": caller.is_admin}

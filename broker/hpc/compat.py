@@ -67,7 +67,7 @@ def job_name(name: str | None, script_path: str | None) -> str:
     return text or "sbatch"
 
 
-def _flavors(req: SbatchRequest, compat: SlurmCompat) -> tuple[list[str], str]:
+def _flavors(req: SbatchRequest, compat: SlurmCompat) -> tuple[list[str], str, str]:
     partition = req.partition or compat.default_partition
     if partition is None:
         raise CompatError(
@@ -105,7 +105,7 @@ def _flavors(req: SbatchRequest, compat: SlurmCompat) -> tuple[list[str], str]:
                 raise CompatError(f"--constraint={req.constraint}: no node of partition "
                                   f"{partition} has feature '{feature}'")
             flavors = [flavor]
-    return flavors, backend
+    return flavors, backend, partition
 
 
 def _env(req: SbatchRequest, environ: Mapping[str, str]) -> dict[str, str]:
@@ -138,7 +138,7 @@ def to_job_spec(
     if unsupported:
         names = ", ".join(f"--{o.replace('_', '-')}" for o in unsupported)
         raise CompatError(f"{names}: not supported by Isthmus (nothing was submitted)")
-    flavors, backend = _flavors(req, compat)
+    flavors, backend, partition = _flavors(req, compat)
     if req.account is not None:
         team = compat.accounts.get(req.account)
         if team is None:
@@ -187,6 +187,7 @@ def to_job_spec(
         env.setdefault("SLURM_SUBMIT_DIR", submit_dir)
     if env:
         spec["env"] = env
-    request = {"sbatch": req.sbatch_json(), "options": req.extra.get("options", {})}
+    request = {"sbatch": req.sbatch_json(), "options": req.extra.get("options", {}),
+               "partition": partition}
     spec["annotations"] = {ANNOTATION: json.dumps(request, sort_keys=True)}
     return spec

@@ -40,7 +40,8 @@ def _run(tmp_path: Path, launcher: str) -> list[str]:
     bin_dir.mkdir()
     # srun stands in for two ranks; scontrol answers hostnames and ignores updates.
     (bin_dir / "srun").write_text(
-        "#!/bin/bash\nwhile [[ $1 == -* ]]; do shift; done\nfor r in 0 1; do SLURM_PROCID=$r SLURM_NODEID=$r \"$@\" || exit; done\n")
+        "#!/bin/bash\nwhile [[ $1 == -* ]]; do shift; done\n"
+        "for r in 0 1; do SLURM_PROCID=$r SLURM_NODEID=$r \"$@\" || exit; done\n")
     (bin_dir / "scontrol").write_text("#!/bin/bash\n[ \"$1\" = show ] && printf 'n1\\nn2\\n'\n")
     for f in bin_dir.iterdir():
         f.chmod(0o755)
