@@ -233,13 +233,24 @@ def _payload(request: SubmitRequest) -> tuple[dict[str, object], bytes | None]:
     return data, spec.entrypoint.script.encode()
 
 
-def _step_prefix(request: SubmitRequest) -> str:
+def _launch(request: SubmitRequest, settings: RenderSettings) -> list[str]:
     """How the launcher starts: one rank per node under srun, or (entrypoint.launcher 'batch',
-    as sbatch runs a script) once, here on the first node, where the script's own srun starts
+    as sbatch runs a script) once, here in the batch step, where the script's own srun starts
     the ranks."""
-    if request.snapshot.spec.entrypoint.launcher == "batch":
-        return ""
-    return "srun --ntasks-per-node=1 --kill-on-bad-exit=1 "
+    launch = f'{settings.python} "$ISTHMUS_JOB_DIR/launch.py" "$ISTHMUS_JOB_DIR/job.json" &'
+    if request.snapshot.spec.entrypoint.launcher != "batch":
+        return [
+            "# srun forwards USR1 to every rank: the checkpoint signal (--signal, or a cancel).",
+            f"srun --ntasks-per-node=1 --kill-on-bad-exit=1 {launch}",
+        ]
+    return [
+        "# A job whose accounting shows no step beside the batch step failed before srun could",
+        "# launch (an orchestration failure). Here the batch step is the user's script, which",
+        "# may fail before its own srun or use none: this one-task step records that srun works.",
+        "srun --nodes=1 --ntasks=1 --quiet true >/dev/null 2>&1 || true",
+        "# The script itself gets USR1 (the checkpoint signal), as with sbatch --signal=B:...",
+        launch,
+    ]
 
 
 def _with_script(job: BatchJob, request: SubmitRequest, settings: RenderSettings) -> BatchJob:
@@ -277,9 +288,7 @@ def _with_script(job: BatchJob, request: SubmitRequest, settings: RenderSettings
         f"ISTHMUS_GPUS_PER_NODE={job.gpus_per_node}",
         "export ISTHMUS_MASTER_ADDR ISTHMUS_WORLD_SIZE ISTHMUS_NNODES ISTHMUS_GPUS_PER_NODE",
         f"export MASTER_PORT={settings.master_port}",
-        "# srun forwards USR1 to every rank: the checkpoint signal (--signal, or a cancel).",
-        f"{_step_prefix(request)}{settings.python} "
-        '"$ISTHMUS_JOB_DIR/launch.py" "$ISTHMUS_JOB_DIR/job.json" &',
+        *_launch(request, settings),
         "ISTHMUS_STEP=$!",
         "trap 'kill -USR1 \"$ISTHMUS_STEP\" 2>/dev/null' USR1",
         'wait "$ISTHMUS_STEP"; rc=$?',

@@ -1,0 +1,112 @@
+"""The drop-ins end to end on the real Slurm cluster through a real `isthmus server`: a batch
+script with #SBATCH lines and its own srun runs as sbatch runs it, isqueue sees it R on its
+nodes, isacct ends it COMPLETED 0:0; a failing script is FAILED with its exit code."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from broker.hpc import isacct, isbatch, isqueue
+from tests.e2e.harness import Server, slurm_backend, slurm_pools, wait_until, write_config
+
+pytestmark = pytest.mark.slurm
+COMPAT = {
+    "default_partition": "a100",
+    "partitions": {"a100": {"flavors": ["a100-80g"], "backend": "slurm"},
+                   "h100": {"flavors": ["h100-80g"], "backend": "slurm"}},
+    "accounts": {"isthmus": "vision"},
+    "gpu_types": {"a100": "a100-80g", "h100": "h100-80g"},
+}
+# Generous: the cluster and the two cores are shared with other test sessions.
+DEADLINE = 240
+
+
+@pytest.fixture
+def server(slurm_cluster: object, tmp_path: Path, workdir: Path) -> Iterator[Server]:
+    cfg = write_config(tmp_path / "isthmus.yaml", [slurm_backend(slurm_cluster, workdir)],
+                       slurm_pools(), slurm_compat=COMPAT)
+    srv = Server(cfg, f"sqlite:///{tmp_path / 'isthmus.db'}", tmp_path / "server.log").start()
+    yield srv
+    srv.stop()
+
+
+def _script(path: Path, body: str) -> Path:
+    path.write_text(body)
+    return path
+
+
+def _env(server: Server, home: Path) -> dict[str, str]:
+    return {"ISTHMUS_URL": server.url, "HOME": str(home)}
+
+
+def _queue(env: dict[str, str], job_id: str, capsys: pytest.CaptureFixture[str]) -> dict | None:
+    assert isqueue.run(["--json", "-j", job_id], env) == 0
+    jobs = json.loads(capsys.readouterr().out)["jobs"]
+    return jobs[0] if jobs else None
+
+
+def _acct(env: dict[str, str], job_id: str, capsys: pytest.CaptureFixture[str]) -> list[str]:
+    assert isacct.run(["-j", job_id, "-X", "-P", "-n",
+                       "--format=JobID,JobName,State,ExitCode,NodeList,AllocTRES"], env) == 0
+    return capsys.readouterr().out.strip().split("|")
+
+
+def test_gang_script_runs_as_sbatch_runs_it(server: Server, tmp_path: Path, workdir: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    out = workdir / "ranks.txt"
+    script = _script(tmp_path / "gang.sh", f"""#!/bin/bash
+#SBATCH --job-name=e2e-gang
+#SBATCH --partition=a100
+#SBATCH --nodes=2
+#SBATCH --gres=gpu:a100:8
+#SBATCH --time=5
+#SBATCH --account=isthmus
+echo "batch on $(hostname) nodes=$SLURM_JOB_NUM_NODES" > {out}
+srun bash -c 'echo "rank $SLURM_PROCID node $SLURMD_NODENAME gpus $CUDA_VISIBLE_DEVICES"' >> {out}
+sleep 6
+""")
+    env = _env(server, tmp_path)
+    assert isbatch.run([str(script)], env) == 0
+    job_id = capsys.readouterr().out.split()[-1]
+
+    running = wait_until(
+        lambda: (j := _queue(env, job_id, capsys)) and j["job_state"] == "RUNNING" and j,
+        DEADLINE, "isqueue shows the job R")
+    assert running["nodes"].startswith("a100-[") and running["node_count"] == 2
+    assert isqueue.run(["-h", "-j", job_id], env) == 0
+    row = capsys.readouterr().out.split()
+    assert row[4] == "R" and row[7] == running["nodes"]
+
+    done = wait_until(lambda: (r := _acct(env, job_id, capsys))[2] not in ("RUNNING", "PENDING")
+                      and r, DEADLINE, "isacct shows the job ended")
+    assert done[:4] == [job_id, "e2e-gang", "COMPLETED", "0:0"], done
+    assert "gres/gpu=16" in done[5] and "node=2" in done[5]
+    lines = out.read_text().splitlines()
+    # The script ran once (the batch step) and its own srun started one rank per node.
+    assert lines[0].endswith("nodes=2") and sum(line.startswith("batch") for line in lines) == 1
+    ranks = sorted(line.split()[1] for line in lines[1:])
+    assert ranks == ["0", "1"]
+    assert all(line.endswith("gpus 0,1,2,3,4,5,6,7") for line in lines[1:])
+
+
+def test_failing_script_is_failed_with_its_exit_code(
+    server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = _script(tmp_path / "fail.sh", """#!/bin/bash
+#SBATCH -J e2e-fail -N 1 --gres=gpu:1 -t 5 -A isthmus
+echo failing
+exit 3
+""")
+    env = _env(server, tmp_path)
+    assert isbatch.run(["--parsable", str(script)], env) == 0
+    job_id = capsys.readouterr().out.strip()
+    done = wait_until(lambda: (r := _acct(env, job_id, capsys))[2] not in ("RUNNING", "PENDING")
+                      and r, DEADLINE, "isacct shows the job ended")
+    assert done[2:4] == ["FAILED", "3:0"], done
+    assert isacct.run(["-j", job_id, "--json"], env) == 0
+    (row,) = json.loads(capsys.readouterr().out)["jobs"]
+    assert row["FailureCategory"] == "USER_ERROR"
