@@ -1,4 +1,4 @@
-"""The admission cycle, carried out: heads -> snapshot -> nominate -> order -> admit (pure,
+"""The admission cycle, carried out: heads -> holds -> snapshot -> nominate -> order -> admit (pure,
 policies.admission) -> persist -> requeue the rest with reasons -> decision record.
 
 Persisting an admission is one transaction per job: QUEUED -> ADMITTED through set_state (the
@@ -21,6 +21,7 @@ from datetime import datetime
 from sqlmodel import Session
 
 from broker import ledger
+from broker.control import holds
 from broker.control.faults import crash_point
 from broker.control.guard import Incident, JobGuard, mark
 from broker.control.plane import ControlPlane, hold_in_flight, log
@@ -160,6 +161,7 @@ def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
         queued = list_jobs(s, states=[JobState.QUEUED.value], limit=limit, ascending=True)
         in_use = {k: v[0] for k, v in ledger.usage(s).items()}
         held = _in_flight(att.live(s))
+    queued = holds.apply_holds(plane, queued, now)  # start times, dependencies, array limits
     inventory = hold_in_flight(plane.inventory(), held)
     quotas = quota_config(plane.config)
     views, unreadable = _pending_views(plane, queued)

@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from broker.domain import metadata_keys
+from broker.domain.scheduling import Scheduling
 from broker.domain.units import format_duration, parse_duration, parse_size
 
 API_VERSION = "isthmus/v1"
@@ -163,6 +164,9 @@ class JobSpec(_Strict):
     )
     code_version: str | None = None
     data_version: str | None = None
+    scheduling: Scheduling | None = Field(
+        default=None, description="start time, dependencies, array membership (sbatch style)"
+    )
 
     @field_validator("flavors")
     @classmethod

@@ -25,14 +25,16 @@ the section does not map.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from broker.hpc.compat_config import SlurmCompat
 from broker.hpc.sbatch_parse import SbatchRequest
-from broker.hpc.sbatch_values import parse_signal
+from broker.hpc.sbatch_values import parse_array, parse_begin, parse_dependency, parse_signal
 
 # Given options with no effect on the job; kept in the request annotation.
 STORED = frozenset({
@@ -46,8 +48,8 @@ MAPPED = frozenset({
     "ntasks", "ntasks_per_node", "cpus_per_task", "cpus_per_gpu", "mem", "mem_per_gpu",
     "mem_per_cpu", "time", "job_name", "constraint", "signal", "wrap", "test_only",
 })
-# Read by later steps (arrays, dependencies, begin) when they are enabled: see ``submit_plan``.
-SCHEDULING = frozenset({"array", "dependency", "begin", "hold"})
+# Become spec.scheduling (holds before admission) and, for arrays, one job per task.
+SCHEDULING = frozenset({"array", "dependency", "begin"})
 NEVER_EXPORTED = frozenset({"ISTHMUS_TOKEN", "ISTHMUS_URL"})
 ANNOTATION = "sbatch.isthmus.io/request"
 _NAME_BAD = re.compile(r"[^a-z0-9-]+")
@@ -122,6 +124,52 @@ def _env(req: SbatchRequest, environ: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
+def _scheduling(req: SbatchRequest, resolve: Callable[[str], list[str]] | None,
+                now: datetime) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    begin = req.extra.get("begin")
+    if begin:
+        out["begin_at"] = parse_begin(begin, now).isoformat()
+    if req.dependency:
+        deps = parse_dependency(req.dependency)
+        items = []
+        for d in deps.items:
+            if d.kind not in ("after", "afterany", "afterok", "afternotok", "singleton"):
+                raise CompatError(f"--dependency={req.dependency}: '{d.kind}' is not supported "
+                                  "(after, afterany, afterok, afternotok, singleton are)")
+            jobs: list[str] = []
+            for ref in d.job_ids:
+                found = resolve(ref) if resolve is not None else [ref]
+                if not found:
+                    raise CompatError(f"Job dependency problem: job {ref} is not known "
+                                      "(--dependency)")
+                jobs += found
+            items.append({"kind": d.kind, "jobs": jobs})
+        out["dependencies"] = items
+        out["any_dependency"] = deps.any_of
+    return out
+
+
+def array_specs(spec: dict[str, Any], req: SbatchRequest, array_id: str) -> list[dict[str, Any]]:
+    """One spec per array task: scheduling.array and the SLURM_ARRAY_* variables set."""
+    if not req.array:
+        return [spec]
+    array = parse_array(req.array)
+    indices = array.indices
+    steps = sorted({b - a for a, b in itertools.pairwise(indices)})
+    out = []
+    for index in indices:
+        env = {**spec.get("env", {}), "SLURM_ARRAY_JOB_ID": array_id,
+               "SLURM_ARRAY_TASK_ID": str(index), "SLURM_ARRAY_TASK_COUNT": str(len(indices)),
+               "SLURM_ARRAY_TASK_MIN": str(indices[0]), "SLURM_ARRAY_TASK_MAX": str(indices[-1])}
+        if len(steps) <= 1:  # a regular range has a step
+            env["SLURM_ARRAY_TASK_STEP"] = str(steps[0] if steps else 1)
+        member = {"id": array_id, "index": index, "count": len(indices), "limit": array.limit}
+        scheduling = {**spec.get("scheduling", {}), "array": member}
+        out.append({**spec, "env": env, "scheduling": scheduling})
+    return out
+
+
 def to_job_spec(
     req: SbatchRequest,
     script: str,
@@ -131,8 +179,14 @@ def to_job_spec(
     script_path: str | None = None,
     environ: Mapping[str, str] | None = None,
     submit_dir: str | None = None,
+    resolve: Callable[[str], list[str]] | None = None,
+    now: datetime | None = None,
 ) -> dict[str, Any]:
-    """The JobSpec (as JSON data) for this request, or CompatError naming what cannot map."""
+    """The JobSpec (as JSON data) for this request, or CompatError naming what cannot map.
+
+    ``resolve`` turns a job id of --dependency (an Isthmus id, an array id or ARRAY_TASK) into
+    Isthmus job ids; an array request gives the spec of its first task (``array_specs`` makes
+    them all)."""
     given = set(req.extra.get("options", {}))
     unsupported = sorted(given - STORED - MAPPED - SCHEDULING)
     if unsupported:
@@ -187,6 +241,9 @@ def to_job_spec(
         env.setdefault("SLURM_SUBMIT_DIR", submit_dir)
     if env:
         spec["env"] = env
+    scheduling = _scheduling(req, resolve, now or datetime.now(UTC))
+    if scheduling:
+        spec["scheduling"] = scheduling
     request = {"sbatch": req.sbatch_json(), "options": req.extra.get("options", {}),
                "partition": partition}
     spec["annotations"] = {ANNOTATION: json.dumps(request, sort_keys=True)}

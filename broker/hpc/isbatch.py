@@ -11,16 +11,19 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from broker.client import ApiError, Client
+from broker.domain.ids import new_job_id
 from broker.hpc import client_config, sbatch_parse
-from broker.hpc.compat import CompatError, to_job_spec
+from broker.hpc.common import all_jobs
+from broker.hpc.compat import CompatError, array_specs, to_job_spec
 from broker.hpc.compat_config import SlurmCompat
+from broker.hpc.jobview import JobView
 from broker.hpc.sbatch_values import SbatchError
 
 PROG = "isbatch"
@@ -89,10 +92,18 @@ def submit(parsed: sbatch_parse.Parsed, environ: Mapping[str, str]) -> int:
                 caller_team=compat_data["caller"].get("team"),
                 script_path=parsed.command_line.script_path,
                 environ=environ, submit_dir=options.chdir or os.getcwd(),
+                resolve=_resolver(api),
             )
             if options.test_only:
                 return _test_only(spec, options.json)
-            job = api.submit(spec)
+            if parsed.request.array:
+                array_id = new_job_id()
+                tasks = array_specs(spec, parsed.request, array_id)
+                jobs = [api.submit(t, idempotency_key=f"isbatch-{array_id}-{i}")
+                        for i, t in enumerate(tasks)]
+                job = {"id": array_id, "array_tasks": [j["id"] for j in jobs]}
+            else:
+                job = api.submit(spec)
     except CompatError as exc:
         return _fail(str(exc))
     except ApiError as exc:
@@ -106,6 +117,20 @@ def submit(parsed: sbatch_parse.Parsed, environ: Mapping[str, str]) -> int:
     else:
         print(f"Submitted batch job {job['id']}")
     return 0
+
+
+def _resolver(api: Client) -> Callable[[str], list[str]]:
+    """Job ids of --dependency as the user writes them (an id, an array id, ARRAY_TASK) ->
+    Isthmus job ids among the jobs the user may see."""
+    seen: list[JobView] = []
+
+    def resolve(ref: str) -> list[str]:
+        if not seen:
+            seen.extend(all_jobs(api))
+        exact = [v.id for v in seen if ref in (v.id, v.display_id)]
+        return exact or [v.id for v in seen if v.array_job_id == ref]
+
+    return resolve
 
 
 def _test_only(spec: dict[str, Any], as_json: bool) -> int:

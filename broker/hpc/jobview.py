@@ -117,10 +117,9 @@ def view(item: dict[str, Any]) -> JobView:
         except ValueError:
             request = {}
     sbatch: dict[str, Any] = request.get("sbatch") or {}
-    labels = spec.get("labels") or {}
+    array = (spec.get("scheduling") or {}).get("array") or {}
     partition = (request.get("partition") or sbatch.get("partition") or run.get("pool")
                  or ",".join(spec.get("flavors") or []))
-    task = labels.get("sbatch.isthmus.dev/array-task")
     return JobView(
         id=item["id"], name=sbatch.get("job_name") or item["name"], user=item["submitted_by"],
         account=item["team"], state=item["state"], reason=item["reason"], partition=partition,
@@ -132,8 +131,7 @@ def view(item: dict[str, Any]) -> JobView:
         start=_parse_time(run.get("started_at")), end=_parse_time(run.get("ended_at")),
         exit_code=run.get("exit_code"), signal=run.get("signal"), failure=run.get("failure"),
         raw_state=run.get("raw_state"),
-        array_job_id=labels.get("sbatch.isthmus.dev/array-job"),
-        array_task_id=int(task) if task is not None else None,
+        array_job_id=array.get("id"), array_task_id=array.get("index"),
     )
 
 

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 INFINITE_WORDS = ("infinite", "unlimited")
 DEPENDENCY_TYPES = ("after", "afterany", "afterburstbuffer", "aftercorr", "afternotok", "afterok")
 _INT = re.compile(r"^\d+$")
-_JOB_ID = re.compile(r"^\d+(_\d+)?$")
+_JOB_ID = re.compile(r"^[0-9a-z]+(_\d+)?$")  # Slurm ids, and Isthmus ids (base32)
 _MEM = re.compile(r"^(\d+)([KMGTkmgt]?)$")
 _MEM_FACTOR_MB = {"": 1.0, "k": 1 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0**2}
 MAX_SIGNAL_SECONDS = 65535

@@ -110,3 +110,38 @@ def test_config_refuses_unknown_references(tmp_path: Path) -> None:
     bad.write_text(text.replace("gpu_types: {a100: a100-80g", "gpu_types: {a100: a100-40g"))
     with pytest.raises(ConfigError, match=r"slurm_compat.gpu_types.a100: 'a100-40g' is not in"):
         load_config(bad)
+
+
+def test_array_becomes_one_spec_per_task_with_the_slurm_variables() -> None:
+    from broker.hpc.compat import array_specs
+
+    parsed = parse(["--array=0-10:5%2", "--gres=gpu:1", "job.sh"], {}, lambda path: SCRIPT)
+    base = to_job_spec(parsed.request, parsed.script, COMPAT, caller_team="vision")
+    tasks = [JobSpec.model_validate(t) for t in array_specs(base, parsed.request, "arr1")]
+    assert [t.scheduling.array.index for t in tasks if t.scheduling and t.scheduling.array] == [
+        0, 5, 10]
+    assert tasks[1].env["SLURM_ARRAY_TASK_ID"] == "5"
+    assert tasks[1].env["SLURM_ARRAY_JOB_ID"] == "arr1"
+    assert tasks[1].env["SLURM_ARRAY_TASK_STEP"] == "5"
+    assert tasks[1].env["SLURM_ARRAY_TASK_COUNT"] == "3"
+    assert {t.scheduling.array.limit for t in tasks if t.scheduling and t.scheduling.array} == {2}
+
+
+def test_dependencies_and_begin_become_scheduling() -> None:
+    from datetime import UTC, datetime
+
+    parsed = parse(["--dependency=afterok:arr1?afternotok:j9", "--begin=now+60",
+                    "--gres=gpu:1", "job.sh"], {}, lambda path: SCRIPT)
+    table = {"arr1": ["t0", "t1"], "j9": ["j9"]}
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    spec = JobSpec.model_validate(to_job_spec(
+        parsed.request, parsed.script, COMPAT, caller_team="vision",
+        resolve=lambda ref: table.get(ref, []), now=now))
+    assert spec.scheduling is not None
+    assert spec.scheduling.begin_at == datetime(2026, 12, 1, 0, 1, tzinfo=UTC)
+    assert [(d.kind, d.jobs) for d in spec.scheduling.dependencies] == [
+        ("afterok", ["t0", "t1"]), ("afternotok", ["j9"])]
+    assert spec.scheduling.any_dependency
+    bad = parse(["--dependency=afterok:nope", "--gres=gpu:1", "job.sh"], {}, lambda p: SCRIPT)
+    with pytest.raises(CompatError, match="Job dependency problem"):
+        to_job_spec(bad.request, bad.script, COMPAT, caller_team="vision", resolve=lambda r: [])
