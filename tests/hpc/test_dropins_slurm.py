@@ -110,3 +110,85 @@ exit 3
     assert isacct.run(["-j", job_id, "--json"], env) == 0
     (row,) = json.loads(capsys.readouterr().out)["jobs"]
     assert row["FailureCategory"] == "USER_ERROR"
+
+
+def test_array_of_six_never_runs_more_than_two(
+    server: Server, tmp_path: Path, slurm_cluster: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = _script(tmp_path / "array.sh", """#!/bin/bash
+#SBATCH -J e2e-array -N 1 --gres=gpu:1 -t 5 -A isthmus
+#SBATCH --array=0-5%2
+echo "task $SLURM_ARRAY_TASK_ID of $SLURM_ARRAY_JOB_ID"
+sleep 3
+""")
+    env = _env(server, tmp_path)
+    assert isbatch.run([str(script)], env) == 0
+    array_id = capsys.readouterr().out.split()[-1]
+    most_isthmus = most_slurm = 0
+
+    def all_ended() -> bool:
+        nonlocal most_isthmus, most_slurm
+        assert isqueue.run(["--json", "-j", array_id, "-t", "all"], env) == 0
+        tasks = json.loads(capsys.readouterr().out)["jobs"]
+        assert len(tasks) == 6
+        running = [t for t in tasks if t["job_state"] == "RUNNING"]
+        most_isthmus = max(most_isthmus, len(running))
+        names = slurm_cluster.run(["squeue", "-h", "-t", "R", "-o", "%j"]).stdout.split()
+        ours = {t["isthmus_id"] for t in tasks}
+        most_slurm = max(most_slurm, sum(1 for n in names if n.split("-")[1:2] and
+                                         n.split("-")[1] in ours))
+        return all(t["job_state"] not in ("PENDING", "RUNNING") for t in tasks)
+
+    wait_until(all_ended, DEADLINE * 2, "all six array tasks ended", every=0.3)
+    assert 1 <= most_isthmus <= 2 and most_slurm <= 2
+    assert isacct.run(["-j", array_id, "-P", "-n", "--format=JobID,State,ExitCode"], env) == 0
+    rows = sorted(capsys.readouterr().out.split())
+    assert rows == sorted(f"{array_id}_{i}|COMPLETED|0:0" for i in range(6))
+
+
+def test_afterok_holds_until_the_parent_succeeds(
+    server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env = _env(server, tmp_path)
+    parent = _script(tmp_path / "parent.sh", """#!/bin/bash
+#SBATCH -J e2e-parent -N 1 --gres=gpu:1 -t 5 -A isthmus
+sleep 6
+""")
+    bad_parent = _script(tmp_path / "bad.sh", """#!/bin/bash
+#SBATCH -J e2e-bad -N 1 --gres=gpu:1 -t 5 -A isthmus
+exit 1
+""")
+    child = _script(tmp_path / "child.sh", """#!/bin/bash
+#SBATCH -J e2e-child -N 1 --gres=gpu:1 -t 5 -A isthmus
+true
+""")
+    assert isbatch.run(["--parsable", str(parent)], env) == 0
+    parent_id = capsys.readouterr().out.strip()
+    assert isbatch.run(["--parsable", str(bad_parent)], env) == 0
+    bad_id = capsys.readouterr().out.strip()
+    assert isbatch.run(["--parsable", f"--dependency=afterok:{parent_id}", str(child)], env) == 0
+    child_id = capsys.readouterr().out.strip()
+    assert isbatch.run(["--parsable", f"-d afterok:{bad_id}".replace(" ", ""), str(child)],
+                       env) == 0
+    orphan_id = capsys.readouterr().out.strip()
+
+    wait_until(lambda: (j := _queue(env, parent_id, capsys)) and j["job_state"] == "RUNNING",
+               DEADLINE, "the parent runs")
+    waiting = _queue(env, child_id, capsys)
+    assert waiting is not None and waiting["job_state"] == "PENDING"
+    assert waiting["state_reason"] == "WaitingForDependency"
+
+    done = wait_until(lambda: (r := _acct(env, child_id, capsys))[2] == "COMPLETED" and r,
+                      DEADLINE, "the child completes")
+    assert done[3] == "0:0"
+    assert isacct.run(["-j", f"{parent_id},{child_id}", "-P", "-n",
+                       "--format=JobID,State,Start,End"], env) == 0
+    rows = {r.split("|")[0]: r.split("|") for r in capsys.readouterr().out.split()}
+    assert rows[parent_id][1] == "COMPLETED"
+    assert rows[child_id][2] >= rows[parent_id][3]  # started after the parent ended
+    never = wait_until(lambda: (r := _acct(env, orphan_id, capsys))[2] == "CANCELLED" and r,
+                       DEADLINE, "the child of a failed parent is cancelled")
+    assert never[2] == "CANCELLED"
+    assert isqueue.run(["--json", "-t", "CA", "-j", orphan_id], env) == 0
+    (row,) = json.loads(capsys.readouterr().out)["jobs"]
+    assert row["state_reason"] == "DependencyNeverSatisfied"
