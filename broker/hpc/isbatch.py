@@ -18,12 +18,9 @@ from typing import Any
 import httpx
 
 from broker.client import ApiError, Client
-from broker.domain.ids import new_job_id
 from broker.hpc import client_config, sbatch_parse
-from broker.hpc.common import all_jobs
 from broker.hpc.compat import CompatError, array_specs, to_job_spec
 from broker.hpc.compat_config import SlurmCompat
-from broker.hpc.jobview import JobView
 from broker.hpc.sbatch_values import SbatchError
 
 PROG = "isbatch"
@@ -97,6 +94,8 @@ def submit(parsed: sbatch_parse.Parsed, environ: Mapping[str, str]) -> int:
             if options.test_only:
                 return _test_only(spec, options.json)
             if parsed.request.array:
+                from broker.domain.ids import new_job_id  # here: the package import is slow
+
                 array_id = new_job_id()
                 tasks = array_specs(spec, parsed.request, array_id)
                 jobs = [api.submit(t, idempotency_key=f"isbatch-{array_id}-{i}")
@@ -122,9 +121,12 @@ def submit(parsed: sbatch_parse.Parsed, environ: Mapping[str, str]) -> int:
 def _resolver(api: Client) -> Callable[[str], list[str]]:
     """Job ids of --dependency as the user writes them (an id, an array id, ARRAY_TASK) ->
     Isthmus job ids among the jobs the user may see."""
-    seen: list[JobView] = []
+    seen: list[Any] = []
 
     def resolve(ref: str) -> list[str]:
+        # Imported on use: they load broker.domain, which would cost every submission ~0.5 s.
+        from broker.hpc.common import all_jobs
+
         if not seen:
             seen.extend(all_jobs(api))
         exact = [v.id for v in seen if ref in (v.id, v.display_id)]
