@@ -16,7 +16,15 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from broker.domain.spec import BackendKind
+from broker.domain.spec import (
+    DAY,
+    BackendKind,
+    BackoffDuration,
+    Ceiling,
+    GraceDuration,
+    MemorySize,
+    RuntimeDuration,
+)
 from broker.hpc.compat_config import SlurmCompat
 
 NAME = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -116,8 +124,19 @@ class Server(_Strict):
 
 
 class Limits(_Strict):
-    max_replicas: int = Field(default=512, ge=1)
+    """What this installation accepts in one job, checked at submit (a 422 naming the field
+    and the limit). Each may be raised up to the spec's hard ceiling (`spec.Ceiling`)."""
+
+    max_replicas: int = Field(default=512, ge=1, le=Ceiling.REPLICAS)
     max_gpus_per_job: int = Field(default=4096, ge=1)
+    max_runtime: RuntimeDuration = 30 * DAY  # also bounds checkpoint.interval
+    max_checkpoint_grace: GraceDuration = 3600
+    max_retry_backoff: BackoffDuration = DAY  # retry.backoff and retry.max_backoff
+    max_cpus_per_replica: int = Field(default=1024, ge=1, le=Ceiling.CPUS_PER_REPLICA)
+    max_memory_per_replica: MemorySize = 16 * 2**40  # 16Ti: what a large node offers
+    max_wasted_gpu_hours: float = Field(
+        default=1_000_000, gt=0, le=Ceiling.WASTED_GPU_HOURS, allow_inf_nan=False
+    )
 
 
 class Control(_Strict):

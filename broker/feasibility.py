@@ -10,11 +10,14 @@ Two kinds of answer:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from broker.config import Flavor, IsthmusConfig, Pool, PoolCapacity, Team
+from broker.config import Flavor, IsthmusConfig, Limits, Pool, PoolCapacity, Team
 from broker.domain import Reason
 from broker.domain.spec import JobSpec, TopologyLevel
+from broker.domain.units import format_duration, format_size
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +71,42 @@ def request_problems(
                 f"{config.limits.max_gpus_per_job} per job",
             )
         )
+    out += limit_problems(config.limits, spec)
     return out
+
+
+def limit_problems(limits: Limits, spec: JobSpec) -> list[FieldProblem]:
+    """The spec's values above this installation's `limits:` (the spec model itself enforces
+    only the hard ceilings)."""
+    d, size = format_duration, format_size
+    checks: list[tuple[str, int | float | None, int | float, str, Callable[[Any], str]]] = [
+        ("max_runtime", spec.max_runtime, limits.max_runtime, "max_runtime", d),
+        ("checkpoint.interval", spec.checkpoint.interval, limits.max_runtime, "max_runtime", d),
+        ("checkpoint.grace", spec.checkpoint.grace, limits.max_checkpoint_grace,
+         "max_checkpoint_grace", d),
+        ("retry.backoff", spec.retry.backoff, limits.max_retry_backoff, "max_retry_backoff", d),
+        ("retry.max_backoff", spec.retry.max_backoff, limits.max_retry_backoff,
+         "max_retry_backoff", d),
+        ("retry.max_wasted_gpu_hours", spec.retry.max_wasted_gpu_hours,
+         limits.max_wasted_gpu_hours, "max_wasted_gpu_hours", _number),
+        ("gang.cpus_per_replica", spec.gang.cpus_per_replica, limits.max_cpus_per_replica,
+         "max_cpus_per_replica", str),
+        ("gang.memory_per_replica", spec.gang.memory_per_replica,
+         limits.max_memory_per_replica, "max_memory_per_replica", size),
+    ]
+    return [
+        FieldProblem(
+            field,
+            f"{fmt(value)} is above this installation's limit of {fmt(limit)} "
+            f"(limits.{key}); ask for at most {fmt(limit)}",
+        )
+        for field, value, limit, key, fmt in checks
+        if value is not None and value > limit
+    ]
+
+
+def _number(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
 def acceptable_flavors(config: IsthmusConfig, spec: JobSpec) -> list[Flavor]:

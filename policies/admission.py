@@ -397,11 +397,11 @@ def admission_cycle(
     later: list[Decision] = []
     for j in jobs:
         if j.not_before is not None and j.not_before > now:
-            secs = (j.not_before - now).total_seconds()
+            # the end, not a countdown: a message that changed every cycle would append an
+            # event per waiting job per cycle
+            until = j.not_before.strftime("%Y-%m-%dT%H:%M:%SZ")
             later.append(
-                Decision(
-                    j.id, False, Reason.BackoffAfterFailure, f"retry backoff: {secs:.0f}s left"
-                )
+                Decision(j.id, False, Reason.BackoffAfterFailure, f"retry backoff until {until}")
             )
         else:
             eligible.append(j)

@@ -161,6 +161,10 @@ class PoolIndex:
         self.fail_memo: dict[tuple[int, int], int] = {}
         self._static: dict[tuple[int, int], int] = {}
         self.max_node_total = max((s.total for s in self.nodes.values()), default=0)
+        # the largest node's CPUs and memory, 0 when the backend does not report them
+        usable = [n for n in snap.nodes if n.schedulable]
+        self.max_node_cpus = max((n.cpus for n in usable), default=0)
+        self.max_node_memory = max((n.memory_bytes for n in usable), default=0)
         # bookkeeping of this cycle, read by admission for reasons and caps
         self.admitted = 0
         self.admitted_max_priority: int | None = None

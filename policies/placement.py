@@ -168,6 +168,19 @@ def evaluate_pool(
     return verdict, fit
 
 
+def _replica_too_big(job: PendingJob, pool: PoolIndex) -> str | None:
+    """A replica asking for more CPUs or memory than the pool's largest node has never fits
+    there; saying so beats "no 1 x 8 GPUs fit within the free nodes now"."""
+    c, m = job.cpus_per_replica, job.memory_per_replica
+    if c and pool.max_node_cpus and c > pool.max_node_cpus:
+        return (f"a replica needs {c} CPUs; the largest node of {pool.snap.name} has "
+                f"{pool.max_node_cpus}")
+    if m and pool.max_node_memory and m > pool.max_node_memory:
+        return (f"a replica needs {m / 2**30:.1f} GiB of memory; the largest node of "
+                f"{pool.snap.name} has {pool.max_node_memory / 2**30:.1f} GiB")
+    return None
+
+
 def _evaluate(
     job: PendingJob,
     pool: PoolIndex,
@@ -188,6 +201,9 @@ def _evaluate(
     if g > pool.max_node_total:
         msg = f"a replica needs {g} GPUs; the largest node of {s.name} has {pool.max_node_total}"
         return _verdict(pool, Reason.TopologyUnsatisfiable, msg), None
+    too_big = _replica_too_big(job, pool)
+    if too_big:
+        return _verdict(pool, Reason.TopologyUnsatisfiable, too_big), None
     top = max_level(job)
     if pool.static_cap(g, top) < r:
         within = f"one {LEVEL_NAMES[top]}" if top < POOL else "the pool"

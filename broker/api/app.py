@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute
 
 from broker import __version__
 from broker.api.auth import Authenticator
 from broker.api.group_commit import SubmitQueue
+from broker.api.guards import plain_query
 from broker.api.limits import BodyLimit, BodyTooLarge, problem_413
-from broker.api.problems import PROBLEM_JSON, Problem
+from broker.api.problems import PROBLEM_JSON, Problem, ProblemBody
 from broker.api.routes_admin import router as admin_router
 from broker.api.routes_hpc import router as hpc_router
 from broker.api.routes_jobs import router as jobs_router
@@ -45,10 +48,9 @@ def create_app(config: IsthmusConfig, db: Database, runtime: Runtime | None = No
     )
     app.state.runtime = runtime
     app.add_middleware(BodyLimit, max_bytes=config.server.max_body_bytes)
-    app.include_router(jobs_router)
-    app.include_router(progress_router)
-    app.include_router(admin_router)
-    app.include_router(hpc_router)
+    routers = (jobs_router, progress_router, admin_router, hpc_router)
+    for router in routers:
+        app.include_router(router, dependencies=[Depends(plain_query)])
 
     @app.exception_handler(Problem)
     async def _problem(request: Request, exc: Problem) -> JSONResponse:
@@ -66,10 +68,7 @@ def create_app(config: IsthmusConfig, db: Database, runtime: Runtime | None = No
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = [
-            {
-                "field": ".".join(str(p) for p in e["loc"] if p not in ("query", "path", "header")),
-                "message": e["msg"],
-            }
+            {"field": _field(e["loc"]), "message": e["msg"].removeprefix("Value error, ")}
             for e in exc.errors()
         ]
         detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
@@ -80,9 +79,13 @@ def create_app(config: IsthmusConfig, db: Database, runtime: Runtime | None = No
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         slug = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
-        return Problem(exc.status_code, slug, str(exc.detail), str(exc.detail)).response(
-            request.url.path
-        )
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            routes = [*app.router.routes, *(r for rt in routers for r in rt.routes)]
+            headers["Allow"] = _allowed_methods(routes, request.url.path)
+        return Problem(
+            exc.status_code, slug, str(exc.detail), str(exc.detail), headers=headers or None
+        ).response(request.url.path)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
@@ -122,12 +125,51 @@ def create_app(config: IsthmusConfig, db: Database, runtime: Runtime | None = No
                 title=app.title, version=app.version, description=app.description,
                 routes=app.routes,
             )
-            comps = schema.setdefault("components", {}).setdefault("schemas", {})
+            components = schema.setdefault("components", {})
+            comps = components.setdefault("schemas", {})
             spec_schema = JobSpec.model_json_schema(ref_template="#/components/schemas/{model}")
             comps.update(spec_schema.pop("$defs", {}))
             comps["JobSpec"] = spec_schema
+            problem = ProblemBody.model_json_schema(ref_template="#/components/schemas/{model}")
+            comps.update(problem.pop("$defs", {}))
+            comps["Problem"] = problem
+            _document_security(schema, open_mode=config.auth.mode == "none")
             app.openapi_schema = schema
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+def _document_security(schema: dict[str, Any], open_mode: bool) -> None:
+    """Bearer tokens on every /v1 route (progress reports use their per-attempt token);
+    health and metrics are open. With `auth.mode: none` the token is optional."""
+    schema["components"]["securitySchemes"] = {
+        "bearerAuth": {
+            "type": "http", "scheme": "bearer",
+            "description": "an API token (`ISTHMUS_TOKEN`), or the per-attempt progress token "
+            "(`ISTHMUS_PROGRESS_TOKEN`) for POST /v1/jobs/{id}/progress",
+        }
+    }
+    schema["security"] = [{"bearerAuth": []}, {}] if open_mode else [{"bearerAuth": []}]
+    for path, item in schema.get("paths", {}).items():
+        if not path.startswith("/v1/"):
+            for operation in item.values():
+                operation["security"] = []
+
+
+def _field(loc: tuple[int | str, ...]) -> str:
+    """'gang.replicas' from ('body', 'gang', 'replicas'); the request part is implied."""
+    parts = loc[1:] if loc and loc[0] in ("query", "path", "header", "body") else loc
+    return ".".join(str(p) for p in parts) or "(body)"
+
+
+def _allowed_methods(routes: list[BaseRoute], path: str) -> str:
+    """Every method some route serves at this path. Starlette's own Allow names only the first
+    route that matched the path, and GET and POST /v1/jobs are two routes."""
+    methods: set[str] = set()
+    for route in routes:
+        regex = getattr(route, "path_regex", None)
+        if regex is not None and regex.match(path):
+            methods |= getattr(route, "methods", None) or set()
+    return ", ".join(sorted(methods))

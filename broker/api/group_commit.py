@@ -2,17 +2,21 @@
 next transaction, so durable submits cost one fsync per batch instead of one each.
 
 A request still gets its answer only after its own job is committed; a failure of one
-submission (idempotency conflict) is reported to that request alone.
+submission (an idempotency conflict, a row the database refuses, a failed commit) is reported
+to that request alone.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 
 from broker.config import IsthmusConfig
 from broker.orchestration.submission import Submission, Submitted, submit_many
 from broker.store.db import Database
+
+log = logging.getLogger("isthmus.api")
 
 
 class SubmitQueue:
@@ -41,16 +45,10 @@ class SubmitQueue:
             while self._pending:
                 batch = self._pending[: self.max_batch]
                 del self._pending[: self.max_batch]
-                try:
-                    # Inline on purpose: a worker thread would fight the event loop for the
-                    # GIL on every statement. While this runs, new requests wait in socket
-                    # buffers; they form the next batch.
-                    results = submit_many(self.db, self.config, [s for s, _ in batch])
-                except Exception as exc:  # the transaction failed as a whole
-                    for _, fut in batch:
-                        if not fut.done():
-                            fut.set_exception(exc)
-                    continue
+                # Inline on purpose: a worker thread would fight the event loop for the GIL on
+                # every statement. While this runs, new requests wait in socket buffers; they
+                # form the next batch.
+                results = self._commit([s for s, _ in batch])
                 if self.on_commit is not None:
                     self.on_commit()  # wake the admission cycle: new jobs are queued
                 for (_, fut), result in zip(batch, results, strict=True):
@@ -62,3 +60,23 @@ class SubmitQueue:
                         fut.set_result(result)
         finally:
             self._draining = False
+
+    def _commit(self, subs: list[Submission]) -> list[Submitted | Exception]:
+        """One transaction for the batch. Should the transaction fail as a whole (submit_many
+        isolates each submission in a savepoint, so this means the commit or the connection
+        failed), each submission is retried alone: a failure is then reported to the request
+        that caused it, and the others are stored."""
+        try:
+            return submit_many(self.db, self.config, subs)
+        except Exception as exc:
+            if len(subs) == 1:
+                return [exc]
+            log.warning("a batch of %d submissions failed (%r); retrying one by one",
+                        len(subs), exc)
+        out: list[Submitted | Exception] = []
+        for sub in subs:
+            try:
+                out += submit_many(self.db, self.config, [sub])
+            except Exception as exc:
+                out.append(exc)
+        return out

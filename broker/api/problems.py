@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi.responses import JSONResponse
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 PROBLEM_JSON = "application/problem+json"
 
@@ -68,3 +68,42 @@ def invalid_spec(exc: ValidationError) -> Problem:
         )
     summary = "; ".join(f"{e['field']}: {e['message']}" for e in errors[:5])
     return Problem(422, "invalid-spec", "Invalid job spec", summary, errors)
+
+
+class FieldError(BaseModel):
+    field: str
+    message: str
+
+
+class ProblemBody(BaseModel):
+    """The body of every 4xx and 5xx answer (RFC 9457), as documented in the OpenAPI."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str | None = None
+    errors: list[FieldError] = []
+
+
+_WHEN = {
+    400: "malformed request (JSON, header)",
+    401: "missing or unknown bearer token",
+    403: "not allowed for this token (another team, not an admin)",
+    404: "not found (or another team's job)",
+    409: "conflicts with the current state",
+    413: "request body too large",
+    415: "not application/json",
+    422: "invalid input; `errors` names each field and the limit",
+}
+
+
+def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` entries for these problem statuses (for a route decorator)."""
+    return {
+        status: {
+            "description": _WHEN[status],
+            "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        }
+        for status in statuses
+    }

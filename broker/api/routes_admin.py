@@ -9,13 +9,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from broker import ledger
 from broker.api.auth import Principal, principal
-from broker.api.problems import Problem
+from broker.api.problems import Problem, problem_responses
 from broker.config import IsthmusConfig
+from broker.domain.text import Text
 from broker.store.db import Database
 from broker.store.pools import pool_states, set_drained
 from broker.store.tables import utcnow
 
-router = APIRouter(prefix="/v1/admin", tags=["admin"])
+router = APIRouter(
+    prefix="/v1/admin", tags=["admin"], responses=problem_responses(401, 403, 422)
+)
 
 
 async def admin(caller: Annotated[Principal, Depends(principal)]) -> Principal:
@@ -42,7 +45,7 @@ class PoolOut(BaseModel):
 class DrainRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    reason: str = Field(default="", max_length=1000)
+    reason: Text = Field(default="", max_length=1000)
 
 
 def _pools(request: Request) -> list[PoolOut]:
@@ -82,13 +85,19 @@ def _set(request: Request, pool: str, drained: bool, reason: str, actor: str) ->
     return next(p for p in _pools(request) if p.name == pool)
 
 
-@router.post("/pools/{pool}/drain", response_model=PoolOut)
+@router.post(
+    "/pools/{pool}/drain", response_model=PoolOut,
+    responses=problem_responses(404, 413),
+)
 def drain(pool: str, body: DrainRequest, request: Request, caller: Admin) -> PoolOut:
     """Admit nothing more to this pool; running jobs keep running."""
     return _set(request, pool, True, body.reason or f"drained by {caller.name}", caller.name)
 
 
-@router.post("/pools/{pool}/undrain", response_model=PoolOut)
+@router.post(
+    "/pools/{pool}/undrain", response_model=PoolOut,
+    responses=problem_responses(404),
+)
 def undrain(pool: str, request: Request, caller: Admin) -> PoolOut:
     return _set(request, pool, False, "", caller.name)
 

@@ -7,12 +7,13 @@ import binascii
 import json
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import ValidationError
 
 from broker.api.auth import Principal, principal
 from broker.api.group_commit import SubmitQueue
-from broker.api.problems import Problem, invalid_spec
+from broker.api.guards import DB_INT_MAX, idempotency_key
+from broker.api.problems import Problem, invalid_spec, problem_responses
 from broker.api.schemas import EventOut, JobOut, JobPage
 from broker.config import IsthmusConfig
 from broker.domain import JobState
@@ -26,7 +27,7 @@ from broker.store.db import Database
 from broker.store.queries import get_job, job_events, list_jobs
 from broker.store.records import JobRecord
 
-router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=problem_responses(401, 422))
 Caller = Annotated[Principal, Depends(principal)]
 
 
@@ -79,12 +80,15 @@ _SPEC_BODY = {
 
 @router.post(
     "", status_code=201, response_model=JobOut, openapi_extra=_SPEC_BODY,
-    responses={200: {"model": JobOut, "description": "replay of an idempotent submission"}},
+    responses={
+        200: {"model": JobOut, "description": "replay of an idempotent submission"},
+        **problem_responses(400, 403, 409, 413, 415),
+    },
 )
 async def submit(
     request: Request,
     caller: Caller,
-    idempotency_key: Annotated[str | None, Header(max_length=255)] = None,
+    key: Annotated[str | None, Depends(idempotency_key)],
 ) -> Response:
     spec = _spec_from_body(await request.body(), request.headers.get("content-type", ""))
     config = _config(request)
@@ -99,7 +103,7 @@ async def submit(
         )
     queue: SubmitQueue = request.app.state.submit_queue
     try:
-        result = await queue.submit(Submission(spec, caller.name, idempotency_key))
+        result = await queue.submit(Submission(spec, caller.name, key))
     except IdempotencyConflict as exc:
         raise Problem(
             409, "idempotency-key-reused", "Idempotency key reused", str(exc),
@@ -115,7 +119,7 @@ async def submit(
     )
 
 
-@router.get("/{job_id}", response_model=JobOut)
+@router.get("/{job_id}", response_model=JobOut, responses=problem_responses(404))
 def get(job_id: str, request: Request, caller: Caller) -> JobOut:
     return JobOut.of(_visible_job(_db(request), job_id, caller))
 
@@ -134,7 +138,7 @@ def _decode_cursor(cursor: str) -> str:
     return value
 
 
-@router.get("", response_model=JobPage)
+@router.get("", response_model=JobPage, responses=problem_responses(403))
 def list_(
     request: Request,
     caller: Caller,
@@ -163,7 +167,9 @@ def list_(
     return JobPage(items=[JobOut.of(r) for r in rows], next_cursor=nxt)
 
 
-@router.get("/{job_id}/events", response_model=list[EventOut])
+@router.get(
+    "/{job_id}/events", response_model=list[EventOut], responses=problem_responses(404)
+)
 def events(job_id: str, request: Request, caller: Caller) -> list[EventOut]:
     db = _db(request)
     _visible_job(db, job_id, caller)
@@ -171,7 +177,9 @@ def events(job_id: str, request: Request, caller: Caller) -> list[EventOut]:
         return [EventOut.of(e) for e in job_events(s, job_id)]
 
 
-@router.post("/{job_id}/cancel", response_model=JobOut)
+@router.post(
+    "/{job_id}/cancel", response_model=JobOut, responses=problem_responses(404, 409)
+)
 def cancel(job_id: str, request: Request, caller: Caller) -> JobOut:
     db = _db(request)
     _visible_job(db, job_id, caller)
@@ -184,7 +192,7 @@ def cancel(job_id: str, request: Request, caller: Caller) -> JobOut:
     return JobOut.of(result.job)
 
 
-@router.get("/{job_id}/explain")
+@router.get("/{job_id}/explain", responses=problem_responses(404))
 def explain(job_id: str, request: Request, caller: Caller) -> dict[str, object]:
     """Why the job waits (or where it was placed): the latest admission verdicts per pool,
     ordered, with the most severe reason."""
@@ -204,7 +212,7 @@ def explain(job_id: str, request: Request, caller: Caller) -> dict[str, object]:
     }
 
 
-@router.get("/{job_id}/attempts")
+@router.get("/{job_id}/attempts", responses=problem_responses(404))
 def attempts(job_id: str, request: Request, caller: Caller) -> list[dict[str, object]]:
     """Every attempt with its immutable run snapshot, placement and backend object."""
     db = _db(request)
@@ -225,8 +233,16 @@ def attempts(job_id: str, request: Request, caller: Caller) -> list[dict[str, ob
     ]
 
 
-@router.get("/{job_id}/attempts/{number}/render", response_class=Response)
-def render(job_id: str, number: int, request: Request, caller: Caller) -> Response:
+@router.get(
+    "/{job_id}/attempts/{number}/render", response_class=Response,
+    responses=problem_responses(404),
+)
+def render(
+    job_id: str,
+    number: Annotated[int, Path(ge=1, le=DB_INT_MAX, description="attempt number, from 1")],
+    request: Request,
+    caller: Caller,
+) -> Response:
     """The exact batch script (Slurm) or manifests (Kubernetes) the attempt was created with."""
     db = _db(request)
     _visible_job(db, job_id, caller)

@@ -9,7 +9,11 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from broker.api.problems import Problem
+from broker.api.guards import DB_INT_MAX
+from broker.api.problems import Problem, problem_responses
+from broker.domain.ids import is_job_id
+from broker.domain.spec import WholeNumber
+from broker.domain.text import Text
 from broker.metrics import TIME_TO_USEFUL_WORK
 from broker.store import attempts as att
 from broker.store import records
@@ -18,14 +22,16 @@ from broker.store.queries import get_job
 from broker.store.secrets import digest
 from broker.store.tables import utcnow
 
-router = APIRouter(prefix="/v1/jobs", tags=["progress"])
+router = APIRouter(
+    prefix="/v1/jobs", tags=["progress"], responses=problem_responses(401, 404, 409, 413, 422)
+)
 
 
 class Progress(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    step: int = Field(ge=0)
-    checkpoint: str | None = Field(default=None, max_length=1024)
+    step: WholeNumber = Field(ge=0, le=DB_INT_MAX)
+    checkpoint: Text | None = Field(default=None, max_length=1024)
 
 
 class ProgressAck(BaseModel):
@@ -40,12 +46,14 @@ def progress(
     job_id: str,
     body: Progress,
     request: Request,
-    authorization: Annotated[str | None, Header()] = None,
+    authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> ProgressAck:
     if not authorization or not authorization.lower().startswith("bearer "):
         raise Problem(401, "unauthenticated", "Progress token required",
                       "send 'Authorization: Bearer $ISTHMUS_PROGRESS_TOKEN'",
                       headers={"WWW-Authenticate": 'Bearer realm="isthmus-progress"'})
+    if not is_job_id(job_id):
+        raise Problem(404, "job-not-found", "Job not found", f"no job with id '{job_id}'")
     db: Database = request.app.state.db
     token_digest = digest(authorization[7:].strip())
     now = utcnow()

@@ -18,29 +18,122 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
 
 from broker.domain import metadata_keys
 from broker.domain.scheduling import Scheduling
-from broker.domain.units import format_duration, parse_duration, parse_size
+from broker.domain.text import MultilineText, Text, TextKey
+from broker.domain.units import (
+    duration_parser,
+    format_duration,
+    format_size,
+    size_parser,
+)
 
 API_VERSION = "isthmus/v1"
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-Duration = Annotated[
-    int,
-    BeforeValidator(parse_duration),
-    PlainSerializer(format_duration, return_type=str),
-    Field(description="a duration such as '2h', '90m' or '1h30m' (seconds when a number)"),
+DAY = 86400
+
+
+class Ceiling:
+    """The hard upper bound of every numeric, duration and size field: nothing above is ever
+    constructed, so deadlines, rendered scripts and database columns cannot overflow. The
+    installation's own (lower) limits are `limits:` in isthmus.yaml, checked at submit."""
+
+    REPLICAS = 65536
+    GPUS_PER_REPLICA = 64
+    CPUS_PER_REPLICA = 65536
+    MEMORY_PER_REPLICA = 2**50  # 1Pi
+    GPU_MEMORY_GB = 65536
+    MAX_RUNTIME = 366 * DAY  # also bounds checkpoint.interval
+    GRACE = DAY
+    BACKOFF = 30 * DAY
+    MAX_ATTEMPTS = 20
+    WASTED_GPU_HOURS = 1e9
+    # collections and strings; the request body limit (server.max_body_bytes) bounds the sum
+    NAME_LENGTH = 63
+    TEXT_LENGTH = 1024  # image, queue, versions, mount names and paths
+    FLAVORS = 16
+    COMMAND_ARGS = 1024
+    ARG_LENGTH = 32768
+    SCRIPT_LENGTH = 1_000_000
+    ENV_VARS = 256
+    ENV_VALUE_LENGTH = 32768
+    METADATA_ENTRIES = 64  # labels, annotations each
+    METADATA_KEY_LENGTH = 317  # a 253-character prefix, '/', a 63-character name
+    ANNOTATION_VALUE_LENGTH = 65536
+    MOUNTS = 32
+
+
+_DURATION_TEXT = r"^([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?$"
+_SIZE_TEXT = r"^[0-9]+(\.[0-9]+)?\s*(Ki|Mi|Gi|Ti|Pi|K|M|G|T|P)?B?$"
+_FORMAT_DURATION = PlainSerializer(format_duration, return_type=str)
+
+
+def _duration_schema(maximum: int) -> WithJsonSchema:
+    return WithJsonSchema({
+        "anyOf": [
+            {"type": "integer", "minimum": 1, "maximum": maximum},
+            {"type": "string", "pattern": _DURATION_TEXT, "minLength": 2, "maxLength": 32},
+        ],
+        "description": "a duration such as '2h', '90m' or '1h30m' (seconds when a number), "
+        f"at most {format_duration(maximum)}",
+    })
+
+
+RuntimeDuration = Annotated[
+    int, BeforeValidator(duration_parser(Ceiling.MAX_RUNTIME)), _FORMAT_DURATION,
+    _duration_schema(Ceiling.MAX_RUNTIME),
 ]
-Size = Annotated[
-    int,
-    BeforeValidator(parse_size),
-    Field(description="a size such as '64Gi' or '512Mi' (bytes when a number)"),
+GraceDuration = Annotated[
+    int, BeforeValidator(duration_parser(Ceiling.GRACE)), _FORMAT_DURATION,
+    _duration_schema(Ceiling.GRACE),
 ]
+BackoffDuration = Annotated[
+    int, BeforeValidator(duration_parser(Ceiling.BACKOFF)), _FORMAT_DURATION,
+    _duration_schema(Ceiling.BACKOFF),
+]
+MemorySize = Annotated[
+    int,
+    BeforeValidator(size_parser(Ceiling.MEMORY_PER_REPLICA)),
+    WithJsonSchema({
+        "anyOf": [
+            {"type": "integer", "minimum": 1, "maximum": Ceiling.MEMORY_PER_REPLICA},
+            {"type": "string", "pattern": _SIZE_TEXT, "maxLength": 32},
+        ],
+        "description": "a size such as '64Gi' or '512Mi' (bytes when a number), at most "
+        f"{format_size(Ceiling.MEMORY_PER_REPLICA)}",
+    }),
+]
+
+
+def _no_bool_or_text(value: object) -> object:
+    if isinstance(value, bool):
+        raise ValueError("expected an integer, got a boolean")
+    if isinstance(value, str):
+        raise ValueError(f"expected an integer, got the string {value[:20]!r}; write it unquoted")
+    return value
+
+
+WholeNumber = Annotated[int, BeforeValidator(_no_bool_or_text)]
+"""An integer as JSON Schema means it (8 or 8.0), never a boolean or a string: `true` taken as
+1 replica or "2" as 2 hides a client bug."""
+ShortText = Annotated[Text, Field(min_length=1, max_length=Ceiling.TEXT_LENGTH)]
+FreeText = Annotated[Text, Field(max_length=Ceiling.TEXT_LENGTH)]
+Name = Annotated[Text, Field(min_length=1, max_length=Ceiling.NAME_LENGTH)]
+MetadataKey = Annotated[TextKey, Field(max_length=Ceiling.METADATA_KEY_LENGTH)]
+# What metadata_keys checks, stated for the OpenAPI document (less the reserved prefix).
+_K8S_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+_K8S_KEY = rf"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?{_K8S_NAME}$"
+
+
+def _keys(pattern: str, max_length: int) -> dict[str, Any]:
+    return {"propertyNames": {"pattern": pattern, "maxLength": max_length}}
 
 
 class _Strict(BaseModel):
@@ -64,10 +157,14 @@ class BackendKind(StrEnum):
 
 
 class Gang(_Strict):
-    replicas: int = Field(ge=1, description="ranks that must all start together")
-    gpus_per_replica: int = Field(ge=1, le=64, description="GPUs each rank needs")
-    cpus_per_replica: int | None = Field(default=None, ge=1)
-    memory_per_replica: Size | None = None
+    replicas: WholeNumber = Field(
+        ge=1, le=Ceiling.REPLICAS, description="ranks that must all start together"
+    )
+    gpus_per_replica: WholeNumber = Field(
+        ge=1, le=Ceiling.GPUS_PER_REPLICA, description="GPUs each rank needs"
+    )
+    cpus_per_replica: WholeNumber | None = Field(default=None, ge=1, le=Ceiling.CPUS_PER_REPLICA)
+    memory_per_replica: MemorySize | None = None
 
     @property
     def total_gpus(self) -> int:
@@ -75,9 +172,9 @@ class Gang(_Strict):
 
 
 class FlavorConstraints(_Strict):
-    gpu_model: str | None = None
-    min_gpu_memory_gb: int | None = Field(default=None, ge=1)
-    interconnect: str | None = None
+    gpu_model: FreeText | None = None
+    min_gpu_memory_gb: WholeNumber | None = Field(default=None, ge=1, le=Ceiling.GPU_MEMORY_GB)
+    interconnect: FreeText | None = None
 
 
 class Topology(_Strict):
@@ -95,9 +192,24 @@ class Topology(_Strict):
 
 
 class Entrypoint(_Strict):
-    image: str | None = Field(default=None, min_length=1, max_length=512)
-    command: list[str] | None = Field(default=None, min_length=1)
-    script: str | None = Field(default=None, min_length=1, max_length=1_000_000)
+    model_config = ConfigDict(
+        json_schema_extra={
+            "oneOf": [
+                {"required": ["command"], "properties": {"command": {"type": "array"},
+                                                         "script": {"type": "null"}}},
+                {"required": ["script"], "properties": {"script": {"type": "string"},
+                                                        "command": {"type": "null"}}},
+            ]
+        }
+    )
+
+    image: Text | None = Field(default=None, min_length=1, max_length=512)
+    command: list[Annotated[MultilineText, Field(max_length=Ceiling.ARG_LENGTH)]] | None = Field(
+        default=None, min_length=1, max_length=Ceiling.COMMAND_ARGS
+    )
+    script: MultilineText | None = Field(
+        default=None, min_length=1, max_length=Ceiling.SCRIPT_LENGTH
+    )
     launcher: Literal["ranks", "batch"] = Field(
         default="ranks",
         description="'ranks': the command or script runs once per rank; 'batch': the script "
@@ -116,23 +228,30 @@ class Entrypoint(_Strict):
 
 
 class Mount(_Strict):
-    name: str = Field(min_length=1, description="a data set or volume known to the platform")
-    path: str = Field(pattern=r"^/", description="absolute mount path inside the job")
+    name: ShortText = Field(description="a data set or volume known to the platform")
+    path: Text = Field(
+        pattern=r"^/", max_length=Ceiling.TEXT_LENGTH,
+        description="absolute mount path inside the job",
+    )
     read_only: bool = True
 
 
 class Checkpoint(_Strict):
-    dir: str | None = None
-    interval: Duration | None = None
+    dir: FreeText | None = None
+    interval: RuntimeDuration | None = None
     resumable: bool = False
-    grace: Duration = Field(default=120, description="time to checkpoint after a stop signal")
+    grace: GraceDuration = Field(
+        default=120, description="time to checkpoint after a stop signal"
+    )
 
 
 class RetryPolicy(_Strict):
-    max_attempts: int = Field(default=3, ge=1, le=20)
-    max_wasted_gpu_hours: float | None = Field(default=None, gt=0)
-    backoff: Duration = 30
-    max_backoff: Duration = 900
+    max_attempts: WholeNumber = Field(default=3, ge=1, le=Ceiling.MAX_ATTEMPTS)
+    max_wasted_gpu_hours: float | None = Field(
+        default=None, gt=0, le=Ceiling.WASTED_GPU_HOURS, allow_inf_nan=False
+    )
+    backoff: BackoffDuration = 30
+    max_backoff: BackoffDuration = 900
 
 
 class JobSpec(_Strict):
@@ -140,30 +259,47 @@ class JobSpec(_Strict):
 
     api_version: Literal["isthmus/v1"] = "isthmus/v1"
     name: str = Field(pattern=NAME_PATTERN, description="lowercase letters, digits and '-'")
-    team: str = Field(min_length=1, max_length=63)
-    queue: str = Field(default="default", min_length=1, max_length=63)
-    priority: str = Field(default="normal", min_length=1, max_length=63)
+    team: Name
+    queue: Name = "default"
+    priority: Name = "normal"
     gang: Gang
-    flavors: list[str] = Field(default_factory=list, description="acceptable, preferred first")
+    flavors: list[Name] = Field(
+        default_factory=list, max_length=Ceiling.FLAVORS,
+        description="acceptable, preferred first",
+    )
     constraints: FlavorConstraints | None = None
     topology: Topology = Field(default_factory=Topology)
     backend: Literal["slurm", "k8s", "any"] = "any"
     entrypoint: Entrypoint
-    env: dict[str, str] = Field(default_factory=dict)
-    mounts: list[Mount] = Field(default_factory=list)
-    max_runtime: Duration = 86400
+    env: dict[
+        Annotated[TextKey, Field(max_length=Ceiling.NAME_LENGTH * 4)],
+        Annotated[MultilineText, Field(max_length=Ceiling.ENV_VALUE_LENGTH)],
+    ] = Field(
+        default_factory=dict, max_length=Ceiling.ENV_VARS,
+        json_schema_extra=_keys(_ENV_KEY.pattern, Ceiling.NAME_LENGTH * 4),
+    )
+    mounts: list[Mount] = Field(default_factory=list, max_length=Ceiling.MOUNTS)
+    max_runtime: RuntimeDuration = 86400
     checkpoint: Checkpoint = Field(default_factory=Checkpoint)
     retry: RetryPolicy = Field(default_factory=RetryPolicy)
-    labels: dict[str, str] = Field(
-        default_factory=dict,
+    labels: dict[
+        MetadataKey,
+        Annotated[Text, Field(max_length=Ceiling.NAME_LENGTH)],
+    ] = Field(
+        default_factory=dict, max_length=Ceiling.METADATA_ENTRIES,
+        json_schema_extra=_keys(_K8S_KEY, Ceiling.METADATA_KEY_LENGTH),
         description="added to the Job, its pods and its Service on Kubernetes (kept by Isthmus "
         "on Slurm); Kubernetes label syntax",
     )
-    annotations: dict[str, str] = Field(
-        default_factory=dict, description="added to every pod on Kubernetes (ignored on Slurm)"
+    annotations: dict[
+        MetadataKey, Annotated[MultilineText, Field(max_length=Ceiling.ANNOTATION_VALUE_LENGTH)]
+    ] = Field(
+        default_factory=dict, max_length=Ceiling.METADATA_ENTRIES,
+        description="added to every pod on Kubernetes (ignored on Slurm)",
+        json_schema_extra=_keys(_K8S_KEY, Ceiling.METADATA_KEY_LENGTH),
     )
-    code_version: str | None = None
-    data_version: str | None = None
+    code_version: FreeText | None = None
+    data_version: FreeText | None = None
     scheduling: Scheduling | None = Field(
         default=None, description="start time, dependencies, array membership (sbatch style)"
     )

@@ -6,6 +6,7 @@ QUEUED or REJECTED, all through set_state. Either all of it is stored or none of
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from sqlalchemy.exc import IntegrityError
@@ -25,6 +26,7 @@ from broker.store.records import JobRecord
 from broker.store.tables import utcnow
 
 VALIDATOR = "system:validator"
+log = logging.getLogger("isthmus.submission")
 
 
 class IdempotencyConflict(Exception):
@@ -121,7 +123,9 @@ def submit_many(
     """Group commit: many submissions, one transaction and one fsync.
 
     Each submission runs in its own savepoint, so one that fails (an idempotency conflict, a
-    lost race) is rolled back alone and reported in its slot; the others commit together.
+    lost race, or anything the database refuses, such as a string PostgreSQL cannot store) is
+    rolled back alone and reported in its slot; the others commit together. One team's bad
+    request must never fail another team's submission.
     """
     out: list[Submitted | Exception] = []
     raced: list[int] = []
@@ -134,6 +138,9 @@ def submit_many(
                 raced.append(i)
                 out.append(RuntimeError("lost a race"))
             except IdempotencyConflict as exc:
+                out.append(exc)
+            except Exception as exc:  # reported to that caller only; the savepoint is undone
+                log.warning("submission %d of a batch of %d failed: %r", i + 1, len(subs), exc)
                 out.append(exc)
     for i in raced:
         try:

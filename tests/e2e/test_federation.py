@@ -6,6 +6,7 @@ scripted ends; a job whose only fitting pool is drained waits with PoolDrained u
 from __future__ import annotations
 
 import contextlib
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +76,8 @@ def _jobs() -> list[tuple[dict[str, Any], str, str, str | None]]:
 def test_twenty_jobs_across_slurm_and_kubernetes(
     slurm_cluster: Any, k8s_cluster: Any, tmp_path: Path, workdir: Path
 ) -> None:
-    namespace = f"isthmus-e2e-{tmp_path.name[-6:].lower().replace('_', '-')}".strip("-")
+    # unique per run: a namespace of an earlier run may still be terminating
+    namespace = f"isthmus-e2e-{uuid.uuid4().hex[:8]}"
     cfg = write_config(
         tmp_path / "isthmus.yaml",
         [slurm_backend(slurm_cluster, workdir), k8s_backend(k8s_cluster, namespace)],

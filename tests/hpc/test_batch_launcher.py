@@ -18,7 +18,7 @@ from broker.domain.spec import JobSpec
 
 USER_SCRIPT = """#!/bin/bash
 #SBATCH -N 2
-echo "batch $SLURM_JOB_ID $DATA" >> "$OUT/ran"
+echo "batch $SLURM_JOB_ID $DATA ${RANK:-no-rank}" >> "$OUT/ran"
 srun bash -c 'echo "rank $SLURM_PROCID" >> "$OUT/ran"'
 """
 
@@ -59,8 +59,8 @@ def _run(tmp_path: Path, launcher: str) -> list[str]:
 @pytest.mark.parametrize(
     ("launcher", "expected"),
     [
-        ("batch", ["batch 77 /d", "rank 0", "rank 1"]),
-        ("ranks", ["batch 77 /d", "rank 0", "rank 1", "batch 77 /d", "rank 0", "rank 1"]),
+        ("batch", ["batch 77 /d no-rank", "rank 0", "rank 1"]),
+        ("ranks", ["batch 77 /d 0", "rank 0", "rank 1", "batch 77 /d 1", "rank 0", "rank 1"]),
     ],
     ids=["batch-runs-once", "ranks-runs-per-node"],
 )

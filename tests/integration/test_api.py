@@ -252,3 +252,26 @@ def test_openapi_documents_the_jobspec(client: TestClient) -> None:
     body = doc["paths"]["/v1/jobs"]["post"]["requestBody"]["content"]["application/json"]
     assert body["schema"]["$ref"] == "#/components/schemas/JobSpec"
     assert "Gang" in doc["components"]["schemas"]
+
+
+def test_openapi_documents_problems_and_the_bearer_scheme(client: TestClient) -> None:
+    doc = client.get("/openapi.json").json()
+    assert doc["components"]["securitySchemes"]["bearerAuth"] == {
+        **doc["components"]["securitySchemes"]["bearerAuth"], "type": "http", "scheme": "bearer"
+    }
+    assert {"bearerAuth": []} in doc["security"]
+    assert doc["paths"]["/healthz"]["get"]["security"] == []
+    assert {"type", "title", "status", "detail"} <= set(
+        doc["components"]["schemas"]["Problem"]["properties"]
+    )
+    submit = doc["paths"]["/v1/jobs"]["post"]["responses"]
+    assert {"400", "401", "403", "409", "413", "415", "422"} <= set(submit)
+    for path, item in doc["paths"].items():
+        if not path.startswith("/v1/"):
+            continue
+        for method, op in item.items():
+            for status in ("401", "422"):
+                content = op["responses"][status]["content"]
+                assert content == {
+                    "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}
+                }, (method, path, status)

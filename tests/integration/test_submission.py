@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
+import pytest
+
+from broker.api.group_commit import SubmitQueue
 from broker.config import IsthmusConfig
 from broker.orchestration.replay import check_all
 from broker.orchestration.submission import (
@@ -11,7 +17,7 @@ from broker.orchestration.submission import (
     submit_job,
     submit_many,
 )
-from broker.store import Database
+from broker.store import Database, records
 from broker.store.queries import list_jobs
 from tests.builders import spec
 
@@ -36,3 +42,87 @@ def test_batch_with_conflict_and_duplicate_keys(
     with db.read() as s:
         assert len(list_jobs(s, limit=100)) == 4
         assert list(check_all(s)) == []
+
+
+def test_a_submission_failing_in_the_database_fails_alone(
+    db: Database, example_config: IsthmusConfig
+) -> None:
+    """A NUL byte makes PostgreSQL refuse the row; elsewhere any unexpected error stands in.
+    Validation refuses NUL at the door now; the group commit must not depend on that."""
+    good = [Submission(spec().name(f"ok-{i}").build(), "a") for i in range(3)]
+    poison = spec().name("poison").build().model_copy(update={"queue": "a\x00b"})
+    results = submit_many(db, example_config, [good[0], Submission(poison, "b"), *good[1:]])
+    assert all(isinstance(results[i], Submitted) for i in (0, 2, 3)), results
+    with db.read() as s:
+        names = {j.name for j in list_jobs(s, limit=100)}
+        assert {"ok-0", "ok-1", "ok-2"} <= names
+        assert list(check_all(s)) == []
+
+
+def test_an_unexpected_error_in_one_submission_fails_alone(
+    db: Database, example_config: IsthmusConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = records.insert_new_job
+
+    def insert(session: Any, job: Any) -> None:
+        if job.name == "poison":
+            raise ValueError("boom")
+        real(session, job)
+
+    monkeypatch.setattr(records, "insert_new_job", insert)
+    batch = [Submission(spec().name(n).build(), "a") for n in ("one", "poison", "two")]
+    results = submit_many(db, example_config, batch)
+    assert isinstance(results[1], ValueError)
+    assert isinstance(results[0], Submitted) and isinstance(results[2], Submitted)
+    with db.read() as s:
+        assert {j.name for j in list_jobs(s, limit=100)} == {"one", "two"}
+        assert list(check_all(s)) == []
+
+
+def test_concurrent_submissions_in_one_batch_survive_a_poisoned_one(
+    db: Database, example_config: IsthmusConfig
+) -> None:
+    """Two teams submit concurrently; one request's row cannot be stored. The others in the
+    same group-commit batch are answered with their jobs, the bad one with its own error."""
+    poison = spec().name("poison").build().model_copy(update={"queue": "a\x00b"})
+    subs = [Submission(spec().name(f"v{i}").build(), "alice") for i in range(4)]
+    subs += [Submission(spec().name(f"l{i}").team("language").build(), "bob") for i in range(4)]
+    subs.insert(3, Submission(poison, "mallory"))
+
+    async def run() -> list[Submitted | BaseException]:
+        queue = SubmitQueue(db, example_config)
+        return await asyncio.gather(*(queue.submit(s) for s in subs), return_exceptions=True)
+
+    results = asyncio.run(run())
+    good = [r for i, r in enumerate(results) if i != 3]
+    assert all(isinstance(r, Submitted) and r.created for r in good), results
+    with db.read() as s:
+        names = {j.name for j in list_jobs(s, limit=100)}
+        assert names >= {f"v{i}" for i in range(4)} | {f"l{i}" for i in range(4)}
+        assert list(check_all(s)) == []
+
+
+def test_a_whole_batch_failure_is_retried_one_by_one(
+    db: Database, example_config: IsthmusConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """If the batch transaction itself fails, each submission is tried alone, so only the one
+    that cannot be stored fails."""
+    from broker.api import group_commit
+
+    real = group_commit.submit_many
+
+    def flaky(db: Database, config: IsthmusConfig, subs: list[Submission]) -> Any:
+        if any(s.spec.name == "poison" for s in subs):
+            raise RuntimeError("commit failed")
+        return real(db, config, subs)
+
+    monkeypatch.setattr(group_commit, "submit_many", flaky)
+    subs = [Submission(spec().name(n).build(), "a") for n in ("one", "poison", "two")]
+
+    async def run() -> list[Submitted | BaseException]:
+        queue = SubmitQueue(db, example_config)
+        return await asyncio.gather(*(queue.submit(s) for s in subs), return_exceptions=True)
+
+    results = asyncio.run(run())
+    assert isinstance(results[1], RuntimeError)
+    assert isinstance(results[0], Submitted) and isinstance(results[2], Submitted)

@@ -87,6 +87,9 @@ class JobBuilder:
     def not_before(self, minutes: float) -> JobBuilder:
         return self._set(not_before=at(minutes))
 
+    def memory(self, gib: int) -> JobBuilder:
+        return self._set(memory_per_replica=gib * 2**30)
+
     def cpus(self, n: int) -> JobBuilder:
         return self._set(cpus_per_replica=n)
 
@@ -117,6 +120,7 @@ class PoolBuilder:
         self.kw: dict[str, Any] = {}
         self.queue = QueueDepth()
         self.cpus = 0
+        self.memory = 0
         self.releases: dict[str, tuple[tuple[datetime, int], ...]] = {}
 
     def flavor_(self, f: str) -> PoolBuilder:
@@ -168,6 +172,10 @@ class PoolBuilder:
         self.cpus = cpus
         return self
 
+    def with_memory(self, gib: int) -> PoolBuilder:
+        self.memory = gib * 2**30
+        return self
+
     def set(self, **kw: Any) -> PoolBuilder:
         self.kw.update(kw)
         return self
@@ -204,6 +212,8 @@ class PoolBuilder:
                             free_gpus=self.gpus - used,
                             cpus=self.cpus,
                             free_cpus=self.cpus,
+                            memory_bytes=self.memory,
+                            free_memory_bytes=self.memory,
                             topology=TopologyPath(block=f"b{b}", rack=f"r{b}{r}"),
                             schedulable=name not in self.down and f"n{i}" not in self.down,
                             releases=releases,

@@ -220,6 +220,22 @@ CASES = [
         nodes=("p1-n0", "p1-n1"),
     ),
     Case(
+        "more-cpus-than-any-node-says-so",
+        [make_pool("p1").shape(1, 1, 2).with_cpus(16)],
+        make_job().gpus(1).cpus(1024).build(),
+        None,
+        Reason.TopologyUnsatisfiable,
+        in_message="a replica needs 1024 CPUs; the largest node of p1 has 16",
+    ),
+    Case(
+        "more-memory-than-any-node-says-so",
+        [make_pool("p1").shape(1, 1, 2).with_memory(512)],
+        make_job().gpus(1).memory(16384).build(),
+        None,
+        Reason.TopologyUnsatisfiable,
+        in_message="16384.0 GiB of memory; the largest node of p1 has 512.0 GiB",
+    ),
+    Case(
         "preferred-rack-beats-block",
         [
             make_pool("a").use_all_but({"a-n0": 8, "a-n4": 8}),
