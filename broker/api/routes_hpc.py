@@ -13,17 +13,17 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from broker.api import routes_jobs
 from broker.api.auth import Principal, principal
-from broker.api.problems import Problem
+from broker.api.problems import Problem, problem_responses
 from broker.config import IsthmusConfig
 from broker.domain.states import JobState
 from broker.hpc import runs
 from broker.store.db import Database
 
-router = APIRouter(prefix="/v1/hpc", tags=["hpc"])
+router = APIRouter(prefix="/v1/hpc", tags=["hpc"], responses=problem_responses(401, 422))
 Caller = Annotated[Principal, Depends(principal)]
 
 
-@router.get("/slurm-compat")
+@router.get("/slurm-compat", responses=problem_responses(404))
 def slurm_compat(request: Request, caller: Caller) -> dict[str, Any]:
     """The ``slurm_compat`` section and who the caller is (the default account is the team)."""
     config: IsthmusConfig = request.app.state.config
