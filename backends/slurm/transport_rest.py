@@ -34,6 +34,7 @@ _INVALID_JOB = 2017
 
 class RestTransport:
     kind = "rest"
+    serves_node_events = False  # see node_events
 
     def __init__(self, *, url: str, user: str, token: str, timeout: float = 30.0,
                  version: str | None = None, allow_untested_version: bool = False,
