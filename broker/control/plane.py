@@ -47,6 +47,10 @@ class ControlParams:
     """A reconciler's observe call times out after this (BackendUnavailable)."""
     lock_wait_s: float = 10.0
     """submit, lookup and cancel wait this long for an adapter busy with another call."""
+    preemption_min_runtime_s: float = 600.0
+    """Jobs that ran less than this are not preempted."""
+    preemption_protect_near_end_s: float = 900.0
+    """Jobs expected to end within this are not preempted."""
 
 
 @dataclass
@@ -167,7 +171,7 @@ class ControlPlane:
     def _kind(self, name: str) -> BackendKind:
         cfg = self.config.backend(name)
         if cfg is not None:
-            return BackendKind(cfg.kind)
+            return cfg.serves_as
         return BackendKind(self.backends[name].kind)
 
 

@@ -2,6 +2,7 @@
 victim's backend object gets its stop signal with the victim's grace, the job moves to
 RETRYING (Preempted) and is requeued by the retry engine, which does not count preemptions as
 failures. Its next attempt resumes from its checkpoint directory when the spec says resumable.
+The victim's attempt is booked in the ledger here (waste:preempted since its last progress).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from broker.orchestration.transitions import set_state
 from broker.policy_inputs import running_job
 from broker.store import attempts as att
 from broker.store.queries import get_job, jobs_by_ids
-from policies.preemption import Mode, PreemptionPlan, Preemptor, Victim
+from policies.preemption import Mode, PreemptionParams, PreemptionPlan, Preemptor, Victim
 from policies.types import PendingJob, PoolRoom, QuotaConfig, RunningJob
 
 HOLDING = {JobState.ADMITTED.value, JobState.PREPARING.value, JobState.RUNNING.value}
@@ -56,7 +57,7 @@ def running_views(plane: ControlPlane) -> list[RunningJob]:
 
 def preempt(plane: ControlPlane, victim: Victim) -> bool:
     """Stop one victim. True when its job left the running states."""
-    from broker.control.reconcile import requeue_after
+    from broker.control.reconcile import charge, requeue_after
 
     now = plane.clock()
     with plane.db.read() as s:
@@ -81,6 +82,9 @@ def preempt(plane: ControlPlane, victim: Victim) -> bool:
                       victim.message, now=now)
             return True
         att.update(s, job.id, attempt.number, ended_at=now, preempted=True)
+        # Charged up to the signal: the attempt is over for Isthmus from here (the reconciler
+        # no longer looks at it), so the grace it gets to checkpoint is not charged.
+        charge(s, plane, job.team, attempt, ledger.Ending.PREEMPTED, now, now)
         set_state(s, job.id, JobState.RETRYING, Reason.Preempted,
                   Cause("admission", "system:preemption", key=f"preempt:{attempt.number}"),
                   victim.message, now=now)
@@ -104,7 +108,12 @@ class LazyPreemptor:
         the log has it in every mode)."""
         with JobGuard("preemption planning", job.id) as guard:
             if self._inner is None:
-                self._inner = Preemptor(running_views(self.plane), self.quotas, self.now)
+                params = PreemptionParams(
+                    min_runtime_s=self.plane.params.preemption_min_runtime_s,
+                    protect_near_end_s=self.plane.params.preemption_protect_near_end_s,
+                )
+                self._inner = Preemptor(running_views(self.plane), self.quotas, self.now,
+                                        params)
             return self._inner.plan(job, mode, gpus_needed, pool, flavor, room)
         assert guard.incident is not None
         return PreemptionPlan(False, (), 0, Reason.InternalError, guard.incident.message)

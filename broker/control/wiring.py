@@ -17,6 +17,7 @@ from broker.control.gate import UnavailableBackend
 from broker.control.lease import LeaderLease
 from broker.control.plane import ControlParams, ControlPlane
 from broker.control.runtime import Intervals, Runtime
+from broker.domain.spec import BackendKind
 from broker.store.db import Database
 
 log = logging.getLogger("isthmus.control")
@@ -47,6 +48,9 @@ def build_backends(config: IsthmusConfig) -> dict[str, Backend]:
     out: dict[str, Backend] = {}
     for b in config.backends:
         pools = [p for p in config.pools if p.backend == b.name]
+        if b.kind is BackendKind.SIM and not b.settings.get("progress_url"):
+            # simulated jobs report progress to this broker unless told otherwise
+            b = b.model_copy(update={"settings": {**b.settings, "progress_url": own_url(config)}})
         try:
             importlib.import_module(f"backends.{b.kind.value}")
             out[b.name] = factory_for(b.kind.value)(b, pools)
@@ -56,12 +60,24 @@ def build_backends(config: IsthmusConfig) -> dict[str, Backend]:
     return out
 
 
+def own_url(config: IsthmusConfig) -> str:
+    """The URL of this broker's listener, as a process on the same host reaches it."""
+    host = config.server.host
+    if host in ("", "0.0.0.0", "::"):  # noqa: S104 - a wildcard listener is reached on loopback
+        host = "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{config.server.port}"
+
+
 def control_params(config: IsthmusConfig) -> ControlParams:
     c = config.control
     return ControlParams(
         lost_grace_s=c.lost_grace, inventory_wait_s=c.inventory_wait,
         inventory_max_age_s=c.inventory_max_age, observe_timeout_s=c.observe_timeout,
         lock_wait_s=c.backend_lock_wait,
+        preemption_min_runtime_s=c.preemption_min_runtime,
+        preemption_protect_near_end_s=c.preemption_protect_near_end,
     )
 
 
