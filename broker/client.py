@@ -128,6 +128,29 @@ class Client:
         result: list[dict[str, Any]] = self._call("GET", "/v1/admin/usage")
         return result
 
+    def hpc_jobs(
+        self, team: str | None = None, states: list[str] | None = None, limit: int = 500,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        """Jobs with their current run (nodes, exit code, start, end): the drop-ins' view."""
+        params: dict[str, Any] = {"limit": limit}
+        if team:
+            params["team"] = team
+        if states:
+            params["state"] = states
+        if cursor:
+            params["cursor"] = cursor
+        result: dict[str, Any] = self._call("GET", "/v1/hpc/jobs", params=params)
+        return result
+
+    def whoami(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", "/v1/hpc/whoami")
+        return result
+
+    def slurm_compat(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", "/v1/hpc/slurm-compat")
+        return result
+
     def health(self) -> dict[str, Any]:
         result: dict[str, Any] = self._call("GET", "/healthz")
         return result

@@ -26,6 +26,7 @@ from broker.domain.spec import (
     MemorySize,
     RuntimeDuration,
 )
+from broker.hpc.compat_config import SlurmCompat
 
 NAME = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 LOOPBACK_NAMES = {"localhost", "ip6-localhost"}
@@ -275,6 +276,9 @@ class IsthmusConfig(_Strict):
     pools: list[Pool] = Field(default_factory=list)
     cohorts: list[Cohort] = Field(default_factory=list)
     teams: list[Team] = Field(default_factory=list)
+    slurm_compat: SlurmCompat | None = Field(
+        default=None, description="how isbatch maps sbatch requests (broker/hpc/compat_config.py)"
+    )
 
     @model_validator(mode="after")
     def _references(self) -> IsthmusConfig:
@@ -316,6 +320,10 @@ class IsthmusConfig(_Strict):
             problems.append(
                 f"auth.mode: 'none' is allowed only on a loopback listener, and server.host is "
                 f"'{self.server.host}'; use host 127.0.0.1 or set auth.mode: token"
+            )
+        if self.slurm_compat is not None:
+            problems += self.slurm_compat.problems(
+                flavors, teams, {p.name for p in self.priority_classes}
             )
         if problems:
             raise ValueError("; ".join(problems))

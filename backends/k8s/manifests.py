@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from backends.base import SubmitRequest, Unsupported
+from backends.k8s import batch_script
 from backends.k8s.settings import (
     LABEL_PREFIX,
     MANAGED_BY,
@@ -163,6 +164,9 @@ def container_for(request: SubmitRequest, settings: K8sSettings) -> dict[str, An
     }
     if ep.command is not None:
         container["command"] = list(ep.command)
+    elif ep.script is not None and ep.launcher == "batch":  # as sbatch: batch_script.py
+        container["command"] = batch_script.command(ep.script)
+        container["env"] += batch_script.env(request)
     elif ep.script is not None:
         container["command"] = ["/bin/bash", "-c", ep.script]
     if spec.mounts:

@@ -80,6 +80,9 @@ env.update({
     "NNODES": get("SLURM_STEP_NUM_NODES", get("SLURM_NNODES", "1")),
     "GPUS_PER_NODE": str(local * int(spec["gpus_per_replica"])),
 })
+if spec.get("batch"):  # the batch step of an sbatch script is no rank: its srun starts them
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK"):
+        env.pop(key, None)
 if "argv" in spec:
     argv = spec["argv"]
 else:
@@ -273,6 +276,8 @@ def _payload(request: SubmitRequest) -> tuple[dict[str, object], bytes | None]:
     env.setdefault("ISTHMUS_JOB_ID", request.job_id)
     env.setdefault("ISTHMUS_ATTEMPT", str(request.attempt))
     data: dict[str, object] = {"env": env, "gpus_per_replica": spec.gang.gpus_per_replica}
+    if spec.entrypoint.launcher == "batch":
+        data["batch"] = True
     if spec.entrypoint.command is not None:
         data["argv"] = list(spec.entrypoint.command)
         return data, None
@@ -285,6 +290,27 @@ def srun_line(shape: GangShape, settings: RenderSettings) -> str:
     opts = " ".join(shape.srun_options())
     return (f"srun {opts} --kill-on-bad-exit=1 {settings.python} "
             '"$ISTHMUS_JOB_DIR/launch.py" "$ISTHMUS_JOB_DIR/job.json" &')
+
+
+def _launch(request: SubmitRequest, shape: GangShape, settings: RenderSettings) -> list[str]:
+    """How the launcher starts: one rank per replica under srun, or (entrypoint.launcher
+    'batch', as sbatch runs a script) once, here in the batch step, where the script's own srun
+    starts the ranks."""
+    if request.snapshot.spec.entrypoint.launcher != "batch":
+        return [
+            "# One task per replica, each bound to its own GPUs; srun forwards USR1 to every "
+            "rank:",
+            "# the checkpoint signal (--signal, or a cancel).",
+            srun_line(shape, settings),
+        ]
+    return [
+        "# A job whose accounting shows no step beside the batch step failed before srun could",
+        "# launch (an orchestration failure). Here the batch step is the user's script, which",
+        "# may fail before its own srun or use none: this one-task step records that srun works.",
+        "srun --nodes=1 --ntasks=1 --quiet true >/dev/null 2>&1 || true",
+        "# The script itself gets USR1 (the checkpoint signal), as with sbatch --signal=B:...",
+        f'{settings.python} "$ISTHMUS_JOB_DIR/launch.py" "$ISTHMUS_JOB_DIR/job.json" &',
+    ]
 
 
 def _with_script(job: BatchJob, request: SubmitRequest, settings: RenderSettings) -> BatchJob:
@@ -323,9 +349,7 @@ def _with_script(job: BatchJob, request: SubmitRequest, settings: RenderSettings
         'ISTHMUS_MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         "export ISTHMUS_MASTER_ADDR",
         f"export MASTER_PORT={settings.master_port}",
-        "# One task per replica, each bound to its own GPUs; srun forwards USR1 to every rank:",
-        "# the checkpoint signal (--signal, or a cancel).",
-        srun_line(job.shape, settings),
+        *_launch(request, job.shape, settings),
         "ISTHMUS_STEP=$!",
         "trap 'kill -USR1 \"$ISTHMUS_STEP\" 2>/dev/null' USR1",
         'wait "$ISTHMUS_STEP"; rc=$?',

@@ -1,4 +1,4 @@
-"""The admission cycle, carried out: heads -> snapshot -> nominate -> order -> admit (pure,
+"""The admission cycle, carried out: heads -> holds -> snapshot -> nominate -> order -> admit (pure,
 policies.admission) -> persist -> requeue the rest with reasons -> decision record.
 
 Persisting an admission is one transaction per job: QUEUED -> ADMITTED through set_state (the
@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from broker import ledger
+from broker.control import holds
 from broker.control.faults import crash_point
 from broker.control.guard import Incident, JobGuard, mark
 from broker.control.plane import ControlPlane, add_placed_gpus, hold_in_flight, log
@@ -258,6 +259,8 @@ def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
         in_use = {k: v[0] for k, v in ledger.usage(s).items()}
         held = _in_flight(att.live(s))
         factor = runtime_factor(plane, s)
+    if fold_usage:  # the real cycle: held jobs get their reason and stay out (a plan only reads)
+        queued = holds.apply_holds(plane, queued, now)  # start times, dependencies, array limits
     inventory = hold_in_flight(plane.inventory(), held)
     views, unreadable = _pending_views(plane, queued)
     decayed = (plane.decayed_usage(in_use, now) if fold_usage

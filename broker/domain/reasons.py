@@ -71,6 +71,11 @@ class Reason(StrEnum):
     RetryNotDecided = "RetryNotDecided"
     # waiting, added after the others (codes are appended, never reordered)
     InternalError = "InternalError"
+    # holds before admission (broker.domain.scheduling), and their end
+    BeginTimeNotReached = "BeginTimeNotReached"
+    WaitingForDependency = "WaitingForDependency"
+    JobArrayTaskLimit = "JobArrayTaskLimit"
+    DependencyNeverSatisfied = "DependencyNeverSatisfied"
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +131,12 @@ REASONS: dict[Reason, ReasonInfo] = {
         57, K.WAIT,
         "an unexpected error while handling this job; the message has a correlation id for "
         "the logs",
+    ),
+    R.BeginTimeNotReached: ReasonInfo(7, K.WAIT, "its start time (--begin) is not reached"),
+    R.WaitingForDependency: ReasonInfo(8, K.WAIT, "jobs it depends on have not ended as asked"),
+    R.JobArrayTaskLimit: ReasonInfo(9, K.WAIT, "its array runs as many tasks as its % limit"),
+    R.DependencyNeverSatisfied: ReasonInfo(
+        6, K.END, "cancelled: a job it depends on ended the other way (or does not exist)"
     ),
 }
 

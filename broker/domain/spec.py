@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from broker.domain import metadata_keys
+from broker.domain.scheduling import Scheduling
 from broker.domain.text import MultilineText, Text, TextKey
 from broker.domain.units import (
     duration_parser,
@@ -213,6 +214,11 @@ class Entrypoint(_Strict):
     script: MultilineText | None = Field(
         default=None, min_length=1, max_length=Ceiling.SCRIPT_LENGTH
     )
+    launcher: Literal["ranks", "batch"] = Field(
+        default="ranks",
+        description="'ranks': the command or script runs once per rank; 'batch': the script "
+        "runs as sbatch runs it (once, on the first node on Slurm; its own srun starts the ranks)",
+    )
 
     @model_validator(mode="after")
     def _one_kind(self) -> Entrypoint:
@@ -220,6 +226,8 @@ class Entrypoint(_Strict):
             raise ValueError("give either 'command' (with 'image') or a batch 'script'")
         if self.command is not None and self.script is not None:
             raise ValueError("give 'command' or 'script', not both")
+        if self.launcher == "batch" and self.script is None:
+            raise ValueError("launcher 'batch' runs a batch 'script'; give 'script'")
         return self
 
 
@@ -317,6 +325,9 @@ class JobSpec(_Strict):
     )
     code_version: FreeText | None = None
     data_version: FreeText | None = None
+    scheduling: Scheduling | None = Field(
+        default=None, description="start time, dependencies, array membership (sbatch style)"
+    )
 
     @field_validator("flavors")
     @classmethod

@@ -1,0 +1,63 @@
+"""The hold phase of an admission cycle: queued jobs whose start time, dependencies or array
+limit keep them back get their reason and take no part in placement (policies.holds decides).
+
+A job whose dependency can never be satisfied is cancelled with DependencyNeverSatisfied, as
+Slurm does with kill_invalid_depend. Jobs without ``scheduling`` cost nothing here.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from broker.control.guard import JobGuard
+from broker.control.plane import ControlPlane
+from broker.domain import JobState
+from broker.domain.reasons import Reason
+from broker.orchestration.rules import Cause
+from broker.orchestration.transitions import set_state
+from broker.store.queries import jobs_by_ids, list_jobs
+from broker.store.records import JobRecord
+from policies.holds import Held, JobRef, holds_for
+
+HOLDS = "system:admission-holds"
+ACTIVE = [s.value for s in JobState if s.value not in
+          ("SUCCEEDED", "FAILED", "CANCELLED", "REJECTED")]
+
+
+def _ref(plane: ControlPlane, job: JobRecord) -> JobRef:
+    array_id = None
+    with JobGuard("hold view", job.id):
+        sched = plane.spec(job.id, job.spec_json).scheduling
+        array_id = sched.array.id if sched and sched.array else None
+    return JobRef(job.id, job.state, job.name, job.submitted_by, job.created_at, array_id)
+
+
+def apply_holds(plane: ControlPlane, queued: list[JobRecord], now: datetime) -> list[JobRecord]:
+    """The queued jobs free to go to admission; the others are given their hold reason."""
+    held: list[Held] = []
+    for j in queued:
+        with JobGuard("hold view", j.id):
+            sched = plane.spec(j.id, j.spec_json).scheduling
+            if sched is not None:
+                held.append(Held(j.id, j.name, j.submitted_by, j.created_at, sched))
+    if not held:
+        return queued
+    wanted = {ref for h in held for d in h.scheduling.dependencies for ref in d.jobs}
+    with plane.db.read() as s:
+        named = jobs_by_ids(s, sorted(wanted)) if wanted else {}
+        live = list_jobs(s, states=ACTIVE, limit=100_000, ascending=True)
+    by_id = {k: _ref(plane, v) for k, v in named.items()}
+    active = [_ref(plane, j) for j in live]
+    verdicts = holds_for(held, by_id, active, now)
+    by_job = {j.id: j for j in queued}
+    with plane.db.write() as s:
+        for job_id, h in verdicts.items():
+            job = by_job[job_id]
+            with JobGuard("hold", job_id), s.begin_nested():
+                if h.never:
+                    set_state(s, job_id, JobState.CANCELLED, Reason.DependencyNeverSatisfied,
+                              Cause("admission", HOLDS), h.message, now=now)
+                elif job.reason != h.reason.value or job.message != h.message:
+                    set_state(s, job_id, JobState.QUEUED, h.reason, Cause("admission", HOLDS),
+                              h.message, now=now)
+    return [j for j in queued if j.id not in verdicts]

@@ -1,0 +1,250 @@
+"""From a normalised sbatch request to a JobSpec, through the ``slurm_compat:`` section. Pure.
+
+How each option lands (the README's HPC section says the same):
+
+| sbatch | JobSpec |
+|---|---|
+| -p/--partition (comma list) | flavors of the mapped partitions, in order; backend slurm/k8s/any |
+| --gres/--gpus*/-G type | narrows the flavors to the mapped flavor of that GPU type |
+| -C/--constraint (features joined by &) | narrows the flavors to each feature's mapped flavor |
+| -A/--account (default: the token's team) | team |
+| -q/--qos | priority class |
+| -N, -n, --ntasks-per-node | gang.replicas (one rank per node) |
+| GPUs per node, cpus, memory | gang.gpus_per_replica, cpus_per_replica, memory_per_replica |
+| -t/--time | max_runtime (slurm_compat.default_time_limit_s when absent) |
+| --signal=[B:]USR1@S | checkpoint.grace = S |
+| -J/--job-name | name (lowercased, other characters become '-') |
+| the script | entrypoint.script with launcher 'batch' |
+| --export=VAR=value,VAR | env |
+
+Kept as the pod annotation ``sbatch.isthmus.io/request`` and otherwise without effect
+(``STORED``): mail, output/error patterns, chdir, comment, exclusive, requeue, hints, verbosity.
+Every other option is refused by name, as are partitions, accounts, qos, GPU types and features
+the section does not map.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from broker.hpc.compat_config import SlurmCompat
+from broker.hpc.sbatch_parse import SbatchRequest
+from broker.hpc.sbatch_values import parse_array, parse_begin, parse_dependency, parse_signal
+
+# Given options with no effect on the job; kept in the request annotation.
+STORED = frozenset({
+    "mail_type", "mail_user", "output", "error", "chdir", "comment", "exclusive", "open_mode",
+    "requeue", "no_requeue", "hint", "distribution", "verbose", "quiet", "parsable", "export",
+    "get_user_env", "propagate", "kill_on_invalid_dep", "wckey", "acctg_freq", "profile",
+})
+# Given options that the mapping reads.
+MAPPED = frozenset({
+    "partition", "account", "qos", "gres", "gpus", "gpus_per_node", "gpus_per_task", "nodes",
+    "ntasks", "ntasks_per_node", "cpus_per_task", "cpus_per_gpu", "mem", "mem_per_gpu",
+    "mem_per_cpu", "time", "job_name", "constraint", "signal", "wrap", "test_only",
+})
+# Become spec.scheduling (holds before admission) and, for arrays, one job per task.
+SCHEDULING = frozenset({"array", "dependency", "begin"})
+NEVER_EXPORTED = frozenset({"ISTHMUS_TOKEN", "ISTHMUS_URL"})
+ANNOTATION = "sbatch.isthmus.io/request"
+_NAME_BAD = re.compile(r"[^a-z0-9-]+")
+
+
+class CompatError(Exception):
+    """The request cannot be expressed here; the message names the option and what is mapped."""
+
+
+def _known(table: Mapping[str, Any]) -> str:
+    return ", ".join(sorted(table)) or "none"
+
+
+def job_name(name: str | None, script_path: str | None) -> str:
+    raw = name or (script_path.rsplit("/", 1)[-1] if script_path else "wrap")
+    text = _NAME_BAD.sub("-", raw.lower()).strip("-")[:63].strip("-")
+    return text or "sbatch"
+
+
+def _flavors(req: SbatchRequest, compat: SlurmCompat) -> tuple[list[str], str, str]:
+    partition = req.partition or compat.default_partition
+    if partition is None:
+        raise CompatError(
+            "no partition given (-p) and slurm_compat.default_partition is not set; "
+            f"partitions: {_known(compat.partitions)}"
+        )
+    flavors: list[str] = []
+    backends: set[str] = set()
+    for name in partition.split(","):
+        mapped = compat.partitions.get(name)
+        if mapped is None:
+            raise CompatError(f"invalid partition specified: {name} (partitions: "
+                              f"{_known(compat.partitions)})")
+        flavors += [f for f in mapped.flavors if f not in flavors]
+        backends.add(mapped.backend)
+    backend = backends.pop() if len(backends) == 1 else "any"
+    if req.gpu_type is not None:
+        flavor = compat.gpu_types.get(req.gpu_type)
+        if flavor is None:
+            raise CompatError(f"GPU type '{req.gpu_type}' is not mapped (--gres/--gpus); "
+                              f"GPU types: {_known(compat.gpu_types)}")
+        if flavor not in flavors:
+            raise CompatError(f"GPU type '{req.gpu_type}' ({flavor}) is not offered in "
+                              f"partition {partition}")
+        flavors = [flavor]
+    if req.constraint is not None:
+        for feature in req.constraint.split("&"):
+            flavor = compat.constraints.get(feature)
+            if flavor is None:
+                raise CompatError(
+                    f"--constraint={req.constraint}: feature '{feature}' is not mapped (only "
+                    f"features joined by '&'); features: {_known(compat.constraints)}"
+                )
+            if flavor not in flavors:
+                raise CompatError(f"--constraint={req.constraint}: no node of partition "
+                                  f"{partition} has feature '{feature}'")
+            flavors = [flavor]
+    return flavors, backend, partition
+
+
+def _env(req: SbatchRequest, environ: Mapping[str, str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    export = req.extra.get("export")
+    for item in (export or "").split(","):
+        key, eq, value = item.partition("=")
+        if not key or key in ("ALL", "NONE", "NIL") or key in NEVER_EXPORTED:
+            continue
+        if eq:
+            env[key] = value
+        elif key in environ:
+            env[key] = environ[key]
+    return env
+
+
+def _scheduling(req: SbatchRequest, resolve: Callable[[str], list[str]] | None,
+                now: datetime) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    begin = req.extra.get("begin")
+    if begin:
+        out["begin_at"] = parse_begin(begin, now).isoformat()
+    if req.dependency:
+        deps = parse_dependency(req.dependency)
+        items = []
+        for d in deps.items:
+            if d.kind not in ("after", "afterany", "afterok", "afternotok", "singleton"):
+                raise CompatError(f"--dependency={req.dependency}: '{d.kind}' is not supported "
+                                  "(after, afterany, afterok, afternotok, singleton are)")
+            jobs: list[str] = []
+            for ref in d.job_ids:
+                found = resolve(ref) if resolve is not None else [ref]
+                if not found:
+                    raise CompatError(f"Job dependency problem: job {ref} is not known "
+                                      "(--dependency)")
+                jobs += found
+            items.append({"kind": d.kind, "jobs": jobs})
+        out["dependencies"] = items
+        out["any_dependency"] = deps.any_of
+    return out
+
+
+def array_specs(spec: dict[str, Any], req: SbatchRequest, array_id: str) -> list[dict[str, Any]]:
+    """One spec per array task: scheduling.array and the SLURM_ARRAY_* variables set."""
+    if not req.array:
+        return [spec]
+    array = parse_array(req.array)
+    indices = array.indices
+    steps = sorted({b - a for a, b in itertools.pairwise(indices)})
+    out = []
+    for index in indices:
+        env = {**spec.get("env", {}), "SLURM_ARRAY_JOB_ID": array_id,
+               "SLURM_ARRAY_TASK_ID": str(index), "SLURM_ARRAY_TASK_COUNT": str(len(indices)),
+               "SLURM_ARRAY_TASK_MIN": str(indices[0]), "SLURM_ARRAY_TASK_MAX": str(indices[-1])}
+        if len(steps) <= 1:  # a regular range has a step
+            env["SLURM_ARRAY_TASK_STEP"] = str(steps[0] if steps else 1)
+        member = {"id": array_id, "index": index, "count": len(indices), "limit": array.limit}
+        scheduling = {**spec.get("scheduling", {}), "array": member}
+        out.append({**spec, "env": env, "scheduling": scheduling})
+    return out
+
+
+def to_job_spec(
+    req: SbatchRequest,
+    script: str,
+    compat: SlurmCompat,
+    *,
+    caller_team: str | None,
+    script_path: str | None = None,
+    environ: Mapping[str, str] | None = None,
+    submit_dir: str | None = None,
+    resolve: Callable[[str], list[str]] | None = None,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """The JobSpec (as JSON data) for this request, or CompatError naming what cannot map.
+
+    ``resolve`` turns a job id of --dependency (an Isthmus id, an array id or ARRAY_TASK) into
+    Isthmus job ids; an array request gives the spec of its first task (``array_specs`` makes
+    them all)."""
+    given = set(req.extra.get("options", {}))
+    unsupported = sorted(given - STORED - MAPPED - SCHEDULING)
+    if unsupported:
+        names = ", ".join(f"--{o.replace('_', '-')}" for o in unsupported)
+        raise CompatError(f"{names}: not supported by Isthmus (nothing was submitted)")
+    flavors, backend, partition = _flavors(req, compat)
+    if req.account is not None:
+        team = compat.accounts.get(req.account)
+        if team is None:
+            raise CompatError(f"Invalid account or account/partition combination specified: "
+                              f"{req.account} (accounts: {_known(compat.accounts)})")
+    elif caller_team is not None:
+        team = caller_team
+    else:
+        raise CompatError(f"give -A/--account: your token has no team (accounts: "
+                          f"{_known(compat.accounts)})")
+    spec: dict[str, Any] = {"name": job_name(req.job_name, script_path), "team": team,
+                            "flavors": flavors, "backend": backend}
+    if req.qos is not None:
+        priority = compat.qos.get(req.qos)
+        if priority is None:
+            raise CompatError(f"Invalid qos specification: {req.qos} (qos: {_known(compat.qos)})")
+        spec["priority"] = priority
+    if not req.gpus_per_node:
+        raise CompatError("no GPUs requested: Isthmus runs GPU gangs; give --gres=gpu[:type]:N, "
+                          "--gpus-per-node, --gpus-per-task or --gpus")
+    replicas = req.replicas or 1
+    gang: dict[str, Any] = {"replicas": replicas, "gpus_per_replica": req.gpus_per_node}
+    tasks = req.extra.get("ntasks_per_node") or 1
+    if req.cpus_per_task:
+        gang["cpus_per_replica"] = req.cpus_per_task * tasks
+    elif req.extra.get("cpus_per_gpu"):
+        gang["cpus_per_replica"] = req.extra["cpus_per_gpu"] * req.gpus_per_node
+    if req.mem_mb:
+        gang["memory_per_replica"] = req.mem_mb * 2**20
+    spec["gang"] = gang
+    if req.extra.get("time_limit_infinite") or req.time_limit_s == 0:
+        raise CompatError("--time: a time limit is needed (UNLIMITED and 0 are refused here)")
+    spec["max_runtime"] = req.time_limit_s or compat.default_time_limit_s
+    if req.signal is not None:
+        name, seconds, _flags = parse_signal(req.signal)
+        if name != "SIGUSR1":
+            raise CompatError(f"--signal={req.signal}: Isthmus sends SIGUSR1 before the end; "
+                              "write --signal=B:USR1@SECONDS")
+        spec["checkpoint"] = {"grace": max(seconds, 1)}
+    entrypoint: dict[str, Any] = {"script": script, "launcher": "batch"}
+    if compat.image:
+        entrypoint["image"] = compat.image
+    spec["entrypoint"] = entrypoint
+    env = _env(req, environ or {})
+    if submit_dir:
+        env.setdefault("SLURM_SUBMIT_DIR", submit_dir)
+    if env:
+        spec["env"] = env
+    scheduling = _scheduling(req, resolve, now or datetime.now(UTC))
+    if scheduling:
+        spec["scheduling"] = scheduling
+    request = {"sbatch": req.sbatch_json(), "options": req.extra.get("options", {}),
+               "partition": partition}
+    spec["annotations"] = {ANNOTATION: json.dumps(request, sort_keys=True)}
+    return spec

@@ -1,0 +1,134 @@
+"""isacct: sacct for Isthmus jobs (the caller's team; all teams for admins).
+
+States and exit codes come from the lifecycle and the backend's facts (see ``jobview``); the
+extra field ``FailureCategory`` is Isthmus's failure category (UserError, InfraTransient, ...).
+Isthmus keeps no job steps, so ``-X`` changes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+
+from broker.hpc import jobview
+from broker.hpc.common import all_jobs, connect, main_guard
+from broker.hpc.jobview import JobView
+
+PROG = "isacct"
+DEFAULT_FIELDS = "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode"
+WIDTHS = {"jobid": 20, "jobname": 10, "start": 19, "end": 19, "submit": 19, "alloctres": 30,
+          "nodelist": 15, "failurecategory": 15, "reason": 20}
+
+
+def field(job: JobView, name: str, now: datetime) -> str:
+    key = name.lower()
+    values = {
+        "jobid": job.display_id, "jobidraw": job.id, "jobname": job.name,
+        "partition": job.partition, "account": job.account, "user": job.user,
+        "alloccpus": str(job.cpus), "allocnodes": str(job.num_nodes),
+        "alloctres": (f"cpu={job.cpus},gres/gpu={job.gpus_per_node * job.num_nodes},"
+                      f"node={job.num_nodes}"),
+        "state": job.long_state, "exitcode": job.exit_text,
+        "elapsed": jobview.duration(job.elapsed_s(now)),
+        "timelimit": jobview.duration(job.time_limit_s),
+        "start": jobview.timestamp(job.start), "end": jobview.timestamp(job.end),
+        "submit": jobview.timestamp(job.submitted), "nodelist": jobview.compress(job.nodes)
+        or "None assigned", "nnodes": str(job.num_nodes), "qos": job.qos,
+        "reason": job.reason, "failurecategory": job.failure or "",
+    }
+    if key not in values:
+        raise SystemExit(f"{PROG}: error: Invalid field requested: \"{name}\"")
+    return values[key]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="sacct for Isthmus jobs")
+    p.add_argument("-j", "--jobs")
+    p.add_argument("-u", "--user")
+    p.add_argument("-A", "--accounts")
+    p.add_argument("-S", "--starttime")
+    p.add_argument("-E", "--endtime")
+    p.add_argument("-s", "--state")
+    p.add_argument("-X", "--allocations", action="store_true")
+    p.add_argument("-o", "--format", default=DEFAULT_FIELDS)
+    p.add_argument("-P", "--parsable2", action="store_true")
+    p.add_argument("-p", "--parsable", action="store_true")
+    p.add_argument("-n", "--noheader", action="store_true")
+    p.add_argument("--json", action="store_true")
+    return p
+
+
+def _when(text: str | None, default: datetime | None) -> datetime | None:
+    if not text:
+        return default
+    if text.lower() == "now":
+        return datetime.now(UTC)
+    for fmt in ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d", "%m/%d/%y"):
+        try:
+            return datetime.strptime(text, fmt).replace(tzinfo=UTC)
+        except ValueError:
+            continue
+    raise SystemExit(f"{PROG}: error: Invalid time specification: {text}")
+
+
+def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
+    args = parser().parse_args(argv)
+    now = datetime.now(UTC)
+    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    # sacct's default window: since midnight, unless jobs are named.
+    start = _when(args.starttime, None if args.jobs else midnight)
+    end = _when(args.endtime, None)
+    states = {jobview.CODES.get(s, s) for s in (args.state or "").upper().split(",") if s}
+    ids = [i for i in (args.jobs or "").split(",") if i]
+    users = {u for u in (args.user or "").split(",") if u}
+    accounts = {a for a in (args.accounts or "").split(",") if a}
+    names = [f for f in args.format.split(",") if f]
+
+    def body() -> int:
+        rows: list[JobView] = []
+        with connect(environ) as api:
+            for job in all_jobs(api):
+                if ids and not any(job.matches_id(i) for i in ids):
+                    continue
+                if users and job.user not in users:
+                    continue
+                if accounts and job.account not in accounts:
+                    continue
+                if states and job.long_state not in states:
+                    continue
+                if start and (job.end or now) < start:
+                    continue
+                if end and job.submitted > end:
+                    continue
+                rows.append(job)
+        rows.reverse()
+        if args.json:
+            out = [{n: field(j, n, now) for n in [*names, "JobIDRaw", "FailureCategory"]}
+                   for j in rows]
+            print(json.dumps({"jobs": out}, indent=2))
+            return 0
+        table = [[field(j, n, now) for n in names] for j in rows]
+        if args.parsable2 or args.parsable:
+            end_mark = "|" if args.parsable else ""
+            if not args.noheader:
+                print("|".join(names) + end_mark)
+            for r in table:
+                print("|".join(r) + end_mark)
+            return 0
+        widths = [WIDTHS.get(n.lower(), 10) for n in names]
+        if not args.noheader:
+            print(" ".join(n[:w].rjust(w) for n, w in zip(names, widths, strict=True)))
+            print(" ".join("-" * w for w in widths))
+        for r in table:
+            print(" ".join(v[:w].rjust(w) for v, w in zip(r, widths, strict=True)))
+        return 0
+
+    return main_guard(PROG, body)
+
+
+def main() -> None:
+    sys.exit(run(sys.argv[1:], os.environ))

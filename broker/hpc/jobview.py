@@ -1,0 +1,198 @@
+"""How Isthmus jobs look to squeue/sacct users: state codes, names, times and host lists.
+
+| lifecycle state | isqueue (ST) | isacct (State) |
+|---|---|---|
+| SUBMITTED, VALIDATING, QUEUED, ADMITTED, PREPARING, RETRYING | PD | PENDING |
+| RUNNING | R | RUNNING |
+| SUCCEEDED | CD | COMPLETED |
+| FAILED (timeout seen by the backend) | TO | TIMEOUT |
+| FAILED (preempted) | PR | PREEMPTED |
+| FAILED, REJECTED | F | FAILED |
+| CANCELLED | CA | CANCELLED |
+
+The lifecycle has no completing or suspended state, so CG and S are never shown. A waiting
+job's NODELIST(REASON) is its Isthmus reason, e.g. ``(QuotaExhausted)``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from broker.domain.units import parse_duration
+from broker.hpc.compat import ANNOTATION
+
+PENDING_STATES = ("SUBMITTED", "VALIDATING", "QUEUED", "ADMITTED", "PREPARING", "RETRYING")
+ACTIVE_STATES = (*PENDING_STATES, "RUNNING")
+CODES = {"PD": "PENDING", "R": "RUNNING", "CD": "COMPLETED", "F": "FAILED", "CA": "CANCELLED",
+         "TO": "TIMEOUT", "PR": "PREEMPTED", "CG": "COMPLETING", "S": "SUSPENDED"}
+NAMES = {v: k for k, v in CODES.items()}
+
+
+def _parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    at = datetime.fromisoformat(text)
+    return at if at.tzinfo else at.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class JobView:
+    id: str
+    name: str
+    user: str
+    account: str  # the team
+    state: str  # lifecycle state
+    reason: str
+    partition: str
+    qos: str
+    nodes: tuple[str, ...]
+    num_nodes: int
+    gpus_per_node: int
+    cpus: int
+    time_limit_s: int
+    submitted: datetime
+    start: datetime | None
+    end: datetime | None
+    exit_code: int | None
+    signal: int | None
+    failure: str | None
+    raw_state: str | None
+    array_job_id: str | None
+    array_task_id: int | None
+
+    @property
+    def long_state(self) -> str:
+        s = self.state
+        if s in PENDING_STATES:
+            return "PENDING"
+        if s == "FAILED" and (self.raw_state or "").upper().startswith("TIMEOUT"):
+            return "TIMEOUT"
+        if s == "FAILED" and self.failure == "Preempted":
+            return "PREEMPTED"
+        return {"RUNNING": "RUNNING", "SUCCEEDED": "COMPLETED", "CANCELLED": "CANCELLED",
+                "FAILED": "FAILED", "REJECTED": "FAILED"}.get(s, s)
+
+    @property
+    def code(self) -> str:
+        return NAMES[self.long_state]
+
+    def elapsed_s(self, now: datetime) -> int:
+        if self.start is None:
+            return 0
+        return max(0, int(((self.end or now) - self.start).total_seconds()))
+
+    @property
+    def exit_text(self) -> str:
+        """sacct's ExitCode "code:signal"."""
+        if self.state == "SUCCEEDED":
+            return f"{self.exit_code or 0}:{self.signal or 0}"
+        if self.exit_code is None and self.signal is None:
+            return "0:0" if self.state not in ("FAILED", "REJECTED") else "1:0"
+        return f"{self.exit_code or 0}:{self.signal or 0}"
+
+    @property
+    def display_id(self) -> str:
+        if self.array_job_id is not None and self.array_task_id is not None:
+            return f"{self.array_job_id}_{self.array_task_id}"
+        return self.id
+
+    def matches_id(self, wanted: str) -> bool:
+        return wanted in (self.id, self.display_id) or wanted == self.array_job_id
+
+
+def view(item: dict[str, Any]) -> JobView:
+    """A JobView from one item of ``GET /v1/hpc/jobs``."""
+    spec = item.get("spec") or {}
+    gang = spec.get("gang") or {}
+    run = item.get("run") or {}
+    request: dict[str, Any] = {}
+    annotation = (spec.get("annotations") or {}).get(ANNOTATION)
+    if annotation:
+        try:
+            request = json.loads(annotation)
+        except ValueError:
+            request = {}
+    sbatch: dict[str, Any] = request.get("sbatch") or {}
+    array = (spec.get("scheduling") or {}).get("array") or {}
+    partition = (request.get("partition") or sbatch.get("partition") or run.get("pool")
+                 or ",".join(spec.get("flavors") or []))
+    return JobView(
+        id=item["id"], name=sbatch.get("job_name") or item["name"], user=item["submitted_by"],
+        account=item["team"], state=item["state"], reason=item["reason"], partition=partition,
+        qos=item.get("priority", ""), nodes=tuple(run.get("nodes") or ()),
+        num_nodes=int(gang.get("replicas", 1)), gpus_per_node=int(gang.get("gpus_per_replica", 0)),
+        cpus=int(gang.get("cpus_per_replica") or 1) * int(gang.get("replicas", 1)),
+        time_limit_s=_limit(spec.get("max_runtime")),
+        submitted=_parse_time(item["created_at"]) or datetime.now(UTC),
+        start=_parse_time(run.get("started_at")), end=_parse_time(run.get("ended_at")),
+        exit_code=run.get("exit_code"), signal=run.get("signal"), failure=run.get("failure"),
+        raw_state=run.get("raw_state"),
+        array_job_id=array.get("id"), array_task_id=array.get("index"),
+    )
+
+
+def _limit(value: Any) -> int:
+    try:
+        return parse_duration(value) if value is not None else 0
+    except ValueError:
+        return 0
+
+
+def duration(seconds: int) -> str:
+    """squeue's TIME and sacct's Elapsed: M:SS, H:MM:SS, D-HH:MM:SS."""
+    days, rest = divmod(max(0, seconds), 86400)
+    h, rest = divmod(rest, 3600)
+    m, s = divmod(rest, 60)
+    if days:
+        return f"{days}-{h:02d}:{m:02d}:{s:02d}"
+    if h:
+        return f"{h}:{m:02d}:{s:02d}"
+    return f"{m}:{s:02d}"
+
+
+def timestamp(at: datetime | None) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S") if at else "Unknown"
+
+
+_HOST = re.compile(r"^(.*?)(\d+)$")
+
+
+def compress(nodes: tuple[str, ...] | list[str]) -> str:
+    """``a100-1,a100-2,a100-4`` -> ``a100-[1-2,4]`` (Slurm's host list form)."""
+    groups: dict[str, list[int]] = {}
+    order: list[str] = []
+    plain: list[str] = []
+    widths: dict[str, int] = {}
+    for node in nodes:
+        m = _HOST.match(node)
+        if not m:
+            plain.append(node)
+            continue
+        prefix, digits = m.groups()
+        if prefix not in groups:
+            groups[prefix] = []
+            order.append(prefix)
+            widths[prefix] = len(digits) if digits.startswith("0") else 0
+        groups[prefix].append(int(digits))
+    parts = list(plain)
+    for prefix in order:
+        nums = sorted(set(groups[prefix]))
+        w = widths[prefix]
+        if len(nums) == 1:
+            parts.append(f"{prefix}{nums[0]:0{w}d}")
+            continue
+        ranges: list[str] = []
+        start = prev = nums[0]
+        for n in [*nums[1:], None]:
+            if n is not None and n == prev + 1:
+                prev = n
+                continue
+            ranges.append(f"{start:0{w}d}" if start == prev else f"{start:0{w}d}-{prev:0{w}d}")
+            if n is not None:
+                start = prev = n
+        parts.append(f"{prefix}[{','.join(ranges)}]")
+    return ",".join(parts)

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --dependency=bogus:1
+python job.py

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --gres=gpu:a100:x
+python job.py

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --gres=tpu:2
+python job.py

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --signal=FOO@60
+python job.py

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --time=2h
+python job.py

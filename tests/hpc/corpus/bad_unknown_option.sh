@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --gpu-type=a100
+python job.py

@@ -1,0 +1,3 @@
+#!/bin/bash
+#SBATCH --nodes=0
+python job.py

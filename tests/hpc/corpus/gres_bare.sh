@@ -1,0 +1,4 @@
+#!/bin/bash
+#SBATCH --gres=gpu
+#SBATCH -t 10
+nvidia-smi

@@ -1,0 +1,4 @@
+#!/bin/bash
+  #SBATCH --nodes=3
+#SBATCH -t 7
+srun hostname

@@ -1,0 +1,4 @@
+#!/bin/bash
+#SBATCH -t UNLIMITED
+#SBATCH -N 1
+sleep 1

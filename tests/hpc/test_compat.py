@@ -1,0 +1,147 @@
+"""Mapping an sbatch request to a JobSpec through slurm_compat (pure; table-driven)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from broker.domain.spec import JobSpec
+from broker.hpc.compat import ANNOTATION, CompatError, to_job_spec
+from broker.hpc.compat_config import SlurmCompat
+from broker.hpc.sbatch_parse import parse
+
+COMPAT = SlurmCompat.model_validate({
+    "default_partition": "a100",
+    "partitions": {"a100": {"flavors": ["a100-80g"], "backend": "any"},
+                   "h100": {"flavors": ["h100-80g"], "backend": "slurm"},
+                   "gpu": {"flavors": ["h100-80g", "a100-80g"], "backend": "any"}},
+    "accounts": {"vis": "vision"},
+    "qos": {"urgent": "high"},
+    "gpu_types": {"a100": "a100-80g", "h100": "h100-80g"},
+    "constraints": {"h100": "h100-80g"},
+    "image": "python:3.12-slim",
+})
+SCRIPT = "#!/bin/bash\n#SBATCH -t 10\nsrun hostname\n"
+
+
+def spec_for(argv: list[str], team: str | None = "vision", env: dict[str, str] | None = None
+             ) -> dict:
+    parsed = parse(argv, env or {}, lambda path: SCRIPT)
+    return to_job_spec(parsed.request, parsed.script, COMPAT, caller_team=team,
+                       script_path=parsed.command_line.script_path, environ=env or {},
+                       submit_dir="/home/u")
+
+
+def test_torchrun_request_becomes_a_valid_spec() -> None:
+    spec = spec_for(["-J", "LLaMA 7B", "-p", "a100", "-N", "2", "--gres=gpu:a100:8",
+                     "--cpus-per-task=8", "--mem=64G", "--signal=B:USR1@90", "-q", "urgent",
+                     "--export=ALL,DATA=/d", "job.sh"])
+    checked = JobSpec.model_validate(spec)
+    assert checked.name == "llama-7b"
+    assert checked.team == "vision" and checked.priority == "high"
+    assert checked.flavors == ["a100-80g"] and checked.backend == "any"
+    assert (checked.gang.replicas, checked.gang.gpus_per_replica) == (2, 8)
+    assert checked.gang.cpus_per_replica == 8
+    assert checked.gang.memory_per_replica == 64 * 2**30
+    assert checked.max_runtime == 600 and checked.checkpoint.grace == 90
+    assert checked.entrypoint.launcher == "batch" and checked.entrypoint.script == SCRIPT.strip()
+    assert checked.env == {"DATA": "/d", "SLURM_SUBMIT_DIR": "/home/u"}
+    assert json.loads(checked.annotations[ANNOTATION])["sbatch"]["replicas"] == 2
+
+
+@pytest.mark.parametrize(
+    ("argv", "key", "value"),
+    [
+        (["--gres=gpu:8", "job.sh"], "flavors", ["a100-80g"]),
+        (["-p", "gpu", "--gres=gpu:8", "job.sh"], "flavors", ["h100-80g", "a100-80g"]),
+        (["-p", "gpu", "--gres=gpu:a100:8", "job.sh"], "flavors", ["a100-80g"]),
+        (["-p", "gpu", "-C", "h100", "--gres=gpu:8", "job.sh"], "flavors", ["h100-80g"]),
+        (["-p", "h100,a100", "--gres=gpu:8", "job.sh"], "backend", "any"),
+        (["-p", "h100", "--gres=gpu:8", "job.sh"], "backend", "slurm"),
+        (["-A", "vis", "--gres=gpu:8", "job.sh"], "team", "vision"),
+        (["--gres=gpu:8", "job.sh"], "name", "job-sh"),
+        (["--gres=gpu:8", "--wrap", "hostname"], "name", "wrap"),
+    ],
+    ids=["default-partition", "partition-flavor-order", "gpu-type-narrows", "constraint-narrows",
+         "mixed-backends-any", "slurm-only", "account-team", "name-from-script", "name-wrap"],
+)
+def test_mapping(argv: list[str], key: str, value: object) -> None:
+    assert spec_for(argv)[key] == value
+
+
+@pytest.mark.parametrize(
+    ("argv", "team", "message"),
+    [
+        (["-p", "v100", "--gres=gpu:8", "job.sh"], "vision", "invalid partition specified: v100"),
+        (["--gres=gpu:v100:8", "job.sh"], "vision", "GPU type 'v100' is not mapped"),
+        (["-p", "h100", "--gres=gpu:a100:8", "job.sh"], "vision", "is not offered in partition"),
+        (["-C", "ib", "--gres=gpu:8", "job.sh"], "vision", "feature 'ib' is not mapped"),
+        (["-A", "physics", "--gres=gpu:8", "job.sh"], "vision", "Invalid account"),
+        (["--gres=gpu:8", "job.sh"], None, "give -A/--account"),
+        (["-q", "scavenger", "--gres=gpu:8", "job.sh"], "vision", "Invalid qos specification"),
+        (["job.sh"], "vision", "no GPUs requested"),
+        (["--gres=gpu:8", "-t", "UNLIMITED", "job.sh"], "vision", "a time limit is needed"),
+        (["--gres=gpu:8", "--signal=USR2@60", "job.sh"], "vision", "sends SIGUSR1"),
+        (["--gres=gpu:8", "--reservation=maint", "job.sh"], "vision", "--reservation"),
+        (["--gres=gpu:8", "-w", "node1", "job.sh"], "vision", "--nodelist"),
+    ],
+    ids=["partition", "gpu-type", "type-not-in-partition", "feature", "account", "no-team",
+         "qos", "no-gpus", "unlimited", "other-signal", "reservation", "nodelist"],
+)
+def test_refusals_name_the_option(argv: list[str], team: str | None, message: str) -> None:
+    with pytest.raises(CompatError, match=None) as err:
+        spec_for(argv, team=team)
+    assert message in str(err.value)
+
+
+def test_the_token_is_never_exported() -> None:
+    spec = spec_for(["--gres=gpu:8", "--export=ISTHMUS_TOKEN,HOME", "job.sh"],
+                    env={"ISTHMUS_TOKEN": "secret", "HOME": "/home/u"})
+    assert spec["env"] == {"HOME": "/home/u", "SLURM_SUBMIT_DIR": "/home/u"}
+
+
+def test_config_refuses_unknown_references(tmp_path: Path) -> None:
+    from broker.config import ConfigError, load_config
+
+    text = (Path(__file__).parents[2] / "examples" / "isthmus.yaml").read_text()
+    bad = tmp_path / "isthmus.yaml"
+    bad.write_text(text.replace("gpu_types: {a100: a100-80g", "gpu_types: {a100: a100-40g"))
+    with pytest.raises(ConfigError, match=r"slurm_compat.gpu_types.a100: 'a100-40g' is not in"):
+        load_config(bad)
+
+
+def test_array_becomes_one_spec_per_task_with_the_slurm_variables() -> None:
+    from broker.hpc.compat import array_specs
+
+    parsed = parse(["--array=0-10:5%2", "--gres=gpu:1", "job.sh"], {}, lambda path: SCRIPT)
+    base = to_job_spec(parsed.request, parsed.script, COMPAT, caller_team="vision")
+    tasks = [JobSpec.model_validate(t) for t in array_specs(base, parsed.request, "arr1")]
+    assert [t.scheduling.array.index for t in tasks if t.scheduling and t.scheduling.array] == [
+        0, 5, 10]
+    assert tasks[1].env["SLURM_ARRAY_TASK_ID"] == "5"
+    assert tasks[1].env["SLURM_ARRAY_JOB_ID"] == "arr1"
+    assert tasks[1].env["SLURM_ARRAY_TASK_STEP"] == "5"
+    assert tasks[1].env["SLURM_ARRAY_TASK_COUNT"] == "3"
+    assert {t.scheduling.array.limit for t in tasks if t.scheduling and t.scheduling.array} == {2}
+
+
+def test_dependencies_and_begin_become_scheduling() -> None:
+    from datetime import UTC, datetime
+
+    parsed = parse(["--dependency=afterok:arr1?afternotok:j9", "--begin=now+60",
+                    "--gres=gpu:1", "job.sh"], {}, lambda path: SCRIPT)
+    table = {"arr1": ["t0", "t1"], "j9": ["j9"]}
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    spec = JobSpec.model_validate(to_job_spec(
+        parsed.request, parsed.script, COMPAT, caller_team="vision",
+        resolve=lambda ref: table.get(ref, []), now=now))
+    assert spec.scheduling is not None
+    assert spec.scheduling.begin_at == datetime(2026, 12, 1, 0, 1, tzinfo=UTC)
+    assert [(d.kind, d.jobs) for d in spec.scheduling.dependencies] == [
+        ("afterok", ["t0", "t1"]), ("afternotok", ["j9"])]
+    assert spec.scheduling.any_dependency
+    bad = parse(["--dependency=afterok:nope", "--gres=gpu:1", "job.sh"], {}, lambda p: SCRIPT)
+    with pytest.raises(CompatError, match="Job dependency problem"):
+        to_job_spec(bad.request, bad.script, COMPAT, caller_team="vision", resolve=lambda r: [])

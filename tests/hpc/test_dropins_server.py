@@ -1,0 +1,148 @@
+"""isbatch, isqueue, iscancel and isacct against a real `isthmus server` (control loop off, so
+jobs wait): submission through slurm_compat with the user's token, team scoping, Slurm-style
+output and refusals."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from broker.hpc import isacct, isbatch, iscancel, isqueue
+from tests.e2e.harness import Server, slurm_pools, write_config
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKENS = {"vision": "tok-vision-1", "language": "tok-language-1"}
+COMPAT = {
+    "default_partition": "a100",
+    "partitions": {"a100": {"flavors": ["a100-80g"]}, "h100": {"flavors": ["h100-80g"]}},
+    "accounts": {"vis": "vision", "lang": "language"},
+    "qos": {"normal": "normal", "high": "high"},
+    "gpu_types": {"a100": "a100-80g", "h100": "h100-80g"},
+    "image": "python:3.12-slim",
+}
+SCRIPT = """#!/bin/bash
+#SBATCH -J pretrain
+#SBATCH -N 2
+#SBATCH --gres=gpu:a100:8
+#SBATCH -t 30
+srun hostname
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    tmp = tmp_path_factory.mktemp("dropins")
+    tokens = [
+        {"name": f"{team}-user", "team": team,
+         "token_sha256": hashlib.sha256(secret.encode()).hexdigest()}
+        for team, secret in TOKENS.items()
+    ]
+    backend = {"name": "slurm-local", "kind": "slurm",
+               "settings": {"transport": "cli", "slurm_conf": str(tmp / "none.conf")}}
+    cfg = write_config(
+        tmp / "isthmus.yaml", [backend], slurm_pools(),
+        auth={"mode": "token", "tokens": tokens}, control={"enabled": False},
+        slurm_compat=COMPAT,
+        teams=[{"name": t, "quotas": {"a100-80g": {"nominal": 64}, "h100-80g": {"nominal": 64}}}
+               for t in TOKENS],
+    )
+    srv = Server(cfg, f"sqlite:///{tmp / 'isthmus.db'}", tmp / "server.log").start()
+    yield srv
+    srv.stop()
+
+
+def env_for(server: Server, team: str, home: Path) -> dict[str, str]:
+    return {"ISTHMUS_URL": server.url, "ISTHMUS_TOKEN": TOKENS[team], "HOME": str(home)}
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "pretrain.sh"
+    path.write_text(SCRIPT)
+    return path
+
+
+def test_submit_queue_cancel_account(server: Server, script: Path, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    env = env_for(server, "vision", tmp_path)
+    assert isbatch.run([str(script)], env) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Submitted batch job ")
+    job_id = out.split()[-1]
+
+    assert isqueue.run(["-j", job_id], env) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["JOBID", "PARTITION", "NAME", "USER", "ST", "TIME", "NODES",
+                                "NODELIST(REASON)"]
+    row = lines[1].split()
+    assert row[0] == job_id and row[1] == "a100" and row[4] == "PD" and row[6] == "2"
+    assert row[3] == "vision-u"  # squeue's 8-character USER column
+    assert row[7].startswith("(") and row[7].endswith(")")
+
+    # Another team neither sees nor cancels it; the answer is scancel's for an unknown id.
+    other = env_for(server, "language", tmp_path)
+    assert isqueue.run(["-h"], other) == 0
+    assert job_id not in capsys.readouterr().out
+    assert iscancel.run([job_id], other) == 1
+    assert f"Kill job error on job id {job_id}: Invalid job id specified" in (
+        capsys.readouterr().err)
+
+    assert iscancel.run([job_id], env) == 0
+    assert isacct.run(["-j", job_id, "-P", "--format=JobID,JobName,Account,State,ExitCode"],
+                      env) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "JobID|JobName|Account|State|ExitCode", f"{job_id}|pretrain|vision|CANCELLED|0:0"]
+
+    assert isacct.run(["-j", job_id, "--json"], env) == 0
+    (acct,) = json.loads(capsys.readouterr().out)["jobs"]
+    assert acct["State"] == "CANCELLED" and acct["JobIDRaw"] == job_id
+
+
+def test_parsable_account_qos_and_the_spec(server: Server, script: Path, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    env = env_for(server, "vision", tmp_path)
+    assert isbatch.run(["--parsable", "-A", "vis", "-q", "high", str(script)], env) == 0
+    job_id = capsys.readouterr().out.strip()
+    assert isqueue.run(["--json", "-j", job_id], env) == 0
+    (row,) = json.loads(capsys.readouterr().out)["jobs"]
+    assert (row["account"], row["node_count"], row["gpus_per_node"]) == ("vision", 2, 8)
+    assert iscancel.run(["-n", "pretrain"], env) == 0
+
+
+def test_refusals_submit_nothing(server: Server, script: Path, tmp_path: Path,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    env = env_for(server, "vision", tmp_path)
+    assert isbatch.run(["-p", "v100", str(script)], env) == 1
+    assert "invalid partition specified: v100" in capsys.readouterr().err
+    assert isbatch.run(["-A", "lang", str(script)], env) == 1  # another team's account
+    assert "team" in capsys.readouterr().err
+    assert isbatch.run(["--time=2h", str(script)], env) == 1
+    assert "Invalid --time specification" in capsys.readouterr().err
+    assert isqueue.run(["-h", "-t", "all"], env) == 0
+    assert "v100" not in capsys.readouterr().out
+
+
+def test_console_script_with_a_config_file(server: Server, script: Path, tmp_path: Path) -> None:
+    conf = tmp_path / ".config" / "isthmus" / "client.yaml"
+    conf.parent.mkdir(parents=True)
+    conf.write_text(f"url: {server.url}\ntoken: {TOKENS['vision']}\n")
+    conf.chmod(0o644)
+    env = {"HOME": str(tmp_path), "PATH": os.environ["PATH"]}
+    isbatch_bin = ROOT / ".venv" / "bin" / "isbatch"
+    proc = subprocess.run([str(isbatch_bin), str(script)], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 1 and "chmod 600" in proc.stderr
+    conf.chmod(0o600)
+    proc = subprocess.run([str(isbatch_bin), "--parsable", str(script)], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.strip()
+    proc = subprocess.run([str(ROOT / ".venv" / "bin" / "iscancel"), job_id], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr

@@ -1,0 +1,79 @@
+"""policies.holds: start times, dependencies and array limits before admission (table-driven)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from broker.domain.reasons import Reason
+from broker.domain.scheduling import Scheduling
+from policies.holds import Held, JobRef, hold, holds_for
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+T0 = NOW - timedelta(hours=1)
+
+
+def held(job_id: str = "j", name: str = "n", **sched: object) -> Held:
+    return Held(job_id, name, "alice", NOW, Scheduling.model_validate(sched))
+
+
+def ref(job_id: str, state: str, name: str = "other", array: str | None = None) -> JobRef:
+    return JobRef(job_id, state, name, "alice", T0, array)
+
+
+def deps(kind: str, *ids: str) -> dict[str, object]:
+    return {"dependencies": [{"kind": kind, "jobs": list(ids)}]}
+
+
+@pytest.mark.parametrize(
+    ("sched", "others", "reason"),
+    [
+        ({"begin_at": NOW + timedelta(minutes=5)}, [], Reason.BeginTimeNotReached),
+        ({"begin_at": NOW - timedelta(minutes=5)}, [], None),
+        (deps("afterok", "p"), [ref("p", "RUNNING")], Reason.WaitingForDependency),
+        (deps("afterok", "p"), [ref("p", "SUCCEEDED")], None),
+        (deps("afterok", "p"), [ref("p", "FAILED")], Reason.DependencyNeverSatisfied),
+        (deps("afterok", "p"), [], Reason.DependencyNeverSatisfied),
+        (deps("afternotok", "p"), [ref("p", "CANCELLED")], None),
+        (deps("afternotok", "p"), [ref("p", "SUCCEEDED")], Reason.DependencyNeverSatisfied),
+        (deps("afterany", "p", "q"), [ref("p", "FAILED"), ref("q", "QUEUED")],
+         Reason.WaitingForDependency),
+        (deps("afterany", "p", "q"), [ref("p", "FAILED"), ref("q", "SUCCEEDED")], None),
+        (deps("after", "p"), [ref("p", "QUEUED")], Reason.WaitingForDependency),
+        (deps("after", "p"), [ref("p", "RUNNING")], None),
+        ({"dependencies": [{"kind": "afterok", "jobs": ["p"]},
+                           {"kind": "afternotok", "jobs": ["p"]}], "any_dependency": True},
+         [ref("p", "FAILED")], None),
+        ({"dependencies": [{"kind": "singleton"}]}, [ref("s", "RUNNING", name="n")],
+         Reason.WaitingForDependency),
+        ({"dependencies": [{"kind": "singleton"}]}, [ref("s", "RUNNING", name="m")], None),
+        ({"array": {"id": "a", "index": 3, "count": 6, "limit": 2}},
+         [ref("a0", "RUNNING", array="a"), ref("a1", "PREPARING", array="a")],
+         Reason.JobArrayTaskLimit),
+        ({"array": {"id": "a", "index": 3, "count": 6, "limit": 2}},
+         [ref("a0", "RUNNING", array="a"), ref("a1", "QUEUED", array="a")], None),
+    ],
+    ids=["begin-later", "begin-passed", "afterok-running", "afterok-ok", "afterok-failed",
+         "afterok-unknown", "afternotok-cancelled", "afternotok-succeeded", "afterany-waiting",
+         "afterany-ended", "after-not-started", "after-started", "any-of", "singleton-waits",
+         "singleton-other-name", "array-full", "array-room"],
+)
+def test_hold(sched: dict[str, object], others: list[JobRef], reason: Reason | None) -> None:
+    by_id = {o.id: o for o in others}
+    active = [o for o in others if o.state not in ("SUCCEEDED", "FAILED", "CANCELLED")]
+    got = hold(held(**sched), by_id, active, NOW)
+    assert (got.reason if got else None) == reason
+    if got is not None:
+        assert got.never == (reason is Reason.DependencyNeverSatisfied)
+        assert got.message
+
+
+def test_one_cycle_never_admits_past_an_array_limit() -> None:
+    tasks = [held(f"t{i}", array={"id": "a", "index": i, "count": 6, "limit": 2})
+             for i in range(6)]
+    got = holds_for(list(reversed(tasks)), {}, [], NOW)
+    assert sorted(got) == ["t2", "t3", "t4", "t5"]
+    assert {h.reason for h in got.values()} == {Reason.JobArrayTaskLimit}
+    one_running = [ref("t0", "RUNNING", array="a")]
+    assert sorted(holds_for(tasks[1:], {}, one_running, NOW)) == ["t2", "t3", "t4", "t5"]
