@@ -105,7 +105,11 @@ def _admit(plane: ControlPlane, s: Session, job: JobRecord, d: Decision, now: da
         return False  # cancelled meanwhile: nothing reserved, nothing to dispatch
     number = result.job.attempt
     name = backend_object_name(job.id, number)
-    resume = spec.checkpoint.dir if spec.checkpoint.resumable and number > 1 else None
+    resume = None
+    if spec.checkpoint.resumable and number > 1:
+        # the latest checkpoint an earlier attempt reported; the static directory only if none
+        reported = att.last_checkpoint(s, job.id, before=number)
+        resume = reported.path if reported is not None else spec.checkpoint.dir
     snapshot = RunSnapshot.of(spec).model_copy(
         update={"placement": d.placement, "backend_name": name, "resume_from": resume}
     )

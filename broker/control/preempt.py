@@ -46,7 +46,7 @@ def running_views(plane: ControlPlane) -> list[RunningJob]:
                         plane.config, job.id, plane.spec(job.id, job.spec_json),
                         flavor=a.flavor, pool=a.pool,
                         started_at=a.started_at or a.dispatched_at or a.created_at,
-                        last_checkpoint_at=a.last_progress_at,
+                        last_checkpoint_at=a.checkpoint_at,
                         borrowed=ledger.borrowed_of(s, job.id, a.number) > 0,
                         nodes=placement.nodes if placement else (),
                     )

@@ -160,8 +160,8 @@ def _account(s: Session, plane: ControlPlane, team: str, a: att.AttemptRecord, f
     weight is in the note, so cost reports can weigh them).
 
     Waste adds up: the time GPUs were held before every rank ran (preparing), and then all of
-    a failed attempt's run, or a preempted attempt's run since its last progress report (the
-    work lost since its checkpoint; all of it if it never reported)."""
+    a failed attempt's run, or a preempted attempt's run since its last reported checkpoint
+    (the work lost since its checkpoint; all of it if it never reported one)."""
     started = fact.started_at or a.started_at
     held_from = a.dispatched_at or a.created_at
     used = _hours(a.gpus, started, end)
@@ -170,7 +170,7 @@ def _account(s: Session, plane: ControlPlane, team: str, a: att.AttemptRecord, f
     if d.failure is not None:
         lost = used
     elif d.preempted:
-        lost = _hours(a.gpus, max(filter(None, (started, a.last_progress_at))), end) \
+        lost = _hours(a.gpus, max(filter(None, (started, a.checkpoint_at))), end) \
             if started else 0.0
     flavor = plane.config.flavor(a.flavor)
     cost = flavor.cost_weight if flavor else 1.0

@@ -117,6 +117,10 @@ class AttemptRow(SQLModel, table=True):
     last_step: int | None = None
     last_progress_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     rendered: str | None = Field(default=None, sa_type=sa.Text)
+    # the last checkpoint the attempt reported (progress API): where, at which step, when
+    checkpoint_path: str | None = Field(default=None, max_length=1024)
+    checkpoint_step: int | None = None
+    checkpoint_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
 
 
 class LedgerEntryRow(SQLModel, table=True):
