@@ -173,7 +173,7 @@ def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
     result = admission_cycle(
         views, inventory, quotas,
         usage_view(in_use, plane.decayed_usage(in_use, now)), now,
-        preemptor=LazyPreemptor(plane, quotas, now),
+        params=plane.params.admission, preemptor=LazyPreemptor(plane, quotas, now),
     )
     by_id = {j.id: j for j in queued}
     for d in result.decisions:  # victims first: signals go out before the space is handed on
@@ -189,6 +189,7 @@ def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
     for start in range(0, len(todo), PERSIST_CHUNK):
         _persist(plane, todo[start:start + PERSIST_CHUNK], by_id, now)
         crash_point("after-intent-commit")
+    crash_point("before-cycle-record")
     with plane.db.write() as s:
         record = asdict(result.record)
         att.insert_cycle(

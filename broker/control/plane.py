@@ -25,8 +25,12 @@ from broker.domain.inventory import InventorySnapshot, NodeSnapshot, PoolSnapsho
 from broker.domain.spec import BackendKind, JobSpec
 from broker.store import attempts as att
 from broker.store.db import Database
+from broker.store.fence import FencedDatabase
 from broker.store.pools import pool_states
 from broker.store.tables import utcnow
+from policies.admission import AdmissionParams
+from policies.preemption import PreemptionParams
+from policies.retry import RetryParams
 
 log = logging.getLogger("isthmus.control")
 
@@ -47,6 +51,10 @@ class ControlParams:
     """A reconciler's observe call times out after this (BackendUnavailable)."""
     lock_wait_s: float = 10.0
     """submit, lookup and cancel wait this long for an adapter busy with another call."""
+    admission: AdmissionParams = field(default_factory=AdmissionParams)
+    """Placement, ordering (starvation) and per-cycle limits of the admission policy."""
+    preemption: PreemptionParams = field(default_factory=PreemptionParams)
+    retry: RetryParams = field(default_factory=RetryParams)
 
 
 @dataclass
@@ -76,6 +84,13 @@ class ControlPlane:
             return backend
         return GatedBackend(backend, lock_wait=self.params.lock_wait_s,
                             observe_timeout=self.params.observe_timeout_s)
+
+    def fence(self, lease: str) -> None:
+        """From now on every write of the control loop (through `self.db`) commits only while
+        the lease `lease` is at this plane's epoch (store/fence.py); a deposed leader's writes
+        raise Deposed and are rolled back. The API keeps its own, unfenced, database handle."""
+        if not isinstance(self.db, FencedDatabase):
+            self.db = FencedDatabase.over(self.db, lease, lambda: self.epoch)
 
     def gate(self, name: str) -> GatedBackend:
         """The gated adapter of a backend (also when `backends` was replaced after start)."""

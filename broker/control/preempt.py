@@ -104,7 +104,8 @@ class LazyPreemptor:
         the log has it in every mode)."""
         with JobGuard("preemption planning", job.id) as guard:
             if self._inner is None:
-                self._inner = Preemptor(running_views(self.plane), self.quotas, self.now)
+                self._inner = Preemptor(running_views(self.plane), self.quotas, self.now,
+                                        self.plane.params.preemption)
             return self._inner.plan(job, mode, gpus_needed, pool, flavor, room)
         assert guard.incident is not None
         return PreemptionPlan(False, (), 0, Reason.InternalError, guard.incident.message)

@@ -98,7 +98,7 @@ def requeue_after(plane: ControlPlane, job_id: str, a: att.AttemptRecord, *, pre
         nodes = blamed or (snapshot.placement.nodes if snapshot.placement else ())
         decision = decide_retry(
             spec.retry, failure, attempt_counts(history), wasted, preempted=preempted,
-            pool=a.pool, nodes=nodes,
+            pool=a.pool, nodes=nodes, params=plane.params.retry,
         )
         if not decision.retry:
             if preempted:  # RETRYING with nowhere to go: the policy ends it as a failure
