@@ -379,7 +379,12 @@ def db_restore(
 
 
 @config_app.command("check")
-def config_check(file: Path) -> None:
+def config_check(
+    file: Path,
+    show: Annotated[bool, typer.Option(
+        "--show", help="also print every policy parameter in effect (defaults filled in)")
+    ] = False,
+) -> None:
     """Validate an isthmus.yaml and print a summary."""
     from broker.control.wiring import check_backends
 
@@ -394,6 +399,11 @@ def config_check(file: Path) -> None:
         f"{file}: OK: {len(cfg.backends)} backends, {len(cfg.pools)} pools, "
         f"{len(cfg.flavors)} flavors, {len(cfg.teams)} teams, auth {cfg.auth.mode}"
     )
+    if show:
+        import yaml
+
+        shown = {"policies": cfg.policies.model_dump(mode="json")}
+        print(yaml.safe_dump(shown, sort_keys=False, default_flow_style=False), end="")
 
 
 if __name__ == "__main__":

@@ -10,14 +10,20 @@ from __future__ import annotations
 
 import importlib
 import logging
+from typing import Any
 
 from backends.base import Backend, check_for, factory_for
-from broker.config import IsthmusConfig
+from broker.config import IsthmusConfig, Policies
 from broker.control.gate import UnavailableBackend
 from broker.control.lease import LeaderLease
 from broker.control.plane import ControlParams, ControlPlane
 from broker.control.runtime import Intervals, Runtime
 from broker.store.db import Database
+from policies.admission import AdmissionParams
+from policies.ordering import OrderingParams
+from policies.placement import PlacementParams, ScoreWeights
+from policies.preemption import PreemptionParams
+from policies.retry import RetryParams
 
 log = logging.getLogger("isthmus.control")
 
@@ -57,12 +63,51 @@ def build_backends(config: IsthmusConfig) -> dict[str, Backend]:
 
 
 def control_params(config: IsthmusConfig) -> ControlParams:
-    c = config.control
+    c, p = config.control, config.policies
     return ControlParams(
         lost_grace_s=c.lost_grace, inventory_wait_s=c.inventory_wait,
         inventory_max_age_s=c.inventory_max_age, observe_timeout_s=c.observe_timeout,
         lock_wait_s=c.backend_lock_wait,
+        fair_share_half_life_s=p.fair_share.half_life, cancel_grace_s=p.cancel_grace,
+        **policy_params(p),
     )
+
+
+def policy_params(p: Policies) -> dict[str, Any]:
+    """The `policies:` section as the pure policies' parameter objects."""
+    w, pl, o = p.placement.weights, p.placement, p.ordering
+    return {
+        "admission": AdmissionParams(
+            placement=PlacementParams(
+                weights=ScoreWeights(
+                    flavor=w.flavor, topology=w.topology, preferred_miss=w.preferred_miss,
+                    wait_per_hour=w.wait_per_hour, fragmentation=w.fragmentation,
+                    cost=w.cost, queued=w.queued, foreign_wait=w.foreign_wait,
+                ),
+                turnover_seconds=pl.turnover,
+                default_max_isthmus_pending=pl.max_isthmus_pending,
+                queue_max_gpus=pl.queue_max_gpus,
+            ),
+            ordering=OrderingParams(
+                starvation_after_s=o.starvation_after,
+                reservation_min_gpus=o.reservation_min_gpus,
+                max_reservations=o.max_reservations,
+            ),
+            max_admissions=p.admission.max_admissions,
+        ),
+        "preemption": PreemptionParams(
+            min_runtime_s=p.preemption.min_runtime,
+            protect_near_end_s=p.preemption.protect_near_end,
+            max_victims=p.preemption.max_victims,
+        ),
+        "retry": RetryParams(
+            max_preemptions=p.retry.max_preemptions,
+            orchestration_retries=p.retry.orchestration_retries,
+            unknown_retries=p.retry.unknown_retries,
+            preemption_delay_s=p.retry.preemption_delay,
+            infra_pool_exclude_after=p.retry.infra_pool_exclude_after,
+        ),
+    }
 
 
 def build_runtime(config: IsthmusConfig, db: Database) -> Runtime:
