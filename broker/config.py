@@ -120,6 +120,8 @@ class Server(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
     max_body_bytes: int = Field(default=256 * 1024, ge=1024)
+    metrics_auth: bool = False
+    """/metrics asks for a bearer token (any known one; give the scraper its own)."""
 
 
 class Limits(_Strict):
@@ -157,6 +159,11 @@ class Control(_Strict):
     reason as BackendUnavailable and tries again next pass."""
     backend_lock_wait: float = Field(default=10.0, gt=0)
     """How long submit, lookup and cancel wait for an adapter busy with another call."""
+    preemption_min_runtime: float = Field(default=600.0, ge=0)
+    """A job that has run less than this is never a preemption victim (so that it does some
+    useful work before it can be stopped again)."""
+    preemption_protect_near_end: float = Field(default=900.0, ge=0)
+    """A job expected to end within this (start + max_runtime) is never a victim."""
 
 
 class RetryTuning(_Strict):
@@ -263,6 +270,14 @@ class Backend(_Strict):
     name: str = Field(pattern=NAME)
     kind: BackendKind
     settings: dict[str, Any] = Field(default_factory=dict, description="backend-specific")
+
+    @property
+    def serves_as(self) -> BackendKind:
+        """The kind jobs see and ask for (`JobSpec.backend`): a simulated backend's `emulate`
+        setting (slurm unless it says k8s; `check_backends` refuses other values)."""
+        if self.kind is BackendKind.SIM:
+            return BackendKind.K8S if self.settings.get("emulate") == "k8s" else BackendKind.SLURM
+        return self.kind
 
 
 class PoolCapacity(_Strict):

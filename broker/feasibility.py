@@ -129,7 +129,7 @@ def acceptable_flavors(config: IsthmusConfig, spec: JobSpec) -> list[Flavor]:
 
 def candidate_pools(config: IsthmusConfig, spec: JobSpec, flavors: list[Flavor]) -> list[Pool]:
     names = {f.name for f in flavors}
-    kinds = {b.name: b.kind.value for b in config.backends}
+    kinds = {b.name: b.serves_as.value for b in config.backends}
     return [
         p
         for p in config.pools

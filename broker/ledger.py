@@ -3,6 +3,23 @@
 `reserve` and `release` are idempotent (the unique key is job, attempt, kind) and update the
 per-(team, flavor) counter in the same transaction, so `quota_usage` always equals the sum of
 reservations that have no release. `check` proves it.
+
+GPU-hours: `charge` books an ended attempt once, whatever its ending. Its usage entry is every
+GPU-hour the attempt held (from its backend object's creation to its end); the waste entries
+are the parts of that usage that bought nothing, one entry per kind:
+
+| ending                              | waste besides `waste:preparing` (always)           |
+|-------------------------------------|----------------------------------------------------|
+| succeeded                           | none                                               |
+| failed (user, infra, environment)   | `waste:failed`: the whole run                      |
+| lost (the backend forgot it)        | `waste:lost`: the run since the last progress      |
+| preempted (by a backend or Isthmus) | `waste:preempted`: the run since the last progress |
+| cancelled (by a user or an admin)   | `waste:cancelled`: the run since the last progress |
+
+`waste:preparing` is the time GPUs were held before every rank ran. A progress report stands
+for a checkpoint: work before it survives into the next attempt; an attempt that never
+reported loses its whole run. Every usage and waste entry carries its `cost`: GPU-hours x the
+flavor's cost weight x the pool's cost weight.
 """
 
 from __future__ import annotations
@@ -15,17 +32,86 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from broker.store.tables import LedgerEntryRow, QuotaUsageRow
+from broker.store.tables import AttemptRow, LedgerEntryRow, QuotaUsageRow
 
 ENTRIES: sa.Table = LedgerEntryRow.__table__  # type: ignore[attr-defined]
 USAGE: sa.Table = QuotaUsageRow.__table__  # type: ignore[attr-defined]
+ATTEMPTS: sa.Table = AttemptRow.__table__  # type: ignore[attr-defined]
 
 
 class LedgerKind(StrEnum):
     RESERVE = "reserve"
     RELEASE = "release"
-    USAGE = "usage"  # GPU-hours used by an attempt, weighted by flavor cost
-    WASTE = "waste"  # GPU-hours lost: preparing time, failed attempts, work since checkpoint
+    USAGE = "usage"  # every GPU-hour an attempt held
+    WASTE = "waste"  # before revision 0007: all of an attempt's waste in one entry
+    WASTE_PREPARING = "waste:preparing"
+    WASTE_FAILED = "waste:failed"
+    WASTE_LOST = "waste:lost"
+    WASTE_PREEMPTED = "waste:preempted"
+    WASTE_CANCELLED = "waste:cancelled"
+
+
+HOURS_KINDS = frozenset({LedgerKind.USAGE, LedgerKind.WASTE, LedgerKind.WASTE_PREPARING,
+                         LedgerKind.WASTE_FAILED, LedgerKind.WASTE_LOST,
+                         LedgerKind.WASTE_PREEMPTED, LedgerKind.WASTE_CANCELLED})
+WASTE_KINDS = HOURS_KINDS - {LedgerKind.USAGE}
+
+
+class Ending(StrEnum):
+    """How an attempt ended, as far as accounting cares."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    LOST = "lost"
+    PREEMPTED = "preempted"
+    CANCELLED = "cancelled"
+
+
+# The waste kind of an ending's run (succeeded wastes no run).
+_RUN_WASTE = {
+    Ending.FAILED: LedgerKind.WASTE_FAILED, Ending.LOST: LedgerKind.WASTE_LOST,
+    Ending.PREEMPTED: LedgerKind.WASTE_PREEMPTED, Ending.CANCELLED: LedgerKind.WASTE_CANCELLED,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """What one attempt held: `gpus` from `since` (its backend object exists; None if it never
+    did) to `until`; every rank ran from `running` (None: never); `progress` is its last
+    progress report."""
+
+    gpus: int
+    since: datetime | None
+    until: datetime
+    running: datetime | None = None
+    progress: datetime | None = None
+
+
+def _hours(gpus: int, start: datetime, end: datetime) -> float:
+    return max(0.0, (end - start).total_seconds()) / 3600 * gpus
+
+
+def split(held: Held, ending: Ending) -> dict[LedgerKind, float]:
+    """Usage and waste (GPU-hours by kind) of an attempt; pure. Waste never exceeds usage:
+    every instant is clamped into [since, until]."""
+    if held.since is None or held.gpus <= 0:
+        return {LedgerKind.USAGE: 0.0}
+    since, until = held.since, max(held.since, held.until)
+
+    def clamp(t: datetime) -> datetime:
+        return min(max(t, since), until)
+
+    running = clamp(held.running) if held.running is not None else None
+    out = {LedgerKind.USAGE: _hours(held.gpus, since, until),
+           LedgerKind.WASTE_PREPARING: _hours(held.gpus, since, running or until)}
+    kind = _RUN_WASTE.get(ending)
+    if kind is not None and running is not None:
+        if ending is Ending.FAILED or held.progress is None:
+            lost_from = running
+        else:
+            lost_from = max(running, clamp(held.progress))
+        out[kind] = _hours(held.gpus, lost_from, until)
+    return {k: v for k, v in out.items() if v > 0 or k is LedgerKind.USAGE}
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,8 +200,9 @@ def record_hours(
     session: Session, r: Reservation, kind: LedgerKind, gpu_hours: float, now: datetime,
     note: str = "",
 ) -> bool:
-    """Record GPU-hours used or wasted by an attempt (once per attempt and kind)."""
-    if kind not in (LedgerKind.USAGE, LedgerKind.WASTE):
+    """Record GPU-hours used or wasted by an attempt (once per attempt and kind). Ended
+    attempts are booked by `charge`, which splits the waste by kind and prices it."""
+    if kind not in HOURS_KINDS:
         raise ValueError(f"record_hours takes usage or waste, not {kind}")
     if _entry(session, r.job_id, r.attempt, kind) is not None:
         return False
@@ -126,6 +213,41 @@ def record_hours(
          "at": now, "note": note},
     )
     return True
+
+
+def charge(
+    session: Session, r: Reservation, held: Held, ending: Ending, cost_weight: float,
+    now: datetime, note: str = "",
+) -> dict[LedgerKind, float]:
+    """Book an ended attempt's usage and waste, once: its usage entry says it was booked, so
+    every later call (another path that saw the same ending) books nothing and returns {}.
+    `cost_weight`: the flavor's cost weight times the pool's."""
+    if _entry(session, r.job_id, r.attempt, LedgerKind.USAGE) is not None:
+        return {}
+    hours = split(held, ending)
+    conn = session.connection()
+    for kind, value in hours.items():
+        conn.execute(
+            _INSERT_ENTRY,
+            {"job_id": r.job_id, "attempt": r.attempt, "kind": kind.value, "team": r.team,
+             "flavor": r.flavor, "gpus": r.gpus, "borrowed_gpus": 0, "gpu_hours": value,
+             "cost": value * cost_weight, "at": now,
+             "note": f"{ending.value}; weight {cost_weight:g}" + (f"; {note}" if note else "")},
+        )
+    return hours
+
+
+def uncharged_attempts(session: Session) -> int:
+    """Ended attempts whose backend object existed and that have no usage entry: GPU-hours
+    nobody booked (0 when every ending path charges)."""
+    booked = sa.exists().where(
+        ENTRIES.c.job_id == ATTEMPTS.c.job_id, ENTRIES.c.attempt == ATTEMPTS.c.number,
+        ENTRIES.c.kind == LedgerKind.USAGE.value,
+    )
+    return int(session.connection().execute(
+        sa.select(sa.func.count()).select_from(ATTEMPTS).where(
+            ATTEMPTS.c.ended_at.is_not(None), ATTEMPTS.c.dispatch == "created", ~booked)
+    ).scalar_one())
 
 
 def usage(session: Session) -> dict[tuple[str, str], tuple[int, int]]:

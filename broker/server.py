@@ -59,7 +59,10 @@ def run(
     if config.control.enabled and control:
         from broker.control.wiring import build_runtime
 
-        runtime = build_runtime(config, db)
+        # the listener as it really is (flags override the file): simulated backends report
+        # progress to it
+        listening = config.server.model_copy(update={"host": host, "port": port})
+        runtime = build_runtime(config.model_copy(update={"server": listening}), db)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("apscheduler").setLevel(logging.ERROR)  # skipped overlapping runs are normal
     logging.getLogger("isthmus").info(

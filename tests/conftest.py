@@ -17,7 +17,8 @@ pytest_plugins = ["tests.fixtures.postgres"] + [
     if (_HERE / "fixtures" / f"{name}.py").exists()
 ]
 
-EXAMPLE_CONFIG = _HERE.parent / "examples" / "isthmus.yaml"
+EXAMPLE_CONFIG = _HERE.parent / "examples" / "isthmus.yaml"  # the simulated federation
+LOCAL_CONFIG = _HERE.parent / "examples" / "isthmus-local.yaml"  # the same on the test clusters
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -18,8 +18,6 @@ from __future__ import annotations
 import heapq
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 
 from backends.base import (
     BackendUnavailable,
@@ -28,122 +26,27 @@ from backends.base import (
     SubmitRequest,
     SubmitResult,
 )
+from backends.sim import faults, foreign, views
+from backends.sim.clock import SimClock
+from backends.sim.model import ExternalLoad, Job, Node, SimFailures, SimPoolSpec
+from backends.sim.progress import PROGRESS_TOKEN_ENV, Report, Reporter, Reporting
 from broker.domain.facts import Fact, Phase
 from broker.domain.failures import FailureCategory
 from broker.domain.inventory import (
     InventorySnapshot,
-    NodeSnapshot,
-    PoolSnapshot,
-    QueueDepth,
     TopologyPath,
 )
 from broker.domain.reasons import FAILURE_REASON, Reason
-from broker.domain.spec import BackendKind
+from broker.domain.units import parse_duration
 
 DURATION_ENV = "ISTHMUS_SIM_DURATION"
 """SubmitRequest.env key: the job's run time in seconds (else a seeded draw)."""
+DURATION_ANNOTATION = "isthmus.io/sim-duration"
+"""Spec annotation: the job's run time in simulated time ('90', '2m30s')."""
+RESUME_ENV = "ISTHMUS_RESUME_FROM"
 
-
-class SimClock:
-    """Virtual time shared by several simulated backends."""
-
-    def __init__(self, start: datetime) -> None:
-        self.start = start
-        self.t = 0.0
-
-    @property
-    def now(self) -> datetime:
-        return self.start + timedelta(seconds=self.t)
-
-    def at(self, t: float) -> datetime:
-        return self.start + timedelta(seconds=t)
-
-    def advance(self, dt: float) -> None:
-        if dt < 0:
-            raise ValueError("virtual time only moves forward")
-        self.t += dt
-
-
-@dataclass(frozen=True, slots=True)
-class SimPoolSpec:
-    name: str
-    flavor: str
-    blocks: int = 1
-    racks_per_block: int = 2
-    nodes_per_rack: int = 4
-    gpus_per_node: int = 8
-    cost_weight: float = 1.0
-    shared: bool = True
-    max_isthmus_pending: int | None = None
-
-    @property
-    def nodes(self) -> int:
-        return self.blocks * self.racks_per_block * self.nodes_per_rack
-
-
-@dataclass(frozen=True, slots=True)
-class SimFailures:
-    job_failure_rate: float = 0.0
-    """Probability that an attempt fails part-way."""
-    categories: tuple[tuple[FailureCategory, float], ...] = (
-        (FailureCategory.INFRA_TRANSIENT, 0.6),
-        (FailureCategory.USER_ERROR, 0.3),
-        (FailureCategory.RESOURCE_ENV, 0.1),
-    )
-    start_delay_s: float = 30.0
-    """Time from allocation until every rank runs (image pull, rendezvous)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ExternalLoad:
-    """Work submitted to the backend directly (not through Isthmus)."""
-
-    arrivals_per_hour: float = 0.0
-    gpus: tuple[int, ...] = (1, 2, 4, 8, 16)
-    mean_duration_s: float = 3600.0
-    limit_s: float | None = None
-    """Declared time limit of each external job (None: the backend knows no end)."""
-
-
-@dataclass(slots=True)
-class _Job:
-    name: str
-    backend_id: str
-    pool: str
-    replicas: int
-    gpus: int
-    duration: float
-    submitted: float
-    isthmus: bool
-    limit: float | None = None
-    """Declared time limit in seconds (what the scheduler knows), not the true duration."""
-    job_id: str | None = None
-    attempt: int | None = None
-    level: str | None = None
-    wanted: tuple[str, ...] = ()
-    nodes: tuple[str, ...] = ()
-    started: float | None = None
-    ended: float | None = None
-    phase: Phase = Phase.PENDING
-    failure: FailureCategory | None = None
-    fail_after: float | None = None
-    seq: int = 0
-    reason: Reason = Reason.BackendPending
-    message: str = ""
-    bad_nodes: tuple[str, ...] = ()
-
-
-@dataclass(slots=True)
-class _Node:
-    name: str
-    pool: str
-    total: int
-    free: int
-    topo: TopologyPath
-    up: bool = True
-    snap: NodeSnapshot | None = field(default=None, repr=False)
-    running: dict[str, int] = field(default_factory=dict)
-    """GPUs each running job holds here, by job name."""
+__all__ = ["DURATION_ENV", "ExternalLoad", "SimBackend", "SimClock", "SimFailures",
+           "SimPoolSpec"]
 
 
 class SimBackend:
@@ -165,6 +68,9 @@ class SimBackend:
         external: ExternalLoad | None = None,
         duration: Callable[[random.Random], float] | None = None,
         releases: bool = True,
+        reporter: Reporter | None = None,
+        runtime_fraction: float | None = None,
+        progress_every: float = 10.0,
     ) -> None:
         self.name = name
         self.report_releases = releases
@@ -175,30 +81,34 @@ class SimBackend:
         self.failures = failures or SimFailures()
         self.external = external or ExternalLoad()
         self._duration = duration or (lambda r: r.lognormvariate(7.5, 1.5))
+        self.runtime_fraction = runtime_fraction
+        """Run time as a fraction of max_runtime when the job names none (else a draw)."""
+        self.reporter = reporter
+        self.progress_every = progress_every
+        self.checkpoints: dict[str, int] = {}
+        """The simulated file system: the step of each job's last checkpoint."""
+        self._reporting: dict[str, Job] = {}
         self.reachable = True
         self.pools = {p.name: p for p in pools}
-        self.nodes: dict[str, _Node] = {}
-        self.pool_nodes: dict[str, list[_Node]] = {}
+        self.nodes: dict[str, Node] = {}
+        self.pool_nodes: dict[str, list[Node]] = {}
         for p in pools:
             lst = self.pool_nodes[p.name] = []
-            i = 0
-            for b in range(p.blocks):
-                for r in range(p.racks_per_block):
-                    for _ in range(p.nodes_per_rack):
-                        topo = TopologyPath(block=f"{p.name}-b{b}", rack=f"r{r}")
-                        node = _Node(
-                            f"{p.name}-n{i:04d}", p.name, p.gpus_per_node, p.gpus_per_node, topo
-                        )
-                        self.nodes[node.name] = node
-                        lst.append(node)
-                        i += 1
-        self.jobs: dict[str, _Job] = {}
-        self.pending: dict[str, list[_Job]] = {p: [] for p in self.pools}
+            for i in range(p.nodes):
+                rack = i // p.nodes_per_rack
+                topo = TopologyPath(block=f"{p.name}-b{rack // p.racks_per_block}",
+                                    rack=f"r{rack % p.racks_per_block}")
+                node = Node(f"{p.name}-n{i:04d}", p.name, p.gpus_per_node, p.gpus_per_node, topo)
+                self.nodes[node.name] = node
+                lst.append(node)
+        self.jobs: dict[str, Job] = {}
+        self.pending: dict[str, list[Job]] = {p: [] for p in self.pools}
         self._ends: list[tuple[float, int, str]] = []
         self._seq = 0
         self._events: list[tuple[str, str]] = []
         self._t = clock.t
-        self._next_external = self._draw_arrival(self._t)
+        foreign.occupy(self, self.external.occupied)
+        self._next_external = foreign.next_arrival(self, self._t)
 
     # ---- the Backend protocol ---------------------------------------------------------
     def _check(self) -> None:
@@ -207,63 +117,7 @@ class SimBackend:
 
     def inventory(self) -> InventorySnapshot:
         self._check()
-        pools = []
-        for name, spec in self.pools.items():
-            nodes = []
-            for n in self.pool_nodes[name]:
-                if n.snap is None:
-                    n.snap = NodeSnapshot.model_construct(
-                        name=n.name,
-                        total_gpus=n.total,
-                        free_gpus=n.free if n.up else 0,
-                        cpus=0,
-                        free_cpus=0,
-                        memory_bytes=0,
-                        free_memory_bytes=0,
-                        topology=n.topo,
-                        schedulable=n.up,
-                        reason=None if n.up else "down",
-                        releases=self._releases(n),
-                    )
-                nodes.append(n.snap)
-            pools.append(
-                PoolSnapshot.model_construct(
-                    name=name,
-                    backend_kind=BackendKind(self.kind),
-                    backend=self.name,
-                    flavor=spec.flavor,
-                    selector=name,
-                    cost_weight=spec.cost_weight,
-                    shared=spec.shared,
-                    drained=False,
-                    max_isthmus_pending=spec.max_isthmus_pending,
-                    nodes=tuple(nodes),
-                    queue=self._queue_depth(name),
-                )
-            )
-        return InventorySnapshot(taken_at=self.clock.now, pools=tuple(pools))
-
-    def _releases(self, node: _Node) -> tuple[tuple[datetime, int], ...]:
-        if not self.report_releases:
-            return ()
-        out = []
-        for name, gpus in node.running.items():
-            job = self.jobs[name]
-            if job.limit is not None and job.started is not None:
-                out.append((job.started + job.limit, gpus))
-        return tuple((self.clock.at(t), g) for t, g in sorted(out))
-
-    def _queue_depth(self, pool: str) -> QueueDepth:
-        mine = [j for j in self.pending[pool] if j.isthmus]
-        foreign = sum(j.gpus * j.replicas for j in self.pending[pool] if not j.isthmus)
-        total = sum(n.total for n in self.pool_nodes[pool]) or 1
-        pend = sum(j.gpus * j.replicas for j in mine) + foreign
-        return QueueDepth(
-            isthmus_pending_gpus=pend - foreign,
-            foreign_pending_gpus=foreign,
-            isthmus_pending_jobs=len(mine),
-            expected_wait_seconds=pend / total * self.external.mean_duration_s,
-        )
+        return views.inventory(self)
 
     def submit(self, request: SubmitRequest) -> SubmitResult:
         self._check()
@@ -273,35 +127,64 @@ class SimBackend:
         pl = request.placement
         if pl.pool not in self.pools:
             raise ValueError(f"backend {self.name} has no pool {pl.pool}")
-        gang = request.snapshot.spec.gang
-        raw = request.env.get(DURATION_ENV) or request.snapshot.spec.env.get(DURATION_ENV)
-        duration = float(raw) if raw is not None else self._duration(self.rng)
+        spec = request.snapshot.spec
+        duration = self._run_time(request)
+        done = 0
+        resuming = request.env.get(RESUME_ENV) or request.snapshot.resume_from
+        if spec.checkpoint.resumable and resuming:
+            done = self.checkpoints.get(request.job_id, 0)
+            duration = max(1.0, duration - done)
         self._seq += 1
-        job = _Job(
+        job = Job(
             name=request.name,
             backend_id=f"{self.name}-{self._seq}",
             pool=pl.pool,
-            replicas=gang.replicas,
-            gpus=gang.gpus_per_replica,
+            replicas=spec.gang.replicas,
+            gpus=spec.gang.gpus_per_replica,
             duration=duration,
             submitted=self._t,
             isthmus=True,
-            limit=float(request.snapshot.spec.max_runtime),
+            limit=float(spec.max_runtime),
             job_id=request.job_id,
             attempt=request.attempt,
             level=pl.topology_level.value if pl.topology_level else None,
             wanted=pl.nodes,
             seq=self._seq,
+            fault=faults.from_annotations(spec.annotations, request.attempt),
+            done_before=float(done),
         )
+        token = request.env.get(PROGRESS_TOKEN_ENV) if self.reporter is not None else None
+        ckpt = spec.checkpoint
+        if token or (ckpt.dir and ckpt.interval):
+            job.report = Reporting(request.job_id, request.attempt, token, self.progress_every,
+                                   ckpt.dir, ckpt.interval)
+            self._reporting[job.name] = job
         self.jobs[job.name] = job
         self.pending[job.pool].append(job)
-        self._schedule(job.pool)
+        self.schedule(job.pool)
         return SubmitResult(job.name, job.backend_id, adopted=False)
+
+    def _run_time(self, request: SubmitRequest) -> float:
+        """Simulated seconds of work: ISTHMUS_SIM_DURATION in the env, else the spec's
+        `isthmus.io/sim-duration`, else `runtime_fraction` of max_runtime, else a draw."""
+        spec = request.snapshot.spec
+        raw = request.env.get(DURATION_ENV) or spec.env.get(DURATION_ENV)
+        if raw is not None:
+            return float(raw)
+        text = spec.annotations.get(DURATION_ANNOTATION)
+        if text is not None:
+            try:
+                return float(parse_duration(text.strip()))
+            except ValueError:
+                pass  # accepted by the API, meaningless here: fall through
+        if self.runtime_fraction is not None:
+            return max(1.0, spec.max_runtime * self.runtime_fraction)
+        return self._duration(self.rng)
 
     def lookup(self, name: str) -> Fact | None:
         self._check()
         job = self.jobs.get(name)
-        return self._fact(job) if job else None
+        return views.fact(self, job) if job else None
 
     def cancel(self, name: str, grace_seconds: int) -> CancelResult:
         self._check()
@@ -316,7 +199,7 @@ class SimBackend:
 
     def observe(self, names: Sequence[str] | None = None) -> list[Fact]:
         self._check()
-        facts = [self._fact(j) for j in self.jobs.values() if j.isthmus]
+        facts = [views.fact(self, j) for j in self.jobs.values() if j.isthmus]
         for n in names or ():
             if n not in self.jobs:
                 facts.append(
@@ -351,9 +234,28 @@ class SimBackend:
                 _, _, name = heapq.heappop(self._ends)
                 self._finish(self.jobs[name])
             else:
-                self._arrive_external()
-                self._next_external = self._draw_arrival(t)
+                foreign.arrive(self)
+                self._next_external = foreign.next_arrival(self, t)
         self._t = target
+        if self._reporting:
+            self._progress()
+
+    def _progress(self) -> None:
+        """Progress reports and checkpoints of the jobs that run now (progress.py)."""
+        delay = self.failures.start_delay_s
+        for job in list(self._reporting.values()):
+            rep = job.report
+            if rep is None or job.started is None:
+                continue
+            worked = self._t - job.started - delay
+            if worked < 0 or job.phase is not Phase.RUNNING:
+                continue
+            step = int(job.done_before + worked)
+            report, path = rep.due(self._t, step)
+            if path is not None:
+                self.checkpoints[rep.job_id] = rep.last_checkpoint
+            if report and self.reporter is not None and rep.token is not None:
+                self.reporter.send(Report(rep.job_id, rep.token, step, path))
 
     def drain_events(self) -> list[tuple[str, str]]:
         """(name, "start" | "end") of Isthmus jobs since the last call, in order: lets a
@@ -381,40 +283,28 @@ class SimBackend:
         node = self.nodes[name]
         node.up = True
         node.snap = None
-        self._schedule(node.pool)
+        self.schedule(node.pool)
 
     def preempt(self, name: str) -> None:
         """Preemption by the backend itself (e.g. a higher-priority partition)."""
         self._end(self.jobs[name], Phase.PREEMPTED, Reason.Preempted, "preempted by backend")
 
     # ---- internals ----------------------------------------------------------------------
-    def _draw_arrival(self, t: float) -> float:
-        rate = self.external.arrivals_per_hour
-        return t + self.rng.expovariate(rate / 3600.0) if rate > 0 else float("inf")
-
-    def _arrive_external(self) -> None:
-        pool = self.rng.choice(sorted(self.pools))
-        width = self.pools[pool].gpus_per_node
-        gpus = self.rng.choice(self.external.gpus)
-        replicas, per = (gpus // width, width) if gpus > width else (1, gpus)
+    def foreign_job(self, pool: str, replicas: int, gpus: int, duration: float,
+                    limit: float | None, wanted: tuple[str, ...] = ()) -> Job:
+        """A job that is not Isthmus's (foreign.py), not queued yet."""
         self._seq += 1
-        job = _Job(
-            name=f"foreign-{self._seq}",
-            backend_id=f"{self.name}-{self._seq}",
-            pool=pool,
-            replicas=replicas,
-            gpus=per,
-            duration=self.rng.expovariate(1.0 / self.external.mean_duration_s),
-            submitted=self._t,
-            isthmus=False,
-            limit=self.external.limit_s,
-            seq=self._seq,
-        )
-        self.jobs[job.name] = job
-        self.pending[pool].append(job)
-        self._schedule(pool)
+        return Job(name=f"foreign-{self._seq}", backend_id=f"{self.name}-{self._seq}", pool=pool,
+                   replicas=replicas, gpus=gpus, duration=duration, submitted=self._t,
+                   isthmus=False, limit=limit, seq=self._seq, wanted=wanted)
 
-    def _fits(self, job: _Job) -> list[_Node] | None:
+    def enqueue(self, job: Job, schedule: bool = True) -> None:
+        self.jobs[job.name] = job
+        self.pending[job.pool].append(job)
+        if schedule:
+            self.schedule(job.pool)
+
+    def _fits(self, job: Job) -> list[Node] | None:
         if job.wanted and len(job.wanted) == job.replicas:
             need: dict[str, int] = {}
             for wanted in job.wanted:
@@ -424,22 +314,22 @@ class SimBackend:
                 for w, k in need.items()
             ):
                 return [self.nodes[w] for w in job.wanted]
-        groups: dict[str, list[_Node]] = {}
+        groups: dict[str, list[Node]] = {}
         for n in self.pool_nodes[job.pool]:
             if n.up and n.free >= job.gpus:
                 key = n.topo.domain(job.level, n.name) if job.level else ""
                 groups.setdefault(key, []).append(n)
         for key in sorted(groups):
-            out: list[_Node] = []
+            out: list[Node] = []
             for n in groups[key]:
                 out.extend([n] * min(n.free // job.gpus, job.replicas - len(out)))
                 if len(out) == job.replicas:
                     return out
         return None
 
-    def _schedule(self, pool: str) -> None:
+    def schedule(self, pool: str) -> None:
         queue = self.pending[pool]
-        started: list[_Job] = []
+        started: list[Job] = []
         for job in queue:
             nodes = self._fits(job)
             if nodes is None:
@@ -453,7 +343,12 @@ class SimBackend:
             job.phase = Phase.RUNNING
             job.reason = Reason.Running
             run = self.failures.start_delay_s + job.duration
-            if job.isthmus and self.rng.random() < self.failures.job_failure_rate:
+            if job.isthmus and job.fault is None and self.failures.fault_rates:
+                job.fault = faults.draw(self.failures.fault_rates, self.rng)
+            if job.fault is not None:
+                job.failure = job.fault.category
+                run = job.fault.strikes_after(self.failures.start_delay_s, job.duration, self.rng)
+            elif job.isthmus and self.rng.random() < self.failures.job_failure_rate:
                 cats, weights = zip(*self.failures.categories, strict=True)
                 job.failure = self.rng.choices(cats, weights)[0]
                 run = self.failures.start_delay_s + job.duration * self.rng.random()
@@ -465,10 +360,16 @@ class SimBackend:
             done = {j.name for j in started}
             self.pending[pool] = [j for j in queue if j.name not in done]
 
-    def _finish(self, job: _Job) -> None:
+    def _finish(self, job: Job) -> None:
         if job.phase not in (Phase.RUNNING, Phase.STARTING):
             return  # ended earlier (cancelled, node failure); its heap entry is stale
-        if job.failure is not None:
+        if job.fault is not None:
+            node = job.nodes[0] if job.nodes else "?"
+            self._end(job, Phase.FAILED, FAILURE_REASON[job.fault.category],
+                      job.fault.message(node), job.fault.category)
+            if job.fault is faults.Fault.NODE_LOSS:
+                job.bad_nodes = (node,)
+        elif job.failure is not None:
             node = job.nodes[0] if job.nodes else "?"
             self._end(
                 job,
@@ -482,7 +383,7 @@ class SimBackend:
 
     def _end(
         self,
-        job: _Job,
+        job: Job,
         phase: Phase,
         reason: Reason,
         message: str,
@@ -497,32 +398,10 @@ class SimBackend:
         elif job in self.pending[job.pool]:
             self.pending[job.pool].remove(job)
         job.phase, job.reason, job.message, job.ended = phase, reason, message, self._t
+        self._reporting.pop(job.name, None)
         job.failure = failure
         if job.isthmus:
             self._events.append((job.name, "end"))
-        self._schedule(job.pool)
+        self.schedule(job.pool)
 
-    def _fact(self, job: _Job) -> Fact:
-        phase = job.phase
-        started = job.started
-        if phase is Phase.RUNNING and started is not None:
-            phase = Phase.STARTING if self._t < started + self.failures.start_delay_s else phase
-        reason = Reason.WaitingForAllRanks if phase is Phase.STARTING else job.reason
-        return Fact(
-            backend=self.name,
-            backend_name=job.name,
-            backend_id=job.backend_id,
-            job_id=job.job_id,
-            attempt=job.attempt,
-            phase=phase,
-            reason=reason,
-            failure=job.failure,
-            raw_state=phase.value,
-            message=job.message,
-            nodes=tuple(dict.fromkeys(job.nodes)),
-            bad_nodes=job.bad_nodes,
-            submitted_at=self.clock.at(job.submitted),
-            started_at=self.clock.at(job.started) if job.started is not None else None,
-            ended_at=self.clock.at(job.ended) if job.ended is not None else None,
-            observed_at=self.clock.now,
-        )
+

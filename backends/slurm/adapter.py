@@ -12,9 +12,16 @@ from datetime import UTC, datetime, timedelta
 
 from backends.base import CancelResult, Capability, SubmitRequest, SubmitResult, Unsupported
 from backends.slurm import script
-from backends.slurm.classify import ClassifyPolicy, Evidence, NodeCondition, classify
+from backends.slurm.classify import (
+    ClassifyPolicy,
+    Evidence,
+    NodeCondition,
+    classify,
+    event_in_run,
+    node_fault,
+)
 from backends.slurm.inventory import ISTHMUS_PREFIX, PoolBinding, pool_snapshots
-from backends.slurm.records import BatchJob, JobRecord, NodeEvent, NodeRecord
+from backends.slurm.records import BatchJob, JobRecord, NodeRecord
 from backends.slurm.settings import SlurmSettings
 from backends.slurm.transport import Transport
 from broker.domain.facts import Fact, Phase
@@ -31,6 +38,16 @@ NODE_EVIDENCE_STATES = {"FAILED", "NODE_FAIL", "BOOT_FAIL"}
 # slurmd died DOWN only after SlurmdTimeout (300 s by default), and meanwhile the job's script
 # may already have failed. Beyond this the node's current state says nothing about the job.
 NODE_EVIDENCE_WINDOW = timedelta(seconds=600)
+# How long after a job's end a node event may begin and still count as this job's: both times
+# are slurmctld's, in whole seconds, taken in the same handling of the node's failure (the
+# job's end is the node's "down" or a moment after it), so a little slack covers the
+# recording. Not more: an event a minute after the end is the next job's (a node that failed
+# after the job's script did is still down when the end is seen, which the current state
+# tells, see NODE_EVIDENCE_WINDOW).
+NODE_EVENT_SLACK = timedelta(seconds=10)
+# How long the judgment of such an end may wait for accounting to record it (and the node
+# events before it): slurmdbd lags slurmctld by a second or so, more on a busy machine.
+END_EVIDENCE_WAIT = timedelta(seconds=60)
 
 
 def split_name(name: str) -> tuple[str | None, int | None]:
@@ -77,6 +94,8 @@ class SlurmBackend:
         self._end_nodes: dict[str, dict[str, tuple[NodeCondition, ...]]] = {}
         # Slurm job id -> the steps accounting recorded for it, for jobs that ended FAILED
         self._end_steps: dict[str, tuple[str, ...]] = {}
+        # Slurm job id -> when its end was first seen, while the evidence is incomplete
+        self._end_first_seen: dict[str, datetime] = {}
 
     # -- inventory ----------------------------------------------------------------------------
 
@@ -142,37 +161,71 @@ class SlurmBackend:
 
     def _note_end_evidence(self, recs: Iterable[JobRecord], now: datetime) -> None:
         """Record the evidence for judging jobs that newly ended in a state their nodes' health
-        can explain: the steps accounting recorded for the FAILED ones (one query), the nodes'
-        current state (one node listing) and the down / drain events that accounting recorded
-        for them while the job ran (one query), for all such jobs at once and never in a cycle
-        without one. Kept per job, so the classification is that of the moment the end was
-        first seen and does not flip once an admin resumes the node."""
+        can explain: the steps accounting recorded for them (one query; it also tells whether
+        accounting has recorded their end yet), the nodes' current state (one node listing)
+        and the down / drain / fail events that accounting recorded for them around the job's
+        own run (one query, see classify.event_in_run), for all such jobs at once and never in
+        a cycle without one. Kept per job once complete, so the classification is that of the
+        moment the evidence was complete and does not flip once an admin resumes the node.
+
+        Complete means: accounting has recorded the job's end, and, when Slurm says that a
+        node of the job failed (NODE_FAIL, or the reason NodeDown) but no node of the
+        allocation shows it, the failed node's event has arrived. slurmctld hands both to
+        slurmdbd asynchronously (seen: the event of a node set DOWN arrived after the job's
+        NODE_FAIL end, and seconds late on a busy machine), while its node may already be back
+        in service. Until then the job is reported as still ending; after END_EVIDENCE_WAIT
+        it is judged with what is known."""
         fresh = [r for r in recs if r.state in NODE_EVIDENCE_STATES and r.nodes
                  and r.job_id not in self._end_nodes]
         if not fresh:
             return
+        for rec in fresh:
+            self._end_first_seen.setdefault(rec.job_id, now)
         # did the ranks start at all? (no srun step: the job's code never ran)
-        self._end_steps.update(self.transport.steps([r.job_id for r in fresh
-                                                     if r.state == "FAILED"]))
+        recorded = self.transport.steps([r.job_id for r in fresh])
+        self._end_steps.update(recorded)
         listed = {n.name: n for n in self.transport.nodes()}
         names = sorted({n for r in fresh for n in r.nodes})
         since = min(r.started_at or r.submitted_at or now for r in fresh)
         events = self.transport.node_events(names, since=since)
         for rec in fresh:
             start = rec.started_at or rec.submitted_at or since
-            until = (rec.ended_at or now) + NODE_EVIDENCE_WINDOW
+            end = rec.ended_at or now
             seen: dict[str, list[NodeCondition]] = {n: [] for n in rec.nodes}
             for name in rec.nodes:
                 node = listed.get(name)
-                if node is not None and now <= until:
+                if node is not None and now <= end + NODE_EVIDENCE_WINDOW:
                     seen[name].append(NodeCondition(node.state, node.flags, node.reason))
             for ev in events:
-                if ev.node in seen and _during(ev, start, until):
+                if ev.node in seen and event_in_run(ev.start, ev.end, start, end,
+                                                    NODE_EVENT_SLACK):
                     at = f"recorded {ev.start:%Y-%m-%dT%H:%M:%SZ}" if ev.start else "recorded"
                     seen[ev.node].append(NodeCondition(ev.state, ev.flags, ev.reason, at))
-            self._end_nodes[rec.job_id] = {n: tuple(c) for n, c in seen.items() if c}
+            conditions = {n: tuple(c) for n, c in seen.items() if c}
+            missing = self._evidence_missing(rec, recorded, conditions)
+            if missing and now - self._end_first_seen[rec.job_id] < END_EVIDENCE_WAIT:
+                continue  # asked again next cycle
+            if missing:
+                log.warning("slurm %s: judging job %s (%s) without %s after %ss", self.name,
+                            rec.job_id, rec.state, missing,
+                            int(END_EVIDENCE_WAIT.total_seconds()))
+            self._end_nodes[rec.job_id] = conditions
+
+    def _evidence_missing(self, rec: JobRecord, recorded: Mapping[str, tuple[str, ...]],
+                          conditions: Mapping[str, Sequence[NodeCondition]]) -> str:
+        """What the evidence for judging this ended job still lacks ("" if nothing)."""
+        if rec.source != "accounting" and rec.job_id not in recorded:
+            return "its end in accounting"
+        node_failed = rec.state == "NODE_FAIL" or rec.reason == "NodeDown"
+        if (node_failed and getattr(self.transport, "serves_node_events", True)
+                and not any(node_fault(c, self.policy)
+                            for cs in conditions.values() for c in cs)):
+            return "the failed node's event"
+        return ""
 
     def _fact(self, rec: JobRecord, now: datetime) -> Fact:
+        if rec.state in NODE_EVIDENCE_STATES and rec.nodes and rec.job_id not in self._end_nodes:
+            return self._ending(rec, now)
         cached = self._last_seen.get(rec.name)
         exit_code, signal = rec.exit_code, rec.signal
         if (exit_code is None and signal is None and cached is not None
@@ -195,6 +248,20 @@ class SlurmBackend:
             submitted_at=rec.submitted_at, started_at=rec.started_at, ended_at=rec.ended_at,
             observed_at=now, actor=got.actor,
         )
+
+    def _ending(self, rec: JobRecord, now: datetime) -> Fact:
+        """A job that ended while the evidence to judge its end is incomplete: still ending,
+        like a COMPLETING one (see _note_end_evidence)."""
+        job_id, attempt = split_name(rec.name)
+        return Fact(
+            backend=self.name, backend_name=rec.name, backend_id=rec.job_id, job_id=job_id,
+            attempt=attempt, phase=Phase.RUNNING if rec.started_at else Phase.STARTING,
+            reason=Reason.Running if rec.started_at else Reason.WaitingForAllRanks,
+            raw_state=rec.state, raw_reason=rec.reason,
+            message=f"ended {rec.state} in Slurm; waiting for accounting to record its end "
+            "and its nodes' events before judging it",
+            nodes=rec.nodes, submitted_at=rec.submitted_at, started_at=rec.started_at,
+            observed_at=now)
 
     def _lost(self, name: str, now: datetime) -> Fact:
         job_id, attempt = split_name(name)
@@ -244,6 +311,8 @@ class SlurmBackend:
         seen = {r.job_id for r in in_view}
         self._end_nodes = {k: v for k, v in self._end_nodes.items() if k in seen}
         self._end_steps = {k: v for k, v in self._end_steps.items() if k in seen}
+        self._end_first_seen = {k: v for k, v in self._end_first_seen.items()
+                                if k in seen and k not in self._end_nodes}
         if names is not None:  # jobs neither asked about nor in the queue: forget them
             keep = set(names) | set(latest)
             self._last_seen = {k: v for k, v in self._last_seen.items() if k in keep}
@@ -300,11 +369,6 @@ class SlurmBackend:
 
     def close(self) -> None:
         self.transport.close()
-
-
-def _during(ev: NodeEvent, start: datetime, until: datetime) -> bool:
-    """The event overlaps [start, until]; an event without an end is still going on."""
-    return (ev.start is None or ev.start <= until) and (ev.end is None or ev.end >= start)
 
 
 def _with_actor(rec: JobRecord, who: str) -> JobRecord:

@@ -8,7 +8,8 @@ Node health. When a node of a running job dies, Slurm does not always say NODE_F
 host whose slurmd stops, for one, can end its job FAILED with an exit code such as 13:0 or 1:0.
 So a FAILED job is judged together with what is known of its nodes: their state when its end
 was first observed and the down / drain / fail events that accounting recorded for them while
-it ran (the adapter passes both in; nothing here calls Slurm). Events matter because a node can
+it ran (`event_in_run`: never one that was over when the job started; the adapter passes both
+in; nothing here calls Slurm). Events matter because a node can
 be back in service before anyone looks: with ReturnToService=2 a node set DOWN whose slurmd
 still answers is idle again within a second. A node of the allocation that was down, failing,
 not responding or in error, or drained by Slurm itself or a health check
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from broker.domain.facts import Phase
@@ -245,6 +247,28 @@ def _describe(name: str, cond: NodeCondition) -> str:
     what = "+".join([cond.state.lower() or "unknown", *marks])
     detail = "; ".join(x for x in (cond.reason, cond.at) if x)
     return f"{name} {what} ({detail})" if detail else f"{name} {what}"
+
+
+def event_in_run(event_start: datetime | None, event_end: datetime | None, run_start: datetime,
+                 run_end: datetime, slack: timedelta) -> bool:
+    """Whether a node event that accounting recorded (from ``event_start`` to ``event_end``;
+    None: not over, or not yet recorded as over) can explain the end of a job that ran on that
+    node from ``run_start`` to ``run_end``.
+
+    It can if it began while the job ran, or up to ``slack`` after its end (the event and the
+    end are stamped apart, in whole seconds); not if it began later (the next job's). One that
+    began before the job started counts only if its recorded end falls after the start: Slurm
+    allocates no down, drained or failing node, so a node in the allocation was back in service
+    when the job started. Hence an event that ended in the second the job started (times are
+    whole seconds, and a pending job gets a node the moment it returns) and an event from
+    before the start whose end is not recorded (slurmdbd lags behind slurmctld, or an end was
+    lost) are another job's story, never this one's. An event of unknown start proves nothing.
+    """
+    if event_start is None or event_start > run_end + slack:
+        return False
+    if event_start >= run_start:
+        return True
+    return event_end is not None and event_end > run_start
 
 
 def node_fault(cond: NodeCondition, policy: ClassifyPolicy) -> bool | None:

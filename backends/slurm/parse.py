@@ -6,7 +6,7 @@ from __future__ import annotations
 import pwd
 import re
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 from backends.slurm.hostlist import expand
@@ -326,8 +326,27 @@ def node_state_text(text: str) -> tuple[str, frozenset[str]]:
     return parts[0].rstrip("*~#!%$@^-").lower(), frozenset(flags)
 
 
-def sacctmgr_events(text: str) -> list[NodeEvent]:
-    """Rows of `sacctmgr -P -n show event Format=<EVENT_FIELDS>` (times are local)."""
+def sacctmgr_events(text: str, *, tz: tzinfo | None = None) -> list[NodeEvent]:
+    """Rows of `sacctmgr -P -n show event Format=<EVENT_FIELDS>`. Times may be epoch seconds
+    (what the CLI transport asks for, with SLURM_TIME_FORMAT=%s), ISO with an offset, or
+    sacctmgr's default: ISO local time *of the sacctmgr process*, read in ``tz`` (default: this
+    process's local zone; the CLI transport runs sacctmgr with TZ=UTC and passes UTC).
+    "Unknown" (or empty) is an event not over, or not yet recorded as over."""
+
+    def when(value: str) -> datetime | None:
+        value = value.strip()
+        if not value or value in ("Unknown", "None"):
+            return None
+        if value.isdigit():
+            return datetime.fromtimestamp(int(value), tz=UTC) if int(value) else None
+        try:
+            at = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+        if at.tzinfo is None:
+            at = at.replace(tzinfo=tz) if tz is not None else at.astimezone()
+        return at.astimezone(UTC)
+
     events = []
     for line in text.splitlines():
         cols = line.split("|")
@@ -336,6 +355,6 @@ def sacctmgr_events(text: str) -> list[NodeEvent]:
         row = dict(zip(EVENT_FIELDS, cols, strict=False))
         state, flags = node_state_text(row["State"])
         events.append(NodeEvent(node=row["NodeName"], state=state, flags=flags,
-                                reason=row["Reason"], start=_local_time(row["TimeStart"]),
-                                end=_local_time(row["TimeEnd"])))
+                                reason=row["Reason"], start=when(row["TimeStart"]),
+                                end=when(row["TimeEnd"])))
     return events

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from backends.slurm.shape import GangShape
+
 
 @dataclass(frozen=True, slots=True)
 class NodeRecord:
@@ -81,19 +83,18 @@ class BatchJob:
     script: str
     comment: str
     partition: str
-    nodes: int
-    gpus_per_node: int
+    shape: GangShape  # tasks, nodes and GPUs: the one rule in shape.py
     gpu_type: str  # "" when untyped
-    gpu_request: str  # "gres" (--gres=gpu:T:N) or "gpus-per-node"
+    gpu_request: str  # per-node GPUs as "gres" (--gres=gpu:T:N) or "gpus-per-node"
     time_limit_min: int
     output: str
     work_dir: str
     signal: str | None = None  # "B:USR1@120"
     switches: int | None = None
     rack: str | None = None  # rack named by the placement, e.g. "rack1"
-    nodelist: tuple[str, ...] = ()
     constraint: str | None = None
     cpus_per_task: int | None = None
-    memory_mb: int | None = None
+    memory_mb: int | None = None  # per node (uniform layouts)
+    memory_per_gpu_mb: int | None = None  # per GPU (GPUs asked per task)
     hold: bool = False
     begin: str | None = None  # e.g. "now+1day" (benchmarks keep jobs pending this way)

@@ -6,10 +6,25 @@ travel as base64 data in quoted here-documents, are decoded into files in the jo
 and are started on every node by a fixed launcher (``LAUNCHER``) with ``srun``. The launcher
 ``exec``s the argv directly (no shell) or runs the user's script file as its own program.
 
-Environment seen by every rank (torchrun style): MASTER_ADDR (first node of the allocation),
-MASTER_PORT (setting ``master_port``, the job's env may override it), WORLD_SIZE and NNODES
-(number of nodes, one rank per node), NODE_RANK (from SLURM_NODEID), GPUS_PER_NODE,
-ISTHMUS_JOB_ID, ISTHMUS_ATTEMPT, ISTHMUS_JOB_DIR, plus the job's ``env`` and the request's env.
+Every replica is one rank: one Slurm task bound to its own GPUs (its CUDA_VISIBLE_DEVICES),
+laid out as ``shape.gang_shape`` asks (several on one node, across nodes, or both). Environment
+seen by every rank (torchrun style), set by the launcher from the step's SLURM_* variables:
+
+| variable         | value                                          | from                      |
+|------------------|------------------------------------------------|---------------------------|
+| RANK             | this replica, 0..R-1                           | SLURM_PROCID              |
+| WORLD_SIZE       | replicas in the gang (R)                       | SLURM_STEP_NUM_TASKS      |
+| LOCAL_RANK       | this replica among those on its node, 0..k-1   | SLURM_LOCALID             |
+| LOCAL_WORLD_SIZE | replicas on this node (k)                      | SLURM_STEP_TASKS_PER_NODE |
+| NODE_RANK        | this node, 0..NNODES-1                         | SLURM_NODEID              |
+| NNODES           | nodes of the gang                              | SLURM_STEP_NUM_NODES      |
+| GPUS_PER_NODE    | GPUs of the gang's replicas on this node (k*G) | LOCAL_WORLD_SIZE          |
+| MASTER_ADDR      | first node of the allocation                   | the batch script          |
+| MASTER_PORT      | setting ``master_port`` (the job's env wins)   | the batch script          |
+
+With one replica per node (the old layout) WORLD_SIZE = NNODES and GPUS_PER_NODE = G as before.
+Also ISTHMUS_JOB_ID, ISTHMUS_ATTEMPT, ISTHMUS_JOB_DIR, the job's ``env`` and the request's env;
+the job's env cannot replace the variables of the table other than MASTER_PORT.
 """
 
 from __future__ import annotations
@@ -22,6 +37,7 @@ from dataclasses import dataclass
 
 from backends.base import SubmitRequest, Unsupported
 from backends.slurm.records import BatchJob
+from backends.slurm.shape import GangShape, gang_shape
 from broker.domain.spec import TopologyLevel
 
 MAX_SIGNAL_SECONDS = 65535  # Slurm's limit for --signal=...@<time>
@@ -34,20 +50,36 @@ _SAFE_PATH = re.compile(r"^/[A-Za-z0-9._/+-]*$")
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _SAFE_WORD = re.compile(r"^[A-Za-z0-9._:+-]+$")
 _HEREDOC_END = "ISTHMUS_DATA_END"
-# Set by the batch script / launcher; the job's env may not replace them (MASTER_PORT may).
-RESERVED_ENV = ("MASTER_ADDR", "WORLD_SIZE", "NNODES", "NODE_RANK", "GPUS_PER_NODE")
+# Set by the launcher for each rank; the job's env may not replace them (MASTER_PORT may).
+RESERVED_ENV = ("MASTER_ADDR", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                "NODE_RANK", "NNODES", "GPUS_PER_NODE")
 
 LAUNCHER = '''\
-"""Isthmus launcher: runs one rank. Fixed text; reads its instructions from a JSON file."""
-import json, os, sys
+"""Isthmus launcher: runs one rank (one replica). Fixed text; reads its instructions from a
+JSON file; its rank comes from the srun step's SLURM_* variables."""
+import json, os, re, sys
 with open(sys.argv[1]) as f:
     spec = json.load(f)
+get = os.environ.get
+node = int(get("SLURM_NODEID", "0"))
+per_node = []
+for part in get("SLURM_STEP_TASKS_PER_NODE", get("SLURM_TASKS_PER_NODE", "1")).split(","):
+    m = re.fullmatch(r"(\\d+)(?:\\(x(\\d+)\\))?", part.strip())
+    if m:
+        per_node += [int(m.group(1))] * int(m.group(2) or 1)
+local = per_node[node] if node < len(per_node) else 1
 env = dict(os.environ)
 env.update(spec["env"])
-for key in spec["reserved"]:
-    if "ISTHMUS_" + key in os.environ:
-        env[key] = os.environ["ISTHMUS_" + key]
-env["NODE_RANK"] = os.environ.get("SLURM_NODEID", "0")
+env.update({
+    "MASTER_ADDR": get("ISTHMUS_MASTER_ADDR", "localhost"),
+    "RANK": get("SLURM_PROCID", "0"),
+    "WORLD_SIZE": get("SLURM_STEP_NUM_TASKS", get("SLURM_NTASKS", "1")),
+    "LOCAL_RANK": get("SLURM_LOCALID", "0"),
+    "LOCAL_WORLD_SIZE": str(local),
+    "NODE_RANK": str(node),
+    "NNODES": get("SLURM_STEP_NUM_NODES", get("SLURM_NNODES", "1")),
+    "GPUS_PER_NODE": str(local * int(spec["gpus_per_replica"])),
+})
 if "argv" in spec:
     argv = spec["argv"]
 else:
@@ -132,11 +164,9 @@ def batch_job(
     _check_word("partition", partition)
     if gpu_type:
         _check_word("GPU type", gpu_type)
-    nodelist = tuple(_check_word("node", n) for n in placement.nodes)
-    if nodelist and len(nodelist) != spec.gang.replicas:
-        raise Unsupported(
-            f"placement names {len(nodelist)} node(s) for a gang of {spec.gang.replicas}"
-        )
+    nodes = tuple(_check_word("node", n) for n in placement.nodes)
+    shape = gang_shape(spec.gang.replicas, spec.gang.gpus_per_replica, nodes,
+                       one_node=placement.topology_level is TopologyLevel.NODE)
     rack = None
     switches = None
     constraint = None
@@ -147,13 +177,13 @@ def batch_job(
             _check_word("rack", rack)
             if settings.rack_features:
                 constraint = rack
-    elif placement.topology_level is TopologyLevel.NODE and spec.gang.replicas > 1:
-        raise Unsupported("a multi-node gang cannot be kept inside one node")
     grace = min(spec.checkpoint.grace, MAX_SIGNAL_SECONDS)
-    memory_mb = None
+    memory_mb = memory_per_gpu_mb = None
     if spec.gang.memory_per_replica:
-        memory_mb = _ceil_div(spec.gang.memory_per_replica, 2**20)  # exact for any size
-        _check_limit("gang.memory_per_replica", memory_mb, MAX_MEMORY_MB, "MiB")
+        replica_mb = _ceil_div(spec.gang.memory_per_replica, 2**20)  # exact for any size
+        memory_mb, memory_per_gpu_mb = shape.memory(replica_mb)
+        _check_limit("gang.memory_per_replica", max(memory_mb or 0, memory_per_gpu_mb or 0),
+                     MAX_MEMORY_MB, "MiB")
     time_limit_min = max(1, _ceil_div(spec.max_runtime, 60))
     _check_limit("max_runtime", time_limit_min, MAX_TIME_MINUTES, "minutes")
     if spec.gang.cpus_per_replica:
@@ -165,8 +195,7 @@ def batch_job(
         script="",
         comment=f"isthmus,job={_check_word('job id', request.job_id)},attempt={request.attempt}",
         partition=partition,
-        nodes=spec.gang.replicas,
-        gpus_per_node=spec.gang.gpus_per_replica,
+        shape=shape,
         gpu_type=gpu_type,
         gpu_request=settings.gpu_request,
         time_limit_min=time_limit_min,
@@ -175,25 +204,44 @@ def batch_job(
         signal=f"B:USR1@{grace}" if grace > 0 else None,
         switches=switches,
         rack=rack,
-        nodelist=nodelist,
         constraint=constraint,
         cpus_per_task=spec.gang.cpus_per_replica,
         memory_mb=memory_mb,
+        memory_per_gpu_mb=memory_per_gpu_mb,
         hold=hold,
         begin=_check_word("begin", begin) if begin else None,
     )
     return _with_script(job, request, settings)
 
 
+def gpu_count(job: BatchJob, count: int) -> str:
+    """'a100:8' (typed) or '8'."""
+    return f"{job.gpu_type}:{count}" if job.gpu_type else str(count)
+
+
+def shape_directives(job: BatchJob) -> list[str]:
+    """Tasks, nodes and GPUs as sbatch options, from the job's GangShape."""
+    shape = job.shape
+    lines = [f"--nodes={shape.nodes}"] if shape.nodes is not None else []
+    lines.append(f"--ntasks={shape.replicas}")
+    if shape.tasks_per_node is None:
+        lines.append(f"--gpus-per-task={gpu_count(job, shape.gpus_per_replica)}")
+    else:
+        gpu = gpu_count(job, shape.gpus_per_node)
+        lines.append(f"--ntasks-per-node={shape.tasks_per_node}")
+        lines.append(f"--gres=gpu:{gpu}" if job.gpu_request == "gres"
+                     else f"--gpus-per-node={gpu}")
+    if shape.nodelist:
+        lines.append(f"--nodelist={','.join(shape.nodelist)}")
+    return lines
+
+
 def directives(job: BatchJob, settings: RenderSettings) -> list[str]:
-    gpu = f"{job.gpu_type}:{job.gpus_per_node}" if job.gpu_type else str(job.gpus_per_node)
     lines = [
         f"--job-name={job.name}",
         f"--comment={job.comment}",
         f"--partition={job.partition}",
-        f"--nodes={job.nodes}",
-        "--ntasks-per-node=1",
-        f"--gres=gpu:{gpu}" if job.gpu_request == "gres" else f"--gpus-per-node={gpu}",
+        *shape_directives(job),
         f"--time={job.time_limit_min}",
         "--no-requeue",
         f"--output={job.output}",
@@ -205,12 +253,12 @@ def directives(job: BatchJob, settings: RenderSettings) -> list[str]:
         lines.append(f"--switches={job.switches}")
     if job.constraint:
         lines.append(f"--constraint={job.constraint}")
-    if job.nodelist:
-        lines.append(f"--nodelist={','.join(job.nodelist)}")
     if job.cpus_per_task:
         lines.append(f"--cpus-per-task={job.cpus_per_task}")
     if job.memory_mb:
         lines.append(f"--mem={job.memory_mb}M")
+    if job.memory_per_gpu_mb:
+        lines.append(f"--mem-per-gpu={job.memory_per_gpu_mb}M")
     if job.hold:
         lines.append("--hold")
     if job.begin:
@@ -224,13 +272,19 @@ def _payload(request: SubmitRequest) -> tuple[dict[str, object], bytes | None]:
     env = {**spec.env, **request.env}
     env.setdefault("ISTHMUS_JOB_ID", request.job_id)
     env.setdefault("ISTHMUS_ATTEMPT", str(request.attempt))
-    data: dict[str, object] = {"env": env, "reserved": list(RESERVED_ENV)}
+    data: dict[str, object] = {"env": env, "gpus_per_replica": spec.gang.gpus_per_replica}
     if spec.entrypoint.command is not None:
         data["argv"] = list(spec.entrypoint.command)
         return data, None
     assert spec.entrypoint.script is not None  # the spec guarantees one of the two
     data["script"] = "user-script"
     return data, spec.entrypoint.script.encode()
+
+
+def srun_line(shape: GangShape, settings: RenderSettings) -> str:
+    opts = " ".join(shape.srun_options())
+    return (f"srun {opts} --kill-on-bad-exit=1 {settings.python} "
+            '"$ISTHMUS_JOB_DIR/launch.py" "$ISTHMUS_JOB_DIR/job.json" &')
 
 
 def _with_script(job: BatchJob, request: SubmitRequest, settings: RenderSettings) -> BatchJob:
@@ -263,14 +317,11 @@ def _with_script(job: BatchJob, request: SubmitRequest, settings: RenderSettings
     lines += [
         "export ISTHMUS_JOB_DIR",
         'ISTHMUS_MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-        'ISTHMUS_WORLD_SIZE="$SLURM_JOB_NUM_NODES"',
-        'ISTHMUS_NNODES="$SLURM_JOB_NUM_NODES"',
-        f"ISTHMUS_GPUS_PER_NODE={job.gpus_per_node}",
-        "export ISTHMUS_MASTER_ADDR ISTHMUS_WORLD_SIZE ISTHMUS_NNODES ISTHMUS_GPUS_PER_NODE",
+        "export ISTHMUS_MASTER_ADDR",
         f"export MASTER_PORT={settings.master_port}",
-        "# srun forwards USR1 to every rank: the checkpoint signal (--signal, or a cancel).",
-        f"srun --ntasks-per-node=1 --kill-on-bad-exit=1 {settings.python} "
-        '"$ISTHMUS_JOB_DIR/launch.py" "$ISTHMUS_JOB_DIR/job.json" &',
+        "# One task per replica, each bound to its own GPUs; srun forwards USR1 to every rank:",
+        "# the checkpoint signal (--signal, or a cancel).",
+        srun_line(job.shape, settings),
         "ISTHMUS_STEP=$!",
         "trap 'kill -USR1 \"$ISTHMUS_STEP\" 2>/dev/null' USR1",
         'wait "$ISTHMUS_STEP"; rc=$?',

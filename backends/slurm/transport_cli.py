@@ -11,7 +11,7 @@ import logging
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ class SlurmCommandError(RuntimeError):
 
 class CliTransport:
     kind = "cli"
+    serves_node_events = True  # sacctmgr show event
 
     def __init__(
         self,
@@ -156,16 +157,19 @@ class CliTransport:
     def node_events(self, nodes: Sequence[str], *, since: datetime) -> list[NodeEvent]:
         if not nodes:
             return []
-        start = since.astimezone().strftime("%Y-%m-%dT%H:%M:%S")
+        # sacctmgr reads and prints local times, of its own TZ (which the configured env may
+        # set): run it in UTC and have it print epoch seconds, so no zone is ever guessed
+        start = since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        env = {**self.env, "TZ": "UTC", "SLURM_TIME_FORMAT": "%s"}
         try:
             proc = self.run(["sacctmgr", "-P", "-n", "show", "event", "Event=Node",
                              f"Nodes={','.join(nodes)}", f"Start={start}", "End=now",
-                             f"Format={','.join(parse.EVENT_FIELDS)}"])
+                             f"Format={','.join(parse.EVENT_FIELDS)}"], env=env)
         except SlurmCommandError as exc:
             # extra evidence only (e.g. refused by PrivateData): never block observing jobs
             log.warning("node events unavailable, judging failed jobs without them: %s", exc)
             return []
-        return parse.sacctmgr_events(proc.stdout)
+        return parse.sacctmgr_events(proc.stdout, tz=UTC)
 
     def steps(self, job_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
         if not job_ids:

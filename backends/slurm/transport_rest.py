@@ -20,6 +20,7 @@ import httpx
 from backends.base import BackendUnavailable, Unsupported
 from backends.slurm import parse
 from backends.slurm.records import BatchJob, JobRecord, NodeEvent, NodeRecord, Switch
+from backends.slurm.script import gpu_count
 from backends.slurm.transport import SubmitRefused
 from backends.slurm.versions import DIALECTS, Dialect, dialect_for_openapi
 
@@ -33,6 +34,7 @@ _INVALID_JOB = 2017
 
 class RestTransport:
     kind = "rest"
+    serves_node_events = False  # see node_events
 
     def __init__(self, *, url: str, user: str, token: str, timeout: float = 30.0,
                  version: str | None = None, allow_untested_version: bool = False,
@@ -182,33 +184,29 @@ class RestTransport:
                 f"slurmrestd {dialect.openapi} has no switch-count field: a rack placement "
                 "needs nodes that carry rack features (backend setting rack_features: true)"
             )
-        if job.nodelist:
+        shape = job.shape
+        if shape.nodelist:
             log.warning("slurmrestd %s cannot pin nodes; %s may land on other nodes of %s",
                         dialect.openapi, job.name, job.partition)
-        gpu = f"{job.gpu_type}:{job.gpus_per_node}" if job.gpu_type else str(job.gpus_per_node)
         env = {"PATH": JOB_PATH}
         props: dict[str, Any] = {
             "name": job.name, "comment": job.comment, "partition": job.partition,
-            "tasks_per_node": 1, "time_limit": job.time_limit_min,
+            "tasks": shape.replicas, "time_limit": job.time_limit_min,
             "current_working_directory": job.output.rsplit("/", 1)[0],
             "standard_output": job.output,
         }
-        if dialect.gres_key == "gres":
-            props["nodes"] = job.nodes  # the schema says [min, max]; 22.05 honours only an int
-            if job.gpu_request == "gres":
-                props["gres"] = f"gpu:{gpu}"
-            else:
-                props["gpus_per_node"] = gpu
-        else:
-            props["nodes"] = str(job.nodes)
-            props["tres_per_node"] = f"gres/gpu:{gpu}"
+        if shape.nodes is not None:
+            # the v0.0.38 schema says [min, max]; 22.05 honours only an int
+            props["nodes"] = shape.nodes if dialect.gres_key == "gres" else str(shape.nodes)
+        props.update(self._gpu_fields(job, dialect))
         props["environment"] = ([f"{k}={v}" for k, v in env.items()]
                                 if dialect.submit_env_as_list else env)
         signal = job.signal
         if signal and signal.startswith("B:") and not dialect.rest_signal_batch:
             signal = signal[2:]  # v0.0.38 refuses "B:"; without it Slurm signals every rank
         optional = {"signal": signal, "constraints": job.constraint,
-                    "cpus_per_task": job.cpus_per_task, "memory_per_node": job.memory_mb}
+                    "cpus_per_task": job.cpus_per_task, "memory_per_node": job.memory_mb,
+                    "memory_per_gpu": job.memory_per_gpu_mb}
         props.update({k: v for k, v in optional.items() if v})
         if dialect.rest_requeue_false_ok:
             props["requeue"] = False
@@ -218,6 +216,26 @@ class RestTransport:
         if dialect.submit_script_inside_job:
             return {"job": {**props, "script": job.script}}
         return {"script": job.script, "job": props}
+
+    @staticmethod
+    def _gpu_fields(job: BatchJob, dialect: Dialect) -> dict[str, Any]:
+        """The GangShape's tasks and GPUs as fields (seen honoured by slurmrestd v0.0.38:
+        tasks, tasks_per_node, gres / gpus_per_node, gpus_per_task, memory_per_gpu)."""
+        shape = job.shape
+        if shape.tasks_per_node is None:
+            gpu = gpu_count(job, shape.gpus_per_replica)
+            if dialect.gres_key == "gres":
+                return {"gpus_per_task": gpu}
+            return {"tres_per_task": f"gres/gpu:{gpu}"}
+        gpu = gpu_count(job, shape.gpus_per_node)
+        fields: dict[str, Any] = {"tasks_per_node": shape.tasks_per_node}
+        if dialect.gres_key != "gres":
+            fields["tres_per_node"] = f"gres/gpu:{gpu}"
+        elif job.gpu_request == "gres":
+            fields["gres"] = f"gpu:{gpu}"
+        else:
+            fields["gpus_per_node"] = gpu
+        return fields
 
     def submit(self, job: BatchJob) -> str:
         data = self.request("POST", self._p("job/submit"), body=self.submit_body(job))

@@ -26,7 +26,7 @@ from broker.api.schemas import Health
 from broker.config import IsthmusConfig
 from broker.control.runtime import Runtime
 from broker.domain.spec import JobSpec
-from broker.metrics import REGISTRY, JobsByState
+from broker.metrics import REGISTRY, store_collectors
 from broker.orchestration.transitions import JobNotFound
 from broker.store.db import Database
 
@@ -95,11 +95,13 @@ def create_app(config: IsthmusConfig, db: Database, runtime: Runtime | None = No
         ).response(request.url.path)
 
     registry = CollectorRegistry()
-    for collector in (JobsByState(db),):
+    for collector in store_collectors(db):
         registry.register(collector)
 
     @app.get("/metrics", tags=["meta"], include_in_schema=False)
-    def metrics() -> Response:
+    def metrics(request: Request) -> Response:
+        if config.server.metrics_auth:
+            app.state.authenticator.authenticate(request.headers.get("authorization"))
         body = generate_latest(REGISTRY) + generate_latest(registry)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 

@@ -23,7 +23,7 @@ from sqlmodel import Session
 from broker import ledger
 from broker.control.faults import crash_point
 from broker.control.guard import Incident, JobGuard, mark
-from broker.control.plane import ControlPlane, hold_in_flight, log
+from broker.control.plane import ControlPlane, add_placed_gpus, hold_in_flight, log
 from broker.control.preempt import LazyPreemptor, preempt
 from broker.domain import JobState, Reason
 from broker.domain.attempts import RunSnapshot, backend_object_name
@@ -73,12 +73,7 @@ def _in_flight(live: list[att.AttemptRecord]) -> dict[tuple[str, str], int]:
         if a.dispatch == att.CREATED and a.last_seen_at is not None:
             continue  # the backend's own inventory and queue depth account for it
         with JobGuard("in-flight view", a.job_id):
-            placement = RunSnapshot.model_validate_json(a.snapshot_json).placement
-            if placement is None or not placement.nodes:
-                continue
-            per_replica = a.gpus // len(placement.nodes)
-            for node in placement.nodes:
-                held[(a.pool, node)] = held.get((a.pool, node), 0) + per_replica
+            add_placed_gpus(held, a)
     return held
 
 

@@ -182,7 +182,7 @@ class ControlPlane:
     def _kind(self, name: str) -> BackendKind:
         cfg = self.config.backend(name)
         if cfg is not None:
-            return BackendKind(cfg.kind)
+            return cfg.serves_as
         return BackendKind(self.backends[name].kind)
 
 
@@ -192,15 +192,20 @@ def _seen_since(late: list[att.AttemptRecord]) -> dict[tuple[str, str], int]:
     stale snapshot cannot show any of them, and without this their nodes would look free."""
     held: dict[tuple[str, str], int] = {}
     for a in late:
-        if not (a.dispatch == att.CREATED and a.last_seen_at is not None):
-            continue
-        placement = RunSnapshot.model_validate_json(a.snapshot_json).placement
-        if placement is None or not placement.nodes:
-            continue
-        per_replica = a.gpus // len(placement.nodes)
-        for node in placement.nodes:
-            held[(a.pool, node)] = held.get((a.pool, node), 0) + per_replica
+        if a.dispatch == att.CREATED and a.last_seen_at is not None:
+            add_placed_gpus(held, a)
     return held
+
+
+def add_placed_gpus(held: dict[tuple[str, str], int], a: att.AttemptRecord) -> None:
+    """Add an attempt's GPUs to `held` per (pool, node) of its placement (which names a node
+    once per replica); an attempt placed by the backend itself names no nodes."""
+    placement = RunSnapshot.model_validate_json(a.snapshot_json).placement
+    if placement is None or not placement.nodes:
+        return
+    per_replica = a.gpus // len(placement.nodes)
+    for node in placement.nodes:
+        held[(a.pool, node)] = held.get((a.pool, node), 0) + per_replica
 
 
 def unavailable_pool(cfg: PoolConfig, kind: BackendKind, why: str,

@@ -2,6 +2,7 @@
 victim's backend object gets its stop signal with the victim's grace, the job moves to
 RETRYING (Preempted) and is requeued by the retry engine, which does not count preemptions as
 failures. Its next attempt resumes from its checkpoint directory when the spec says resumable.
+The victim's attempt is booked in the ledger here (waste:preempted since its last progress).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def running_views(plane: ControlPlane) -> list[RunningJob]:
 
 def preempt(plane: ControlPlane, victim: Victim) -> bool:
     """Stop one victim. True when its job left the running states."""
-    from broker.control.reconcile import requeue_after
+    from broker.control.reconcile import charge, requeue_after
 
     now = plane.clock()
     with plane.db.read() as s:
@@ -81,6 +82,9 @@ def preempt(plane: ControlPlane, victim: Victim) -> bool:
                       victim.message, now=now)
             return True
         att.update(s, job.id, attempt.number, ended_at=now, preempted=True)
+        # Charged up to the signal: the attempt is over for Isthmus from here (the reconciler
+        # no longer looks at it), so the grace it gets to checkpoint is not charged.
+        charge(s, plane, job.team, attempt, ledger.Ending.PREEMPTED, now, now)
         set_state(s, job.id, JobState.RETRYING, Reason.Preempted,
                   Cause("admission", "system:preemption", key=f"preempt:{attempt.number}"),
                   victim.message, now=now)

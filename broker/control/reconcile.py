@@ -20,8 +20,8 @@ from datetime import datetime
 from sqlmodel import Session
 
 from backends.base import Backend, BackendUnavailable
-from broker import ledger
-from broker.control.derive import LIVE, Derived, derive
+from broker import ledger, metrics
+from broker.control.derive import ENDED, LIVE, Derived, derive
 from broker.control.faults import crash_point
 from broker.control.guard import Incident, JobGuard, mark
 from broker.control.plane import ControlPlane, log
@@ -29,7 +29,7 @@ from broker.domain import FailureCategory, JobState, Reason
 from broker.domain.attempts import Attempt, RunSnapshot
 from broker.domain.facts import Fact, Phase
 from broker.domain.timebox import add_seconds
-from broker.metrics import BACKEND_UP, GPU_HOURS
+from broker.metrics import BACKEND_UP
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
 from broker.policy_inputs import attempt_counts
@@ -154,36 +154,50 @@ def _apply(plane: ControlPlane, a: att.AttemptRecord, fact: Fact, now: datetime)
     return moved
 
 
+def _ending(fact: Fact, d: Derived) -> ledger.Ending:
+    """The accounting ending of an attempt the backend reports ended."""
+    if d.preempted or fact.phase is Phase.PREEMPTED:
+        return ledger.Ending.PREEMPTED
+    if fact.phase is Phase.LOST:
+        return ledger.Ending.LOST
+    if d.failure is not None or fact.phase is Phase.FAILED:
+        return ledger.Ending.FAILED
+    if fact.phase is Phase.CANCELLED:
+        return ledger.Ending.CANCELLED
+    return ledger.Ending.SUCCEEDED
+
+
+def charge(s: Session, plane: ControlPlane, team: str, a: att.AttemptRecord,
+           ending: ledger.Ending, end: datetime, now: datetime,
+           running: datetime | None = None, fact: Fact | None = None,
+           failure: FailureCategory | None = None) -> bool:
+    """Book an ended attempt in the ledger (usage, waste by kind, cost) and count it in the
+    metrics. Every path that ends an attempt calls this; the ledger books each attempt once,
+    so a second path that sees the same ending adds nothing. False when already booked."""
+    flavor = plane.config.flavor(a.flavor)
+    pool = next((p for p in plane.config.pools if p.name == a.pool), None)
+    weight = (flavor.cost_weight if flavor else 1.0) * (pool.cost_weight if pool else 1.0)
+    held = ledger.Held(
+        gpus=a.gpus, since=(a.dispatched_at or a.created_at) if a.dispatch == att.CREATED
+        else None, until=end, running=running or a.started_at, progress=a.checkpoint_at,
+    )
+    r = ledger.Reservation(a.job_id, a.number, team, a.flavor, a.gpus)
+    hours = ledger.charge(s, r, held, ending, weight, now, note=f"pool {a.pool}")
+    if not hours:
+        return False
+    metrics.charged(team, a.flavor, a.pool, hours, weight)
+    if ending in (ledger.Ending.FAILED, ledger.Ending.LOST):
+        category = failure or (fact.failure if fact else None) or FailureCategory.UNKNOWN
+        oom = fact is not None and metrics.is_oom(fact)
+        metrics.FAILURES.labels(category.value, a.pool, "true" if oom else "false").inc()
+    return True
+
+
 def _account(s: Session, plane: ControlPlane, team: str, a: att.AttemptRecord, fact: Fact,
              d: Derived, end: datetime, now: datetime) -> None:
-    """Usage and waste of an ended attempt, in GPU-hours of its flavor (the flavor's cost
-    weight is in the note, so cost reports can weigh them).
-
-    Waste adds up: the time GPUs were held before every rank ran (preparing), and then all of
-    a failed attempt's run, or a preempted attempt's run since its last reported checkpoint
-    (the work lost since its checkpoint; all of it if it never reported one)."""
-    started = fact.started_at or a.started_at
-    held_from = a.dispatched_at or a.created_at
-    used = _hours(a.gpus, started, end)
-    preparing = _hours(a.gpus, held_from, started or end)
-    lost = 0.0
-    if d.failure is not None:
-        lost = used
-    elif d.preempted:
-        lost = _hours(a.gpus, max(filter(None, (started, a.checkpoint_at))), end) \
-            if started else 0.0
-    flavor = plane.config.flavor(a.flavor)
-    cost = flavor.cost_weight if flavor else 1.0
-    r = ledger.Reservation(a.job_id, a.number, team, a.flavor, a.gpus)
-    if ledger.record_hours(s, r, ledger.LedgerKind.USAGE, used, now, note=f"cost {cost:g}"):
-        GPU_HOURS.labels(team, a.flavor, "used").inc(used)
-    waste = preparing + lost
-    why = "failed" if d.failure else "preempted" if d.preempted else "ok"
-    if waste > 0 and ledger.record_hours(
-        s, r, ledger.LedgerKind.WASTE, waste, now,
-        note=f"cost {cost:g}; preparing {preparing:.3f} + lost {lost:.3f} ({why})",
-    ):
-        GPU_HOURS.labels(team, a.flavor, "wasted").inc(waste)
+    """Usage and waste of an attempt the backend reports ended (see broker.ledger)."""
+    charge(s, plane, team, a, _ending(fact, d), end, now,
+           running=fact.started_at or a.started_at, fact=fact, failure=d.failure)
 
 
 def _cancel(plane: ControlPlane, backend: Backend, a: att.AttemptRecord, grace: int) -> None:
@@ -205,11 +219,14 @@ def reconcile(plane: ControlPlane, backend_name: str) -> ReconcileReport:
         try:
             facts = backend.observe([a.backend_name for a in live])
             BACKEND_UP.labels(backend_name).set(1)
+            metrics.LAG.observed(backend_name, now, facts)
         except BackendUnavailable as exc:
+            metrics.LAG.failed(backend_name, now)
             _unreachable(plane, backend_name, live, jobs, f"{backend_name}: {exc}", now)
             report.unreachable = True
             return report
     if guard.incident is not None:
+        metrics.LAG.failed(backend_name, now)
         why = f"{backend_name}: {guard.incident.message}"
         _unreachable(plane, backend_name, live, jobs, why, now)
         report.unreachable = True
@@ -263,8 +280,18 @@ def _one(plane: ControlPlane, backend: Backend, a: att.AttemptRecord, job: JobRe
             grace = plane.params.cancel_grace_s
             _cancel(plane, backend, a, spec.checkpoint.grace if grace is None else grace)
             report.cancelled += 1
+        # GPUs held up to now (the cancel just sent), or up to the end the backend reported
+        # when the attempt ended on its own first.
+        ended = fact is not None and fact.phase in ENDED
+        end = (fact.ended_at if fact is not None and ended else None) or now
         with plane.db.write() as s:
-            att.update(s, a.job_id, a.number, ended_at=now)
+            att.update(s, a.job_id, a.number, ended_at=end)
+            if ended:
+                assert fact is not None
+                charge(s, plane, job.team, a, _ending(fact, Derived()),
+                       end, now, running=fact.started_at, fact=fact, failure=fact.failure)
+            else:
+                charge(s, plane, job.team, a, ledger.Ending.CANCELLED, end, now)
         return
     if fact is None or fact.phase is Phase.LOST:
         # Missing, or reported lost: either may be a moment of inconsistency (a job that

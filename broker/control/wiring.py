@@ -12,12 +12,15 @@ import importlib
 import logging
 from typing import Any
 
+from pydantic import BaseModel
+
 from backends.base import Backend, check_for, factory_for
-from broker.config import IsthmusConfig, Policies
+from broker.config import Control, IsthmusConfig, Policies
 from broker.control.gate import UnavailableBackend
 from broker.control.lease import LeaderLease
 from broker.control.plane import ControlParams, ControlPlane
 from broker.control.runtime import Intervals, Runtime
+from broker.domain.spec import BackendKind
 from broker.store.db import Database
 from policies.admission import AdmissionParams
 from policies.ordering import OrderingParams
@@ -53,6 +56,9 @@ def build_backends(config: IsthmusConfig) -> dict[str, Backend]:
     out: dict[str, Backend] = {}
     for b in config.backends:
         pools = [p for p in config.pools if p.backend == b.name]
+        if b.kind is BackendKind.SIM and not b.settings.get("progress_url"):
+            # simulated jobs report progress to this broker unless told otherwise
+            b = b.model_copy(update={"settings": {**b.settings, "progress_url": own_url(config)}})
         try:
             importlib.import_module(f"backends.{b.kind.value}")
             out[b.name] = factory_for(b.kind.value)(b, pools)
@@ -62,6 +68,16 @@ def build_backends(config: IsthmusConfig) -> dict[str, Backend]:
     return out
 
 
+def own_url(config: IsthmusConfig) -> str:
+    """The URL of this broker's listener, as a process on the same host reaches it."""
+    host = config.server.host
+    if host in ("", "0.0.0.0", "::"):  # noqa: S104 - a wildcard listener is reached on loopback
+        host = "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{config.server.port}"
+
+
 def control_params(config: IsthmusConfig) -> ControlParams:
     c, p = config.control, config.policies
     return ControlParams(
@@ -69,12 +85,20 @@ def control_params(config: IsthmusConfig) -> ControlParams:
         inventory_max_age_s=c.inventory_max_age, observe_timeout_s=c.observe_timeout,
         lock_wait_s=c.backend_lock_wait,
         fair_share_half_life_s=p.fair_share.half_life, cancel_grace_s=p.cancel_grace,
-        **policy_params(p),
+        **policy_params(p, c),
     )
 
 
-def policy_params(p: Policies) -> dict[str, Any]:
+def _either(section: BaseModel, key: str, control: Control, old_key: str) -> float:
+    """`policies.<section>.<key>` when given, else the older `control.<old_key>` spelling."""
+    if key in section.model_fields_set or old_key not in control.model_fields_set:
+        return float(getattr(section, key))
+    return float(getattr(control, old_key))
+
+
+def policy_params(p: Policies, control: Control | None = None) -> dict[str, Any]:
     """The `policies:` section as the pure policies' parameter objects."""
+    control = control or Control()
     w, pl, o = p.placement.weights, p.placement, p.ordering
     return {
         "admission": AdmissionParams(
@@ -96,8 +120,9 @@ def policy_params(p: Policies) -> dict[str, Any]:
             max_admissions=p.admission.max_admissions,
         ),
         "preemption": PreemptionParams(
-            min_runtime_s=p.preemption.min_runtime,
-            protect_near_end_s=p.preemption.protect_near_end,
+            min_runtime_s=_either(p.preemption, "min_runtime", control, "preemption_min_runtime"),
+            protect_near_end_s=_either(p.preemption, "protect_near_end", control,
+                                       "preemption_protect_near_end"),
             max_victims=p.preemption.max_victims,
         ),
         "retry": RetryParams(

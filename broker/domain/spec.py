@@ -151,8 +151,12 @@ class TopologyLevel(StrEnum):
 
 
 class BackendKind(StrEnum):
+    """The kind of a configured backend. A job asks for `slurm`, `k8s` or `any`
+    (`JobSpec.backend`), never `sim`: a simulated backend reports the kind it emulates."""
+
     SLURM = "slurm"
     K8S = "k8s"
+    SIM = "sim"
 
 
 class Gang(_Strict):

@@ -91,37 +91,20 @@ class AllowedTransitionsRule(Rule):
         )
 
 
-class RetryNeedsDecisionRule(Rule):
-    """FAILED is final unless the retry engine decided otherwise."""
+class RetryEngineOnlyRule(Rule):
+    """A move only the retry engine may make: FAILED is final unless it decides to retry,
+    and a job waiting for its retry fails only when it says the job may not go on (too many
+    preemptions, no retry budget left)."""
 
-    from_states = frozenset({JobState.FAILED})
-    to_states = frozenset({JobState.RETRYING})
-
-    def before(self, ctx: TransitionContext) -> Decision | None:
-        if ctx.cause.kind == "retry":
-            return None
-        return Decision(
-            Outcome.REJECT,
-            Reason.RetryNotDecided,
-            "a failed job is retried only on a decision of the retry engine",
-        )
-
-
-class RetryingFailsOnDecisionRule(Rule):
-    """A job waiting to be retried fails only when the retry engine says it may not go on
-    (too many preemptions, no retry budget left); nobody else ends it as FAILED."""
-
-    from_states = frozenset({JobState.RETRYING})
-    to_states = frozenset({JobState.FAILED})
+    def __init__(self, src: JobState, dst: JobState, message: str) -> None:
+        self.from_states = frozenset({src})
+        self.to_states = frozenset({dst})
+        self.message = message
 
     def before(self, ctx: TransitionContext) -> Decision | None:
         if ctx.cause.kind == "retry":
             return None
-        return Decision(
-            Outcome.REJECT,
-            Reason.RetryNotDecided,
-            "a job waiting for its retry fails only on a decision of the retry engine",
-        )
+        return Decision(Outcome.REJECT, Reason.RetryNotDecided, self.message)
 
 
 class RuleSet:
@@ -142,6 +125,12 @@ def default_rules() -> RuleSet:
     from broker.orchestration.ledger_rules import ReleaseOnLeave, ReserveOnAdmission
 
     return RuleSet(
-        [RetryNeedsDecisionRule(), RetryingFailsOnDecisionRule(), ReserveOnAdmission(),
-         ReleaseOnLeave(), MetricsRule()]
+        [
+            RetryEngineOnlyRule(JobState.FAILED, JobState.RETRYING,
+                                "a failed job is retried only on a decision of the retry engine"),
+            RetryEngineOnlyRule(JobState.RETRYING, JobState.FAILED,
+                                "a job waiting for its retry fails only on a decision of the "
+                                "retry engine"),
+            ReserveOnAdmission(), ReleaseOnLeave(), MetricsRule(),
+        ]
     )

@@ -144,6 +144,7 @@ class LedgerEntryRow(SQLModel, table=True):
     gpu_hours: float = 0.0
     at: datetime = Field(sa_type=UTCDateTime)
     note: str = Field(default="", sa_type=sa.Text)
+    cost: float | None = None  # gpu_hours x flavor x pool cost weight (usage and waste only)
 
 
 class QuotaUsageRow(SQLModel, table=True):

@@ -200,7 +200,7 @@ def test_alerts_use_metrics_the_broker_exports_and_are_documented(render: Render
     from broker import metrics
 
     # collect() names families without the _total / _bucket / _count / _sum of their samples
-    exported = {m.name for m in metrics.REGISTRY.collect()} | {"isthmus_jobs"}
+    exported = {m.name for m in metrics.REGISTRY.collect()} | metrics.STORE_FAMILIES
     objs = render({"metrics": {"prometheusRule": {"enabled": True}}})
     rules = one(objs, "PrometheusRule")["spec"]["groups"][0]["rules"]
     docs = (REPO / "docs" / "operations.md").read_text()

@@ -71,7 +71,7 @@ def test_quota_reachable_in_cohort(
 
 def test_no_pool_of_the_backend_kind(example_config: IsthmusConfig) -> None:
     cfg = example_config.model_copy(
-        update={"pools": [p for p in example_config.pools if p.backend != "k8s-local"]}
+        update={"pools": [p for p in example_config.pools if p.backend != "sim-k8s"]}
     )
     verdict = feasibility(cfg, spec().backend("k8s").build())
     assert verdict.reason is Reason.NoPoolOffersFlavor

@@ -348,28 +348,61 @@ def test_node_set_down_mid_job_is_infra_naming_that_node(
     healthy node is blamed. With ReturnToService=2 (this cluster) the node, whose slurmd still
     answers, is idle again within a second, long before anyone observes the end: only the
     node event in accounting (sacctmgr, CLI transport) still names it. slurmrestd serves no
-    node events, so over REST the failure is infrastructure but its node stays unnamed."""
+    node events, so over REST the failure is infrastructure but its node stays unnamed.
+
+    Every node of the partition also carries a fault event from just before the job, on every
+    run (not only after another test that took a node down): the gang waits for its nodes and
+    starts the moment they are back, in the very second their events end. Those events are not
+    this job's and must not be blamed."""
     free_a100(slurm_cluster)
+    partition = ",".join(n for n in slurm_cluster.nodes if n.startswith("a100-"))
     req = jobs.request({"command": ["sleep", "300"]})
-    backend.submit(req)
-    running = wait_fact(backend, req.name, {Phase.RUNNING}, timeout=30)
-    bad, *healthy = running.nodes  # the first node of the allocation runs the batch script
-    assert healthy, running
+    # held, so that slurmrestd takes it too (it refuses a job whose nodes are all down)
+    backend.transport.submit(backend.batch_job(req, hold=True))
+    held = wait_fact(backend, req.name, {Phase.PENDING}, timeout=60)
     try:
+        slurm_cluster.run(["scontrol", "update", f"NodeName={partition}", "State=FAIL",
+                           "Reason=isthmus-stale"])
+        slurm_cluster.run(["scontrol", "release", held.backend_id or ""])
+
+        def waiting_for_nodes() -> bool:  # the scheduler has looked at it since the release
+            fact = fact_for(backend, req.name)
+            return fact.phase is Phase.PENDING and fact.raw_reason not in ("JobHeldUser",
+                                                                           "None", "")
+
+        wait_until(waiting_for_nodes, timeout=60, interval=0.5,
+                   what=f"{req.name} waiting for its nodes")
+        # Resume just after a second begins: the gang then starts within that second (times
+        # are whole seconds), the very second its nodes' events end, on every run.
+        time.sleep(1.02 - time.time() % 1)
+        slurm_cluster.run(["scontrol", "update", f"NodeName={partition}", "State=RESUME"])
+
+        def running_on_all() -> Fact | None:  # RUNNING, not COMPLETING with fewer nodes
+            fact = fact_for(backend, req.name)
+            return fact if fact.raw_state == "RUNNING" and len(fact.nodes) == 2 else None
+
+        running = wait_until(running_on_all, timeout=120, interval=1,
+                             what=f"{req.name} running on 2 nodes")
+        bad, *healthy = running.nodes  # the first node of the allocation runs the batch script
         slurm_cluster.run(["scontrol", "update", f"NodeName={bad}", "State=DOWN",
                            "Reason=isthmus-test"])
+        # the verdict may wait for accounting to record the end and the node's event
         end = wait_fact(backend, req.name, {Phase.FAILED, Phase.SUCCEEDED, Phase.CANCELLED},
-                        timeout=60)
+                        timeout=180)
         assert (end.phase, end.reason, end.failure) == (
             Phase.FAILED, Reason.InfraTransient, FailureCategory.INFRA_TRANSIENT), end
         assert end.raw_state in ("FAILED", "NODE_FAIL"), end
         if backend.transport.kind == "cli":
-            assert f"{bad} down (isthmus-test; recorded " in end.message, end
+            # named from its event, or from its state if it is still down when the end is seen
+            assert re.search(rf"{bad} down \(isthmus-test(; recorded [^)]*)?\)", end.message), end
+            assert end.bad_nodes == (bad,), end
         assert not any(n in end.message for n in healthy), end
+        assert "isthmus-stale" not in end.message, end
         assert end.nodes == running.nodes, end
     finally:
         jobs.cleanup()
-        slurm_cluster.run(["scontrol", "update", f"NodeName={bad}", "State=RESUME"],
+        slurm_cluster.run(["scontrol", "update", f"NodeName={partition}", "State=RESUME"],
                           check=False)
-        wait_until(lambda: slurm_cluster.node_states().get(bad) == "idle", timeout=60,
-                   interval=1, what=f"{bad} idle again")
+        names = partition.split(",")
+        wait_until(lambda: all(slurm_cluster.node_states().get(n) == "idle" for n in names),
+                   timeout=120, interval=1, what=f"{partition} idle again")

@@ -381,12 +381,16 @@ def test_usage_and_waste_are_accounted_per_attempt(sim: Sim) -> None:
     cycle(sim, 1)
     with sim.plane.db.read() as s:
         rows = s.connection().execute(sa.text(
-            "SELECT kind, gpu_hours, note FROM ledger_entries WHERE job_id = :j AND attempt = 1"
-            " AND kind IN ('usage', 'waste') ORDER BY kind"), {"j": job}).all()
-    kinds = {r[0]: (r[1], r[2]) for r in rows}
-    used, waste = kinds["usage"][0], kinds["waste"][0]
-    assert used > 0 and waste >= used  # a failed attempt wastes its whole run (+ preparing)
-    assert "preparing" in kinds["waste"][1] and "(failed)" in kinds["waste"][1]
+            "SELECT kind, gpu_hours, cost, note FROM ledger_entries WHERE job_id = :j"
+            " AND attempt = 1 AND kind NOT IN ('reserve', 'release')"), {"j": job}).all()
+    kinds = {r[0]: (r[1], r[2], r[3]) for r in rows}
+    assert {"usage", "waste:failed"} <= set(kinds) <= {"usage", "waste:preparing", "waste:failed"}
+    used = kinds["usage"][0]
+    wasted = sum(v[0] for k, v in kinds.items() if k.startswith("waste:"))
+    # a failed attempt wastes all it held: the time preparing plus its whole run
+    assert used > 0 and abs(wasted - used) < 1e-9
+    assert kinds["usage"][1] == used  # a100-80g and k8s-a100 both weigh 1
+    assert kinds["usage"][2].startswith("failed")
 
 
 def test_fair_share_history_decays_with_its_half_life(sim: Sim) -> None:

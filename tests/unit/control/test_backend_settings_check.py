@@ -15,10 +15,11 @@ from broker.cli.main import app
 from broker.config import parse_config
 from broker.control.wiring import check_backends
 from broker.server import ServerError, run
-from tests.conftest import EXAMPLE_CONFIG
+from tests.conftest import EXAMPLE_CONFIG, LOCAL_CONFIG
 
-BASE: dict[str, Any] = yaml.safe_load(EXAMPLE_CONFIG.read_text())
-SLURM, K8S = 0, 1  # backends[] of the example
+# the Slurm and Kubernetes adapters' checks, on the configuration of the real test clusters
+BASE: dict[str, Any] = yaml.safe_load(LOCAL_CONFIG.read_text())
+SLURM, K8S = 0, 1  # backends[] of examples/isthmus-local.yaml
 
 
 def _settings(i: int, **values: Any) -> Any:
@@ -66,8 +67,9 @@ def test_backend_problems_name_their_path(mutate: Any, line: str) -> None:
     assert any(p.startswith(line) for p in problems), problems
 
 
-def test_the_example_passes() -> None:
-    assert check_backends(parse_config(copy.deepcopy(BASE))) == []
+@pytest.mark.parametrize("example", [EXAMPLE_CONFIG, LOCAL_CONFIG], ids=["sim", "local"])
+def test_the_examples_pass(example: Path) -> None:
+    assert check_backends(parse_config(yaml.safe_load(example.read_text()))) == []
 
 
 def _write(tmp_path: Path, mutate: Any) -> Path:

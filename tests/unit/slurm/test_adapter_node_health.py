@@ -4,11 +4,14 @@ the verdict stays that of the moment the end was first seen."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
-from backends.slurm.adapter import SlurmBackend
+import pytest
+
+from backends.slurm.adapter import END_EVIDENCE_WAIT, NODE_EVENT_SLACK, SlurmBackend
+from backends.slurm.classify import event_in_run
 from backends.slurm.inventory import PoolBinding
 from backends.slurm.records import BatchJob, JobRecord, NodeEvent, NodeRecord, Switch
 from backends.slurm.settings import SlurmSettings
@@ -55,6 +58,8 @@ class FakeTransport:
     event_calls: list[tuple[tuple[str, ...], datetime]] = field(default_factory=list)
     step_map: dict[str, tuple[str, ...]] = field(default_factory=dict)
     step_calls: list[tuple[str, ...]] = field(default_factory=list)
+    unrecorded: set[str] = field(default_factory=set)  # ended, end not yet in accounting
+    serves_node_events: bool = True
 
     def dialect(self) -> Dialect:
         raise NotImplementedError
@@ -68,8 +73,10 @@ class FakeTransport:
         return [e for e in self.events if e.node in nodes]
 
     def steps(self, job_ids: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        """Accounting has recorded every end (ranks launched) but those in ``unrecorded``."""
         self.step_calls.append(tuple(job_ids))
-        return {j: self.step_map[j] for j in job_ids if j in self.step_map}
+        return {j: self.step_map.get(j, ("batch", "extern", "0")) for j in job_ids
+                if j not in self.unrecorded}
 
     def topology(self) -> list[Switch]:
         return []
@@ -97,10 +104,19 @@ class FakeTransport:
         return None
 
 
-def make(transport: FakeTransport, infra_drain_reasons: tuple[str, ...] = ()) -> SlurmBackend:
+def make(transport: FakeTransport, infra_drain_reasons: tuple[str, ...] = (),
+         clock: Callable[[], datetime] = lambda: NOW) -> SlurmBackend:
     settings = SlurmSettings(user="isthmus", infra_drain_reasons=infra_drain_reasons)
     return SlurmBackend("slurm-local", [PoolBinding("slurm-a100", "a100", "a100-80g")],
-                        settings, transport, clock=lambda: NOW)
+                        settings, transport, clock=clock)
+
+
+@dataclass
+class Clock:
+    now: datetime
+
+    def __call__(self) -> datetime:
+        return self.now
 
 
 def only(facts: list[Fact], name: str) -> Fact:
@@ -244,8 +260,27 @@ def test_failed_before_any_rank_started_is_orchestration_not_the_users() -> None
     assert (never.phase, never.failure) == (Phase.FAILED, F.ORCHESTRATION)
     assert "before any rank started" in never.message
     assert only(facts, "isthmus-j21-1").failure is F.USER_ERROR  # its code ran and failed
-    assert only(facts, "isthmus-j22-1").failure is F.USER_ERROR  # steps unknown: exit code
+    assert only(facts, "isthmus-j22-1").failure is F.USER_ERROR
     assert t.step_calls == [("20", "21", "22")]  # one query for the cycle
+
+
+def test_end_not_yet_in_accounting_waits_then_the_exit_code_decides() -> None:
+    """Steps (and node events) are known only once accounting has the end: until then the job
+    is still ending; if accounting never catches up, the exit code decides after the wait."""
+    clock = Clock(NOW)
+    t = FakeTransport(queue=[job("22", "FAILED", exit_code=1)],
+                      node_list=[node("a100-1", "idle"), node("a100-2", "idle")],
+                      unrecorded={"22"})
+    be = make(t, clock=clock)
+    ending = only(be.observe(), "isthmus-j22-1")
+    assert (ending.phase, ending.failure, ending.raw_state) == (Phase.RUNNING, None, "FAILED")
+    assert "waiting for accounting" in ending.message
+    clock.now = NOW + END_EVIDENCE_WAIT
+    fact = only(be.observe(), "isthmus-j22-1")
+    assert (fact.phase, fact.failure) == (Phase.FAILED, F.USER_ERROR)  # steps unknown
+    assert len(t.step_calls) == 2
+    only(be.observe(), "isthmus-j22-1")
+    assert len(t.step_calls) == 2  # judged: not asked again
 
 
 def test_caches_forget_jobs_nobody_asks_about_any_more() -> None:
@@ -259,3 +294,90 @@ def test_caches_forget_jobs_nobody_asks_about_any_more() -> None:
     assert set(be._known_ids) == {"isthmus-j30-1"} and set(be._last_seen) == {"isthmus-j30-1"}
     be.observe([])
     assert not be._known_ids and not be._last_seen
+
+
+# -- which recorded events count: the job's own run, never an earlier job's story ----------
+
+S, E = STARTED, ENDED  # the job's run
+SEC = timedelta(seconds=1)
+
+
+@pytest.mark.parametrize(("case", "start", "end", "counts"), [
+    ("stale: over long before the job", S - timedelta(hours=1), S - timedelta(minutes=59), False),
+    ("stale: back in service just before the start", S - 4 * SEC, S - SEC, False),
+    ("stale: back in the very second the job got it", S - 3 * SEC, S, False),
+    ("stale: open, began before the start (end not recorded yet)", S - 5 * SEC, None, False),
+    ("concurrent: began and ended during the run", S + 60 * SEC, S + 62 * SEC, True),
+    ("concurrent: down and back within one second", E, E, True),
+    ("concurrent: began in the second the job started", S, S, True),
+    ("concurrent: began before, recorded end after the start", S - 5 * SEC, S + 3 * SEC, True),
+    ("open: began during the run, still going on", E - SEC, None, True),
+    ("after: stamped a few seconds after the end", E + 5 * SEC, E + 5 * SEC, True),
+    ("after: the next job's event, half a minute after the end", E + 33 * SEC, None, False),
+    ("after: long after the end", E + timedelta(hours=2), None, False),
+    ("no start recorded", None, None, False),
+])
+def test_event_in_run(case: str, start: datetime | None, end: datetime | None,
+                      counts: bool) -> None:
+    assert event_in_run(start, end, S, E, NODE_EVENT_SLACK) is counts, case
+
+
+def test_only_the_node_whose_event_overlaps_the_run_is_blamed() -> None:
+    """The gang's nodes all went down before the job (an earlier test, another tenant's job),
+    and a100-2 again half a minute after it (judged late, after a broker restart); during the
+    run only a100-1 did. Every node is back in service when the end is seen."""
+    t = FakeTransport(
+        queue=[job("40", "NODE_FAIL", exit_code=0)],
+        node_list=[node("a100-1", "idle"), node("a100-2", "idle")],
+        events=[event("a100-1", "fail", "stale", S - 3 * SEC, end=S),
+                event("a100-2", "fail", "stale", S - 3 * SEC, end=S),
+                event("a100-2", "down", "earlier run", S - timedelta(minutes=5), "NOT_RESPONDING",
+                      end=S - timedelta(minutes=4)),
+                open_event("a100-2", "down", "end not recorded", S - 2 * SEC),
+                event("a100-2", "down", "next test", E + 33 * SEC, "NOT_RESPONDING",
+                      end=E + 36 * SEC),
+                event("a100-1", "down", "isthmus-test", E)])
+    fact = only(make(t).observe(), "isthmus-j40-1")
+    assert (fact.phase, fact.failure) == (Phase.FAILED, F.INFRA_TRANSIENT)
+    assert fact.bad_nodes == ("a100-1",), fact.message
+    assert "a100-1 down (isthmus-test; recorded " in fact.message
+    assert "a100-2" not in fact.message and "stale" not in fact.message
+    assert "next test" not in fact.message
+
+
+def test_node_fail_waits_for_the_failed_nodes_event() -> None:
+    """slurmdbd records the event of a node set DOWN after the job's NODE_FAIL end (and seconds
+    late on a busy machine), while the node is already back: the verdict waits for it."""
+    clock = Clock(NOW)
+    t = FakeTransport(queue=[job("41", "NODE_FAIL", exit_code=0)],
+                      node_list=[node("a100-1", "idle"), node("a100-2", "idle")])
+    be = make(t, clock=clock)
+    assert only(be.observe(), "isthmus-j41-1").phase is Phase.RUNNING  # still ending
+    t.events = [event("a100-1", "down", "isthmus-test", E)]
+    clock.now = NOW + 2 * SEC
+    fact = only(be.observe(), "isthmus-j41-1")
+    assert fact.failure is F.INFRA_TRANSIENT and fact.bad_nodes == ("a100-1",), fact.message
+    assert len(t.event_calls) == 2
+
+
+def test_node_fail_without_any_event_is_judged_after_the_wait() -> None:
+    clock = Clock(NOW)
+    t = FakeTransport(queue=[job("42", "NODE_FAIL", exit_code=0)],
+                      node_list=[node("a100-1", "idle"), node("a100-2", "idle")])
+    be = make(t, clock=clock)
+    assert only(be.observe(), "isthmus-j42-1").phase is Phase.RUNNING
+    clock.now = NOW + END_EVIDENCE_WAIT
+    fact = only(be.observe(), "isthmus-j42-1")
+    assert (fact.phase, fact.failure, fact.bad_nodes) == (Phase.FAILED, F.INFRA_TRANSIENT, ())
+
+
+def test_node_fail_over_a_transport_without_node_events_does_not_wait() -> None:
+    t = FakeTransport(kind="rest", queue=[job("43", "NODE_FAIL", exit_code=0)],
+                      node_list=[node("a100-1", "idle"), node("a100-2", "idle")])
+    t.serves_node_events = False
+    fact = only(make(t).observe(), "isthmus-j43-1")
+    assert (fact.phase, fact.failure) == (Phase.FAILED, F.INFRA_TRANSIENT)
+
+
+def open_event(name: str, state: str, reason: str, start: datetime) -> NodeEvent:
+    return NodeEvent(node=name, state=state, reason=reason, start=start, end=None)

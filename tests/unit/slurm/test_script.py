@@ -14,7 +14,7 @@ import pytest
 
 from backends.base import SubmitRequest, Unsupported
 from backends.slurm.hostlist import expand
-from backends.slurm.script import LAUNCHER, RenderSettings, batch_job, render
+from backends.slurm.script import LAUNCHER, RESERVED_ENV, RenderSettings, batch_job, render
 from broker.domain.attempts import Placement, RunSnapshot
 from broker.domain.spec import JobSpec
 
@@ -59,18 +59,21 @@ def _data_blocks(script: str) -> list[bytes]:
 
 
 def test_gang_directives() -> None:
-    opts = _sbatch(render(_request(), partition="a100", gpu_type="a100"))
+    opts = _sbatch(render(_request(nodes=("a100-1", "a100-2")), partition="a100",
+                          gpu_type="a100"))
     assert opts["--job-name"] == "isthmus-01abcdefghjkmnpq-2"
     assert opts["--comment"] == "isthmus,job=01abcdefghjkmnpq,attempt=2"
     assert opts["--partition"] == "a100"
     assert opts["--nodes"] == "2"
+    assert opts["--ntasks"] == "2"
     assert opts["--ntasks-per-node"] == "1"
     assert opts["--gres"] == "gpu:a100:8"
+    assert opts["--nodelist"] == "a100-1,a100-2"
     assert opts["--time"] == "90"
     assert opts["--signal"] == "B:USR1@45"
     assert "--no-requeue" in opts
     assert opts["--output"].startswith("/var/tmp/isthmus-slurm-jobs/isthmus-01abcdefghjkmnpq-2")
-    assert "--switches" not in opts and "--nodelist" not in opts
+    assert "--switches" not in opts and "--gpus-per-task" not in opts
 
 
 def test_rack_placement_asks_for_one_switch_and_named_nodes() -> None:
@@ -83,7 +86,7 @@ def test_rack_placement_asks_for_one_switch_and_named_nodes() -> None:
 
 def test_gpus_per_node_form_and_untyped() -> None:
     settings = RenderSettings(gpu_request="gpus-per-node")
-    opts = _sbatch(render(_request(), partition="a100", settings=settings))
+    opts = _sbatch(render(_request(nodes=("a", "b")), partition="a100", settings=settings))
     assert opts["--gpus-per-node"] == "8" and "--gres" not in opts
 
 
@@ -116,22 +119,33 @@ def test_unsafe_values_are_refused() -> None:
 
 
 def test_batch_job_fields_match_directives() -> None:
-    job = batch_job(_request(level="rack", domain="spine/rack2"), RenderSettings(),
-                    partition="h100", gpu_type="h100")
-    assert (job.nodes, job.gpus_per_node, job.gpu_type, job.time_limit_min) == (2, 8, "h100", 90)
+    job = batch_job(_request(level="rack", domain="spine/rack2", nodes=("h1", "h2")),
+                    RenderSettings(), partition="h100", gpu_type="h100")
+    shape = job.shape
+    assert (shape.nodes, shape.gpus_per_node, job.gpu_type, job.time_limit_min) == (
+        2, 8, "h100", 90)
     assert job.rack == "rack2" and job.switches == 1 and job.signal == "B:USR1@45"
 
 
 def test_launcher_execs_argv_with_env_and_rank(tmp_path: Path) -> None:
-    spec = {"argv": [sys.executable, "-c", "import os; print(os.environ['NODE_RANK'], "
-                     "os.environ['MASTER_ADDR'], os.environ['FOO'])"],
-            "env": {"FOO": "a b$c", "MASTER_ADDR": "user-set"}, "reserved": ["MASTER_ADDR"]}
+    """Rank 4 of 5, the second of three on the second node of 3 x 4 GPUs + 2 more nodes."""
+    keys = [*RESERVED_ENV, "MASTER_PORT", "FOO"]
+    spec = {"argv": [sys.executable, "-c", "import os, sys; print(' '.join(os.environ[k] "
+                     "for k in sys.argv[1:]))", *keys],
+            "env": {"FOO": "a b$c", "MASTER_ADDR": "user-set", "RANK": "9", "MASTER_PORT": "7"},
+            "gpus_per_replica": 4}
     (tmp_path / "job.json").write_text(json.dumps(spec))
     (tmp_path / "launch.py").write_text(LAUNCHER)
-    env = {"SLURM_NODEID": "1", "ISTHMUS_MASTER_ADDR": "a100-1", "PATH": "/usr/bin:/bin"}
+    env = {"SLURM_NODEID": "1", "SLURM_PROCID": "4", "SLURM_LOCALID": "1",
+           "SLURM_STEP_NUM_TASKS": "5", "SLURM_STEP_NUM_NODES": "3",
+           "SLURM_STEP_TASKS_PER_NODE": "1,3(x2)", "ISTHMUS_MASTER_ADDR": "a100-1",
+           "MASTER_PORT": "29500", "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, str(tmp_path / "launch.py"), str(tmp_path / "job.json")],
                          capture_output=True, text=True, env=env, check=True).stdout
-    assert out.split() == ["1", "a100-1", "a", "b$c"]
+    got = dict(zip(keys, out.rstrip("\n").split(" ", len(keys) - 1), strict=True))
+    assert got == {"MASTER_ADDR": "a100-1", "RANK": "4", "WORLD_SIZE": "5", "LOCAL_RANK": "1",
+                   "LOCAL_WORLD_SIZE": "3", "NODE_RANK": "1", "NNODES": "3",
+                   "GPUS_PER_NODE": "12", "MASTER_PORT": "7", "FOO": "a b$c"}
 
 
 @pytest.mark.parametrize(("text", "names"), [

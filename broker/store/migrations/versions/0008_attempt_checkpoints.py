@@ -1,17 +1,14 @@
 """attempts.checkpoint_path/_step/_at: the last checkpoint an attempt reported (progress API)
 
-Chained after 0006 under its own revision id, so that another 0007 written at the same time
-can land beside it (then one of the two is renumbered to follow the other).
-
-Revision ID: 0007c
-Revises: 0006
+Revision ID: 0008
+Revises: 0007
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0007c"
-down_revision = "0006"
+revision = "0008"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,87 @@
+"""The simulated backend as a server runs it: on wall time, brought up to date before every
+call the control loop makes, and built from isthmus.yaml (``kind: sim``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from backends.base import CancelResult, SubmitRequest, SubmitResult, Unsupported
+from backends.sim.backend import SimBackend
+from backends.sim.clock import WallClock
+from backends.sim.faults import Fault
+from backends.sim.model import ExternalLoad, SimFailures, SimPoolSpec
+from backends.sim.progress import Reporter
+from backends.sim.settings import SimSettings
+from broker.domain.facts import Fact
+from broker.domain.inventory import InventorySnapshot
+
+if TYPE_CHECKING:
+    from broker.config import Backend as BackendConfig
+    from broker.config import Pool
+
+
+class LiveSimBackend(SimBackend):
+    """A SimBackend on a WallClock: each call first processes what happened since the last."""
+
+    def inventory(self) -> InventorySnapshot:
+        self.sync()
+        return super().inventory()
+
+    def submit(self, request: SubmitRequest) -> SubmitResult:
+        self.sync()
+        return super().submit(request)
+
+    def lookup(self, name: str) -> Fact | None:
+        self.sync()
+        return super().lookup(name)
+
+    def cancel(self, name: str, grace_seconds: int) -> CancelResult:
+        self.sync()
+        return super().cancel(name, grace_seconds)
+
+    def observe(self, names: Sequence[str] | None = None) -> list[Fact]:
+        self.sync()
+        return super().observe(names)
+
+
+def pool_specs(pools: Sequence[Pool], settings: SimSettings) -> list[SimPoolSpec]:
+    """The simulated shape of each configured pool (see settings.py)."""
+    out = []
+    for p in pools:
+        cap = p.capacity
+        if cap is None:
+            raise Unsupported(f"pools[{p.name}].capacity: a simulated pool needs its shape")
+        per_rack = cap.nodes_per_rack or cap.nodes
+        extras = settings.pools.get(p.name)
+        out.append(SimPoolSpec(
+            name=p.name, flavor=p.flavor, blocks=-(-cap.nodes // (per_rack *
+                                                                 (cap.racks_per_block or 1))),
+            racks_per_block=cap.racks_per_block or 1, nodes_per_rack=per_rack,
+            gpus_per_node=cap.gpus_per_node, cost_weight=p.cost_weight, shared=p.shared,
+            node_count=cap.nodes,
+            cpus_per_node=extras.cpus_per_node if extras else 0,
+            memory_per_node=extras.memory_per_node if extras else 0,
+        ))
+    return out
+
+
+def build(backend: BackendConfig, pools: Sequence[Pool], settings: SimSettings,
+          progress_url: str | None) -> LiveSimBackend:
+    rates = settings.faults
+    failures = SimFailures(
+        start_delay_s=settings.start_delay,
+        fault_rates=tuple((f, r) for f, r in ((Fault.NODE_LOSS, rates.node_loss),
+                                              (Fault.OOM, rates.oom),
+                                              (Fault.IMAGE_PULL, rates.image_pull)) if r > 0),
+    )
+    external = ExternalLoad(arrivals_per_hour=settings.foreign_arrivals_per_hour,
+                            occupied=settings.foreign_load)
+    url = settings.progress_url or progress_url
+    reporter = Reporter(url) if settings.progress and url else None
+    return LiveSimBackend(
+        backend.name, settings.emulate, pool_specs(pools, settings), WallClock(settings.speed),
+        seed=settings.seed, failures=failures, external=external, reporter=reporter,
+        runtime_fraction=settings.runtime_fraction,
+        progress_every=settings.progress_interval,
+    )

@@ -1,0 +1,125 @@
+"""Progress and checkpoints of simulated jobs, reported through the broker's real progress
+endpoint (`POST /v1/jobs/{id}/progress` with the attempt's ISTHMUS_PROGRESS_TOKEN), the way
+training code does it.
+
+A simulated job's step is the number of simulated seconds of useful work it has done (work
+restored from a checkpoint included). It reports every `every` simulated seconds once all its
+ranks run, and, when its spec has a checkpoint directory and interval, writes a checkpoint
+every interval, reported with the step. The backend remembers the last checkpoint of each job
+(the simulated file system): a resumable job's next attempt starts from it.
+
+Reports are posted from one background thread, never inside a backend call: the server that
+answers them may be the process making that call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+from dataclasses import dataclass
+
+PROGRESS_TOKEN_ENV = "ISTHMUS_PROGRESS_TOKEN"  # noqa: S105 - the name of an env var
+
+log = logging.getLogger("isthmus.sim")
+
+
+@dataclass(slots=True)
+class Reporting:
+    """What one attempt reports, and what it reported last."""
+
+    job_id: str
+    attempt: int
+    token: str | None
+    """None: nowhere to report (checkpoints are still written)."""
+    every: float
+    checkpoint_dir: str | None
+    checkpoint_every: float | None
+    last_report: float = float("-inf")
+    """Simulated time of the last report."""
+    last_checkpoint: int = -1
+    """Step of the last checkpoint written by this attempt."""
+
+    def due(self, t: float, step: int) -> tuple[bool, str | None]:
+        """(report now?, checkpoint path written now) at simulated time `t`."""
+        path = None
+        if self.checkpoint_dir and self.checkpoint_every:
+            mark = int(step // self.checkpoint_every * self.checkpoint_every)
+            if mark > 0 and mark > self.last_checkpoint:
+                self.last_checkpoint = mark
+                path = f"{self.checkpoint_dir.rstrip('/')}/step-{mark}"
+        report = self.token is not None and (path is not None or t - self.last_report >= self.every)
+        if report:
+            self.last_report = t
+        return report, path
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    job_id: str
+    token: str
+    step: int
+    checkpoint: str | None
+
+
+class Reporter:
+    """Posts reports to `url` from a daemon thread; a full queue drops the oldest report
+    (the next one says more), and a refused report (the attempt ended) is dropped."""
+
+    def __init__(self, url: str, timeout: float = 5.0, capacity: int = 10_000) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self._queue: queue.Queue[Report] = queue.Queue(maxsize=capacity)
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.sent = 0
+        self.refused = 0
+
+    def send(self, report: Report) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="sim-progress",
+                                                daemon=True)
+                self._thread.start()
+        while True:
+            try:
+                self._queue.put_nowait(report)
+                return
+            except queue.Full:
+                with contextlib.suppress(queue.Empty):
+                    self._queue.get_nowait()
+
+    def idle(self) -> bool:
+        return self._queue.unfinished_tasks == 0
+
+    def _run(self) -> None:
+        import httpx
+
+        with httpx.Client(timeout=self.timeout) as client:
+            while True:
+                r = self._queue.get()
+                try:
+                    self._post(client, r)
+                finally:
+                    self._queue.task_done()
+
+    def _post(self, client: object, r: Report) -> None:
+        import httpx
+
+        assert isinstance(client, httpx.Client)
+        body: dict[str, object] = {"step": r.step}
+        if r.checkpoint:
+            body["checkpoint"] = r.checkpoint
+        try:
+            resp = client.post(f"{self.url}/v1/jobs/{r.job_id}/progress", json=body,
+                               headers={"Authorization": f"Bearer {r.token}"})
+        except httpx.HTTPError as exc:
+            log.debug("progress of %s not delivered: %s", r.job_id, exc)
+            return
+        if resp.status_code < 300:
+            self.sent += 1
+        else:
+            self.refused += 1
+            log.debug("progress of %s refused: %s %s", r.job_id, resp.status_code,
+                      resp.text[:200])

@@ -1,0 +1,114 @@
+"""What a simulated backend shows the broker: inventory snapshots (pools, nodes with their
+expected releases, queue depth) and facts about jobs."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from backends.sim.model import Job, Node
+from broker.domain.facts import Fact, Phase
+from broker.domain.inventory import InventorySnapshot, NodeSnapshot, PoolSnapshot, QueueDepth
+from broker.domain.reasons import Reason
+from broker.domain.spec import BackendKind
+
+if TYPE_CHECKING:
+    from backends.sim.backend import SimBackend
+
+
+def inventory(b: SimBackend) -> InventorySnapshot:
+    """What the backend reports of its pools, nodes and queues now."""
+    pools = []
+    for name, spec in b.pools.items():
+        nodes = []
+        for n in b.pool_nodes[name]:
+            if n.snap is None:
+                n.snap = NodeSnapshot.model_construct(
+                    name=n.name,
+                    total_gpus=n.total,
+                    free_gpus=n.free if n.up else 0,
+                    cpus=spec.cpus_per_node,
+                    free_cpus=share(spec.cpus_per_node, n),
+                    memory_bytes=spec.memory_per_node,
+                    free_memory_bytes=share(spec.memory_per_node, n),
+                    topology=n.topo,
+                    schedulable=n.up,
+                    reason=None if n.up else "down",
+                    releases=_releases(b, n),
+                )
+            nodes.append(n.snap)
+        pools.append(
+            PoolSnapshot.model_construct(
+                name=name,
+                backend_kind=BackendKind(b.kind),
+                backend=b.name,
+                flavor=spec.flavor,
+                selector=name,
+                cost_weight=spec.cost_weight,
+                shared=spec.shared,
+                drained=False,
+                max_isthmus_pending=spec.max_isthmus_pending,
+                nodes=tuple(nodes),
+                queue=_queue_depth(b, name),
+            )
+        )
+    return InventorySnapshot(taken_at=b.clock.now, pools=tuple(pools))
+
+
+def _releases(b: SimBackend, node: Node) -> tuple[tuple[datetime, int], ...]:
+    if not b.report_releases:
+        return ()
+    out = []
+    for name, gpus in node.running.items():
+        job = b.jobs[name]
+        if job.limit is not None and job.started is not None:
+            out.append((job.started + job.limit, gpus))
+    return tuple((b.clock.at(t), g) for t, g in sorted(out))
+
+
+def _queue_depth(b: SimBackend, pool: str) -> QueueDepth:
+    mine = [j for j in b.pending[pool] if j.isthmus]
+    foreign = sum(j.gpus * j.replicas for j in b.pending[pool] if not j.isthmus)
+    total = sum(n.total for n in b.pool_nodes[pool]) or 1
+    pend = sum(j.gpus * j.replicas for j in mine) + foreign
+    return QueueDepth(
+        isthmus_pending_gpus=pend - foreign,
+        foreign_pending_gpus=foreign,
+        isthmus_pending_jobs=len(mine),
+        expected_wait_seconds=pend / total * b.external.mean_duration_s,
+    )
+
+
+def fact(b: SimBackend, job: Job) -> Fact:
+    """What the backend says of one job now (STARTING until every rank runs)."""
+    phase = job.phase
+    started = job.started
+    if phase is Phase.RUNNING and started is not None:
+        phase = Phase.STARTING if b._t < started + b.failures.start_delay_s else phase
+    reason = Reason.WaitingForAllRanks if phase is Phase.STARTING else job.reason
+    return Fact(
+        backend=b.name,
+        backend_name=job.name,
+        backend_id=job.backend_id,
+        job_id=job.job_id,
+        attempt=job.attempt,
+        phase=phase,
+        reason=reason,
+        failure=job.failure,
+        raw_state=phase.value,
+        message=job.message,
+        nodes=tuple(dict.fromkeys(job.nodes)),
+        bad_nodes=job.bad_nodes,
+        submitted_at=b.clock.at(job.submitted),
+        started_at=b.clock.at(job.started) if job.started is not None else None,
+        ended_at=b.clock.at(job.ended) if job.ended is not None else None,
+        observed_at=b.clock.now,
+    )
+
+
+def share(total: int, node: Node) -> int:
+    """Free CPUs or memory of a node, in proportion to its free GPUs (the simulator allocates
+    GPUs; a job is taken to use its share of the rest)."""
+    if not node.up or node.total == 0:
+        return 0
+    return total * node.free // node.total

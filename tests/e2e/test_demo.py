@@ -1,0 +1,65 @@
+"""The demo of the README on a real `isthmus server` with examples/isthmus.yaml (a simulated
+federation: no cluster needed): the workload of examples/jobs/demo/, submitted by the demo's
+own driver, reaches its expected ends in under two minutes of wall time."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.conftest import EXAMPLE_CONFIG
+from tests.e2e.harness import ROOT, Server
+
+DRIVER = ROOT / "scripts" / "demo_workload.py"
+
+
+def _events(server: Server, job_id: str) -> list[dict[str, Any]]:
+    r = httpx.get(f"{server.url}/v1/jobs/{job_id}/events", timeout=30)
+    assert r.status_code == 200, r.text
+    return r.json()  # type: ignore[no-any-return]
+
+
+def test_the_demo_workload_reaches_its_ends_within_two_minutes(tmp_path: Path) -> None:
+    server = Server(EXAMPLE_CONFIG, f"sqlite:///{tmp_path / 'demo.db'}", tmp_path / "server.log")
+    server.start()
+    try:
+        began = time.monotonic()
+        run = subprocess.run(
+            [sys.executable, str(DRIVER), "--server", server.url, "--plain", "--json",
+             "--timeout", "150"],
+            capture_output=True, text=True, timeout=240, cwd=ROOT,
+        )
+        took = time.monotonic() - began
+        out = run.stdout[run.stdout.index("{\n"):]
+        outcome = json.loads(out)
+        jobs = {j["name"]: j for j in outcome["jobs"]}
+        assert outcome["ok"], (outcome, server.log.read_text()[-3000:])
+        assert took < 120 and outcome["settled_after_s"] < 120, took
+
+        ends = {name: server.job(j["id"]) for name, j in jobs.items()}
+        for name in ("bert-finetune", "llm-pretrain", "resnet-sweep", "cfd-surrogate",
+                     "urgent-eval"):
+            assert ends[name]["state"] == "SUCCEEDED", ends[name]
+            assert ends[name]["first_useful_work_at"] is not None  # progress was reported
+
+        flaky = _events(server, jobs["flaky-node"]["id"])
+        path = [(e["to_state"], e["reason"]) for e in flaky]
+        assert ("FAILED", "InfraTransient") in path
+        assert path.index(("FAILED", "InfraTransient")) < [s for s, _ in path].index("RETRYING")
+        assert path[-1] == ("SUCCEEDED", "Succeeded") and ends["flaky-node"]["attempt"] == 2
+
+        victim = _events(server, jobs["speech-low"]["id"])
+        preempted = [e for e in victim if (e["to_state"], e["reason"]) == ("RETRYING", "Preempted")]
+        assert preempted and jobs["urgent-eval"]["id"] in preempted[0]["message"]
+        assert victim[-1]["to_state"] == "SUCCEEDED" and ends["speech-low"]["attempt"] == 2
+
+        assert ends["too-big"]["state"] == "REJECTED"
+        assert ends["too-big"]["reason"] == "ExceedsCapacity"
+    finally:
+        server.stop()
