@@ -115,6 +115,35 @@ class Backend(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class RankLog:
+    """The output of one rank of a backend object (or of all ranks, `rank` None, where the
+    backend keeps them in one stream), as far as the backend can serve it."""
+
+    rank: int | None
+    text: str
+    source: str
+    """Where it was read: a file path, a pod name, the simulator."""
+    note: str = ""
+    """Why it is empty or partial (a node that serves no logs, a file not readable here)."""
+
+
+@runtime_checkable
+class LogReader(Protocol):
+    """Optional: a backend that can serve the output of its objects' ranks
+    (`isthmus logs`). `tail` keeps the last lines of each rank; None keeps all."""
+
+    def logs(self, name: str, rank: int | None = None,
+             tail: int | None = None) -> list[RankLog]: ...
+
+
+def tail_lines(text: str, tail: int | None) -> str:
+    if tail is None:
+        return text
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[-tail:]) if tail > 0 else ""
+
+
 BackendFactory = Callable[..., Backend]
 SettingsCheck = Callable[..., list[tuple[str, str]]]
 """(config.Backend, its config.Pools) -> problems as (path, message), paths from the top of

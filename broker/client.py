@@ -45,6 +45,22 @@ class Client:
         result: dict[str, Any] = self._call("POST", "/v1/jobs", json=spec, headers=headers)
         return result
 
+    def plan(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """What admission would decide for `spec` now; nothing is created."""
+        result: dict[str, Any] = self._call("POST", "/v1/plan", json=spec)
+        return result
+
+    def timeline(self, job_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("GET", f"/v1/jobs/{job_id}/timeline")
+        return result
+
+    def logs(self, job_id: str, attempt: int | None = None, rank: int | None = None,
+             tail: int | None = None) -> dict[str, Any]:
+        params = {k: v for k, v in (("attempt", attempt), ("rank", rank), ("tail", tail))
+                  if v is not None}
+        result: dict[str, Any] = self._call("GET", f"/v1/jobs/{job_id}/logs", params=params)
+        return result
+
     def job(self, job_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self._call("GET", f"/v1/jobs/{job_id}")
         return result
@@ -78,7 +94,11 @@ class Client:
     def render(self, job_id: str, number: int) -> str:
         r = self._http.get(f"/v1/jobs/{job_id}/attempts/{number}/render")
         if r.status_code >= 400:
-            raise ApiError(r.status_code, r.json())
+            try:
+                body = r.json()
+            except ValueError:
+                body = {"title": r.reason_phrase, "detail": r.text[:500]}
+            raise ApiError(r.status_code, body if isinstance(body, dict) else {"detail": body})
         return r.text
 
     def cancel(self, job_id: str) -> dict[str, Any]:

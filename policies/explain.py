@@ -15,6 +15,7 @@ from broker.domain.inventory import InventorySnapshot
 from broker.domain.reasons import Reason, most_severe, severity
 from broker.domain.spec import BackendKind, TopologyLevel
 from policies.admission import AdmissionParams, Decision, admission_cycle
+from policies.eta import Estimate
 from policies.placement import PoolVerdict, verdict_order
 from policies.types import PendingJob, QuotaConfig, Usage
 
@@ -50,6 +51,12 @@ class Explanation(BaseModel):
     pools: tuple[PoolLine, ...] = ()
     victims: tuple[str, ...] = ()
     reservation: str | None = None
+    position: int | None = None
+    """1-based place among waiting jobs in admission order (0: in backoff, not ordered)."""
+    team_position: int | None = None
+    estimated_start: datetime | None = None
+    estimate_method: str | None = None
+    """How `estimated_start` was found (policies.eta): now, releases, preemption, unknown: why."""
 
     def to_text(self) -> str:
         state = "admitted" if self.admitted else "waiting"
@@ -69,6 +76,8 @@ class Explanation(BaseModel):
             lines.append(f"  preempting: {', '.join(self.victims)}")
         if self.reservation:
             lines.append(f"  reservation: {self.reservation}")
+        if self.estimate_method is not None:
+            lines.append(f"  {wait_text(self)}")
         width = max((len(x.pool) for x in self.pools), default=4)
         for x in self.pools:
             mark = "ok " if x.fits else "-- "
@@ -97,8 +106,22 @@ def _line(v: PoolVerdict) -> PoolLine:
     )
 
 
-def explain(decision: Decision) -> Explanation:
-    """The explanation of one cycle decision."""
+def wait_text(x: Explanation) -> str:
+    """Queue position and estimated start in one line."""
+    parts = []
+    if x.position:
+        parts.append(f"position {x.position} in the queue ({x.team_position} in its team)")
+    if x.estimated_start is not None:
+        at = x.estimated_start.strftime("%Y-%m-%d %H:%M:%SZ")
+        parts.append(f"estimated start {at} ({x.estimate_method})")
+    else:
+        parts.append(f"estimated start {x.estimate_method or 'unknown'}")
+    return ", ".join(parts)
+
+
+def explain(decision: Decision, estimate: Estimate | None = None) -> Explanation:
+    """The explanation of one cycle decision, with its queue position and estimated start
+    when `estimate` (policies.eta) is given."""
     verdicts = sorted(decision.verdicts, key=verdict_order)
     refused = [v.reason for v in verdicts if not v.fits]
     worst = most_severe([decision.reason, *refused]) or decision.reason
@@ -112,6 +135,10 @@ def explain(decision: Decision) -> Explanation:
         pools=tuple(_line(v) for v in verdicts),
         victims=tuple(v.job_id for v in decision.victims),
         reservation=decision.reservation,
+        position=estimate.position if estimate else None,
+        team_position=estimate.team_position if estimate else None,
+        estimated_start=estimate.at if estimate else None,
+        estimate_method=estimate.method if estimate else None,
     )
 
 

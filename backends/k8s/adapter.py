@@ -23,17 +23,20 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from backends.base import (
+    BackendUnavailable,
     CancelResult,
     Capability,
+    RankLog,
     SubmitRequest,
     SubmitResult,
     Unsupported,
 )
 from backends.k8s.classify import ClassifyPolicy, Verdict, judge, teardown_annotation
-from backends.k8s.client import ApiError, Apis, call, call_json
+from backends.k8s.client import ApiError, Apis, call, call_json, translated
 from backends.k8s.inventory import build_pools
 from backends.k8s.manifests import (
     ANN_TEARDOWN,
+    COMPLETION_INDEX,
     LABEL_ATTEMPT,
     LABEL_JOB,
     LABEL_NAME,
@@ -246,6 +249,36 @@ class K8sBackend:
         self._prune_tombstones(now)
         facts.extend(f for n, f in self._tombstones.items() if n not in seen)
         return facts
+
+    def logs(self, name: str, rank: int | None = None,
+             tail: int | None = None) -> list[RankLog]:
+        """Each rank's pod log (read_namespaced_pod_log), the rank from the pod's completion
+        index. A node that serves no logs (a fake kwok node has no kubelet to ask) gives an
+        empty log with the API server's answer as the note, never an error for the others."""
+        pods = call_json("list pods", self.apis.core.list_namespaced_pod, self.namespace,
+                         label_selector=f"{LABEL_NAME}={name}", timeout=self.timeout)
+        out: list[RankLog] = []
+        for pod in pods.get("items") or ():
+            meta = _meta(pod)
+            marks = {**(meta.get("labels") or {}), **(meta.get("annotations") or {})}
+            index = marks.get(COMPLETION_INDEX)
+            r = int(index) if isinstance(index, str) and index.isdigit() else None
+            if rank is not None and r != rank:
+                continue
+            pod_name = str(meta.get("name", ""))
+            kw: dict[str, Any] = {"tail_lines": tail} if tail is not None else {}
+            try:
+                with translated("read pod log"):
+                    resp = self.apis.core.read_namespaced_pod_log(
+                        pod_name, self.namespace, _preload_content=False,
+                        _request_timeout=self.timeout, **kw)
+                    text = resp.data.decode("utf-8", errors="replace") if resp.data else ""
+                out.append(RankLog(r, text, f"pod {self.namespace}/{pod_name}"))
+            except (ApiError, BackendUnavailable) as exc:
+                node = (pod.get("spec") or {}).get("nodeName") or "no node yet"
+                out.append(RankLog(r, "", f"pod {self.namespace}/{pod_name}",
+                                   f"no log from node {node}: {exc}"))
+        return sorted(out, key=lambda x: (x.rank is None, x.rank or 0, x.source))
 
     def lookup(self, name: str) -> Fact | None:
         try:

@@ -23,8 +23,10 @@ from backends.base import (
     BackendUnavailable,
     CancelResult,
     Capability,
+    RankLog,
     SubmitRequest,
     SubmitResult,
+    tail_lines,
 )
 from backends.sim import faults, foreign, views
 from backends.sim.clock import SimClock
@@ -185,6 +187,30 @@ class SimBackend:
         self._check()
         job = self.jobs.get(name)
         return views.fact(self, job) if job else None
+
+    def logs(self, name: str, rank: int | None = None,
+             tail: int | None = None) -> list[RankLog]:
+        """A synthetic log per rank from what the simulator knows of the job (backends.base
+        LogReader): where and when each rank started, and how the job ended."""
+        self._check()
+        job = self.jobs.get(name)
+        if job is None:
+            return []
+        out = []
+        for r in range(job.replicas) if rank is None else [rank]:
+            if not 0 <= r < job.replicas:
+                continue
+            lines = [f"{self.clock.at(job.submitted).isoformat()} rank {r}: queued in {job.pool}"]
+            if job.started is not None:
+                node = job.nodes[r] if r < len(job.nodes) else "?"
+                lines.append(f"{self.clock.at(job.started).isoformat()} rank {r}: started on "
+                             f"{node} with {job.gpus} GPUs")
+            if job.ended is not None:
+                lines.append(f"{self.clock.at(job.ended).isoformat()} rank {r}: "
+                             f"{job.phase.value.lower()} {job.message}".rstrip())
+            text = tail_lines("\n".join(lines) + "\n", tail)
+            out.append(RankLog(r, text, f"simulator {self.name}"))
+        return out
 
     def cancel(self, name: str, grace_seconds: int) -> CancelResult:
         self._check()

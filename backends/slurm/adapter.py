@@ -10,7 +10,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from backends.base import CancelResult, Capability, SubmitRequest, SubmitResult, Unsupported
+from backends.base import (
+    CancelResult,
+    Capability,
+    RankLog,
+    SubmitRequest,
+    SubmitResult,
+    Unsupported,
+    tail_lines,
+)
 from backends.slurm import script
 from backends.slurm.classify import (
     ClassifyPolicy,
@@ -326,6 +334,27 @@ class SlurmBackend:
         now = self.clock()
         self._note_end_evidence([rec], now)
         return self._fact(rec, now)
+
+    def logs(self, name: str, rank: int | None = None,
+             tail: int | None = None) -> list[RankLog]:
+        """The job's output file (`--output=<work_dir>/<name>-%j.out`, one file in which srun
+        interleaves every rank), read where the broker runs: the head node shares the work
+        directory with the cluster. Ranks are not labelled in it, so a rank asks for the same
+        file, said so."""
+        rec = self._existing(name)
+        if rec is None:
+            return []
+        path = f"{self.settings.work_dir.rstrip('/') or ''}/{name}-{rec.job_id}.out"
+        note = "" if rank is None else "Slurm writes every rank to this one file"
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+        except FileNotFoundError:
+            return [RankLog(None, "", path, "no output file yet (the job has not started, or "
+                                            "the work directory is not shared with this host)")]
+        except OSError as exc:
+            return [RankLog(None, "", path, f"cannot read it here: {exc.strerror}")]
+        return [RankLog(None, tail_lines(text, tail), path, note)]
 
     # -- cancel -------------------------------------------------------------------------------
 

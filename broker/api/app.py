@@ -21,6 +21,7 @@ from broker.api.limits import BodyLimit, BodyTooLarge, problem_413
 from broker.api.problems import PROBLEM_JSON, Problem, ProblemBody
 from broker.api.routes_admin import router as admin_router
 from broker.api.routes_jobs import router as jobs_router
+from broker.api.routes_plan import router as plan_router
 from broker.api.routes_progress import router as progress_router
 from broker.api.schemas import Health
 from broker.config import IsthmusConfig
@@ -47,7 +48,7 @@ def create_app(config: IsthmusConfig, db: Database, runtime: Runtime | None = No
     )
     app.state.runtime = runtime
     app.add_middleware(BodyLimit, max_bytes=config.server.max_body_bytes)
-    routers = (jobs_router, progress_router, admin_router)
+    routers = (jobs_router, plan_router, progress_router, admin_router)
     for router in routers:
         app.include_router(router, dependencies=[Depends(plain_query)])
 

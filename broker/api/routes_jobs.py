@@ -7,6 +7,7 @@ import binascii
 import json
 from typing import Annotated
 
+import sqlalchemy as sa
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import ValidationError
 
@@ -14,7 +15,7 @@ from broker.api.auth import Principal, principal
 from broker.api.group_commit import SubmitQueue
 from broker.api.guards import DB_INT_MAX, idempotency_key
 from broker.api.problems import Problem, invalid_spec, problem_responses
-from broker.api.schemas import CheckpointOut, EventOut, JobOut, JobPage
+from broker.api.schemas import CheckpointOut, EventOut, JobOut, JobPage, WaitOut
 from broker.config import IsthmusConfig
 from broker.domain import JobState
 from broker.domain.ids import is_job_id
@@ -26,6 +27,7 @@ from broker.store import attempts as att
 from broker.store.db import Database
 from broker.store.queries import get_job, job_events, list_jobs
 from broker.store.records import JobRecord
+from broker.store.tables import utcnow
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=problem_responses(401, 422))
 Caller = Annotated[Principal, Depends(principal)]
@@ -70,7 +72,25 @@ def _spec_from_body(body: bytes, content_type: str) -> JobSpec:
         raise invalid_spec(exc) from None
 
 
-_SPEC_BODY = {
+async def checked_spec(request: Request, caller: Caller) -> JobSpec:
+    """The request's job spec, parsed and checked against the configuration and the caller's
+    team (422, or 403 for another team's spec): shared by submit and plan."""
+    spec = _spec_from_body(await request.body(), request.headers.get("content-type", ""))
+    problems = request_problems(
+        _config(request), spec, None if caller.is_admin else caller.team
+    )
+    if problems:
+        status = 403 if any(p.field == "team" and "token" in p.message for p in problems) else 422
+        raise Problem(
+            status, "invalid-spec" if status == 422 else "forbidden-team",
+            "Invalid job spec" if status == 422 else "Not your team",
+            "; ".join(f"{p.field}: {p.message}" for p in problems),
+            [{"field": p.field, "message": p.message} for p in problems],
+        )
+    return spec
+
+
+SPEC_BODY = {
     "requestBody": {
         "required": True,
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/JobSpec"}}},
@@ -79,7 +99,7 @@ _SPEC_BODY = {
 
 
 @router.post(
-    "", status_code=201, response_model=JobOut, openapi_extra=_SPEC_BODY,
+    "", status_code=201, response_model=JobOut, openapi_extra=SPEC_BODY,
     responses={
         200: {"model": JobOut, "description": "replay of an idempotent submission"},
         **problem_responses(400, 403, 409, 413, 415),
@@ -90,17 +110,7 @@ async def submit(
     caller: Caller,
     key: Annotated[str | None, Depends(idempotency_key)],
 ) -> Response:
-    spec = _spec_from_body(await request.body(), request.headers.get("content-type", ""))
-    config = _config(request)
-    problems = request_problems(config, spec, None if caller.is_admin else caller.team)
-    if problems:
-        status = 403 if any(p.field == "team" and "token" in p.message for p in problems) else 422
-        raise Problem(
-            status, "invalid-spec" if status == 422 else "forbidden-team",
-            "Invalid job spec" if status == 422 else "Not your team",
-            "; ".join(f"{p.field}: {p.message}" for p in problems),
-            [{"field": p.field, "message": p.message} for p in problems],
-        )
+    spec = await checked_spec(request, caller)
     queue: SubmitQueue = request.app.state.submit_queue
     try:
         result = await queue.submit(Submission(spec, caller.name, key))
@@ -119,10 +129,31 @@ async def submit(
     )
 
 
+def _waits(db: Database, jobs: list[JobRecord]) -> dict[str, WaitOut]:
+    """Position and estimate of the QUEUED ones among `jobs`, stored by the admission cycle
+    with their verdicts (one query for the page)."""
+    ids = [j.id for j in jobs if j.state == JobState.QUEUED.value]
+    if not ids:
+        return {}
+    t = att.EXPLANATIONS
+    with db.read() as s:
+        rows = s.connection().execute(
+            sa.select(t.c.job_id, t.c.at, t.c.payload_json).where(t.c.job_id.in_(ids))
+        ).all()
+    out: dict[str, WaitOut] = {}
+    for job_id, at, payload in rows:
+        try:
+            out[job_id] = WaitOut.of(at, payload)
+        except (ValueError, TypeError):
+            continue  # an explanation stored before estimates existed, or unreadable
+    return out
+
+
 @router.get("/{job_id}", response_model=JobOut, responses=problem_responses(404))
 def get(job_id: str, request: Request, caller: Caller) -> JobOut:
     db = _db(request)
-    out = JobOut.of(_visible_job(db, job_id, caller))
+    job = _visible_job(db, job_id, caller)
+    out = JobOut.of(job, _waits(db, [job]).get(job.id))
     with db.read() as s:
         ckpt = att.last_checkpoint(s, job_id)
     if ckpt is not None:
@@ -171,7 +202,8 @@ def list_(
     more = len(rows) > limit
     rows = rows[:limit]
     nxt = base64.urlsafe_b64encode(rows[-1].id.encode()).decode().rstrip("=") if more else None
-    return JobPage(items=[JobOut.of(r) for r in rows], next_cursor=nxt)
+    waits = _waits(_db(request), rows)
+    return JobPage(items=[JobOut.of(r, waits.get(r.id)) for r in rows], next_cursor=nxt)
 
 
 @router.get(
@@ -265,3 +297,95 @@ def render(
         raise Problem(404, "not-rendered", "Nothing rendered",
                       f"attempt {number} has no backend object yet (dispatch: {a.dispatch})")
     return Response(a.rendered, media_type="text/plain; charset=utf-8")
+
+
+@router.get("/{job_id}/timeline", responses=problem_responses(404))
+def timeline(job_id: str, request: Request, caller: Caller) -> dict[str, object]:
+    """Per attempt, the phases from queueing to the end (queued, dispatch, scheduling, init,
+    warm-up to the first useful step, running) with start, end and seconds (broker/timeline.py)."""
+    from broker.timeline import FactMark, build
+
+    db = _db(request)
+    job = _visible_job(db, job_id, caller)
+    f = att.FACTS
+    with db.read() as s:
+        evs = job_events(s, job_id)
+        rows = att.attempts_of(s, job_id)
+        facts = [
+            FactMark(r.attempt, r.phase, r.observed_at)
+            for r in s.connection().execute(
+                sa.select(f.c.attempt, f.c.phase, f.c.observed_at)
+                .where(f.c.job_id == job_id, f.c.attempt.is_not(None))
+            )
+        ]
+    now = utcnow()
+    return {
+        "job_id": job_id, "state": job.state, "reason": job.reason, "now": now.isoformat(),
+        "first_useful_work_at": (job.first_useful_work_at.isoformat()
+                                 if job.first_useful_work_at else None),
+        "attempts": [
+            {
+                "number": t.number, "pool": t.pool, "outcome": t.outcome,
+                "ended_at": t.ended_at.isoformat() if t.ended_at else None,
+                "phases": [
+                    {"name": p.name, "start": p.start.isoformat(),
+                     "end": p.end.isoformat() if p.end else None,
+                     "seconds": round(p.seconds(now), 3), "note": p.note}
+                    for p in t.phases
+                ],
+            }
+            for t in build(evs, rows, facts, job.first_useful_work_at)
+        ],
+    }
+
+
+@router.get("/{job_id}/logs", responses=problem_responses(404, 503))
+def logs(
+    job_id: str,
+    request: Request,
+    caller: Caller,
+    attempt: Annotated[int | None, Query(ge=1, le=DB_INT_MAX,
+                                         description="attempt number (default: the last)")] = None,
+    rank: Annotated[int | None, Query(ge=0, le=65535, description="one rank only")] = None,
+    tail: Annotated[int | None, Query(ge=0, le=100_000,
+                                      description="last lines of each rank")] = None,
+) -> dict[str, object]:
+    """The output of each rank of an attempt, read through its backend: Slurm's output file,
+    each Kubernetes pod's log, the simulator's synthetic log."""
+    from backends.base import BackendUnavailable
+
+    db = _db(request)
+    _visible_job(db, job_id, caller)
+    with db.read() as s:
+        rows = att.attempts_of(s, job_id)
+    if not rows:
+        raise Problem(404, "attempt-not-found", "No attempt yet",
+                      f"job {job_id} has not been admitted yet: no attempt, no logs")
+    a = rows[-1] if attempt is None else next((r for r in rows if r.number == attempt), None)
+    if a is None:
+        raise Problem(404, "attempt-not-found", "Attempt not found",
+                      f"job {job_id} has no attempt {attempt}")
+    if a.dispatch != att.CREATED:
+        raise Problem(404, "no-backend-object", "No backend object",
+                      f"attempt {a.number} has no backend object (dispatch: {a.dispatch}): "
+                      "nothing ran, so there are no logs")
+    runtime = request.app.state.runtime
+    if runtime is None or a.backend not in runtime.plane.backends:
+        raise Problem(503, "backend-not-reachable", "Backend not reachable from here",
+                      f"this server reaches no backend '{a.backend}' (it runs with "
+                      "--no-control, or the backend is no longer configured)")
+    reader = getattr(runtime.plane.gate(a.backend), "logs", None)
+    if reader is None:
+        raise Problem(503, "logs-unsupported", "Backend serves no logs",
+                      f"backend {a.backend} cannot serve logs")
+    try:
+        got = reader(a.backend_name, rank, tail)
+    except BackendUnavailable as exc:
+        raise Problem(503, "backend-unavailable", "Backend unavailable", str(exc)) from None
+    return {
+        "job_id": job_id, "attempt": a.number, "backend": a.backend,
+        "backend_name": a.backend_name,
+        "ranks": [{"rank": x.rank, "source": x.source, "note": x.note, "text": x.text}
+                  for x in got],
+        "note": "" if got else f"backend {a.backend} no longer knows {a.backend_name}",
+    }

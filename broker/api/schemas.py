@@ -21,6 +21,27 @@ class CheckpointOut(BaseModel):
     at: datetime
 
 
+class WaitOut(BaseModel):
+    """Where a queued job stands, as of the last admission cycle that considered it."""
+
+    position: int | None
+    """1-based place among waiting jobs in admission order (0: in retry backoff)."""
+    team_position: int | None
+    estimated_start: datetime | None
+    estimate_method: str | None
+    """now, releases, preemption, or 'unknown: why' (policies/eta.py)."""
+    as_of: datetime
+
+    @classmethod
+    def of(cls, at: datetime, payload_json: str) -> WaitOut:
+        x = json.loads(payload_json)
+        return cls(
+            position=x.get("position"), team_position=x.get("team_position"),
+            estimated_start=x.get("estimated_start"), estimate_method=x.get("estimate_method"),
+            as_of=at,
+        )
+
+
 class JobOut(BaseModel):
     id: str
     name: str
@@ -41,15 +62,19 @@ class JobOut(BaseModel):
     last_checkpoint: CheckpointOut | None = None
     """Filled by GET /v1/jobs/{id} (not in lists)."""
 
+
+    wait: WaitOut | None = None
+    """Queue position and estimated start (QUEUED jobs the admission cycle has considered)."""
+
     @classmethod
-    def of(cls, row: JobRecord) -> JobOut:
+    def of(cls, row: JobRecord, wait: WaitOut | None = None) -> JobOut:
         return cls(
             id=row.id, name=row.name, team=row.team, queue=row.queue, priority=row.priority,
             state=JobState(row.state), reason=row.reason, message=row.message,
             attempt=row.attempt, total_gpus=row.total_gpus, submitted_by=row.submitted_by,
             created_at=row.created_at, updated_at=row.updated_at,
             first_useful_work_at=row.first_useful_work_at, spec_hash=row.spec_hash,
-            spec=json.loads(row.spec_json),
+            spec=json.loads(row.spec_json), wait=wait,
         )
 
 

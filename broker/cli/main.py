@@ -2,62 +2,38 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated
 
 import typer
-import yaml
 
-from broker.cli.output import console, emit_json, errors, events_table, job_detail, job_table
-from broker.cli.output import problem as show_problem
-from broker.client import ApiError, Client
+from broker.cli import jobs
+from broker.cli.common import DEFAULT_URL, AsJson, ServerUrl, Token, call, fail
+from broker.cli.output import console, emit_json
 from broker.config import ConfigError, load_config
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
-db_app = typer.Typer(no_args_is_help=True, help="Database maintenance.")
-config_app = typer.Typer(no_args_is_help=True, help="Configuration checks.")
+# rich_markup_mode=None: plain click help, where a boolean flag reads `--json`, not
+# `--json <bool>`
+app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__,
+                  rich_markup_mode=None)
+db_app = typer.Typer(no_args_is_help=True, help="Database maintenance.", rich_markup_mode=None)
+config_app = typer.Typer(no_args_is_help=True, help="Configuration checks.",
+                         rich_markup_mode=None)
 app.add_typer(db_app, name="db")
-admin_app = typer.Typer(no_args_is_help=True, help="Platform operations (admin token).")
+admin_app = typer.Typer(no_args_is_help=True, help="Platform operations (admin token).",
+                        rich_markup_mode=None)
 app.add_typer(config_app, name="config")
 app.add_typer(admin_app, name="admin")
-
-ServerUrl = Annotated[
-    str, typer.Option("--server", envvar="ISTHMUS_URL", help="API base URL")
-]
-Token = Annotated[
-    str | None,
-    typer.Option("--token", envvar="ISTHMUS_TOKEN", help="API token (prefer the env var)",
-                 show_default=False),
-]
-AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output")]
 # The database URL carries a password: deployments pass it from a secret through this env var
 # rather than writing it into isthmus.yaml.
 DB_ENV = "ISTHMUS_DATABASE_URL"
 DbUrl = Annotated[
     str | None, typer.Option("--db", envvar=DB_ENV, help="database URL", show_default=False)
 ]
-DEFAULT_URL = "http://127.0.0.1:8080"
 
 
-def _fail(message: str, code: int = 2) -> NoReturn:
-    errors.print(f"[bold red]error[/]: {message}")
-    raise typer.Exit(code)
-
-
-def _call(server: str, token: str | None, fn: str, *args: Any) -> Any:
-    try:
-        with Client(server, token) as c:
-            return getattr(c, fn)(*args)
-    except ApiError as exc:
-        show_problem(exc.status, exc.problem)
-        raise typer.Exit(1) from None
-    except OSError as exc:  # httpx transport errors derive from OSError-like classes below
-        _fail(f"cannot reach the Isthmus API at {server}: {exc}")
-    except Exception as exc:
-        if exc.__class__.__module__.startswith("httpx"):
-            _fail(f"cannot reach the Isthmus API at {server}: {exc}")
-        raise
+_fail = fail
+_call = call
 
 
 @app.command()
@@ -67,8 +43,12 @@ def server(
         str | None,
         typer.Option("--db", envvar=DB_ENV, help="database URL (overrides config)"),
     ] = None,
-    host: Annotated[str | None, typer.Option("--host")] = None,
-    port: Annotated[int | None, typer.Option("--port")] = None,
+    host: Annotated[
+        str | None, typer.Option("--host", help="listen address (overrides server.host)")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option("--port", help="listen port (overrides server.port)")
+    ] = None,
     control: Annotated[
         bool, typer.Option("--control/--no-control", help="run the control loop when leading")
     ] = True,
@@ -82,115 +62,8 @@ def server(
         _fail(str(exc))
 
 
-def _read_spec(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text() if str(path) != "-" else typer.get_text_stream("stdin").read()
-    except OSError as exc:
-        _fail(f"{path}: {exc.strerror}")
-    try:
-        data = (
-            json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-        )
-    except (ValueError, yaml.YAMLError) as exc:
-        _fail(f"{path}: not valid JSON/YAML: {exc}")
-    if not isinstance(data, dict):
-        _fail(f"{path}: a job spec must be a mapping")
-    return data
-
-
-@app.command()
-def submit(
-    file: Annotated[Path, typer.Option("-f", "--file", help="job spec (.json or .yaml)")],
-    idempotency_key: Annotated[str | None, typer.Option("--idempotency-key")] = None,
-    server: ServerUrl = DEFAULT_URL,
-    token: Token = None,
-    as_json: AsJson = False,
-) -> None:
-    """Submit a job spec."""
-    job = _call(server, token, "submit", _read_spec(file), idempotency_key)
-    if as_json:
-        emit_json(job)
-    else:
-        console.print(f"[bold]{job['id']}[/] {job['state']} ({job['reason']}): {job['message']}")
-
-
-@app.command()
-def status(
-    job_id: str, server: ServerUrl = DEFAULT_URL, token: Token = None, as_json: AsJson = False
-) -> None:
-    """Show one job: state, reason and message."""
-    job = _call(server, token, "job", job_id)
-    emit_json(job) if as_json else console.print(job_detail(job))
-
-
-@app.command("list")
-def list_(
-    team: Annotated[str | None, typer.Option()] = None,
-    state: Annotated[list[str] | None, typer.Option(help="repeatable")] = None,
-    limit: Annotated[int, typer.Option()] = 50,
-    server: ServerUrl = DEFAULT_URL,
-    token: Token = None,
-    as_json: AsJson = False,
-) -> None:
-    """List jobs, newest first."""
-    page = _call(server, token, "jobs", team, state, limit)
-    emit_json(page) if as_json else console.print(job_table(page["items"]))
-
-
-@app.command()
-def events(
-    job_id: str, server: ServerUrl = DEFAULT_URL, token: Token = None, as_json: AsJson = False
-) -> None:
-    """Show a job's event history."""
-    evs = _call(server, token, "events", job_id)
-    emit_json(evs) if as_json else console.print(events_table(evs))
-
-
-@app.command()
-def explain(
-    job_id: str, server: ServerUrl = DEFAULT_URL, token: Token = None, as_json: AsJson = False
-) -> None:
-    """Why a job waits: the latest admission verdicts per pool, most severe reason first."""
-    from policies.explain import Explanation
-
-    data = _call(server, token, "explain", job_id)
-    if as_json:
-        emit_json(data)
-        return
-    console.print(f"[bold]{job_id}[/] {data['state']} ({data['reason']}): {data['message']}")
-    if data["explanation"] is None:
-        console.print("  not yet considered by an admission cycle")
-        return
-    console.print(f"  as of {data['considered_at']}")
-    console.print(Explanation.model_validate(data["explanation"]).to_text(), markup=False)
-
-
-@app.command()
-def render(
-    job_id: str,
-    attempt: Annotated[int | None, typer.Option(help="attempt number (default: the last)")] = None,
-    server: ServerUrl = DEFAULT_URL, token: Token = None,
-) -> None:
-    """Print the exact batch script or manifests an attempt was created with."""
-    if attempt is None:
-        attempts = _call(server, token, "attempts", job_id)
-        made = [a for a in attempts if a["dispatch"] == "created"]
-        if not made:
-            _fail(f"job {job_id} has no backend object yet", code=1)
-        attempt = made[-1]["number"]
-    print(_call(server, token, "render", job_id, attempt), end="")
-
-
-@app.command()
-def cancel(
-    job_id: str, server: ServerUrl = DEFAULT_URL, token: Token = None, as_json: AsJson = False
-) -> None:
-    """Cancel a job that has not ended."""
-    job = _call(server, token, "cancel", job_id)
-    if as_json:
-        emit_json(job)
-    else:
-        console.print(f"[bold]{job['id']}[/] {job['state']} ({job['reason']})")
+for _name, _fn in jobs.COMMANDS:
+    app.command(_name)(_fn)
 
 
 @admin_app.command("pools")
@@ -213,18 +86,28 @@ def admin_pools(server: ServerUrl = DEFAULT_URL, token: Token = None,
 
 
 @admin_app.command("drain")
-def admin_drain(pool: str, reason: Annotated[str, typer.Option("--reason")] = "",
-                server: ServerUrl = DEFAULT_URL, token: Token = None) -> None:
+def admin_drain(pool: Annotated[str, typer.Argument(help="the pool's name")],
+                reason: Annotated[str, typer.Option("--reason", help="why (shown to users)")]
+                = "",
+                server: ServerUrl = DEFAULT_URL, token: Token = None,
+                as_json: AsJson = False) -> None:
     """Admit nothing more to POOL (running jobs keep running)."""
     p = _call(server, token, "drain", pool, reason)
-    console.print(f"{p['name']}: drained ({p['reason']})")
+    emit_json(p) if as_json else console.print(f"{p['name']}: drained ({p['reason']})",
+                                               markup=False)
 
 
 @admin_app.command("undrain")
-def admin_undrain(pool: str, server: ServerUrl = DEFAULT_URL, token: Token = None) -> None:
+def admin_undrain(pool: Annotated[str, typer.Argument(help="the pool's name")],
+                  server: ServerUrl = DEFAULT_URL, token: Token = None,
+                  as_json: AsJson = False) -> None:
     """Admit to POOL again."""
     p = _call(server, token, "undrain", pool)
-    console.print(f"{p['name']}: {'still drained by configuration' if p['drained'] else 'open'}")
+    if as_json:
+        emit_json(p)
+        return
+    console.print(f"{p['name']}: {'still drained by configuration' if p['drained'] else 'open'}",
+                  markup=False)
 
 
 @admin_app.command("usage")
@@ -254,7 +137,10 @@ def _db_url(db: str | None, config: Path | None) -> str:
 @db_app.command("upgrade")
 def db_upgrade(
     db: DbUrl = None,
-    config: Annotated[Path | None, typer.Option("--config", "-c")] = None,
+    as_json: AsJson = False,
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="isthmus.yaml naming the database")
+    ] = None,
 ) -> None:
     """Apply the schema migrations up to the newest (what `server` also does at start-up);
     safe to run from several places at once: replicas migrate one at a time."""
@@ -277,13 +163,18 @@ def db_upgrade(
               f"{str(exc).splitlines()[0] if str(exc) else ''}")
     finally:
         database.dispose()
-    console.print(f"database schema at revision {head}")
+    if as_json:
+        emit_json({"revision": head})
+    else:
+        console.print(f"database schema at revision {head}")
 
 
 @db_app.command("check")
 def db_check(
     db: DbUrl = None,
-    config: Annotated[Path | None, typer.Option("--config", "-c")] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="isthmus.yaml naming the database")
+    ] = None,
     as_json: AsJson = False,
 ) -> None:
     """Rebuild every job from its events and compare with the stored rows (exit 1 on mismatch)."""
@@ -340,8 +231,11 @@ def db_check(
 def db_backup(
     file: Annotated[Path, typer.Argument(help="where to write the backup")],
     db: DbUrl = None,
-    config: Annotated[Path | None, typer.Option("--config", "-c")] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="isthmus.yaml naming the database")
+    ] = None,
     force: Annotated[bool, typer.Option("--force", help="replace an existing file")] = False,
+    as_json: AsJson = False,
 ) -> None:
     """A consistent copy of the whole database while the broker runs (SQLite backup API,
     or pg_dump --format=custom on PostgreSQL)."""
@@ -352,15 +246,21 @@ def db_backup(
         backup(_db_url(db, config), file, overwrite=force)
     except (BackupError, DatabaseURLError) as exc:
         _fail(str(exc))
-    console.print(f"backup written to {file}")
+    if as_json:
+        emit_json({"backup": str(file)})
+    else:
+        console.print(f"backup written to {file}", markup=False)
 
 
 @db_app.command("restore")
 def db_restore(
     file: Annotated[Path, typer.Argument(help="a backup made by `isthmus db backup`")],
     db: DbUrl = None,
-    config: Annotated[Path | None, typer.Option("--config", "-c")] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="isthmus.yaml naming the database")
+    ] = None,
     yes: Annotated[bool, typer.Option("--yes", help="confirm: replaces the database")] = False,
+    as_json: AsJson = False,
 ) -> None:
     """Replace the database with a backup (stop every broker replica first). All or nothing;
     run `isthmus db upgrade` and `isthmus db check` afterwards."""
@@ -374,13 +274,17 @@ def db_restore(
         restore(_db_url(db, config), file)
     except (BackupError, DatabaseURLError) as exc:
         _fail(str(exc))
+    if as_json:
+        emit_json({"restored": str(file)})
+        return
     console.print(f"database restored from {file}; now run `isthmus db upgrade` and "
                   "`isthmus db check`")
 
 
 @config_app.command("check")
 def config_check(
-    file: Path,
+    file: Annotated[Path, typer.Argument(help="the isthmus.yaml to check")],
+    as_json: AsJson = False,
     show: Annotated[bool, typer.Option(
         "--show", help="also print every policy parameter in effect (defaults filled in)")
     ] = False,
@@ -395,9 +299,16 @@ def config_check(
     problems = check_backends(cfg)  # the server refuses to start on these too
     if problems:
         _fail("\n".join(f"{file}: {line}" for line in problems), code=1)
+    if as_json:
+        emit_json({"file": str(file), "ok": True, "backends": len(cfg.backends),
+                   "pools": len(cfg.pools), "flavors": len(cfg.flavors),
+                   "teams": len(cfg.teams), "auth": cfg.auth.mode,
+                   **({"policies": cfg.policies.model_dump(mode="json")} if show else {})})
+        return
     console.print(
         f"{file}: OK: {len(cfg.backends)} backends, {len(cfg.pools)} pools, "
-        f"{len(cfg.flavors)} flavors, {len(cfg.teams)} teams, auth {cfg.auth.mode}"
+        f"{len(cfg.flavors)} flavors, {len(cfg.teams)} teams, auth {cfg.auth.mode}",
+        markup=False,
     )
     if show:
         import yaml

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 # Piped output is for logs and scripts: do not squeeze it into 80 columns.
@@ -20,12 +21,13 @@ def emit_json(data: Any) -> None:
 
 def job_table(jobs: list[dict[str, Any]]) -> Table:
     t = Table(show_header=True, header_style="bold")
-    for col in ("ID", "NAME", "TEAM", "GPUS", "STATE", "REASON", "ATTEMPT", "CREATED"):
-        t.add_column(col, no_wrap=col in ("ID", "STATE", "REASON"))
+    for col in ("ID", "NAME", "TEAM", "GPUS", "STATE", "REASON", "QUEUE/ETA", "ATTEMPT",
+                "CREATED"):
+        t.add_column(col, no_wrap=col in ("ID", "STATE", "REASON", "QUEUE/ETA"))
     for j in jobs:
         t.add_row(
             j["id"], j["name"], j["team"], str(j["total_gpus"]), j["state"], j["reason"],
-            str(j["attempt"]), str(j["created_at"])[:19],
+            wait_cell(j), str(j["attempt"]), str(j["created_at"])[:19],
         )
     return t
 
@@ -45,11 +47,39 @@ def job_detail(j: dict[str, Any]) -> Table:
         ("reason", j["reason"]),
         ("message", j["message"]),
         ("attempt", str(j["attempt"])),
+        *wait_rows(j),
         ("created", str(j["created_at"])),
         ("updated", str(j["updated_at"])),
     ):
         t.add_row(key, value)
     return t
+
+
+def wait_rows(j: dict[str, Any]) -> list[tuple[str, str]]:
+    """Queue position and estimated start of a waiting job, as stored by admission."""
+    w = j.get("wait")
+    if not w or j.get("state") != "QUEUED":
+        return []
+    rows = []
+    if w.get("position"):
+        rows.append(("position", f"{w['position']} in the queue, {w['team_position']} in "
+                                 f"team {j['team']}"))
+    start = w.get("estimated_start")
+    method = w.get("estimate_method") or "unknown"
+    rows.append(("estimated start",
+                 f"{str(start)[:19]} ({method})" if start else method))
+    rows.append(("as of", str(w.get("as_of"))[:19]))
+    return rows
+
+
+def wait_cell(j: dict[str, Any]) -> str:
+    w = j.get("wait")
+    if not w or j.get("state") != "QUEUED":
+        return ""
+    pos = f"#{w['position']}" if w.get("position") else ""
+    start = w.get("estimated_start")
+    eta = str(start)[5:16].replace("T", " ") if start else "?"
+    return f"{pos} {eta}".strip()
 
 
 def events_table(events: list[dict[str, Any]]) -> Table:
@@ -65,6 +95,15 @@ def events_table(events: list[dict[str, Any]]) -> Table:
 
 
 def problem(status: int, body: dict[str, Any]) -> None:
-    errors.print(f"[bold red]error {status}[/]: {body.get('title', '')}: {body.get('detail', '')}")
-    for e in body.get("errors", []):
-        errors.print(f"  [bold]{e.get('field')}[/]: {e.get('message')}")
+    """A problem answer, once: the detail of a field error repeats its fields, so with field
+    errors the title is followed by one line per field instead."""
+    fields = body.get("errors") or []
+    title = escape(str(body.get("title", "")))
+    if fields:
+        errors.print(f"[bold red]error {status}[/]: {title}")
+        for e in fields:
+            errors.print(f"  [bold]{escape(str(e.get('field')))}[/]: "
+                         f"{escape(str(e.get('message')))}")
+    else:
+        errors.print(f"[bold red]error {status}[/]: {title}: "
+                     f"{escape(str(body.get('detail', '')))}")

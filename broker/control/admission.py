@@ -15,9 +15,10 @@ cannot be stopped does not keep the others from being stopped.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import datetime
 
+import sqlalchemy as sa
 from sqlmodel import Session
 
 from broker import ledger
@@ -27,6 +28,7 @@ from broker.control.plane import ControlPlane, add_placed_gpus, hold_in_flight, 
 from broker.control.preempt import LazyPreemptor, preempt
 from broker.domain import JobState, Reason
 from broker.domain.attempts import RunSnapshot, backend_object_name
+from broker.domain.inventory import InventorySnapshot
 from broker.metrics import ADMISSION_CYCLE
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
@@ -34,10 +36,11 @@ from broker.policy_inputs import pending_job, quota_config
 from broker.policy_inputs import usage as usage_view
 from broker.store import attempts as att
 from broker.store.queries import list_jobs
-from broker.store.records import JobRecord
+from broker.store.records import JOBS, JobRecord
+from policies import eta
 from policies.admission import CycleResult, Decision, admission_cycle
 from policies.explain import explain
-from policies.types import PendingJob
+from policies.types import PendingJob, QuotaConfig, Usage
 
 ADMISSION = "system:admission"
 PERSIST_CHUNK = 100
@@ -122,7 +125,7 @@ def _admit(plane: ControlPlane, s: Session, job: JobRecord, d: Decision, now: da
 
 
 def _persist(plane: ControlPlane, chunk: list[Decision], by_id: dict[str, JobRecord],
-             now: datetime) -> None:
+             now: datetime, estimates: dict[str, eta.Estimate]) -> None:
     """One transaction per chunk of decisions (short write locks on SQLite, few commits);
     each decision in its own savepoint so that one refusal does not undo the others."""
     with plane.db.write() as s:
@@ -130,7 +133,9 @@ def _persist(plane: ControlPlane, chunk: list[Decision], by_id: dict[str, JobRec
             job = by_id[d.job_id]
             with JobGuard("admission persist", job.id) as guard, s.begin_nested():
                 # verdicts are kept for `isthmus explain` when the answer changes
-                att.save_explanation(s, job.id, now, explain(d).model_dump_json())
+                att.save_explanation(
+                    s, job.id, now, explain(d, estimates.get(d.job_id)).model_dump_json()
+                )
                 if d.admitted and d.placement is not None:
                     _admit(plane, s, job, d, now)
                     if i == 0 and len(chunk) > 1:
@@ -148,6 +153,140 @@ def _mark(s: Session, incidents: list[Incident], now: datetime) -> None:
             mark(s, incident, ADMISSION, now)
 
 
+def _refresh(plane: ControlPlane, decisions: list[Decision], now: datetime,
+             estimates: dict[str, eta.Estimate]) -> None:
+    """Re-save the explanations of waiting jobs whose position or estimate moved although
+    their reason did not (only estimate fields differ from what is stored)."""
+    with plane.db.write() as s:
+        for d in decisions:
+            with JobGuard("estimate persist", d.job_id), s.begin_nested():
+                att.save_explanation(
+                    s, d.job_id, now, explain(d, estimates.get(d.job_id)).model_dump_json()
+                )
+
+
+_Stored = dict[str, tuple[int, float | None, str]]
+
+
+def _stored(plane: ControlPlane) -> _Stored:
+    """What was last stored per job (position, estimated start, method), so that unchanged
+    estimates are not written every cycle. Soft state kept on the plane (whose own fields
+    belong to plane.py): losing it (restart, hand-over) costs one rewrite of each waiting
+    job's explanation."""
+    stored: _Stored | None = getattr(plane, "_eta_stored", None)
+    if stored is None:
+        stored = {}
+        setattr(plane, "_eta_stored", stored)  # noqa: B010 - not a field of ControlPlane
+    return stored
+
+
+def _moved(old: tuple[int, float | None, str] | None, new: eta.Estimate, now: datetime) -> bool:
+    if old is None:
+        return True
+    position, at, method = old
+    if position != new.position or method != new.method or (at is None) != (new.at is None):
+        return True
+    if at is None or new.at is None:
+        return False
+    # a start that slides by a minute or a tenth of the wait is not news
+    drift = abs(new.at.timestamp() - at)
+    return drift > max(60.0, 0.1 * max(0.0, at - now.timestamp()))
+
+
+RATIO_SAMPLES = 200
+"""Ended attempts the run-time factor is learnt from (the most recent)."""
+RATIO_MIN = 20
+"""Fewer ended attempts than this: trust the declared limits."""
+
+
+def runtime_factor(plane: ControlPlane, s: Session) -> float:
+    """The median ratio of true to declared run time of attempts that recently ended without a
+    failure or preemption: declared limits are over-estimates (users round up), so the queue
+    estimate scales them by what they turned out to be here (bench/eta_accuracy.py measures
+    both). 1.0 until RATIO_MIN attempts have ended. Ratios are cached on the plane (soft
+    state: refetched on loss)."""
+    a = att.ATTEMPTS
+    rows = s.connection().execute(
+        sa.select(a.c.job_id, a.c.number, a.c.started_at, a.c.ended_at)
+        .where(a.c.ended_at.is_not(None), a.c.started_at.is_not(None), a.c.failure.is_(None),
+               a.c.preempted.is_(False))
+        .order_by(a.c.ended_at.desc()).limit(RATIO_SAMPLES)
+    ).all()
+    if len(rows) < RATIO_MIN:
+        return 1.0
+    cache: dict[tuple[str, int], float] | None = getattr(plane, "_eta_ratios", None)
+    if cache is None or len(cache) > 10 * RATIO_SAMPLES:
+        cache = {}
+        setattr(plane, "_eta_ratios", cache)  # noqa: B010 - not a field of ControlPlane
+    missing = [r.job_id for r in rows if (r.job_id, r.number) not in cache]
+    if missing:
+        specs: dict[str, str] = {
+            row[0]: row[1] for row in s.connection().execute(
+                sa.select(JOBS.c.id, JOBS.c.spec_json).where(JOBS.c.id.in_(missing))
+            )
+        }
+        for r in rows:
+            if (r.job_id, r.number) in cache or r.job_id not in specs:
+                continue
+            with JobGuard("run-time ratio", r.job_id):
+                limit = plane.spec(r.job_id, specs[r.job_id]).max_runtime
+                ran = (r.ended_at - r.started_at).total_seconds()
+                cache[(r.job_id, r.number)] = min(1.0, max(0.0, ran) / max(1, limit))
+    ratios = sorted(cache[(r.job_id, r.number)] for r in rows if (r.job_id, r.number) in cache)
+    if len(ratios) < RATIO_MIN:
+        return 1.0
+    return max(0.01, ratios[len(ratios) // 2])
+
+
+@dataclass
+class CycleInputs:
+    """What one admission cycle decides on: the queued jobs, their views, one inventory
+    snapshot (with in-flight attempts held), quotas and usage, and the time."""
+
+    queued: list[JobRecord]
+    views: list[PendingJob]
+    inventory: InventorySnapshot
+    quotas: QuotaConfig
+    usage: Usage
+    now: datetime
+    unreadable: list[Incident]
+    runtime_factor: float = 1.0
+
+
+def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
+                 fold_usage: bool = True) -> CycleInputs:
+    """Reads the inputs of a cycle. The fair-share history is read from the ledger, so a
+    what-if (`fold_usage=False`, kept for its callers) never changes what the next real cycle
+    decides either way."""
+    with plane.db.read() as s:
+        queued = list_jobs(s, states=[JobState.QUEUED.value], limit=limit, ascending=True)
+        in_use = {k: v[0] for k, v in ledger.usage(s).items()}
+        held = _in_flight(att.live(s))
+        factor = runtime_factor(plane, s)
+    inventory = hold_in_flight(plane.inventory(), held)
+    views, unreadable = _pending_views(plane, queued)
+    decayed = plane.decayed_usage(in_use, now)  # read from the ledger: a what-if changes nothing
+    return CycleInputs(queued, views, inventory, quota_config(plane.config),
+                       usage_view(in_use, decayed), now, unreadable, factor)
+
+
+def decide(
+    plane: ControlPlane, inputs: CycleInputs, extra: tuple[PendingJob, ...] = ()
+) -> tuple[CycleResult, dict[str, eta.Estimate]]:
+    """The pure admission cycle and the queue estimates over `inputs` (plus `extra` jobs that
+    are not stored: a what-if). Shared by the real cycle and `POST /v1/plan`."""
+    views = [*inputs.views, *extra]
+    result = admission_cycle(
+        views, inputs.inventory, inputs.quotas, inputs.usage, inputs.now,
+        params=plane.params.admission, preemptor=LazyPreemptor(plane, inputs.quotas, inputs.now),
+    )
+    estimates = eta.estimate(
+        result.decisions, {v.id: v for v in views}, inputs.inventory, inputs.now,
+        runtime_factor=inputs.runtime_factor,
+    )
+    return result, estimates
+
+
 def run_admission(plane: ControlPlane, limit: int = 10_000) -> CycleResult:
     with ADMISSION_CYCLE.time():
         return _run_admission(plane, limit)
@@ -155,21 +294,12 @@ def run_admission(plane: ControlPlane, limit: int = 10_000) -> CycleResult:
 
 def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
     now = plane.clock()
-    with plane.db.read() as s:
-        queued = list_jobs(s, states=[JobState.QUEUED.value], limit=limit, ascending=True)
-        in_use = {k: v[0] for k, v in ledger.usage(s).items()}
-        held = _in_flight(att.live(s))
-    inventory = hold_in_flight(plane.inventory(), held)
-    quotas = quota_config(plane.config)
-    views, unreadable = _pending_views(plane, queued)
-    if unreadable:
+    inputs = cycle_inputs(plane, now, limit)
+    queued = inputs.queued
+    if inputs.unreadable:
         with plane.db.write() as s:
-            _mark(s, unreadable, now)
-    result = admission_cycle(
-        views, inventory, quotas,
-        usage_view(in_use, plane.decayed_usage(in_use, now)), now,
-        params=plane.params.admission, preemptor=LazyPreemptor(plane, quotas, now),
-    )
+            _mark(s, inputs.unreadable, now)
+    result, estimates = decide(plane, inputs)
     by_id = {j.id: j for j in queued}
     for d in result.decisions:  # victims first: signals go out before the space is handed on
         for victim in d.victims:
@@ -182,8 +312,24 @@ def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
             if d.admitted or by_id[d.job_id].reason != d.reason.value
             or by_id[d.job_id].message != d.message]
     for start in range(0, len(todo), PERSIST_CHUNK):
-        _persist(plane, todo[start:start + PERSIST_CHUNK], by_id, now)
+        _persist(plane, todo[start:start + PERSIST_CHUNK], by_id, now, estimates)
         crash_point("after-intent-commit")
+    stored = _stored(plane)
+    changed = {d.job_id for d in todo}
+    refresh = [d for d in result.decisions if not d.admitted and d.job_id not in changed
+               and d.job_id in estimates
+               and estimates[d.job_id].position <= eta.MAX_ESTIMATED
+               and _moved(stored.get(d.job_id), estimates[d.job_id], now)]
+    for start in range(0, len(refresh), PERSIST_CHUNK):
+        _refresh(plane, refresh[start:start + PERSIST_CHUNK], now, estimates)
+    saved = changed | {d.job_id for d in refresh}
+    kept = {j: v for j, v in stored.items() if j in estimates and j not in saved}
+    stored.clear()  # ended and admitted jobs drop out
+    stored.update(kept)
+    for job_id in saved:
+        e = estimates.get(job_id)
+        if e is not None:
+            stored[job_id] = (e.position, e.at.timestamp() if e.at else None, e.method)
     crash_point("before-cycle-record")
     with plane.db.write() as s:
         record = asdict(result.record)

@@ -170,15 +170,16 @@ class GatedBackend:
         if attr == "inner":  # not set yet (a copy): never recurse
             raise AttributeError(attr)
         target = getattr(self.inner, attr)
-        if attr != "render":
+        if attr not in ("render", "logs"):
             return target  # adapter extras (close, start): not the control loop's calls
 
-        def render(request: SubmitRequest) -> Any:
-            # renderers read caches the inventory fills (GPU types, learned tolerations)
-            with self._held("render", self.lock_wait):
-                return target(request)
+        def held(*args: Any, **kwargs: Any) -> Any:
+            # renderers read caches the inventory fills (GPU types, learned tolerations);
+            # logs share the adapter's client (and the simulator's state) with the loop
+            with self._held(attr, self.lock_wait):
+                return target(*args, **kwargs)
 
-        return render
+        return held
 
 
 class UnavailableBackend:

@@ -23,6 +23,7 @@ API_CALLS: dict[str, tuple[str, str, frozenset[str], str]] = {
     "delete_namespaced_job": ("batch", "jobs", frozenset({"delete"}), "ns"),
     "list_namespaced_pod": ("", "pods", frozenset({"list", "watch"}), "ns"),
     "delete_collection_namespaced_pod": ("", "pods", frozenset({"deletecollection"}), "ns"),
+    "read_namespaced_pod_log": ("", "pods/log", frozenset({"get"}), "ns"),
     "create_namespaced_service": ("", "services", frozenset({"create"}), "ns"),
     "read_namespaced_service": ("", "services", frozenset({"get"}), "ns"),
     "delete_namespaced_service": ("", "services", frozenset({"delete"}), "ns"),

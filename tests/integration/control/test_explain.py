@@ -34,6 +34,7 @@ def test_waiting_job_explains_itself(sim: Sim) -> None:
 
 
 def test_cli_explain(sim: Sim, monkeypatch: object) -> None:
+    import broker.cli.common as common
     import broker.cli.main as cli
 
     cfg, db = sim.plane.config, sim.plane.db
@@ -54,7 +55,7 @@ def test_cli_explain(sim: Sim, monkeypatch: object) -> None:
         def explain(self, job_id: str) -> dict[str, object]:
             return client.get(f"/v1/jobs/{job_id}/explain").json()  # type: ignore[no-any-return]
 
-    monkeypatch.setattr(cli, "Client", Local)  # type: ignore[attr-defined]
+    monkeypatch.setattr(common, "Client", Local)  # type: ignore[attr-defined]
     out = CliRunner().invoke(cli.app, ["explain", job.id])
     assert out.exit_code == 0, out.output
     assert f"job {job.id}: admitted - Admitted" in out.output

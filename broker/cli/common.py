@@ -1,0 +1,45 @@
+"""What every `isthmus` command shares: API options, error exits, API calls."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, NoReturn
+
+import typer
+
+from broker.cli.output import errors
+from broker.cli.output import problem as show_problem
+from broker.client import ApiError, Client
+
+ServerUrl = Annotated[
+    str, typer.Option("--server", envvar="ISTHMUS_URL", help="API base URL")
+]
+Token = Annotated[
+    str | None,
+    typer.Option("--token", envvar="ISTHMUS_TOKEN", help="API token (prefer the env var)",
+                 show_default=False),
+]
+AsJson = Annotated[bool, typer.Option("--json", help="machine-readable output (JSON)")]
+JobId = Annotated[str, typer.Argument(help="the job's id (from `isthmus list`)")]
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    errors.print(f"[bold red]error[/]: {message}", markup=True, highlight=False)
+    raise typer.Exit(code)
+
+
+def call(server: str, token: str | None, fn: str, *args: Any) -> Any:
+    """One API call; a problem answer is printed once (title, then each field, or the detail)
+    and exits 1; an unreachable API exits 2."""
+    try:
+        with Client(server, token) as c:
+            return getattr(c, fn)(*args)
+    except ApiError as exc:
+        show_problem(exc.status, exc.problem)
+        raise typer.Exit(1) from None
+    except OSError as exc:
+        fail(f"cannot reach the Isthmus API at {server}: {exc}")
+    except Exception as exc:
+        if exc.__class__.__module__.startswith("httpx"):
+            fail(f"cannot reach the Isthmus API at {server}: {exc}")
+        raise
