@@ -12,13 +12,13 @@ are the parts of that usage that bought nothing, one entry per kind:
 |-------------------------------------|----------------------------------------------------|
 | succeeded                           | none                                               |
 | failed (user, infra, environment)   | `waste:failed`: the whole run                      |
-| lost (the backend forgot it)        | `waste:lost`: the run since the last progress      |
-| preempted (by a backend or Isthmus) | `waste:preempted`: the run since the last progress |
-| cancelled (by a user or an admin)   | `waste:cancelled`: the run since the last progress |
+| lost (the backend forgot it)        | `waste:lost`: the run since the last checkpoint    |
+| preempted (by a backend or Isthmus) | `waste:preempted`: the run since the last checkpt. |
+| cancelled (by a user or an admin)   | `waste:cancelled`: the run since the last checkpt. |
 
-`waste:preparing` is the time GPUs were held before every rank ran. A progress report stands
-for a checkpoint: work before it survives into the next attempt; an attempt that never
-reported loses its whole run. Every usage and waste entry carries its `cost`: GPU-hours x the
+`waste:preparing` is the time GPUs were held before every rank ran. A checkpoint reported
+through the progress API marks work that survives into the next attempt; an attempt that never
+reported one loses its whole run. Every usage and waste entry carries its `cost`: GPU-hours x the
 flavor's cost weight x the pool's cost weight.
 """
 
@@ -78,7 +78,7 @@ _RUN_WASTE = {
 class Held:
     """What one attempt held: `gpus` from `since` (its backend object exists; None if it never
     did) to `until`; every rank ran from `running` (None: never); `progress` is its last
-    progress report."""
+    reported checkpoint."""
 
     gpus: int
     since: datetime | None

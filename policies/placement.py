@@ -13,7 +13,9 @@ backend when it is shared and fewer than its `max_isthmus_pending` Isthmus jobs 
 
 Score (lower is better): flavor preference rank, topology level reached (node < rack < block <
 pool) plus a penalty when a `preferred` level is missed, expected wait from the pool's queue
-depth, fragmentation left in the chosen domain, and the pool's cost weight.
+depth (for a gang that fits now: the backend's own backlog of jobs that are not Isthmus's,
+which its scheduler may serve first), fragmentation left in the chosen domain, and the pool's
+cost weight.
 """
 
 from __future__ import annotations
@@ -58,6 +60,10 @@ class ScoreWeights:
     queued: float = 1.0
     """Penalty for waiting in a backend queue instead of starting now: the wait is an estimate
     and the job is bound to that pool until it starts."""
+    foreign_wait: float = 1.0
+    """Per hour of the backend's own backlog (jobs not Isthmus's) in a pool the gang fits in:
+    the backend's scheduler may give the free GPUs to that backlog first, so of two fitting
+    pools the one with the longer foreign queue is the worse bet."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +121,11 @@ def expected_wait(pool: PoolIndex, params: PlacementParams) -> float:
     if q.expected_wait_seconds is not None:
         return q.expected_wait_seconds
     return q.pending_gpus / max(1, pool.total) * params.turnover_seconds
+
+
+def foreign_wait(pool: PoolIndex, params: PlacementParams) -> float:
+    """Seconds the backend's own backlog (not Isthmus's jobs) takes to drain from the pool."""
+    return pool.snap.queue.foreign_pending_gpus / max(1, pool.total) * params.turnover_seconds
 
 
 def queue_cap(pool: PoolIndex, params: PlacementParams) -> int:
@@ -225,6 +236,7 @@ def _evaluate(
             + (w.preferred_miss if pref is not None and fit.level > pref.rank else 0.0)
             + w.fragmentation * frag
             + w.cost * s.cost_weight
+            + w.foreign_wait * foreign_wait(pool, params) / 3600.0
         )
         where = f"{LEVEL_NAMES[fit.level]} {fit.domain}" if fit.level < POOL else "the pool"
         msg = f"fits in {where} on {len(fit.nodes)} node(s), {fit.leftover} GPUs left there"

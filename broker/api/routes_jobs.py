@@ -15,7 +15,7 @@ from broker.api.auth import Principal, principal
 from broker.api.group_commit import SubmitQueue
 from broker.api.guards import DB_INT_MAX, idempotency_key
 from broker.api.problems import Problem, invalid_spec, problem_responses
-from broker.api.schemas import EventOut, JobOut, JobPage, WaitOut
+from broker.api.schemas import CheckpointOut, EventOut, JobOut, JobPage, WaitOut
 from broker.config import IsthmusConfig
 from broker.domain import JobState
 from broker.domain.ids import is_job_id
@@ -153,7 +153,13 @@ def _waits(db: Database, jobs: list[JobRecord]) -> dict[str, WaitOut]:
 def get(job_id: str, request: Request, caller: Caller) -> JobOut:
     db = _db(request)
     job = _visible_job(db, job_id, caller)
-    return JobOut.of(job, _waits(db, [job]).get(job.id))
+    out = JobOut.of(job, _waits(db, [job]).get(job.id))
+    with db.read() as s:
+        ckpt = att.last_checkpoint(s, job_id)
+    if ckpt is not None:
+        out.last_checkpoint = CheckpointOut(attempt=ckpt.attempt, path=ckpt.path,
+                                            step=ckpt.step, at=ckpt.at)
+    return out
 
 
 def _decode_cursor(cursor: str) -> str:
@@ -260,6 +266,9 @@ def attempts(job_id: str, request: Request, caller: Caller) -> list[dict[str, ob
             "started_at": a.started_at.isoformat() if a.started_at else None,
             "ended_at": a.ended_at.isoformat() if a.ended_at else None,
             "failure": a.failure, "preempted": a.preempted, "last_step": a.last_step,
+            "checkpoint": None if a.checkpoint_path is None else {
+                "path": a.checkpoint_path, "step": a.checkpoint_step,
+                "at": a.checkpoint_at.isoformat() if a.checkpoint_at else None},
             "snapshot": json.loads(a.snapshot_json),
         }
         for a in rows

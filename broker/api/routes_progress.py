@@ -1,6 +1,8 @@
 """POST /v1/jobs/{id}/progress: training code reports its step with the per-attempt token it
 finds in ISTHMUS_PROGRESS_TOKEN. The first report sets first_useful_work_at (time to useful
-work). The token authenticates this one call for this one attempt, nothing else."""
+work). A report that names a checkpoint stores it on the attempt (path, step, time): the job's
+next attempt resumes from the latest one (ISTHMUS_RESUME_FROM), preemption and waste count the
+work lost since it. The token authenticates this one call for this one attempt, nothing else."""
 
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ class ProgressAck(BaseModel):
     attempt: int
     step: int
     first_useful_work: bool
+    checkpoint: str | None = None
 
 
 @router.post("/{job_id}/progress", response_model=ProgressAck)
@@ -65,7 +68,11 @@ def progress(
         if attempt.ended_at is not None:
             raise Problem(409, "attempt-ended", "Attempt ended",
                           f"attempt {attempt.number} of job {job_id} has ended")
-        att.update(s, job_id, attempt.number, last_step=body.step, last_progress_at=now)
+        values: dict[str, object] = {"last_step": body.step, "last_progress_at": now}
+        if body.checkpoint:
+            values.update(checkpoint_path=body.checkpoint, checkpoint_step=body.step,
+                          checkpoint_at=now)
+        att.update(s, job_id, attempt.number, **values)
         first = records.set_first_useful_work(s, job_id, now)
         if first:
             job = get_job(s, job_id)
@@ -74,4 +81,4 @@ def progress(
                     (now - job.created_at).total_seconds()
                 )
     return ProgressAck(job_id=job_id, attempt=attempt.number, step=body.step,
-                       first_useful_work=first)
+                       first_useful_work=first, checkpoint=body.checkpoint or None)

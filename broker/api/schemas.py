@@ -12,6 +12,15 @@ from broker.domain import JobState
 from broker.store.records import EventRecord, JobRecord
 
 
+class CheckpointOut(BaseModel):
+    """The latest checkpoint a job's training code reported; its next attempt resumes there."""
+
+    attempt: int
+    path: str
+    step: int | None
+    at: datetime
+
+
 class WaitOut(BaseModel):
     """Where a queued job stands, as of the last admission cycle that considered it."""
 
@@ -50,6 +59,10 @@ class JobOut(BaseModel):
     first_useful_work_at: datetime | None
     spec_hash: str
     spec: dict[str, Any]
+    last_checkpoint: CheckpointOut | None = None
+    """Filled by GET /v1/jobs/{id} (not in lists)."""
+
+
     wait: WaitOut | None = None
     """Queue position and estimated start (QUEUED jobs the admission cycle has considered)."""
 

@@ -298,8 +298,13 @@ def db_restore(
 
 
 @config_app.command("check")
-def config_check(file: Annotated[Path, typer.Argument(help="the isthmus.yaml to check")],
-                 as_json: AsJson = False) -> None:
+def config_check(
+    file: Annotated[Path, typer.Argument(help="the isthmus.yaml to check")],
+    as_json: AsJson = False,
+    show: Annotated[bool, typer.Option(
+        "--show", help="also print every policy parameter in effect (defaults filled in)")
+    ] = False,
+) -> None:
     """Validate an isthmus.yaml and print a summary."""
     from broker.control.wiring import check_backends
 
@@ -313,13 +318,19 @@ def config_check(file: Annotated[Path, typer.Argument(help="the isthmus.yaml to 
     if as_json:
         emit_json({"file": str(file), "ok": True, "backends": len(cfg.backends),
                    "pools": len(cfg.pools), "flavors": len(cfg.flavors),
-                   "teams": len(cfg.teams), "auth": cfg.auth.mode})
+                   "teams": len(cfg.teams), "auth": cfg.auth.mode,
+                   **({"policies": cfg.policies.model_dump(mode="json")} if show else {})})
         return
     console.print(
         f"{file}: OK: {len(cfg.backends)} backends, {len(cfg.pools)} pools, "
         f"{len(cfg.flavors)} flavors, {len(cfg.teams)} teams, auth {cfg.auth.mode}",
         markup=False,
     )
+    if show:
+        import yaml
+
+        shown = {"policies": cfg.policies.model_dump(mode="json")}
+        print(yaml.safe_dump(shown, sort_keys=False, default_flow_style=False), end="")
 
 
 if __name__ == "__main__":

@@ -104,7 +104,11 @@ def _admit(plane: ControlPlane, s: Session, job: JobRecord, d: Decision, now: da
         return False  # cancelled meanwhile: nothing reserved, nothing to dispatch
     number = result.job.attempt
     name = backend_object_name(job.id, number)
-    resume = spec.checkpoint.dir if spec.checkpoint.resumable and number > 1 else None
+    resume = None
+    if spec.checkpoint.resumable and number > 1:
+        # the latest checkpoint an earlier attempt reported; the static directory only if none
+        reported = att.last_checkpoint(s, job.id, before=number)
+        resume = reported.path if reported is not None else spec.checkpoint.dir
     snapshot = RunSnapshot.of(spec).model_copy(
         update={"placement": d.placement, "backend_name": name, "resume_from": resume}
     )
@@ -252,8 +256,9 @@ class CycleInputs:
 
 def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
                  fold_usage: bool = True) -> CycleInputs:
-    """Reads the inputs of a cycle. `fold_usage=False` (what-if) leaves the fair-share history
-    as it is, so a plan never changes what the next real cycle decides."""
+    """Reads the inputs of a cycle. The fair-share history is read from the ledger, so a
+    what-if (`fold_usage=False`, kept for its callers) never changes what the next real cycle
+    decides either way."""
     with plane.db.read() as s:
         queued = list_jobs(s, states=[JobState.QUEUED.value], limit=limit, ascending=True)
         in_use = {k: v[0] for k, v in ledger.usage(s).items()}
@@ -263,8 +268,7 @@ def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
         queued = holds.apply_holds(plane, queued, now)  # start times, dependencies, array limits
     inventory = hold_in_flight(plane.inventory(), held)
     views, unreadable = _pending_views(plane, queued)
-    decayed = (plane.decayed_usage(in_use, now) if fold_usage
-               else dict(plane._decayed) or {k: float(v) for k, v in in_use.items()})
+    decayed = plane.decayed_usage(in_use, now)  # read from the ledger: a what-if changes nothing
     return CycleInputs(queued, views, inventory, quota_config(plane.config),
                        usage_view(in_use, decayed), now, unreadable, factor)
 
@@ -277,7 +281,7 @@ def decide(
     views = [*inputs.views, *extra]
     result = admission_cycle(
         views, inputs.inventory, inputs.quotas, inputs.usage, inputs.now,
-        preemptor=LazyPreemptor(plane, inputs.quotas, inputs.now),
+        params=plane.params.admission, preemptor=LazyPreemptor(plane, inputs.quotas, inputs.now),
     )
     estimates = eta.estimate(
         result.decisions, {v.id: v for v in views}, inputs.inventory, inputs.now,
@@ -329,6 +333,7 @@ def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
         e = estimates.get(job_id)
         if e is not None:
             stored[job_id] = (e.position, e.at.timestamp() if e.at else None, e.method)
+    crash_point("before-cycle-record")
     with plane.db.write() as s:
         record = asdict(result.record)
         att.insert_cycle(

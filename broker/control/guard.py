@@ -31,6 +31,7 @@ from broker.domain import JobState, Reason
 from broker.domain.states import REASON_UPDATES
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
+from broker.store.fence import Deposed
 from broker.store.queries import get_job
 
 log = logging.getLogger("isthmus.control")
@@ -38,6 +39,7 @@ log = logging.getLogger("isthmus.control")
 SYSTEMIC: tuple[type[BaseException], ...] = (
     sqlalchemy.exc.OperationalError,  # connection lost, database locked: nobody's fault
     sqlalchemy.exc.InterfaceError,
+    Deposed,  # a fenced write of a deposed leader: the whole pass stops, the runtime steps down
 )
 
 # Correlation ids already logged with their traceback. Soft state: losing it (a restart) only

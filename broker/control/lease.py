@@ -3,6 +3,10 @@
 A lease has a holder, an expiry and an epoch. The epoch increases each time another replica
 takes over, so work stamped with an old epoch can be recognised as stale (a fencing token).
 Works on SQLite and PostgreSQL alike; on PostgreSQL several replicas share one database.
+
+Expiry is judged by the database's clock, never the replica's: replicas whose clocks disagree
+still agree on when a lease ends. Writes of the control loop check the epoch at commit
+(broker/store/fence.py), so a leader paused past its expiry cannot write once another took over.
 """
 
 from __future__ import annotations
@@ -11,15 +15,27 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
 from broker.store.db import Database
-from broker.store.tables import LeaderLeaseRow, utcnow
+from broker.store.fence import FencedDatabase
+from broker.store.tables import LeaderLeaseRow
 
 LEASES: sa.Table = LeaderLeaseRow.__table__  # type: ignore[attr-defined]
+
+
+def db_now(conn: sa.Connection) -> datetime:
+    """The database server's clock, in UTC (PostgreSQL: clock_timestamp(), the time of the
+    call rather than of the transaction's start; SQLite: its 'now', the host's clock)."""
+    if conn.dialect.name == "sqlite":
+        text = conn.exec_driver_sql("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')").scalar()
+        return datetime.fromisoformat(str(text)).replace(tzinfo=UTC)
+    value = conn.execute(sa.select(sa.func.clock_timestamp())).scalar()
+    assert isinstance(value, datetime)
+    return value.astimezone(UTC)
 
 
 def default_holder() -> str:
@@ -36,14 +52,17 @@ class LeaderLease:
 
     def __post_init__(self) -> None:
         self.holder = self.holder or default_holder()
+        if isinstance(self.db, FencedDatabase):  # taking the lease is what the fence guards
+            self.db = self.db.unfenced()
 
     def try_acquire(self, now: datetime | None = None) -> bool:
-        """Take or renew the lease. True while this replica leads."""
-        now = now or utcnow()
-        expires = now + timedelta(seconds=self.ttl)
+        """Take or renew the lease. True while this replica leads. `now` (tests only) stands
+        in for the database's clock."""
         try:
             with self.db.write() as s:
                 conn = s.connection()
+                now = now or db_now(conn)
+                expires = now + timedelta(seconds=self.ttl)
                 row = conn.execute(
                     sa.select(LEASES).where(LEASES.c.name == self.name).with_for_update()
                 ).first()
@@ -72,10 +91,11 @@ class LeaderLease:
     def release(self) -> None:
         """Give the lease up at once (clean shutdown), so a standby need not wait for expiry."""
         with self.db.write() as s:
-            s.connection().execute(
+            conn = s.connection()
+            conn.execute(
                 sa.update(LEASES)
                 .where(LEASES.c.name == self.name, LEASES.c.holder == self.holder)
-                .values(expires_at=utcnow() - timedelta(seconds=1))
+                .values(expires_at=db_now(conn) - timedelta(seconds=1))
             )
 
     def current(self) -> tuple[str, int, datetime] | None:

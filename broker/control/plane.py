@@ -11,9 +11,13 @@ Every backend is reached through a GatedBackend (gate.py): one call at a time pe
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+from sqlmodel import Session
 
 from backends.base import Backend
 from broker.config import IsthmusConfig
@@ -25,8 +29,12 @@ from broker.domain.inventory import InventorySnapshot, NodeSnapshot, PoolSnapsho
 from broker.domain.spec import BackendKind, JobSpec
 from broker.store import attempts as att
 from broker.store.db import Database
+from broker.store.fence import FencedDatabase
 from broker.store.pools import pool_states
 from broker.store.tables import utcnow
+from policies.admission import AdmissionParams
+from policies.preemption import PreemptionParams
+from policies.retry import RetryParams
 
 log = logging.getLogger("isthmus.control")
 
@@ -47,10 +55,10 @@ class ControlParams:
     """A reconciler's observe call times out after this (BackendUnavailable)."""
     lock_wait_s: float = 10.0
     """submit, lookup and cancel wait this long for an adapter busy with another call."""
-    preemption_min_runtime_s: float = 600.0
-    """Jobs that ran less than this are not preempted."""
-    preemption_protect_near_end_s: float = 900.0
-    """Jobs expected to end within this are not preempted."""
+    admission: AdmissionParams = field(default_factory=AdmissionParams)
+    """Placement, ordering (starvation) and per-cycle limits of the admission policy."""
+    preemption: PreemptionParams = field(default_factory=PreemptionParams)
+    retry: RetryParams = field(default_factory=RetryParams)
 
 
 @dataclass
@@ -62,10 +70,6 @@ class ControlPlane:
     params: ControlParams = field(default_factory=ControlParams)
     epoch: int = 0
     _specs: dict[str, JobSpec] = field(default_factory=dict, repr=False)
-    # Fair-share history: soft state. After a restart or a hand-over it starts again from
-    # the current usage, which only makes fair share briefly less far-sighted.
-    _decayed: dict[tuple[str, str], float] = field(default_factory=dict, repr=False)
-    _decayed_at: datetime | None = field(default=None, repr=False)
     _inventories: Inventories = field(init=False, repr=False)
     _gates: dict[str, GatedBackend] = field(default_factory=dict, repr=False)
 
@@ -81,6 +85,13 @@ class ControlPlane:
         return GatedBackend(backend, lock_wait=self.params.lock_wait_s,
                             observe_timeout=self.params.observe_timeout_s)
 
+    def fence(self, lease: str) -> None:
+        """From now on every write of the control loop (through `self.db`) commits only while
+        the lease `lease` is at this plane's epoch (store/fence.py); a deposed leader's writes
+        raise Deposed and are rolled back. The API keeps its own, unfenced, database handle."""
+        if not isinstance(self.db, FencedDatabase):
+            self.db = FencedDatabase.over(self.db, lease, lambda: self.epoch)
+
     def gate(self, name: str) -> GatedBackend:
         """The gated adapter of a backend (also when `backends` was replaced after start)."""
         backend = self.backends[name]
@@ -94,21 +105,16 @@ class ControlPlane:
     def decayed_usage(
         self, in_use: Mapping[tuple[str, str], int], now: datetime
     ) -> dict[tuple[str, str], float]:
-        """Fold current usage into the decayed history and return it."""
-        from policies.types import decay_usage
-
-        elapsed = 0.0 if self._decayed_at is None else (now - self._decayed_at).total_seconds()
-        keys = set(self._decayed) | set(in_use)
-        if self._decayed_at is None:
-            self._decayed = {k: float(in_use.get(k, 0)) for k in keys}
-        else:
-            self._decayed = {
-                k: decay_usage(self._decayed.get(k, 0.0), in_use.get(k, 0), elapsed,
-                               self.params.fair_share_half_life_s)
-                for k in keys
-            }
-        self._decayed_at = now
-        return dict(self._decayed)
+        """Recent GPUs in use per (team, flavor): the exponentially weighted average over the
+        ledger's reservations (reserve .. release, or now while held), each instant weighing
+        half as much per `fair_share_half_life_s` of age. Derived from the ledger on every
+        call, so a restart or a hand-over sees the same history. `in_use` adds the keys of
+        reservations without history (weight 0 until time passes)."""
+        with self.db.read() as s:
+            out = decayed_from_ledger(s, now, self.params.fair_share_half_life_s)
+        for key in in_use:
+            out.setdefault(key, 0.0)
+        return out
 
     def spec(self, job_id: str, spec_json: str) -> JobSpec:
         spec = self._specs.get(job_id)
@@ -173,6 +179,45 @@ class ControlPlane:
         if cfg is not None:
             return cfg.serves_as
         return BackendKind(self.backends[name].kind)
+
+
+HISTORY_HALF_LIVES = 20
+"""Reservations released longer ago than this many half-lives weigh under a millionth: left out."""
+
+
+def decayed_from_ledger(
+    s: Session, now: datetime, half_life_s: float
+) -> dict[tuple[str, str], float]:
+    """The decayed average of GPUs reserved per (team, flavor) at `now`, from the ledger's
+    reserve and release entries: a reservation of g GPUs held over [start, end] adds
+    g x (2^-(now-end)/h - 2^-(now-start)/h), its share of the average."""
+    from broker.ledger import ENTRIES as LEDGER
+    from broker.ledger import LedgerKind
+
+    rel = LEDGER.alias("rel")
+    horizon = now - timedelta(seconds=half_life_s * HISTORY_HALF_LIVES)
+    rows = s.connection().execute(
+        sa.select(LEDGER.c.team, LEDGER.c.flavor, LEDGER.c.gpus, LEDGER.c.at, rel.c.at)
+        .select_from(LEDGER.outerjoin(rel, sa.and_(
+            rel.c.job_id == LEDGER.c.job_id, rel.c.attempt == LEDGER.c.attempt,
+            rel.c.kind == LedgerKind.RELEASE.value,
+        )))
+        .where(LEDGER.c.kind == LedgerKind.RESERVE.value,
+               sa.or_(rel.c.at.is_(None), rel.c.at >= horizon))
+    )
+    out: dict[tuple[str, str], float] = {}
+    for team, flavor, gpus, start, end in rows:
+        end = min(end or now, now)
+        start = min(start, end)
+        if half_life_s <= 0:
+            share = float(gpus) if end >= now else 0.0
+        else:
+            def weight(t: datetime) -> float:
+                return math.pow(0.5, (now - t).total_seconds() / half_life_s)
+
+            share = gpus * (weight(end) - weight(start))
+        out[(team, flavor)] = out.get((team, flavor), 0.0) + share
+    return out
 
 
 def _seen_since(late: list[att.AttemptRecord]) -> dict[tuple[str, str], int]:

@@ -20,7 +20,7 @@ from broker.orchestration.transitions import set_state
 from broker.policy_inputs import running_job
 from broker.store import attempts as att
 from broker.store.queries import get_job, jobs_by_ids
-from policies.preemption import Mode, PreemptionParams, PreemptionPlan, Preemptor, Victim
+from policies.preemption import Mode, PreemptionPlan, Preemptor, Victim
 from policies.types import PendingJob, PoolRoom, QuotaConfig, RunningJob
 
 HOLDING = {JobState.ADMITTED.value, JobState.PREPARING.value, JobState.RUNNING.value}
@@ -47,7 +47,7 @@ def running_views(plane: ControlPlane) -> list[RunningJob]:
                         plane.config, job.id, plane.spec(job.id, job.spec_json),
                         flavor=a.flavor, pool=a.pool,
                         started_at=a.started_at or a.dispatched_at or a.created_at,
-                        last_checkpoint_at=a.last_progress_at,
+                        last_checkpoint_at=a.checkpoint_at,
                         borrowed=ledger.borrowed_of(s, job.id, a.number) > 0,
                         nodes=placement.nodes if placement else (),
                     )
@@ -108,12 +108,8 @@ class LazyPreemptor:
         the log has it in every mode)."""
         with JobGuard("preemption planning", job.id) as guard:
             if self._inner is None:
-                params = PreemptionParams(
-                    min_runtime_s=self.plane.params.preemption_min_runtime_s,
-                    protect_near_end_s=self.plane.params.preemption_protect_near_end_s,
-                )
                 self._inner = Preemptor(running_views(self.plane), self.quotas, self.now,
-                                        params)
+                                        self.plane.params.preemption)
             return self._inner.plan(job, mode, gpus_needed, pool, flavor, room)
         assert guard.incident is not None
         return PreemptionPlan(False, (), 0, Reason.InternalError, guard.incident.message)

@@ -98,7 +98,7 @@ def requeue_after(plane: ControlPlane, job_id: str, a: att.AttemptRecord, *, pre
         nodes = blamed or (snapshot.placement.nodes if snapshot.placement else ())
         decision = decide_retry(
             spec.retry, failure, attempt_counts(history), wasted, preempted=preempted,
-            pool=a.pool, nodes=nodes,
+            pool=a.pool, nodes=nodes, params=plane.params.retry,
         )
         if not decision.retry:
             if preempted:  # RETRYING with nowhere to go: the policy ends it as a failure
@@ -190,7 +190,7 @@ def charge(s: Session, plane: ControlPlane, team: str, a: att.AttemptRecord,
     weight = (flavor.cost_weight if flavor else 1.0) * (pool.cost_weight if pool else 1.0)
     held = ledger.Held(
         gpus=a.gpus, since=(a.dispatched_at or a.created_at) if a.dispatch == att.CREATED
-        else None, until=end, running=running or a.started_at, progress=a.last_progress_at,
+        else None, until=end, running=running or a.started_at, progress=a.checkpoint_at,
     )
     r = ledger.Reservation(a.job_id, a.number, team, a.flavor, a.gpus)
     hours = ledger.charge(s, r, held, ending, weight, now, note=f"pool {a.pool}")

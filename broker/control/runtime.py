@@ -37,6 +37,7 @@ from broker.control.dispatch import run_dispatch
 from broker.control.lease import LeaderLease
 from broker.control.plane import ControlPlane
 from broker.control.reconcile import reconcile
+from broker.store.fence import Deposed
 
 log = logging.getLogger("isthmus.control")
 
@@ -63,6 +64,7 @@ class Runtime:
         self._loop_ids: list[str] = []
         self._woken: dict[str, float] = {}
         self.min_wake_gap = min(0.5, self.intervals.admission / 4)
+        plane.fence(lease.name)  # the loop's writes commit only under this replica's epoch
 
     # ---- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
@@ -91,6 +93,9 @@ class Runtime:
                 return
             try:
                 fn(self.plane)
+            except Deposed as exc:  # another replica took over while this one was not looking
+                log.warning("control job %s: %s; stepping down", job_id, exc)
+                self.step_down()
             except Exception:  # one failed pass must not stop the loop
                 log.exception("control job %s failed; it runs again next interval", job_id)
 
@@ -114,10 +119,23 @@ class Runtime:
                     self.scheduler.resume_job(job_id)
                     self.wake(job_id)
             elif not held and self.leading:
-                self.leading = False
                 log.warning("lost the lease; pausing the control loop")
-                for job_id in self._loop_ids:
-                    self.scheduler.pause_job(job_id)
+                self._pause()
+
+    def step_down(self) -> None:
+        """Stop leading at once (a fenced write found the lease at a newer epoch). The lease
+        keeper takes leadership again only by acquiring the lease anew."""
+        with self._lock:
+            if self.leading:
+                self._pause()
+
+    def _pause(self) -> None:
+        self.leading = False
+        for job_id in self._loop_ids:
+            try:
+                self.scheduler.pause_job(job_id)
+            except Exception:  # the scheduler is shutting down
+                log.debug("pause of %s ignored", job_id)
 
     def wake(self, job_id: str) -> None:
         """Run a control job now (after a submit, after new facts) instead of at its interval.

@@ -10,15 +10,23 @@ from __future__ import annotations
 
 import importlib
 import logging
+from typing import Any
+
+from pydantic import BaseModel
 
 from backends.base import Backend, check_for, factory_for
-from broker.config import IsthmusConfig
+from broker.config import Control, IsthmusConfig, Policies
 from broker.control.gate import UnavailableBackend
 from broker.control.lease import LeaderLease
 from broker.control.plane import ControlParams, ControlPlane
 from broker.control.runtime import Intervals, Runtime
 from broker.domain.spec import BackendKind
 from broker.store.db import Database
+from policies.admission import AdmissionParams
+from policies.ordering import OrderingParams
+from policies.placement import PlacementParams, ScoreWeights
+from policies.preemption import PreemptionParams
+from policies.retry import RetryParams
 
 log = logging.getLogger("isthmus.control")
 
@@ -71,14 +79,60 @@ def own_url(config: IsthmusConfig) -> str:
 
 
 def control_params(config: IsthmusConfig) -> ControlParams:
-    c = config.control
+    c, p = config.control, config.policies
     return ControlParams(
         lost_grace_s=c.lost_grace, inventory_wait_s=c.inventory_wait,
         inventory_max_age_s=c.inventory_max_age, observe_timeout_s=c.observe_timeout,
         lock_wait_s=c.backend_lock_wait,
-        preemption_min_runtime_s=c.preemption_min_runtime,
-        preemption_protect_near_end_s=c.preemption_protect_near_end,
+        fair_share_half_life_s=p.fair_share.half_life, cancel_grace_s=p.cancel_grace,
+        **policy_params(p, c),
     )
+
+
+def _either(section: BaseModel, key: str, control: Control, old_key: str) -> float:
+    """`policies.<section>.<key>` when given, else the older `control.<old_key>` spelling."""
+    if key in section.model_fields_set or old_key not in control.model_fields_set:
+        return float(getattr(section, key))
+    return float(getattr(control, old_key))
+
+
+def policy_params(p: Policies, control: Control | None = None) -> dict[str, Any]:
+    """The `policies:` section as the pure policies' parameter objects."""
+    control = control or Control()
+    w, pl, o = p.placement.weights, p.placement, p.ordering
+    return {
+        "admission": AdmissionParams(
+            placement=PlacementParams(
+                weights=ScoreWeights(
+                    flavor=w.flavor, topology=w.topology, preferred_miss=w.preferred_miss,
+                    wait_per_hour=w.wait_per_hour, fragmentation=w.fragmentation,
+                    cost=w.cost, queued=w.queued, foreign_wait=w.foreign_wait,
+                ),
+                turnover_seconds=pl.turnover,
+                default_max_isthmus_pending=pl.max_isthmus_pending,
+                queue_max_gpus=pl.queue_max_gpus,
+            ),
+            ordering=OrderingParams(
+                starvation_after_s=o.starvation_after,
+                reservation_min_gpus=o.reservation_min_gpus,
+                max_reservations=o.max_reservations,
+            ),
+            max_admissions=p.admission.max_admissions,
+        ),
+        "preemption": PreemptionParams(
+            min_runtime_s=_either(p.preemption, "min_runtime", control, "preemption_min_runtime"),
+            protect_near_end_s=_either(p.preemption, "protect_near_end", control,
+                                       "preemption_protect_near_end"),
+            max_victims=p.preemption.max_victims,
+        ),
+        "retry": RetryParams(
+            max_preemptions=p.retry.max_preemptions,
+            orchestration_retries=p.retry.orchestration_retries,
+            unknown_retries=p.retry.unknown_retries,
+            preemption_delay_s=p.retry.preemption_delay,
+            infra_pool_exclude_after=p.retry.infra_pool_exclude_after,
+        ),
+    }
 
 
 def build_runtime(config: IsthmusConfig, db: Database) -> Runtime:

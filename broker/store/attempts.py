@@ -47,6 +47,9 @@ class AttemptRecord:
     last_progress_at: datetime | None = None
     rendered: str | None = None
     resolved_json: str | None = None  # reproducibility.ResolvedRun, once the ranks started
+    checkpoint_path: str | None = None
+    checkpoint_step: int | None = None
+    checkpoint_at: datetime | None = None
 
 
 _FIELDS = list(AttemptRecord.__dataclass_fields__)
@@ -123,6 +126,31 @@ def set_resolved_once(session: Session, job_id: str, number: int, resolved_json:
         .values(resolved_json=resolved_json)
     )
     return bool(result.rowcount)
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A checkpoint an attempt reported: where it is, the step it holds, when it was reported."""
+
+    attempt: int
+    path: str
+    step: int | None
+    at: datetime
+
+
+def last_checkpoint(session: Session, job_id: str, before: int | None = None) -> Checkpoint | None:
+    """The latest checkpoint any attempt of the job reported (of attempts numbered below
+    `before` when given): the one a next attempt resumes from."""
+    stmt = sa.select(ATTEMPTS.c.number, ATTEMPTS.c.checkpoint_path, ATTEMPTS.c.checkpoint_step,
+                     ATTEMPTS.c.checkpoint_at).where(
+        ATTEMPTS.c.job_id == job_id, ATTEMPTS.c.checkpoint_path.is_not(None)
+    )
+    if before is not None:
+        stmt = stmt.where(ATTEMPTS.c.number < before)
+    row = session.connection().execute(
+        stmt.order_by(ATTEMPTS.c.checkpoint_at.desc(), ATTEMPTS.c.number.desc()).limit(1)
+    ).first()
+    return None if row is None else Checkpoint(row[0], row[1], row[2], row[3])
 
 
 def by_token_digest(session: Session, job_id: str, digest: str) -> AttemptRecord | None:

@@ -118,6 +118,10 @@ class AttemptRow(SQLModel, table=True):
     last_progress_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     rendered: str | None = Field(default=None, sa_type=sa.Text)
     resolved_json: str | None = Field(default=None, sa_type=sa.Text)  # written once, at start
+    # the last checkpoint the attempt reported (progress API): where, at which step, when
+    checkpoint_path: str | None = Field(default=None, max_length=1024)
+    checkpoint_step: int | None = None
+    checkpoint_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
 
 
 class LedgerEntryRow(SQLModel, table=True):

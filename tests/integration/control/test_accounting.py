@@ -98,9 +98,11 @@ def test_the_ledger_charges_every_held_gpu_hour_once_whatever_the_ending(sim: Si
     k8s._end(k8s.jobs[current("forgotten").backend_name], Phase.LOST, Reason.Orchestration,
              "unknown to queue and accounting", FailureCategory.ORCHESTRATION)
     k8s.preempt(current("bumped").backend_name)
-    with sim.plane.db.write() as s:  # a progress report (a checkpoint) five minutes ago
+    with sim.plane.db.write() as s:  # a progress report with a checkpoint five minutes ago
         c = current("cancelled")
-        att.update(s, c.job_id, c.number, last_progress_at=sim.clock.now - timedelta(minutes=5))
+        at = sim.clock.now - timedelta(minutes=5)
+        att.update(s, c.job_id, c.number, last_progress_at=at, checkpoint_at=at,
+                   checkpoint_path="/ckpt/cancelled/step-1", checkpoint_step=1)
     cancel_job(sim.plane.db, jobs["cancelled"], "tester", by_admin=False)
     jobs["queued-cancel"] = submit(sim, spec().name("never-ran").flavors("h100-80g")
                                    .replicas(4).topology(None), 60)
@@ -134,12 +136,12 @@ def test_the_ledger_charges_every_held_gpu_hour_once_whatever_the_ending(sim: Si
             waste[e.kind] = waste.get(e.kind, 0.0) + e.gpu_hours
             assert e.gpu_hours <= usage[(e.job_id, e.attempt)].gpu_hours + 1e-9
     assert {"waste:failed", "waste:lost", "waste:preempted", "waste:cancelled"} <= set(waste)
-    # cancelled after a progress report: only the 8 GPUs' time since that report is lost
+    # cancelled after a checkpoint: only the 8 GPUs' time since that checkpoint is lost
     c = current("cancelled")
-    assert c.ended_at is not None and c.last_progress_at is not None
+    assert c.ended_at is not None and c.checkpoint_at is not None
     cancelled = [e for e in entries if (e.job_id, e.attempt, e.kind)
                  == (c.job_id, c.number, "waste:cancelled")]
-    since_report = 8 * (c.ended_at - c.last_progress_at).total_seconds() / 3600
+    since_report = 8 * (c.ended_at - c.checkpoint_at).total_seconds() / 3600
     assert cancelled and cancelled[0].gpu_hours == pytest.approx(since_report)
     assert since_report < usage[(c.job_id, c.number)].gpu_hours / 2
     # preempted by Isthmus: one low-priority attempt ended preempted, and was charged

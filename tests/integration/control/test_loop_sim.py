@@ -3,6 +3,8 @@ with retries, preemption, cancellation, outages and crash recovery."""
 
 from __future__ import annotations
 
+import pytest
+
 from backends.sim.backend import DURATION_ENV
 from broker import ledger
 from broker.control.admission import run_admission
@@ -393,12 +395,46 @@ def test_usage_and_waste_are_accounted_per_attempt(sim: Sim) -> None:
     assert kinds["usage"][2].startswith("failed")
 
 
-def test_fair_share_history_decays_with_its_half_life(sim: Sim) -> None:
+def test_fair_share_history_comes_from_the_ledger_and_survives_a_restart(sim: Sim) -> None:
+    """Fair-share usage is the decayed average of the ledger's reservations: a restarted plane
+    (or another replica after a hand-over) sees the same history and orders teams alike."""
     from datetime import timedelta
 
+    from broker import ledger
+    from broker.control.plane import ControlPlane
+    from broker.domain import JobState
+    from broker.policy_inputs import quota_config
+    from broker.policy_inputs import usage as usage_view
+    from policies.ordering import FairShare
+    from tests.builders import insert_job_in_state
+
     t0 = sim.clock.now
-    key = ("vision", "h100-80g")
-    assert sim.plane.decayed_usage({key: 32}, t0)[key] == 32.0
     half = sim.plane.params.fair_share_half_life_s
-    later = sim.plane.decayed_usage({}, t0 + timedelta(seconds=half))
-    assert later[key] == 16.0  # nothing in use for one half-life: half the history is left
+    with sim.plane.db.write() as s:
+        old = insert_job_in_state(s, JobState.SUCCEEDED)
+        new = insert_job_in_state(s, JobState.RUNNING)
+        # vision held 32 GPUs from two half-lives ago to one half-life ago, then released them
+        ledger.reserve(s, ledger.Reservation(old, 1, "vision", "h100-80g", 32),
+                       t0 - timedelta(seconds=2 * half))
+        ledger.release(s, old, 1, t0 - timedelta(seconds=half))
+        # language has held 16 GPUs for one half-life, still does
+        ledger.reserve(s, ledger.Reservation(new, 1, "language", "a100-80g", 16),
+                       t0 - timedelta(seconds=half))
+    in_use = {("language", "a100-80g"): 16}
+    first = sim.plane.decayed_usage(in_use, t0)
+    assert first[("vision", "h100-80g")] == pytest.approx(32 * (0.5 - 0.25))
+    assert first[("language", "a100-80g")] == pytest.approx(16 * (1 - 0.5))
+    restarted = ControlPlane(sim.plane.db, sim.plane.config, sim.backends,
+                             clock=lambda: sim.clock.now, params=sim.plane.params)
+    assert restarted.decayed_usage(in_use, t0) == first
+    quotas = quota_config(sim.plane.config)
+
+    def order(decayed: dict[tuple[str, str], float]) -> list[str]:
+        fair = FairShare(quotas, usage_view(in_use, decayed))
+        return sorted(("vision", "language"), key=fair.share)
+
+    assert order(first) == order(restarted.decayed_usage(in_use, t0)) == ["vision", "language"]
+    # one more half-life with nothing new: vision's history halves, language's grows to 3/4
+    later = restarted.decayed_usage(in_use, t0 + timedelta(seconds=half))
+    assert later[("vision", "h100-80g")] == pytest.approx(4.0)
+    assert later[("language", "a100-80g")] == pytest.approx(12.0)

@@ -7,9 +7,15 @@ from fastapi.testclient import TestClient
 from broker.api.app import create_app
 from broker.control.admission import run_admission
 from broker.control.dispatch import run_dispatch
+from broker.control.preempt import preempt, running_views
+from broker.control.reconcile import reconcile
+from broker.domain import JobState, Reason
+from broker.domain.attempts import RunSnapshot
 from broker.orchestration.submission import submit_job
+from broker.store import attempts as att
 from broker.store.queries import get_job
 from broker.store.secrets import progress_token, server_secret
+from policies.preemption import Victim
 from tests.builders import spec
 from tests.integration.control.conftest import Sim
 
@@ -30,10 +36,19 @@ def test_progress_reports(sim: Sim) -> None:
     assert first.status_code == 200 and first.json()["first_useful_work"] is True
     again = client.post(url, json={"step": 20, "checkpoint": "/ckpt/20"}, headers=auth)
     assert again.json() == {"job_id": job.id, "attempt": 1, "step": 20,
-                            "first_useful_work": False}
+                            "first_useful_work": False, "checkpoint": "/ckpt/20"}
+    assert client.post(url, json={"step": 30}, headers=auth).status_code == 200
     with sim.plane.db.read() as s:
         row = get_job(s, job.id)
         assert row is not None and row.first_useful_work_at is not None
+        attempt = att.get_attempt(s, job.id, 1)
+    assert attempt is not None and attempt.last_step == 30
+    # a report without a checkpoint keeps the last one: path, step and time of the report
+    assert (attempt.checkpoint_path, attempt.checkpoint_step) == ("/ckpt/20", 20)
+    assert attempt.checkpoint_at is not None and attempt.last_progress_at is not None
+    assert attempt.checkpoint_at < attempt.last_progress_at
+    shown = client.get(f"/v1/jobs/{job.id}").json()["last_checkpoint"]
+    assert (shown["attempt"], shown["path"], shown["step"]) == (1, "/ckpt/20", 20)
     other = submit_job(sim.plane.db, sim.plane.config, spec().build(), "t").job
     wrong_job = client.post(f"/v1/jobs/{other.id}/progress", json={"step": 1}, headers=auth)
     assert wrong_job.status_code == 401  # a token is good for its own job only
@@ -74,3 +89,55 @@ def test_rendered_objects_never_show_the_progress_token(sim: Sim) -> None:
     text = rendered(Renders(), request) or ""
     assert "secret-token-value" not in text and "********" in text and "kind: Job" in text
     assert rendered(object(), request) is None
+
+
+def test_next_attempt_resumes_from_the_last_reported_checkpoint(sim: Sim) -> None:
+    """The reported checkpoint, not the static checkpoint.dir, is where the next attempt
+    resumes; preemption weighs the work lost since that checkpoint, not since the last report."""
+    body = spec().flavors("h100-80g").set(
+        "checkpoint", {"dir": "/ckpt/static", "resumable": True}).build()
+    job = submit_job(sim.plane.db, sim.plane.config, body, "t").job
+    run_admission(sim.plane)
+    assert run_dispatch(sim.plane) == 1
+    sim.advance(60)
+    reconcile(sim.plane, "sim-slurm")
+    client = TestClient(create_app(sim.plane.config, sim.plane.db))
+    token = progress_token(server_secret(sim.plane.db, "progress"), job.id, 1)
+    auth = {"Authorization": f"Bearer {token}"}
+    url = f"/v1/jobs/{job.id}/progress"
+    assert client.post(url, json={"step": 50, "checkpoint": "/ckpt/run/step-50"},
+                       headers=auth).status_code == 200
+    assert client.post(url, json={"step": 60}, headers=auth).status_code == 200
+    with sim.plane.db.read() as s:
+        first = att.get_attempt(s, job.id, 1)
+    assert first is not None and first.checkpoint_at is not None
+    [view] = [v for v in running_views(sim.plane) if v.id == job.id]
+    assert view.last_checkpoint_at == first.checkpoint_at != first.last_progress_at
+
+    assert preempt(sim.plane, Victim(job.id, "t", "slurm-h100", 8, 0, 0.0, Reason.Preempted,
+                                     "preempted by a test"))
+    with sim.plane.db.read() as s:
+        row = get_job(s, job.id)
+    assert row is not None and row.state == JobState.QUEUED.value
+    run_admission(sim.plane)
+    with sim.plane.db.read() as s:
+        second = att.get_attempt(s, job.id, 2)
+    assert second is not None
+    snapshot = RunSnapshot.model_validate_json(second.snapshot_json)
+    assert snapshot.resume_from == "/ckpt/run/step-50"
+
+
+def test_without_a_reported_checkpoint_the_static_dir_is_resumed(sim: Sim) -> None:
+    body = spec().flavors("h100-80g").set(
+        "checkpoint", {"dir": "/ckpt/static", "resumable": True}).build()
+    job = submit_job(sim.plane.db, sim.plane.config, body, "t").job
+    run_admission(sim.plane)
+    run_dispatch(sim.plane)
+    assert preempt(sim.plane, Victim(job.id, "t", "slurm-h100", 8, 0, 0.0, Reason.Preempted,
+                                     "preempted by a test"))
+    run_admission(sim.plane)
+    with sim.plane.db.read() as s:
+        second = att.get_attempt(s, job.id, 2)
+        shown = att.last_checkpoint(s, job.id)
+    assert second is not None and shown is None
+    assert RunSnapshot.model_validate_json(second.snapshot_json).resume_from == "/ckpt/static"

@@ -365,3 +365,19 @@ def test_large_gangs_never_wait_in_a_backend_queue() -> None:
     index = CapacityIndex(inventory(make_pool("p1").use_all_but({}).set(max_isthmus_pending=4)))
     result = place(make_job().gpus(8).replicas(2).build(), index)
     assert result.reason is Reason.InsufficientCapacity and result.placement is None
+
+
+def test_of_two_fitting_pools_the_one_with_a_foreign_backlog_loses() -> None:
+    """Jobs that are not Isthmus's, waiting in the backend's own queue, count in the score of a
+    pool the gang fits in: the backend may hand the free GPUs to them first. The busy pool
+    comes first by name, so without the backlog in the score it would win the tie."""
+    busy = make_pool("a-busy").pending(foreign_gpus=64)
+    idle = make_pool("b-idle")
+    result = place(make_job().gpus(8).build(), CapacityIndex(inventory(busy, idle)))
+    assert result.placement is not None and result.placement.pool == "b-idle"
+    scores = {v.pool: v.score for v in result.verdicts}
+    assert scores["a-busy"] is not None and scores["b-idle"] is not None
+    assert scores["a-busy"] > scores["b-idle"]
+    plain = place(make_job().gpus(8).build(),
+                  CapacityIndex(inventory(make_pool("a-busy"), make_pool("b-idle"))))
+    assert plain.placement is not None and plain.placement.pool == "a-busy"

@@ -1,0 +1,95 @@
+"""Fencing on both databases: once another replica holds the lease at a newer epoch, the old
+leader's control-loop writes are refused (rolled back) and its runtime steps down; lease expiry
+is judged by the database's clock."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, timedelta
+
+import pytest
+import sqlalchemy as sa
+
+from broker.control.admission import run_admission
+from broker.control.lease import LeaderLease, db_now
+from broker.control.runtime import Intervals, Runtime
+from broker.domain import JobState
+from broker.orchestration.submission import submit_job
+from broker.store import Database, utcnow
+from broker.store import attempts as att
+from broker.store.fence import Deposed, FencedDatabase
+from broker.store.queries import get_job, job_events
+from tests.builders import spec
+from tests.integration.control.conftest import Sim
+
+
+def _cycles(db: Database) -> int:
+    with db.read() as s:
+        return int(s.connection().execute(
+            sa.select(sa.func.count()).select_from(att.CYCLES)).scalar() or 0)
+
+
+def test_a_deposed_leaders_admission_writes_nothing(sim: Sim) -> None:
+    api_db = sim.plane.db
+    job = submit_job(api_db, sim.plane.config, spec().flavors("h100-80g").build(), "t").job
+    old, new = LeaderLease(api_db, holder="old", ttl=10), LeaderLease(api_db, holder="new", ttl=10)
+    t0 = utcnow()
+    assert old.try_acquire(t0)
+    sim.plane.fence(old.name)
+    sim.plane.epoch = old.epoch
+    assert isinstance(sim.plane.db, FencedDatabase)
+    assert new.try_acquire(t0 + timedelta(seconds=11)) and new.epoch == old.epoch + 1
+
+    with pytest.raises(Deposed, match="write of epoch 1 refused: the lease is at epoch 2"):
+        run_admission(sim.plane)  # the old leader wakes up and carries on its cycle
+    with api_db.read() as s:
+        row = get_job(s, job.id)
+        assert row is not None and row.state == JobState.QUEUED.value
+        assert [e.to_state for e in job_events(s, job.id)][-1] == JobState.QUEUED.value
+        assert att.attempts_of(s, job.id) == []
+    assert _cycles(api_db) == 0 and sim.plane.db.refused >= 1
+
+    sim.plane.epoch = new.epoch  # the same writes under the current epoch land
+    assert run_admission(sim.plane).record.admitted == 1
+    assert _cycles(api_db) == 1
+
+
+def test_the_runtime_steps_down_on_a_refused_write(threaded_sim: Sim) -> None:
+    sim = threaded_sim
+    api_db = sim.plane.db
+    fast = Intervals(admission=0.2, dispatch=0.1, reconcile=0.2, lease_ttl=600)
+    runtime = Runtime(sim.plane, LeaderLease(api_db, holder="old", ttl=fast.lease_ttl), fast)
+    runtime.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not runtime.leading:
+            assert time.monotonic() < deadline, "the runtime never led"
+            time.sleep(0.05)
+        # another replica takes over (as if the lease had expired while this one was paused)
+        far = db_now_utc(api_db) + timedelta(seconds=fast.lease_ttl + 1)
+        assert LeaderLease(api_db, holder="new", ttl=fast.lease_ttl).try_acquire(far)
+        before = _cycles(api_db)
+        deadline = time.monotonic() + 10
+        while runtime.leading:
+            assert time.monotonic() < deadline, "the deposed runtime kept leading"
+            time.sleep(0.05)
+        assert isinstance(sim.plane.db, FencedDatabase) and sim.plane.db.refused >= 1
+        time.sleep(0.5)  # several admission intervals: nothing more is written
+        assert _cycles(api_db) == before
+    finally:
+        runtime.stop()
+
+
+def db_now_utc(db: Database):  # type: ignore[no-untyped-def]
+    with db.read() as s:
+        return db_now(s.connection())
+
+
+def test_lease_time_is_the_databases_clock(db: Database) -> None:
+    now = db_now_utc(db)
+    assert now.tzinfo is not None and now.utcoffset() == timedelta(0)
+    assert abs((now - utcnow().astimezone(UTC)).total_seconds()) < 60
+    lease = LeaderLease(db, holder="a", ttl=30)
+    assert lease.try_acquire()
+    _, _, expires = lease.current() or ("", 0, now)
+    assert timedelta(seconds=29) < expires - now < timedelta(seconds=60)
