@@ -81,7 +81,8 @@ def tenancy_problems(tenancy: Tenancy, spec: JobSpec) -> list[FieldProblem]:
     out: list[FieldProblem] = []
     for kind, items in (("label", spec.labels), ("annotation", spec.annotations)):
         for key, msg in metadata_keys.reserved_problems(
-                kind, items, tenancy.reserved_key_prefixes, tenancy.exempt_key_prefixes):
+                kind, items, tenancy.reserved_key_prefixes,
+                [*tenancy.exempt_key_prefixes, *metadata_keys.PLATFORM_KEY_PREFIXES]):
             out.append(FieldProblem(f"{kind}s.{key}", msg))
     allowed = tenancy.mounts.get(spec.team, [])
     for i, m in enumerate(spec.mounts):

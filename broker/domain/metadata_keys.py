@@ -32,6 +32,10 @@ DEFAULT_RESERVED_PREFIXES = (
     "sidecar.istio.io/",
 )
 
+# Keys Isthmus's own clients write into a job (isbatch keeps the sbatch request it could not
+# map as this annotation, without effect); always allowed, whatever the site's exemptions.
+PLATFORM_KEY_PREFIXES = ("sbatch.isthmus.io/",)
+
 
 def key_problem(key: str, *, reserved: bool = False) -> str | None:
     """What is wrong with a label or annotation key, or None."""

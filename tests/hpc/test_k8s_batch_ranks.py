@@ -30,6 +30,8 @@ def _rank_env(container: dict[str, Any], index: int, out: Path) -> dict[str, str
     for item in container["env"]:
         if "value" in item:
             env[item["name"]] = item["value"]
+        elif "secretKeyRef" in item["valueFrom"]:  # the progress token, from its Secret
+            env[item["name"]] = "token-from-secret"
         else:  # the completion index, from the pod's annotation
             assert COMPLETION_INDEX in item["valueFrom"]["fieldRef"]["fieldPath"]
             env[item["name"]] = str(index)
