@@ -69,14 +69,8 @@ class Client:
         self, team: str | None = None, states: list[str] | None = None, limit: int = 50,
         cursor: str | None = None,
     ) -> dict[str, Any]:
-        params: dict[str, Any] = {"limit": limit}
-        if team:
-            params["team"] = team
-        if states:
-            params["state"] = states
-        if cursor:
-            params["cursor"] = cursor
-        result: dict[str, Any] = self._call("GET", "/v1/jobs", params=params)
+        result: dict[str, Any] = self._call(
+            "GET", "/v1/jobs", params=_list_params(team, states, limit, cursor))
         return result
 
     def events(self, job_id: str) -> list[dict[str, Any]]:
@@ -133,14 +127,8 @@ class Client:
         cursor: str | None = None,
     ) -> dict[str, Any]:
         """Jobs with their current run (nodes, exit code, start, end): the drop-ins' view."""
-        params: dict[str, Any] = {"limit": limit}
-        if team:
-            params["team"] = team
-        if states:
-            params["state"] = states
-        if cursor:
-            params["cursor"] = cursor
-        result: dict[str, Any] = self._call("GET", "/v1/hpc/jobs", params=params)
+        result: dict[str, Any] = self._call(
+            "GET", "/v1/hpc/jobs", params=_list_params(team, states, limit, cursor))
         return result
 
     def whoami(self) -> dict[str, Any]:
@@ -154,3 +142,16 @@ class Client:
     def health(self) -> dict[str, Any]:
         result: dict[str, Any] = self._call("GET", "/healthz")
         return result
+
+
+def _list_params(team: str | None, states: list[str] | None, limit: int,
+                 cursor: str | None) -> dict[str, Any]:
+    """Query parameters of the job listings (/v1/jobs and /v1/hpc/jobs) share one shape."""
+    params: dict[str, Any] = {"limit": limit}
+    if team:
+        params["team"] = team
+    if states:
+        params["state"] = states
+    if cursor:
+        params["cursor"] = cursor
+    return params

@@ -275,6 +275,18 @@ def attempts(job_id: str, request: Request, caller: Caller) -> list[dict[str, ob
     ]
 
 
+def _visible_attempt(db: Database, job_id: str, number: int,
+                     caller: Principal) -> att.AttemptRecord:
+    """The attempt of a job the caller may see, or 404 (the job's, then the attempt's)."""
+    _visible_job(db, job_id, caller)
+    with db.read() as s:
+        a = att.get_attempt(s, job_id, number)
+    if a is None:
+        raise Problem(404, "attempt-not-found", "Attempt not found",
+                      f"job {job_id} has no attempt {number}")
+    return a
+
+
 @router.get(
     "/{job_id}/attempts/{number}/render", response_class=Response,
     responses=problem_responses(404),
@@ -286,13 +298,7 @@ def render(
     caller: Caller,
 ) -> Response:
     """The exact batch script (Slurm) or manifests (Kubernetes) the attempt was created with."""
-    db = _db(request)
-    _visible_job(db, job_id, caller)
-    with db.read() as s:
-        a = att.get_attempt(s, job_id, number)
-    if a is None:
-        raise Problem(404, "attempt-not-found", "Attempt not found",
-                      f"job {job_id} has no attempt {number}")
+    a = _visible_attempt(_db(request), job_id, number, caller)
     if a.rendered is None:
         raise Problem(404, "not-rendered", "Nothing rendered",
                       f"attempt {number} has no backend object yet (dispatch: {a.dispatch})")
@@ -309,13 +315,7 @@ def snapshot(
     """What reproducing the attempt needs: its immutable run snapshot (spec, spec hash, code
     and data versions, placement) and what it ran with, resolved once when its ranks started
     (image digest, GPU models, nodes, entrypoint hash; null until then)."""
-    db = _db(request)
-    _visible_job(db, job_id, caller)
-    with db.read() as s:
-        a = att.get_attempt(s, job_id, number)
-    if a is None:
-        raise Problem(404, "attempt-not-found", "Attempt not found",
-                      f"job {job_id} has no attempt {number}")
+    a = _visible_attempt(_db(request), job_id, number, caller)
     return {
         "job_id": job_id, "attempt": number, "backend_name": a.backend_name,
         "backend_id": a.backend_id, "created_at": a.created_at.isoformat(),
