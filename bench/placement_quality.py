@@ -3,17 +3,24 @@
 Replays one synthetic trace shaped like public GPU cluster traces (backends/sim/trace.py:
 heavy-tailed run times, mostly 1-GPU jobs, a few large rack-bound gangs) on two simulated
 backends (one Slurm-like, one Kubernetes-like, same pool shapes), offered at ~95% of capacity,
-under three strategies in the same process:
+under five strategies in the same process:
 - isthmus: the admission cycle (priority, fair share, quota, topology-aware gang placement
   across both backends, backend queueing bounded per pool, reservations for starving gangs);
 - static:  the same cycle, but each team pinned to one backend (the usual split estate);
 - firstfit: FIFO with skipping, first pool and first nodes with room, topology ignored.
   A gang that asked for one rack but got spread over several runs 25% longer (the all-reduce
   crosses the spine), which is what topology-blind placement costs in practice.
+- greedy:  federated, SkyPilot-style: each job at once to the cheapest pool where it fits now,
+  else to the shortest backend queue (bench/placement_baselines.py);
+- kueue:   Kueue-like: per-team FIFO queues in one cohort, one head per queue per cycle,
+  borrowing, best-fit topology-aware placement, no reservations (placement_baselines.py).
 Reports p50/p95 queue wait (submit to start), GPU allocation while saturated (jobs waiting,
 during the arrival window),
 fragmentation (share of free GPUs on partly used nodes), and starvation (max wait of the
-largest gangs). Last line: `placement: p95 wait ratio vs static <X>` (lower is better).
+largest gangs), mean wait and the p95 wait of the largest gangs. Last lines:
+`placement: p95 wait ratio vs static <X>`, then `placement: p95 wait ratio vs best baseline
+<X> (<name>)` over static, greedy and kueue (firstfit breaks the rack requirement, so it is not
+a fair baseline). Lower is better.
 
 Every trace job declares a time limit (max_runtime, an over-estimate; trace.py); the simulated
 backends report when busy GPUs are due back from those limits, never from true run times, and
