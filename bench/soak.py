@@ -417,6 +417,18 @@ def pct(values: list[float], q: float) -> float:
     return v[min(len(v) - 1, int(q * len(v)))] if v else 0.0
 
 
+def progress_answers(logs: list[Path]) -> Counter[str]:
+    """Progress reports the simulated jobs posted, by answer class, from the replicas' logs (the
+    simulator's reporter logs each request): they are API calls too, and 5xx among them count."""
+    out: Counter[str] = Counter()
+    for log in logs:
+        with contextlib.suppress(OSError), open(log, errors="replace") as f:
+            for line in f:
+                if "/progress \"HTTP/1.1 " in line:
+                    out[line.split('/progress "HTTP/1.1 ', 1)[1][:1] + "xx"] += 1
+    return out
+
+
 def final_counts(db: str, stats: Stats) -> dict[str, Any]:
     import psycopg
 
@@ -547,7 +559,9 @@ async def _run(reps: list[Replica], args: argparse.Namespace, outage: Path, db: 
     check = subprocess.run([sys.executable, "-m", "broker.cli.main", "db", "check", "--db", db],
                            cwd=ROOT, capture_output=True, text=True,
                            env={**os.environ, "PYTHONPATH": str(ROOT)})
-    err5 = sum(stats.err5.values())
+    progress = progress_answers([r.log for r in reps])
+    err5 = sum(stats.err5.values()) + progress.get("5xx", 0)
+    print(f"progress reports posted by the simulated jobs: {dict(progress)}")
     print(f"events (s into the run): {json.dumps({k: round(v) for k, v in events.items()})}")
     print(f"offered {n} submits at {args.rate:g}/s; answered {len(stats.acked)}; unanswered "
           f"{len(stats.unanswered)}; other 4xx {dict(stats.other)}")
