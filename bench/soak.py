@@ -470,7 +470,7 @@ def report(rows: dict[int, dict[str, Any]], stats: Stats, events: dict[str, floa
     for m in sorted(rows):
         lat = stats.lat.get(m, [])
         p99 = pct(lat, 0.99)
-        if m != handover:
+        if m != handover or len(rows) == 1:  # a one-minute run has only that minute
             worst = max(worst, p99)
         cyc = rows[m]["cycle_p95"]
         mark = " (outage)" if int(events.get("outage", -1e9) // 60) <= m <= int(
