@@ -62,6 +62,8 @@ class Estimate:
     """Earliest estimated start; None when not known (see `method`)."""
     method: str
     pool: str | None = None
+    nodes: tuple[str, ...] = ()
+    """The nodes the replay gave it in `pool`, one entry per replica (empty without a date)."""
 
 
 @dataclass(slots=True)
@@ -216,8 +218,8 @@ def estimate(
         team = job.team if job else ""
         per_team[team] = per_team.get(team, 0) + 1
         position = i if d.position >= 0 else 0
-        at, method, where = _one(d, job, pools, t_now, i > max_estimated, f, ctx)
-        out[d.job_id] = Estimate(d.job_id, position, per_team[team], at, method, where)
+        at, method, where, nodes = _one(d, job, pools, t_now, i > max_estimated, f, ctx)
+        out[d.job_id] = Estimate(d.job_id, position, per_team[team], at, method, where, nodes)
     return out
 
 
@@ -233,15 +235,15 @@ class _Pass:
 def _one(
     d: Decision, job: PendingJob | None, pools: dict[str, _Pool], now: float, beyond: bool,
     factor: float, ctx: _Pass,
-) -> tuple[datetime | None, str, str | None]:
+) -> tuple[datetime | None, str, str | None, tuple[str, ...]]:
     if job is None:
-        return None, "unknown: no admission view", None
+        return None, "unknown: no admission view", None, ()
     if d.reason == Reason.WaitingForPreemption:
-        return _dt(now), "preemption", None
+        return _dt(now), "preemption", None, ()
     if d.reason not in _SCHEDULABLE:
-        return None, f"unknown: waits for {d.reason.value}, not for capacity", None
+        return None, f"unknown: waits for {d.reason.value}, not for capacity", None, ()
     if beyond:
-        return None, f"unknown: beyond the first {MAX_ESTIMATED} jobs of the queue", None
+        return None, f"unknown: beyond the first {MAX_ESTIMATED} jobs of the queue", None, ()
     start = now
     if job.not_before is not None:
         start = max(start, _ts(job.not_before))
@@ -262,7 +264,7 @@ def _one(
                               job.exclude_nodes, ctx.work)
         if found is None:
             if ctx.work[0] <= 0:
-                return None, "unknown: the estimate's work budget for this cycle is spent", None
+                return None, "unknown: the estimate's work budget for this cycle is spent", None, ()
             if not job.exclude_nodes and start == now:
                 ctx.never[key] = min(run_s, ctx.never.get(key, math.inf))
             blind = blind or pool.unknown_busy
@@ -272,13 +274,14 @@ def _one(
     if best is None:
         why = ("busy GPUs without a known end" if blind
                else f"no fit within {HORIZON_S // 86400} days")
-        return None, f"unknown: {why}", None
+        return None, f"unknown: {why}", None, ()
     t, name, picked = best
     pools[name].take(t, run_s, job.gpus_per_replica, picked)
+    nodes = tuple(n.name for n, k in picked for _ in range(k))
     if t <= now:
-        return _dt(t), "now", name
+        return _dt(t), "now", name, nodes
     scaled = "" if factor == 1.0 else f" x{factor:.2f} (observed run/declared)"
-    return _dt(t), f"releases{scaled}", name
+    return _dt(t), f"releases{scaled}", name, nodes
 
 
 def _dt(t: float) -> datetime:

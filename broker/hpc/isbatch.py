@@ -21,6 +21,7 @@ from broker.client import ApiError, Client
 from broker.hpc import client_config, sbatch_parse
 from broker.hpc.compat import CompatError, array_specs, to_job_spec
 from broker.hpc.compat_config import SlurmCompat
+from broker.hpc.jobview import compress
 from broker.hpc.sbatch_values import SbatchError
 
 PROG = "isbatch"
@@ -92,7 +93,7 @@ def submit(parsed: sbatch_parse.Parsed, environ: Mapping[str, str]) -> int:
                 resolve=_resolver(api),
             )
             if options.test_only:
-                return _test_only(spec, options.json)
+                return _test_only(api, spec, options.json)
             if parsed.request.array:
                 from broker.domain.ids import new_job_id  # here: the package import is slow
 
@@ -135,18 +136,53 @@ def _resolver(api: Client) -> Callable[[str], list[str]]:
     return resolve
 
 
-def _test_only(spec: dict[str, Any], as_json: bool) -> int:
-    """What would be submitted (no what-if endpoint yet: placement and start time are not
-    estimated)."""
+def _test_only(api: Client, spec: dict[str, Any], as_json: bool) -> int:
+    """Ask the broker's what-if (POST /v1/plan) where and when the job would start and say it
+    as `sbatch --test-only` does (on stderr); nothing is stored. Exit 1 when the broker would
+    reject the job."""
+    plan = api.plan(spec)
     if as_json:
-        print(json.dumps({"spec": spec}, sort_keys=True))
-        return 0
-    gang = spec["gang"]
-    print(f"{PROG}: Job {spec['name']} would be submitted for team {spec['team']}: "
-          f"{gang['replicas']} node(s) x {gang['gpus_per_replica']} GPU(s) of "
-          f"{', '.join(spec['flavors'])} (backend {spec['backend']}); nothing was submitted",
-          file=sys.stderr)
-    return 0
+        print(json.dumps({"spec": spec, "plan": plan}, sort_keys=True))
+        return 1 if plan["would_reject"] else 0
+    for line in plan_lines(spec, plan):
+        print(f"{PROG}: {line}", file=sys.stderr)
+    return 1 if plan["would_reject"] else 0
+
+
+def plan_lines(spec: dict[str, Any], plan: dict[str, Any]) -> list[str]:
+    """sbatch's ``Job N to start at T using K processors on nodes L in partition P``, with the
+    job's name for N (nothing is submitted, so there is no id) and the Isthmus pool for P; then
+    why it would wait, when it would."""
+    name = spec["name"]
+    if plan["would_reject"]:
+        return [f"error: Job {name} would be rejected ({plan['reason']}): {plan['message']}"]
+    lines: list[str] = []
+    at = plan.get("estimated_start")
+    if at and plan.get("pool"):
+        gang = spec["gang"]
+        cpus = gang["replicas"] * (gang.get("cpus_per_replica") or 1)
+        lines.append(f"Job {name} to start at {_local_time(at)} using {cpus} processors on "
+                     f"nodes {compress(plan.get('nodes') or [])} in partition {plan['pool']}")
+    elif plan["basis"] == "feasibility":
+        lines.append(f"Job {name} would be accepted; no start time: {plan['note']}")
+        return lines
+    else:
+        method = plan.get("estimate_method") or "unknown"
+        lines.append(f"Job {name} start time unknown ({method})")
+    if not plan["admitted"]:
+        ahead = plan.get("queued_ahead")
+        behind = f" behind {ahead} queued job(s)" if ahead else ""
+        lines.append(f"Job {name} would wait{behind}: {plan['reason']}: {plan['message']}")
+    if plan.get("note") and plan["basis"] == "admission":
+        lines.append(f"note: {plan['note']}")
+    return lines
+
+
+def _local_time(iso: str) -> str:
+    """The broker's UTC time as sbatch prints it: local time, to the second, no zone."""
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def main() -> None:

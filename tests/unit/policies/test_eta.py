@@ -97,3 +97,22 @@ def test_quota_wait_is_not_dated() -> None:
     result = admission_cycle([job], inv, quotas, quota_usage(), T0)
     est = estimate(result.decisions, {job.id: job}, inv, T0)
     assert est[job.id].at is None and est[job.id].method.startswith("unknown: waits for")
+
+
+def test_the_estimate_names_the_nodes_of_its_start() -> None:
+    """n1 comes back first (minute 30), n0 at minute 90: a 1-node job's estimate names n1, one
+    entry per replica; a job with no date names none."""
+    pool = (make_pool().shape(racks=1, nodes=2)
+            .release("n0", (90, 8)).release("n1", (30, 8)))
+    job = _job(8)
+    _, est = _run(pool, job)
+    e = est[job.id]
+    assert e.at == at(30) and e.pool is not None
+    assert [n.rsplit("-", 1)[-1] for n in e.nodes] == ["n1"], e.nodes
+    two = _job(4, replicas=2)
+    _, est = _run(make_pool().shape(racks=1, nodes=2)
+                  .release("n0", (90, 8)).release("n1", (30, 8)), two)
+    assert len(est[two.id].nodes) == 2 and len(set(est[two.id].nodes)) == 1  # both on n1
+    blind = _job(8)
+    _, est = _run(make_pool().shape(racks=1, nodes=1).use("n0", 8), blind)
+    assert est[blind.id].nodes == ()
