@@ -4,6 +4,10 @@
 request as one JSON object (member ``sbatch``). Otherwise the request is sent to the broker.
 Exit codes and messages follow sbatch: 255 for an unknown option, 1 for a refused value, and
 the message names the option.
+
+Its start-up is part of every submission's latency, so it imports the standard library, the
+sbatch reader and the mapping only: no httpx, no pydantic (`broker.hpc.thin_client`); what only
+some requests need (dependencies, arrays) is imported on use.
 """
 
 from __future__ import annotations
@@ -15,14 +19,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from broker.client import ApiError, Client
 from broker.hpc import client_config, sbatch_parse
-from broker.hpc.compat import CompatError, array_specs, to_job_spec
-from broker.hpc.compat_config import SlurmCompat
-from broker.hpc.jobview import compress
+from broker.hpc.compat import CompatError, CompatTables, array_specs, to_job_spec
+from broker.hpc.hostlist import compress
 from broker.hpc.sbatch_values import SbatchError
+from broker.hpc.thin_client import ApiError, ThinClient, TransportError
 
 PROG = "isbatch"
 USAGE = (
@@ -82,9 +83,9 @@ def submit(parsed: sbatch_parse.Parsed, environ: Mapping[str, str]) -> int:
     except client_config.ClientConfigError as exc:
         return _fail(str(exc))
     try:
-        with Client(conf.url, conf.token) as api:
+        with ThinClient(conf.url, conf.token) as api:
             compat_data = api.slurm_compat()
-            compat = SlurmCompat.model_validate(compat_data["slurm_compat"])
+            compat = CompatTables.from_json(compat_data["slurm_compat"])
             spec = to_job_spec(
                 parsed.request, parsed.script, compat,
                 caller_team=compat_data["caller"].get("team"),
@@ -108,7 +109,7 @@ def submit(parsed: sbatch_parse.Parsed, environ: Mapping[str, str]) -> int:
         return _fail(str(exc))
     except ApiError as exc:
         return _fail(f"{exc} (HTTP {exc.status})")
-    except httpx.HTTPError as exc:
+    except TransportError as exc:
         return _fail(f"cannot reach the Isthmus broker at {conf.url}: {exc}")
     if options.json:
         print(json.dumps(job, sort_keys=True))
@@ -119,7 +120,7 @@ def submit(parsed: sbatch_parse.Parsed, environ: Mapping[str, str]) -> int:
     return 0
 
 
-def _resolver(api: Client) -> Callable[[str], list[str]]:
+def _resolver(api: ThinClient) -> Callable[[str], list[str]]:
     """Job ids of --dependency as the user writes them (an id, an array id, ARRAY_TASK) ->
     Isthmus job ids among the jobs the user may see."""
     seen: list[Any] = []
@@ -136,7 +137,7 @@ def _resolver(api: Client) -> Callable[[str], list[str]]:
     return resolve
 
 
-def _test_only(api: Client, spec: dict[str, Any], as_json: bool) -> int:
+def _test_only(api: ThinClient, spec: dict[str, Any], as_json: bool) -> int:
     """Ask the broker's what-if (POST /v1/plan) where and when the job would start and say it
     as `sbatch --test-only` does (on stderr); nothing is stored. Exit 1 when the broker would
     reject the job."""
