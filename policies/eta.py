@@ -166,6 +166,35 @@ class _Pool:
             self._live = [n for n in self.nodes.values() if n.free > 0 or n.times]
         return self._live
 
+    def hold(self, now: float, t: float, g: int, picked: list[tuple[_Node, int]]) -> None:
+        """A starving gang's reservation (policies.admission holds the free GPUs of its
+        domain until it starts): what is free on its nodes until its start is not for others."""
+        self._ups = self._live = None
+        for n, k in picked:
+            held = min(k * g, n.room(now, t))
+            if held > 0:
+                n.add(now, -held)
+                n.add(t, held)
+
+    def hold_owed(self, now: float, gpus: int, run_s: float, work: list[int]) -> None:
+        """`gpus` GPUs for work queued in the backend: the free ones now first (as admission
+        holds them), the rest from the earliest releases, each held for `run_s`."""
+        picked: list[tuple[_Node, int]] = []
+        left = gpus
+        for n in sorted(self.live(), key=lambda n: (-n.free, n.name)):
+            k = min(left, n.room(now, now + run_s))
+            if k > 0:
+                picked.append((n, k))
+                left -= k
+            if not left:
+                break
+        if picked:
+            self.take(now, run_s, 1, picked)
+        if left:
+            found = self.earliest(now, 1, left, 3, run_s, frozenset(), work)
+            if found is not None:
+                self.take(found[0], run_s, 1, found[1])
+
     def take(self, t: float, run_s: float, g: int, picked: list[tuple[_Node, int]]) -> None:
         self._ups = self._live = None
         for n, k in picked:
@@ -207,12 +236,14 @@ def estimate(
             if node is not None:
                 node.add(t_now - 1e-6, -admitted.gpus_per_replica)
                 node.add(t_now + f * admitted.max_runtime_s, admitted.gpus_per_replica)
-    # 2 the waiting jobs in admission order (backoff ones, unordered, last)
+    ctx = _Pass([MAX_WORK], {})
+    # 2 work queued in the backends goes first (admission holds free GPUs for it too)
+    _backend_queues(decisions, jobs, inventory, pools, t_now, f, ctx)
+    # 3 the waiting jobs in admission order (backoff ones, unordered, last)
     waiting = [d for d in decisions if not d.admitted]
     waiting.sort(key=lambda d: (d.position < 0, d.position))
     out: dict[str, Estimate] = {}
     per_team: dict[str, int] = {}
-    ctx = _Pass([MAX_WORK], {})
     for i, d in enumerate(waiting, start=1):
         job = jobs.get(d.job_id)
         team = job.team if job else ""
@@ -221,6 +252,28 @@ def estimate(
         at, method, where, nodes = _one(d, job, pools, t_now, i > max_estimated, f, ctx)
         out[d.job_id] = Estimate(d.job_id, position, per_team[team], at, method, where, nodes)
     return out
+
+
+def _backend_queues(
+    decisions: Sequence[Decision], jobs: Mapping[str, PendingJob], inventory: InventorySnapshot,
+    pools: dict[str, _Pool], now: float, factor: float, ctx: _Pass,
+) -> None:
+    """GPUs owed to jobs in a pool's backend queue (the Isthmus GPUs the backend has pending,
+    and the jobs admitted to its queue this cycle, with no nodes yet) are taken before any
+    waiting job: admission holds the free GPUs for them, and the backend starts them first.
+    They are known by their GPUs only: held from now where free, else from the first releases,
+    for the median declared run of this cycle's jobs."""
+    runs = sorted(j.max_runtime_s for j in jobs.values())
+    run_s = max(1.0, factor * (runs[len(runs) // 2] if runs else 3600.0))
+    owed = {snap.name: snap.queue.isthmus_pending_gpus for snap in inventory.pools}
+    for d in decisions:
+        job = jobs.get(d.job_id)
+        if d.admitted and d.placement and not d.placement.nodes and job is not None:
+            owed[d.placement.pool] = owed.get(d.placement.pool, 0) + job.total_gpus
+    for name, gpus in sorted(owed.items()):
+        pool = pools.get(name)
+        if gpus > 0 and pool is not None:
+            pool.hold_owed(now, gpus, run_s, ctx.work)
 
 
 @dataclass(slots=True)
@@ -277,6 +330,8 @@ def _one(
         return None, f"unknown: {why}", None, ()
     t, name, picked = best
     pools[name].take(t, run_s, job.gpus_per_replica, picked)
+    if d.reservation is not None and t > now:
+        pools[name].hold(now, t, job.gpus_per_replica, picked)
     nodes = tuple(n.name for n, k in picked for _ in range(k))
     if t <= now:
         return _dt(t), "now", name, nodes

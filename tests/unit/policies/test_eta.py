@@ -116,3 +116,44 @@ def test_the_estimate_names_the_nodes_of_its_start() -> None:
     blind = _job(8)
     _, est = _run(make_pool().shape(racks=1, nodes=1).use("n0", 8), blind)
     assert est[blind.id].nodes == ()
+
+
+def test_gpus_owed_to_the_backend_queue_are_not_free_for_waiting_jobs() -> None:
+    """4 of the node's 8 GPUs are free, but the backend already has 4 Isthmus GPUs pending:
+    admission holds the free 4 for them, so a waiting 4-GPU job starts at the release at minute
+    30, not now (the replay used to say "now" for such jobs, which then waited)."""
+    from policies.types import Usage
+
+    snap = make_pool().shape(racks=1, nodes=1).release("n0", (30, 4)).build()
+    owed = snap.model_copy(update={"queue": snap.queue.model_copy(
+        update={"isthmus_pending_gpus": 4, "isthmus_pending_jobs": 1})})
+    job = _job(4)
+    for pool, start in ((snap, T0), (owed, at(30))):
+        inv = inventory(pool)
+        result = admission_cycle([job], inv, QUOTAS, Usage(), T0)
+        est = estimate(result.decisions, {job.id: job}, inv, T0)
+        if start == T0:
+            assert result.by_job()[job.id].admitted
+            continue
+        assert not result.by_job()[job.id].admitted
+        assert est[job.id].at == start and est[job.id].method == "releases", est[job.id]
+
+
+def test_a_job_admitted_to_a_backend_queue_takes_the_next_release_first() -> None:
+    """Admitted this cycle into the backend's queue (no nodes), a job holds the first release;
+    the waiting job behind it gets the one after."""
+    from broker.domain.attempts import Placement
+    from broker.domain.spec import BackendKind
+    from policies.admission import Decision
+
+    pool = make_pool().shape(racks=1, nodes=1).release("n0", (30, 8))
+    queued, waiting = _job(8, runtime_min=60), _job(8)
+    inv = inventory(pool)
+    name = inv.pools[0].name
+    placed = Placement(backend=BackendKind.SLURM, backend_instance="slurm-a", pool=name,
+                       flavor="h100")
+    result = admission_cycle([waiting], inv, QUOTAS, quota_usage(), T0)
+    decisions = [Decision(queued.id, True, result.decisions[0].reason, "queued", placed),
+                 *result.decisions]
+    est = estimate(decisions, {queued.id: queued, waiting.id: waiting}, inv, T0)
+    assert est[waiting.id].at == at(90), est[waiting.id]
