@@ -3,7 +3,9 @@
 A shadow schedule, as a batch scheduler's backfill estimate does it: each pool's nodes are
 replayed forward in time from what the backends say (free GPUs now, and when busy GPUs come
 back: `NodeSnapshot.releases`, from declared time limits), the jobs admitted this cycle hold
-their nodes for their declared `max_runtime`, and the waiting jobs, in the cycle's admission
+their nodes for their declared `max_runtime`, GPUs owed to work queued in a backend are held
+next (as admission holds them), a starving gang's reservation holds the free GPUs of its nodes
+until it starts, and the waiting jobs, in the cycle's admission
 order, each take the earliest time at which their gang fits for its whole declared run in one
 domain at its required topology level, which then holds those GPUs for later jobs. A later job
 may start before an earlier one where it fits in a gap (backfill), never by delaying it.
