@@ -31,6 +31,7 @@ from broker.domain.spec import JobSpec
 from broker.metrics import REGISTRY, store_collectors
 from broker.orchestration.transitions import JobNotFound
 from broker.store.db import Database
+from broker.ui import mount as mount_ui
 
 log = logging.getLogger("isthmus.api")
 
@@ -52,6 +53,7 @@ def create_app(config: IsthmusConfig, db: Database, runtime: Runtime | None = No
     routers = (jobs_router, plan_router, progress_router, admin_router, hpc_router)
     for router in routers:
         app.include_router(router, dependencies=[Depends(plain_query)])
+    mount_ui(app)  # the dashboard at /ui (broker/ui)
 
     @app.exception_handler(Problem)
     async def _problem(request: Request, exc: Problem) -> JSONResponse:

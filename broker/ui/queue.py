@@ -1,0 +1,72 @@
+"""The waiting jobs in admission order, one page at a time, for the dashboard's Queue page.
+
+The order is the position the last admission cycle stored with each job's verdicts
+(broker/control/admission.py saves it in the job's explanation): ordered jobs first by
+position, then jobs in retry backoff (position 0) and jobs no cycle has considered yet, by id.
+The admission cycle refreshes stored positions of the first policies.eta.MAX_ESTIMATED jobs
+only, so deeper positions are as of the cycle that last changed their verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlmodel import Session
+
+from broker.api.schemas import WaitOut
+from broker.domain import JobState
+from broker.store.attempts import EXPLANATIONS
+from broker.store.records import JOBS, JobRecord, job_from_row, select_jobs
+
+PAGE_SIZE = 50
+MAX_PAGE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    job: JobRecord
+    wait: WaitOut | None
+
+
+def _position(dialect: str) -> sa.ColumnElement[Any]:
+    payload = EXPLANATIONS.c.payload_json
+    if dialect == "postgresql":
+        return sa.cast(sa.cast(payload, sa.JSON)["position"].as_string(), sa.Integer)
+    return sa.cast(sa.func.json_extract(payload, "$.position"), sa.Integer)
+
+
+def _team(stmt: sa.Select[Any], team: str | None) -> sa.Select[Any]:
+    return stmt if team is None else stmt.where(JOBS.c.team == team)
+
+
+def count_waiting(s: Session, team: str | None) -> int:
+    stmt = sa.select(sa.func.count()).select_from(JOBS).where(
+        JOBS.c.state == JobState.QUEUED.value)
+    return int(s.connection().execute(_team(stmt, team)).scalar_one())
+
+
+def waiting_page(s: Session, team: str | None, page: int) -> list[Waiting]:
+    """Page `page` (from 1) of the waiting jobs (of `team`, or all) in admission order."""
+    conn = s.connection()
+    pos = _position(conn.dialect.name)
+    unordered = sa.case((sa.or_(pos.is_(None), pos < 1), 1), else_=0)
+    stmt = (
+        select_jobs().add_columns(EXPLANATIONS.c.at, EXPLANATIONS.c.payload_json)
+        .select_from(JOBS.outerjoin(EXPLANATIONS, EXPLANATIONS.c.job_id == JOBS.c.id))
+        .where(JOBS.c.state == JobState.QUEUED.value)
+        .order_by(unordered, pos, JOBS.c.id)
+        .limit(PAGE_SIZE).offset((min(max(page, 1), MAX_PAGE) - 1) * PAGE_SIZE)
+    )
+    out = []
+    for row in conn.execute(_team(stmt, team)):
+        at, payload = row[-2], row[-1]  # after the job's columns
+        wait = None
+        if payload is not None:
+            try:
+                wait = WaitOut.of(at, payload)
+            except (ValueError, TypeError):
+                wait = None  # stored before estimates existed, or unreadable
+        out.append(Waiting(job_from_row(tuple(row)[:-2]), wait))
+    return out
