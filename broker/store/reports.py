@@ -1,0 +1,115 @@
+"""Read-side queries for the admin views and reports (broker/views): pools, quotas, usage.
+
+Aggregates are computed by the database (GROUP BY), so a report over a million ledger rows
+moves a few rows to Python, not a million.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+import sqlalchemy as sa
+from sqlmodel import Session
+
+from broker.ledger import ENTRIES, HOURS_KINDS
+from broker.store.attempts import ATTEMPTS
+from broker.store.records import JOBS
+
+GroupBy = Literal["team", "pool", "flavor", "user"]
+GROUPS: tuple[GroupBy, ...] = ("team", "pool", "flavor", "user")
+
+PLACED_PHASES = ("STARTING", "RUNNING")
+"""Phases in which an attempt's ranks hold GPUs on the backend's nodes."""
+
+
+def live_gpus_by_pool(session: Session) -> dict[str, tuple[int, int]]:
+    """(placed, not yet placed) GPUs of Isthmus attempts per pool: placed ones hold nodes
+    (STARTING or RUNNING); the others are admitted and wait in or for the backend."""
+    placed = sa.case((ATTEMPTS.c.phase.in_(PLACED_PHASES), ATTEMPTS.c.gpus), else_=0)
+    waiting = sa.case((ATTEMPTS.c.phase.in_(PLACED_PHASES), 0), else_=ATTEMPTS.c.gpus)
+    rows = session.connection().execute(
+        sa.select(ATTEMPTS.c.pool, sa.func.sum(placed), sa.func.sum(waiting))
+        .where(ATTEMPTS.c.ended_at.is_(None))
+        .group_by(ATTEMPTS.c.pool)
+    )
+    return {pool: (int(p or 0), int(w or 0)) for pool, p, w in rows}
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedJob:
+    id: str
+    team: str
+    total_gpus: int
+    spec_hash: str
+    spec_json: str
+
+
+def queued_jobs(session: Session, team: str | None = None) -> list[QueuedJob]:
+    """Jobs waiting for admission (QUEUED), optionally of one team."""
+    stmt = sa.select(
+        JOBS.c.id, JOBS.c.team, JOBS.c.total_gpus, JOBS.c.spec_hash, JOBS.c.spec_json
+    ).where(JOBS.c.state == "QUEUED")
+    if team is not None:
+        stmt = stmt.where(JOBS.c.team == team)
+    return [QueuedJob(*r) for r in session.connection().execute(stmt)]
+
+
+@dataclass(frozen=True, slots=True)
+class HoursRow:
+    """Summed GPU-hours and cost of one group and ledger kind."""
+
+    key: str
+    kind: str
+    gpu_hours: float
+    cost: float
+    unpriced_gpu_hours: float
+    """Hours of entries written before costs were numeric (revision 0007): no cost."""
+
+
+def _group_column(by: GroupBy) -> sa.ColumnElement[str]:
+    if by == "team":
+        return ENTRIES.c.team
+    if by == "flavor":
+        return ENTRIES.c.flavor
+    if by == "pool":
+        return sa.func.coalesce(ATTEMPTS.c.pool, "")
+    return sa.func.coalesce(JOBS.c.submitted_by, "")
+
+
+def hours_by(
+    session: Session, by: GroupBy, start: datetime | None, end: datetime | None,
+    team: str | None = None,
+) -> Iterator[HoursRow]:
+    """GPU-hours and cost per group and kind (usage and the waste kinds) of the ledger
+    entries booked in [start, end), optionally of one team. Pool comes from the attempt the
+    entry books, user from the job's submitter."""
+    key = _group_column(by).label("key")
+    unpriced = sa.case((ENTRIES.c.cost.is_(None), ENTRIES.c.gpu_hours), else_=0.0)
+    source: sa.FromClause = ENTRIES
+    if by == "pool":
+        source = ENTRIES.outerjoin(
+            ATTEMPTS,
+            sa.and_(ATTEMPTS.c.job_id == ENTRIES.c.job_id, ATTEMPTS.c.number == ENTRIES.c.attempt),
+        )
+    elif by == "user":
+        source = ENTRIES.outerjoin(JOBS, JOBS.c.id == ENTRIES.c.job_id)
+    stmt = (
+        sa.select(
+            key, ENTRIES.c.kind, sa.func.sum(ENTRIES.c.gpu_hours),
+            sa.func.sum(sa.func.coalesce(ENTRIES.c.cost, 0.0)), sa.func.sum(unpriced),
+        )
+        .select_from(source)
+        .where(ENTRIES.c.kind.in_(sorted(k.value for k in HOURS_KINDS)))
+        .group_by(key, ENTRIES.c.kind)
+    )
+    if start is not None:
+        stmt = stmt.where(ENTRIES.c.at >= start)
+    if end is not None:
+        stmt = stmt.where(ENTRIES.c.at < end)
+    if team is not None:
+        stmt = stmt.where(ENTRIES.c.team == team)
+    for k, kind, hours, cost, bare in session.connection().execute(stmt):
+        yield HoursRow(str(k), str(kind), float(hours or 0), float(cost or 0), float(bare or 0))
