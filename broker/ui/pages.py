@@ -15,7 +15,7 @@ router = APIRouter(prefix="/ui", include_in_schema=False)
 
 
 @router.get("/signin", response_class=HTMLResponse)
-async def signin_form(request: Request, next: str = "/ui") -> Response:  # noqa: A002
+async def signin_form(request: Request, next: str = "/ui") -> Response:
     if request.app.state.authenticator.open:
         return RedirectResponse(safe_next(next), status_code=303)
     return page(request, None, "signin.html", next=safe_next(next), error="")

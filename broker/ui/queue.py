@@ -2,7 +2,8 @@
 
 The order is the position the last admission cycle stored with each job's verdicts
 (broker/control/admission.py saves it in the job's explanation): ordered jobs first by
-position, then jobs in retry backoff (position 0) and jobs no cycle has considered yet, by id.
+position, then jobs in retry backoff (position 0), then jobs no cycle has considered yet; ties
+by id (submission order).
 The admission cycle refreshes stored positions of the first policies.eta.MAX_ESTIMATED jobs
 only, so deeper positions are as of the cycle that last changed their verdict.
 """
@@ -51,12 +52,12 @@ def waiting_page(s: Session, team: str | None, page: int) -> list[Waiting]:
     """Page `page` (from 1) of the waiting jobs (of `team`, or all) in admission order."""
     conn = s.connection()
     pos = _position(conn.dialect.name)
-    unordered = sa.case((sa.or_(pos.is_(None), pos < 1), 1), else_=0)
+    group = sa.case((pos.is_(None), 2), (pos < 1, 1), else_=0)
     stmt = (
         select_jobs().add_columns(EXPLANATIONS.c.at, EXPLANATIONS.c.payload_json)
         .select_from(JOBS.outerjoin(EXPLANATIONS, EXPLANATIONS.c.job_id == JOBS.c.id))
         .where(JOBS.c.state == JobState.QUEUED.value)
-        .order_by(unordered, pos, JOBS.c.id)
+        .order_by(group, pos, JOBS.c.id)
         .limit(PAGE_SIZE).offset((min(max(page, 1), MAX_PAGE) - 1) * PAGE_SIZE)
     )
     out = []
@@ -70,3 +71,11 @@ def waiting_page(s: Session, team: str | None, page: int) -> list[Waiting]:
                 wait = None  # stored before estimates existed, or unreadable
         out.append(Waiting(job_from_row(tuple(row)[:-2]), wait))
     return out
+
+
+def waiting_by_team(s: Session, team: str | None) -> dict[str, tuple[int, int]]:
+    """(jobs, GPUs) waiting for admission per team: the queue depth on the overview."""
+    stmt = (sa.select(JOBS.c.team, sa.func.count(), sa.func.sum(JOBS.c.total_gpus))
+            .where(JOBS.c.state == JobState.QUEUED.value).group_by(JOBS.c.team))
+    rows = s.connection().execute(_team(stmt, team))
+    return {t: (int(n), int(g or 0)) for t, n, g in rows}

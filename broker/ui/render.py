@@ -38,7 +38,7 @@ def page(request: Request, caller: Principal | None, name: str, active: str = ""
            **context}
     response = TEMPLATES.TemplateResponse(request, name, ctx, status_code=status)
     response.headers.update(SECURITY_HEADERS)
-    return response  # type: ignore[return-value]
+    return response
 
 
 def not_found(request: Request, caller: Principal, what: str) -> HTMLResponse:

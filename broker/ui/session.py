@@ -24,7 +24,7 @@ TOKEN_MAX = 8192
 """Longer than any static token or OIDC JWT we accept; a longer cookie is not looked at."""
 
 
-class NeedsSignIn(Exception):  # noqa: N818 - a redirect, not an error
+class NeedsSignIn(Exception):  # a redirect, not an error
     """No (valid) token: the handler sends the browser to the sign-in page."""
 
     def __init__(self, next_path: str, why: str = "") -> None:

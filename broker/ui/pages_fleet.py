@@ -1,0 +1,121 @@
+"""Overview and Reports: the federation at a glance, drawn from the read models in
+broker/views (pools, quotas, usage), never from queries of their own."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import HTMLResponse, Response
+
+from broker.api.auth import Principal
+from broker.control.inventories import Answer
+from broker.ui import queue
+from broker.ui.render import page
+from broker.ui.session import ui_principal
+from broker.views.pools import PoolView, read_pools
+from broker.views.quotas import read_quotas
+from broker.views.usage import UsageReport, read_usage
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+Caller = Annotated[Principal, Depends(ui_principal)]
+
+
+def _answers(request: Request) -> Mapping[str, Answer]:
+    runtime = request.app.state.runtime
+    return runtime.plane.last_inventories() if runtime is not None else {}
+
+
+def heat(free: int, total: int) -> str:
+    """The CSS class of a rack cell: 0 (nothing free) to 5 (all free)."""
+    if total <= 0:
+        return "heat-0"
+    return f"heat-{min(5, round(5 * free / total))}"
+
+
+@dataclass(frozen=True, slots=True)
+class BackendHealth:
+    name: str
+    status: str
+    """reachable, unreachable, or 'no inventory yet' (this process has not asked it yet, or
+    runs no control loop)."""
+    pools: int
+    inventory_age_s: float | None
+    note: str
+
+
+def backends(pools: list[PoolView]) -> list[BackendHealth]:
+    """Per backend, from its pools' views: reachable when every pool of it is; not known
+    while no pool of it has an inventory and none has an error."""
+    by: dict[str, list[PoolView]] = {}
+    for p in pools:
+        by.setdefault(p.backend, []).append(p)
+    out = []
+    for name, ps in by.items():
+        ages = [p.inventory_age_s for p in ps if p.inventory_age_s is not None]
+        notes = sorted({p.note for p in ps if p.note})
+        if all(p.reachable for p in ps):
+            status = "reachable"
+        elif all(p.inventory_at is None and p.note.startswith("no inventory") for p in ps):
+            status = "no inventory yet"
+        else:
+            status = "unreachable"
+        out.append(BackendHealth(name, status, len(ps), max(ages) if ages else None,
+                                 "; ".join(notes)))
+    return out
+
+
+@router.get("", response_class=HTMLResponse)
+def overview(request: Request, caller: Caller) -> Response:
+    config, db = request.app.state.config, request.app.state.db
+    team = None if caller.is_admin else caller.team
+    pools = read_pools(config, db, _answers(request), datetime.now(UTC))
+    quotas = read_quotas(config, db, team)
+    with db.read() as s:
+        depth = queue.waiting_by_team(s, team)
+    return page(request, caller, "overview.html", active="overview", pools=pools,
+                quotas=quotas, depth=depth, backends=backends(pools), heat=heat)
+
+
+Range = Literal["hour", "day", "week", "month"]
+RANGES: dict[str, tuple[timedelta, int]] = {
+    "hour": (timedelta(hours=1), 12), "day": (timedelta(days=1), 24),
+    "week": (timedelta(days=7), 14), "month": (timedelta(days=30), 30),
+}
+
+
+def _buckets(now: datetime, span: timedelta, n: int) -> list[tuple[datetime, datetime]]:
+    step = span / n
+    start = now - span
+    return [(start + i * step, start + (i + 1) * step) for i in range(n)]
+
+
+def _label(at: datetime, span: timedelta) -> str:
+    return at.strftime("%H:%M" if span <= timedelta(days=1) else "%m-%d")
+
+
+def _series(reports: list[UsageReport], field: str) -> dict[str, list[float]]:
+    keys = sorted({line.key for r in reports for line in r.lines})
+    return {k: [next((float(getattr(x, field)) for x in r.lines if x.key == k), 0.0)
+                for r in reports] for k in keys}
+
+
+@router.get("/reports", response_class=HTMLResponse)
+def reports(request: Request, caller: Caller, range_: Annotated[
+        Range, Query(alias="range")] = "day") -> Response:
+    db = request.app.state.db
+    team = None if caller.is_admin else caller.team
+    span, n = RANGES[range_]
+    now = datetime.now(UTC)
+    buckets = _buckets(now, span, n)
+    per_bucket = [read_usage(db, "team", a, b, team) for a, b in buckets]
+    whole = read_usage(db, "team", buckets[0][0], now, team)
+    labels = [_label(a, span) for a, _ in buckets]
+    return page(request, caller, "reports.html", active="reports", range_=range_,
+                ranges=list(RANGES), labels=labels, whole=whole,
+                cost=_series(per_bucket, "cost"),
+                waste=_series(per_bucket, "wasted_gpu_hours"),
+                hours=_series(per_bucket, "gpu_hours"))

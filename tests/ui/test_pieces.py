@@ -1,0 +1,28 @@
+"""Small parts of the dashboard without a browser: escaping in charts, where sign-in may send
+the browser, the queue page's admission order."""
+
+from __future__ import annotations
+
+from broker.ui import svg
+from broker.ui.pages_fleet import heat
+from broker.ui.session import safe_next
+
+
+def test_chart_labels_are_escaped() -> None:
+    out = str(svg.stacked_bars(["<b>"], {"<script>x</script>": [1.0]}))
+    assert "<script>" not in out and "&lt;script&gt;" in out and "&lt;b&gt;" in out
+    line = {"number": 1, "phases": [{"name": "<i>", "start": "2026-01-01T00:00:00+00:00",
+                                     "end": None, "seconds": 2.0}]}
+    assert "<i>" not in str(svg.timeline([line], "2026-01-01T00:00:02+00:00"))
+
+
+def test_sign_in_goes_back_to_dashboard_pages_only() -> None:
+    assert safe_next("/ui/jobs?state=QUEUED") == "/ui/jobs?state=QUEUED"
+    for bad in ("https://evil.example/", "//evil.example/ui", "/v1/jobs", "/ui\\..", None, "",
+                "/ui/\r\nSet-Cookie: x"):
+        assert safe_next(bad) == "/ui"
+
+
+def test_rack_heat_classes() -> None:
+    assert [heat(f, 16) for f in (0, 3, 8, 16)] == ["heat-0", "heat-1", "heat-2", "heat-5"]
+    assert heat(0, 0) == "heat-0"
