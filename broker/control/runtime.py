@@ -33,6 +33,7 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from broker.control.admission import run_admission
+from broker.control.decision_log import prune as prune_decisions
 from broker.control.dispatch import run_dispatch
 from broker.control.lease import LeaderLease
 from broker.control.plane import ControlPlane
@@ -75,6 +76,7 @@ class Runtime:
 
         self._add("admission", admission, iv.admission)
         self._add("dispatch", run_dispatch, iv.dispatch)
+        self._add("decision-log", prune_decisions, max(60.0, iv.admission))
         for name in self.plane.backends:
             self._add(f"reconcile:{name}", lambda p, n=name: reconcile(p, n), iv.reconcile)
         self.scheduler.add_job(self.keep_lease, "interval", seconds=iv.lease_ttl / 3,
