@@ -15,7 +15,7 @@ from broker.api.auth import Principal
 from broker.control.inventories import Answer
 from broker.ui import queue
 from broker.ui.render import page
-from broker.ui.session import ui_principal
+from broker.ui.session import scope, ui_principal
 from broker.views.pools import PoolView, read_pools
 from broker.views.quotas import read_quotas
 from broker.views.usage import UsageReport, read_usage
@@ -71,8 +71,10 @@ def backends(pools: list[PoolView]) -> list[BackendHealth]:
 @router.get("", response_class=HTMLResponse)
 def overview(request: Request, caller: Caller) -> Response:
     config, db = request.app.state.config, request.app.state.db
-    team = None if caller.is_admin else caller.team
+    team = scope(caller)
     pools = read_pools(config, db, _answers(request), datetime.now(UTC))
+    if not caller.is_admin:  # as GET /v1/pools: who drained a pool is for admins
+        pools = [p.model_copy(update={"drained_by": None}) for p in pools]
     quotas = read_quotas(config, db, team)
     with db.read() as s:
         depth = queue.waiting_by_team(s, team)
@@ -107,7 +109,7 @@ def _series(reports: list[UsageReport], field: str) -> dict[str, list[float]]:
 def reports(request: Request, caller: Caller, range_: Annotated[
         Range, Query(alias="range")] = "day") -> Response:
     db = request.app.state.db
-    team = None if caller.is_admin else caller.team
+    team = scope(caller)
     span, n = RANGES[range_]
     now = datetime.now(UTC)
     buckets = _buckets(now, span, n)

@@ -15,19 +15,18 @@ from broker.api.problems import Problem
 from broker.domain import JobState
 from broker.ui import queue
 from broker.ui.render import not_found, page
-from broker.ui.session import ui_principal
+from broker.ui.session import scope, ui_principal
+from broker.views.decisions import read_job_decisions
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 Caller = Annotated[Principal, Depends(ui_principal)]
 EVENTS_SHOWN = 300
-TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "REJECTED"}
+DECISIONS_SHOWN = 20
 
 
 def _team(caller: Principal, team: str | None) -> str | None:
     """The team a page shows: a team token's own, whatever it asks; an admin's choice."""
-    if not caller.is_admin:
-        return caller.team
-    return team or None
+    return (team or None) if caller.is_admin else scope(caller)
 
 
 def _teams(request: Request) -> list[str]:
@@ -96,12 +95,16 @@ def job_page(job_id: str, request: Request, caller: Caller) -> Response:
     attempts = api.attempts(job_id, request, caller)
     timeline = api.timeline(job_id, request, caller)
     events = api.events(job_id, request, caller)
+    # as GET /v1/jobs/{id}/decisions: a decision stood until the job stopped waiting
+    waiting_until = None if job.state == JobState.QUEUED else job.updated_at
+    decisions = read_job_decisions(request.app.state.db, job_id, waiting_until, DECISIONS_SHOWN)
     return page(
         request, caller, "job.html", active="jobs", job=job,
         explanation=explained.get("explanation"), considered_at=explained["considered_at"],
         attempts=attempts, timeline=timeline, rendered=_rendered(request, caller, job_id,
                                                                   attempts),
-        events=events[-EVENTS_SHOWN:], events_total=len(events), ended=job.state in TERMINAL,
+        events=events[-EVENTS_SHOWN:], events_total=len(events),
+        decisions=decisions,
     )
 
 

@@ -55,6 +55,12 @@ async def ui_principal(request: Request) -> Principal:
         raise NeedsSignIn(_here(request), exc.detail) from None
 
 
+def scope(caller: Principal) -> str | None:
+    """The team whose data a caller sees: None (every team) for an admin, else the token's
+    team ('' matches no team: a user token without a team sees nothing, never everything)."""
+    return None if caller.is_admin else caller.team or ""
+
+
 def _here(request: Request) -> str:
     path = request.url.path
     return path + (f"?{request.url.query}" if request.url.query else "")

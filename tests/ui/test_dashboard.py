@@ -82,6 +82,7 @@ def test_admin_walks_every_page(federation: Federation, page: Any, tmp_path: Pat
     assert "running" in timeline and "queued" in timeline
     assert "SUCCEEDED" in _text(page, "#events")
     assert '"bert-finetune"' in page.locator("#spec").text_content()
+    assert "admitted to k8s-a100" in _text(page, "#decisions")  # the decision log
     shot(page, "job", tmp_path)
     page.click("#logs-link")
     assert "Logs of" in _text(page, "h1")
@@ -93,6 +94,16 @@ def test_admin_walks_every_page(federation: Federation, page: Any, tmp_path: Pat
     assert float(totals.split("\t")[1]) > 0
     assert "language" in page.locator("#cost-chart svg").text_content()
     shot(page, "reports", tmp_path)
+
+    page.click("nav >> text=Decisions")
+    shot(page, "decisions", tmp_path)
+    for _ in range(50):  # the cycle that admitted bert-finetune, paging back from the newest
+        if f"{bert}\n→ k8s-a100" in _text(page, "#cycles") or f"{bert} → k8s-a100" in _text(
+                page, "#cycles"):
+            break
+        page.click("a[rel=next]")
+    else:
+        raise AssertionError("no cycle admitted bert-finetune")
 
     assert console.errors == []
 
@@ -121,8 +132,11 @@ def test_team_token_sees_only_its_team(federation: Federation, page: Any) -> Non
     assert teams == {"vision"}
     page.goto(f"{fed.url}/ui/reports?range=hour")
     assert "language" not in _text(page, "#totals")
-    # 404 answers log "Failed to load resource" in the console; nothing else may
-    assert [e for e in console.errors if "404" not in e] == []
+    response = page.goto(f"{fed.url}/ui/decisions")  # cycles span every team: admins only
+    assert response.status == 403 and page.locator("#cycles").count() == 0
+    # the 404 and 403 answers log "Failed to load resource"; nothing else may be logged
+    assert [e for e in console.errors
+            if "status of 404" not in e and "status of 403" not in e] == []
 
 
 def test_session_cookie_and_sign_out(federation: Federation, page: Any) -> None:
