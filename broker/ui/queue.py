@@ -2,8 +2,8 @@
 
 The order is the position the last admission cycle stored with each job's verdicts
 (broker/control/admission.py saves it in the job's explanation): ordered jobs first by
-position, then jobs in retry backoff (position 0), then jobs no cycle has considered yet; ties
-by id (submission order).
+position, then jobs in retry backoff (position 0) and jobs no cycle has considered yet, by id
+(submission order).
 The admission cycle refreshes stored positions of the first policies.eta.MAX_ESTIMATED jobs
 only, so deeper positions are as of the cycle that last changed their verdict.
 """
@@ -23,6 +23,8 @@ from broker.store.records import JOBS, JobRecord, job_from_row, select_jobs
 
 PAGE_SIZE = 50
 MAX_PAGE = 1000
+LAST = 2**31 - 1
+"""The sort key of jobs without a position: after every position."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,19 +51,31 @@ def count_waiting(s: Session, team: str | None) -> int:
 
 
 def waiting_page(s: Session, team: str | None, page: int) -> list[Waiting]:
-    """Page `page` (from 1) of the waiting jobs (of `team`, or all) in admission order."""
+    """Page `page` (from 1) of the waiting jobs (of `team`, or all) in admission order.
+
+    Two steps: the page's ids are sorted on (position, id) alone, so the database sorts
+    small records however many jobs wait; then only those jobs' rows and verdicts are read."""
     conn = s.connection()
-    pos = _position(conn.dialect.name)
-    group = sa.case((pos.is_(None), 2), (pos < 1, 1), else_=0)
-    stmt = (
-        select_jobs().add_columns(EXPLANATIONS.c.at, EXPLANATIONS.c.payload_json)
+    # one key, the position read once per row: 0 (retry backoff) and none (never considered)
+    # sort after every real position
+    key = sa.func.coalesce(sa.func.nullif(_position(conn.dialect.name), 0), LAST)
+    order = (
+        sa.select(JOBS.c.id)
         .select_from(JOBS.outerjoin(EXPLANATIONS, EXPLANATIONS.c.job_id == JOBS.c.id))
         .where(JOBS.c.state == JobState.QUEUED.value)
-        .order_by(group, pos, JOBS.c.id)
+        .order_by(key, JOBS.c.id)
         .limit(PAGE_SIZE).offset((min(max(page, 1), MAX_PAGE) - 1) * PAGE_SIZE)
     )
-    out = []
-    for row in conn.execute(_team(stmt, team)):
+    ids = list(conn.execute(_team(order, team)).scalars())
+    if not ids:
+        return []
+    rows = conn.execute(
+        select_jobs().add_columns(EXPLANATIONS.c.at, EXPLANATIONS.c.payload_json)
+        .select_from(JOBS.outerjoin(EXPLANATIONS, EXPLANATIONS.c.job_id == JOBS.c.id))
+        .where(JOBS.c.id.in_(ids))
+    )
+    found: dict[str, Waiting] = {}
+    for row in rows:
         at, payload = row[-2], row[-1]  # after the job's columns
         wait = None
         if payload is not None:
@@ -69,8 +83,9 @@ def waiting_page(s: Session, team: str | None, page: int) -> list[Waiting]:
                 wait = WaitOut.of(at, payload)
             except (ValueError, TypeError):
                 wait = None  # stored before estimates existed, or unreadable
-        out.append(Waiting(job_from_row(tuple(row)[:-2]), wait))
-    return out
+        job = job_from_row(tuple(row)[:-2])
+        found[job.id] = Waiting(job, wait)
+    return [found[i] for i in ids if i in found]
 
 
 def waiting_by_team(s: Session, team: str | None) -> dict[str, tuple[int, int]]:

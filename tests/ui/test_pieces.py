@@ -26,3 +26,18 @@ def test_sign_in_goes_back_to_dashboard_pages_only() -> None:
 def test_rack_heat_classes() -> None:
     assert [heat(f, 16) for f in (0, 3, 8, 16)] == ["heat-0", "heat-1", "heat-2", "heat-5"]
     assert heat(0, 0) == "heat-0"
+
+
+def test_report_totals_are_the_sum_of_the_bars() -> None:
+    from broker.store.reports import HoursRow
+    from broker.ui.pages_fleet import totals
+    from broker.views.usage import usage_report
+
+    first = [HoursRow("vision", "usage", 2.0, 4.0, 0.0), HoursRow("vision", "waste:failed",
+                                                                  0.5, 1.0, 0.0)]
+    second = [HoursRow("vision", "usage", 1.0, 2.0, 0.0), HoursRow("language", "usage",
+                                                                   3.0, 3.0, 0.5)]
+    summed = totals([usage_report(first, "team", None, None),
+                     usage_report(second, "team", None, None)])
+    whole = usage_report(first + second, "team", None, None)
+    assert summed.model_dump() == whole.model_dump()

@@ -28,7 +28,8 @@ def test_waiting_jobs_come_in_admission_order(db: Database) -> None:
         assert queue.count_waiting(s, "other-team") == 0
         rows = queue.waiting_page(s, None, 1)
         depth = queue.waiting_by_team(s, None)
-    # ordered positions first (2 before 12: numbers, not text), then backoff, then unconsidered
+    # ordered positions first (2 before 12: numbers, not text), then backoff and unconsidered
+    # jobs by id
     assert [r.job.id for r in rows] == [ids[1], ids[0], ids[2], ids[3]]
     assert [r.wait.position if r.wait else None for r in rows] == [2, 12, 0, None]
     assert sum(n for n, _ in depth.values()) == 4
