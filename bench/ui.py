@@ -8,7 +8,7 @@ for `--repeat` times in process (no network: the server's time, from the request
 ASGI app to the last byte of the page) as an admin, who sees every team. Prints
 `ui: <page> p95 <T> ms` per page last. Goal: every page < 300 ms.
 
-  PYTHONPATH=. .venv/bin/python bench/ui.py [--db postgresql://...] [--repeat 30]
+  PYTHONPATH=. .venv/bin/python bench/ui.py [--postgres | --db URL] [--repeat 30]
 """
 
 from __future__ import annotations
@@ -188,8 +188,23 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=10_000)
     ap.add_argument("--db", default=None, help="database URL (default: a temporary SQLite)")
     ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument("--postgres", action="store_true",
+                    help="start a throw-away PostgreSQL server (as bench/submit.py does)")
     args = ap.parse_args()
-    url = args.db or f"sqlite:///{Path(tempfile.mkdtemp()) / 'ui.db'}"
+    server = None
+    if args.postgres:
+        from bench.submit import Postgres
+
+        server = Postgres()
+    try:
+        run(args, server.url if server else args.db)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def run(args: argparse.Namespace, db_url: str | None) -> None:
+    url = db_url or f"sqlite:///{Path(tempfile.mkdtemp()) / 'ui.db'}"
     db = open_database(url, sqlite_synchronous="NORMAL")
     config = load_config(ROOT / "examples" / "isthmus.yaml")
     sample = seed(db, args.jobs, random.Random(1))

@@ -75,7 +75,7 @@ def timeline(attempts: Sequence[Mapping[str, object]], now: str, width: int = 72
 def stacked_bars(columns: Sequence[str], series: Mapping[str, Sequence[float]],
                  unit: str = "", width: int = 720, height: int = 220) -> Markup:
     """One bar per column, stacked by series (e.g. time buckets x teams), with a legend."""
-    if not columns or not series:
+    if not columns or not any(v for vals in series.values() for v in vals):
         return NO_DATA
     top = max(sum(vals[i] for vals in series.values()) for i in range(len(columns))) or 1.0
     left, bottom, legend_h = 56, 36, 18 * ((len(series) + 3) // 4)
@@ -123,4 +123,9 @@ def meter(used: float, nominal: float, limit: float, width: int = 160) -> Markup
 
 
 def _num(v: float) -> str:
-    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:,.1f}".rstrip("0").rstrip(".")
+    """12,345 / 12.3 / 0.042: a few significant digits, whatever the scale."""
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    if abs(v) >= 1 or v == 0:
+        return f"{v:.1f}".rstrip("0").rstrip(".")
+    return f"{v:.2g}"
