@@ -103,15 +103,15 @@ def _statements(by: GroupBy, start: datetime | None, end: datetime | None,
         return [_sums(column, start, end, team).where(HOURS_FILTER)]
     own = ENTRIES.c.pool if by == "pool" else ENTRIES.c.submitted_by
     if by == "pool":
-        source = ENTRIES.outerjoin(ATTEMPTS, sa.and_(
-            ATTEMPTS.c.job_id == ENTRIES.c.job_id, ATTEMPTS.c.number == ENTRIES.c.attempt))
-        looked_up = sa.func.coalesce(ATTEMPTS.c.pool, "")
+        found = sa.select(ATTEMPTS.c.pool).where(
+            ATTEMPTS.c.job_id == ENTRIES.c.job_id, ATTEMPTS.c.number == ENTRIES.c.attempt)
     else:
-        source = ENTRIES.outerjoin(JOBS, JOBS.c.id == ENTRIES.c.job_id)
-        looked_up = sa.func.coalesce(JOBS.c.submitted_by, "")
+        found = sa.select(JOBS.c.submitted_by).where(JOBS.c.id == ENTRIES.c.job_id)
+    # one index look-up per older entry (they are few once revision 0010 has run a while)
+    looked_up = sa.func.coalesce(found.scalar_subquery(), "")
     return [
         _sums(own, start, end, team).where(HOURS_FILTER, own.is_not(None)),
-        _sums(looked_up, start, end, team).select_from(source).where(UNLABELLED, own.is_(None)),
+        _sums(looked_up, start, end, team).where(UNLABELLED, own.is_(None)),
     ]
 
 
