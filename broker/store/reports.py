@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from broker.ledger import ENTRIES, HOURS_KINDS
+from broker.ledger import ENTRIES
 from broker.store.attempts import ATTEMPTS
 from broker.store.records import JOBS
 
@@ -69,14 +69,50 @@ class HoursRow:
     """Hours of entries written before costs were numeric (revision 0007): no cost."""
 
 
-def _group_column(by: GroupBy) -> sa.ColumnElement[str]:
-    if by == "team":
-        return ENTRIES.c.team
-    if by == "flavor":
-        return ENTRIES.c.flavor
+HOURS_FILTER = ENTRIES.c.kind.not_in(["reserve", "release"])
+"""Usage and waste entries: the predicate of PostgreSQL's partial index ix_ledger_hours."""
+UNLABELLED = sa.and_(HOURS_FILTER, sa.or_(ENTRIES.c.pool.is_(None),
+                                          ENTRIES.c.submitted_by.is_(None)))
+"""Entries booked before revision 0010 (no pool, no user): the predicate of the partial index
+ix_ledger_unlabelled, so that reports find them without a scan."""
+
+
+def _sums(key: sa.ColumnElement[str], start: datetime | None, end: datetime | None,
+          team: str | None) -> sa.Select[Any]:
+    unpriced = sa.case((ENTRIES.c.cost.is_(None), ENTRIES.c.gpu_hours), else_=0.0)
+    stmt = sa.select(
+        key.label("key"), ENTRIES.c.kind, sa.func.sum(ENTRIES.c.gpu_hours),
+        sa.func.sum(sa.func.coalesce(ENTRIES.c.cost, 0.0)), sa.func.sum(unpriced),
+    ).group_by(key, ENTRIES.c.kind)
+    if start is not None:
+        stmt = stmt.where(ENTRIES.c.at >= start)
+    if end is not None:
+        stmt = stmt.where(ENTRIES.c.at < end)
+    if team is not None:
+        stmt = stmt.where(ENTRIES.c.team == team)
+    return stmt
+
+
+def _statements(by: GroupBy, start: datetime | None, end: datetime | None,
+                team: str | None) -> list[sa.Select[Any]]:
+    """Team and flavor: one statement. Pool and user are on every entry booked since
+    revision 0010: one statement for those, one that looks up the older entries' (their
+    attempt's pool, their job's submitter) through the partial index."""
+    if by in ("team", "flavor"):
+        column = ENTRIES.c.team if by == "team" else ENTRIES.c.flavor
+        return [_sums(column, start, end, team).where(HOURS_FILTER)]
+    own = ENTRIES.c.pool if by == "pool" else ENTRIES.c.submitted_by
     if by == "pool":
-        return sa.func.coalesce(ATTEMPTS.c.pool, "")
-    return sa.func.coalesce(JOBS.c.submitted_by, "")
+        found = sa.select(ATTEMPTS.c.pool).where(
+            ATTEMPTS.c.job_id == ENTRIES.c.job_id, ATTEMPTS.c.number == ENTRIES.c.attempt)
+    else:
+        found = sa.select(JOBS.c.submitted_by).where(JOBS.c.id == ENTRIES.c.job_id)
+    # one index look-up per older entry (they are few once revision 0010 has run a while)
+    looked_up = sa.func.coalesce(found.scalar_subquery(), "")
+    return [
+        _sums(own, start, end, team).where(HOURS_FILTER, own.is_not(None)),
+        _sums(looked_up, start, end, team).where(UNLABELLED, own.is_(None)),
+    ]
 
 
 def hours_by(
@@ -84,32 +120,10 @@ def hours_by(
     team: str | None = None,
 ) -> Iterator[HoursRow]:
     """GPU-hours and cost per group and kind (usage and the waste kinds) of the ledger
-    entries booked in [start, end), optionally of one team. Pool comes from the attempt the
-    entry books, user from the job's submitter."""
-    key = _group_column(by).label("key")
-    unpriced = sa.case((ENTRIES.c.cost.is_(None), ENTRIES.c.gpu_hours), else_=0.0)
-    source: sa.FromClause = ENTRIES
-    if by == "pool":
-        source = ENTRIES.outerjoin(
-            ATTEMPTS,
-            sa.and_(ATTEMPTS.c.job_id == ENTRIES.c.job_id, ATTEMPTS.c.number == ENTRIES.c.attempt),
-        )
-    elif by == "user":
-        source = ENTRIES.outerjoin(JOBS, JOBS.c.id == ENTRIES.c.job_id)
-    stmt = (
-        sa.select(
-            key, ENTRIES.c.kind, sa.func.sum(ENTRIES.c.gpu_hours),
-            sa.func.sum(sa.func.coalesce(ENTRIES.c.cost, 0.0)), sa.func.sum(unpriced),
-        )
-        .select_from(source)
-        .where(ENTRIES.c.kind.in_(sorted(k.value for k in HOURS_KINDS)))
-        .group_by(key, ENTRIES.c.kind)
-    )
-    if start is not None:
-        stmt = stmt.where(ENTRIES.c.at >= start)
-    if end is not None:
-        stmt = stmt.where(ENTRIES.c.at < end)
-    if team is not None:
-        stmt = stmt.where(ENTRIES.c.team == team)
-    for k, kind, hours, cost, bare in session.connection().execute(stmt):
-        yield HoursRow(str(k), str(kind), float(hours or 0), float(cost or 0), float(bare or 0))
+    entries booked in [start, end), optionally of one team. A group and kind may come in more
+    than one row (entries from before and after revision 0010): callers add them up."""
+    conn = session.connection()
+    for stmt in _statements(by, start, end, team):
+        for k, kind, hours, cost, bare in conn.execute(stmt):
+            yield HoursRow(str(k), str(kind), float(hours or 0), float(cost or 0),
+                           float(bare or 0))

@@ -146,6 +146,10 @@ class LedgerEntryRow(SQLModel, table=True):
     at: datetime = Field(sa_type=UTCDateTime)
     note: str = Field(default="", sa_type=sa.Text)
     cost: float | None = None  # gpu_hours x flavor x pool cost weight (usage and waste only)
+    # of usage and waste entries (revision 0010; older ones have NULL): the attempt's pool and
+    # the job's submitter, so that reports group without joins
+    pool: str | None = Field(default=None, max_length=63)
+    submitted_by: str | None = Field(default=None, max_length=255)
 
 
 class QuotaUsageRow(SQLModel, table=True):

@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 from broker.api.app import create_app
 from broker.config import IsthmusConfig, parse_config
 from broker.orchestration.submission import cancel_job
+from broker.views.usage import CSV_FIELDS
 from tests.builders import spec
 from tests.integration.control.conftest import CONFIG, Sim
 from tests.integration.control.test_loop_sim import _run_until, cycle, state, submit
@@ -154,3 +155,22 @@ def test_job_decisions_are_team_scoped(sim: Sim) -> None:
                        headers=ADMIN).json()
     assert older and older[0]["id"] < cycles[-1]["id"]
     assert state(sim, waiting)[0] in ("QUEUED", "ADMITTED", "PREPARING", "RUNNING", "SUCCEEDED")
+
+
+def test_entries_booked_before_0010_are_grouped_by_their_attempt_and_job(sim: Sim) -> None:
+    jobs = _workload(sim)
+    with sim.plane.db.write() as s:  # as revision 0006 wrote waste: no kind, cost, pool, user
+        s.connection().execute(sa.text(
+            "INSERT INTO ledger_entries (job_id, attempt, kind, team, flavor, gpus, "
+            "borrowed_gpus, gpu_hours, at, note) SELECT job_id, number, 'waste', 'vision', "
+            "flavor, gpus, 0, 2.5, ended_at, '' FROM attempts WHERE job_id = :j"),
+            {"j": jobs["ok"]})
+    client = _client(sim)
+    pools = {line["key"]: line for line in
+             client.get("/v1/reports/usage?by=pool", headers=ADMIN).json()["lines"]}
+    assert pools["slurm-h100"]["waste_unsplit"] == pytest.approx(2.5)
+    assert "" not in pools
+    users = client.get("/v1/reports/usage?by=user&format=csv", headers=ADMIN).text
+    rows = list(csv.reader(io.StringIO(users)))
+    assert [r[0] for r in rows[1:]] == ["tester", "total"]
+    assert float(rows[1][CSV_FIELDS.index("waste_unsplit")]) == pytest.approx(2.5)

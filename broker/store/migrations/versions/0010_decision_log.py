@@ -1,5 +1,8 @@
-"""cycle_decisions: the decision log (a job's verdicts per admission cycle); indexes for
-pruning admission cycles by age and for usage reports over a time window of the ledger
+"""cycle_decisions: the decision log (a job's verdicts per admission cycle), an index for
+pruning admission cycles by age; ledger_entries.pool and .submitted_by (usage and waste
+entries from now on carry their attempt's pool and job's submitter, so that usage reports
+group without joins; older rows keep NULL and reports look those up) and an index for reports
+over a time window (on PostgreSQL a partial covering index of the GPU-hour entries)
 
 Revision ID: 0010
 Revises: 0009
@@ -29,7 +32,22 @@ def upgrade() -> None:
     op.create_index("ix_cycle_decisions_job", "cycle_decisions", ["job_id", "cycle_id"])
     op.create_index("ix_cycle_decisions_cycle", "cycle_decisions", ["cycle_id"])
     op.create_index("ix_admission_cycles_at", "admission_cycles", ["at"])
-    op.create_index("ix_ledger_at", "ledger_entries", ["at"])
+    # ALTER TABLE ADD COLUMN on both databases: the append-only triggers stay in place
+    op.add_column("ledger_entries", sa.Column("pool", sa.String(63), nullable=True))
+    op.add_column("ledger_entries", sa.Column("submitted_by", sa.String(255), nullable=True))
+    if op.get_bind().dialect.name == "postgresql":
+        op.execute(
+            "CREATE INDEX ix_ledger_hours ON ledger_entries (at) INCLUDE (kind, team, flavor, "
+            "pool, submitted_by, gpu_hours, cost) "
+            "WHERE kind NOT IN ('reserve', 'release')"
+        )
+    else:
+        op.create_index("ix_ledger_at", "ledger_entries", ["at"])
+    # the entries booked before this revision, which reports look pool and user up for
+    unlabelled = sa.text("kind NOT IN ('reserve', 'release') "
+                         "AND (pool IS NULL OR submitted_by IS NULL)")
+    op.create_index("ix_ledger_unlabelled", "ledger_entries", ["job_id", "attempt"],
+                    postgresql_where=unlabelled, sqlite_where=unlabelled)
 
 
 def downgrade() -> None:
