@@ -129,13 +129,15 @@ def seed(db: Any, jobs: int, rng: random.Random) -> dict[str, str]:
             hours = gpus * 2.0
             ledger.append({"job_id": jid, "attempt": 1, "kind": "usage", "team": team,
                            "flavor": flavor, "gpus": gpus, "borrowed_gpus": 0,
-                           "gpu_hours": hours, "at": ended, "note": "", "cost": hours * 1.5})
+                           "gpu_hours": hours, "at": ended, "note": "", "cost": hours * 1.5,
+                           "pool": pool, "submitted_by": f"user{i % 17}"})
             if state != "SUCCEEDED":
                 ledger.append({"job_id": jid, "attempt": 1, "team": team, "flavor": flavor,
                                "kind": "waste:failed" if state == "FAILED" else
                                "waste:cancelled", "gpus": gpus, "borrowed_gpus": 0,
                                "gpu_hours": hours / 2, "at": ended, "note": "",
-                               "cost": hours * 0.75})
+                               "cost": hours * 0.75, "pool": pool,
+                               "submitted_by": f"user{i % 17}"})
     cycles, decisions = [], []
     ids = [r["id"] for r in job_rows]
     for c in range(1, 5_001):
