@@ -9,7 +9,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from broker.api.problems import Problem
 from broker.ui.render import SECURITY_HEADERS, page
-from broker.ui.session import COOKIE, TOKEN_MAX, check_token, safe_next
+from broker.ui.session import COOKIE, TOKEN_MAX, check_token, safe_next, same_origin
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -23,6 +23,9 @@ async def signin_form(request: Request, next: str = "/ui") -> Response:
 
 @router.post("/signin", response_class=HTMLResponse)
 async def signin(request: Request) -> Response:
+    if not same_origin(request):
+        return page(request, None, "signin.html", status=403, next="/ui",
+                    error="Sign in from this server's own sign-in page.")
     form = parse_qs((await request.body()).decode("utf-8", "replace"), max_num_fields=4)
     token = (form.get("token") or [""])[0].strip()
     nxt = safe_next((form.get("next") or ["/ui"])[0])
@@ -42,6 +45,8 @@ async def signin(request: Request) -> Response:
 
 @router.post("/signout")
 async def signout(request: Request) -> Response:
+    if not same_origin(request):
+        return RedirectResponse("/ui", status_code=303)
     response = RedirectResponse("/ui/signin", status_code=303)
     response.delete_cookie(COOKIE, path="/ui", httponly=True, samesite="strict")
     return response

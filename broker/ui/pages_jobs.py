@@ -35,7 +35,8 @@ def _teams(request: Request) -> list[str]:
 
 @router.get("/queue", response_class=HTMLResponse)
 def queue_page(
-    request: Request, caller: Caller, team: str | None = None,
+    request: Request, caller: Caller,
+    team: Annotated[str | None, Query(max_length=63)] = None,
     page_no: Annotated[int, Query(alias="page", ge=1, le=queue.MAX_PAGE)] = 1,
 ) -> Response:
     shown = _team(caller, team)
@@ -50,7 +51,8 @@ def queue_page(
 
 @router.get("/jobs", response_class=HTMLResponse)
 def jobs_page(
-    request: Request, caller: Caller, team: str | None = None,
+    request: Request, caller: Caller,
+    team: Annotated[str | None, Query(max_length=63)] = None,
     state: Annotated[list[str] | None, Query(max_length=16)] = None,
     cursor: Annotated[str | None, Query(max_length=64)] = None,
 ) -> Response:

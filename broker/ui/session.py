@@ -12,7 +12,7 @@ caller is the local admin and no sign-in is asked for.
 
 from __future__ import annotations
 
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from fastapi import Request
 
@@ -68,11 +68,20 @@ def _here(request: Request) -> str:
 
 def safe_next(value: str | None) -> str:
     """Where to go after sign-in: a dashboard path only (never another site)."""
-    if not value or not value.startswith("/ui") or value.startswith("//") or "\\" in value:
+    if not value or "\\" in value or not (value == "/ui" or value.startswith(("/ui/", "/ui?"))):
         return "/ui"
     if any(ord(c) < 0x20 for c in value):
         return "/ui"
     return value
+
+
+def same_origin(request: Request) -> bool:
+    """A form post from a page of this server: its Origin (sent by browsers on POST), when
+    given, names this host. Keeps other sites from signing a browser in or out."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True
+    return urlsplit(origin).netloc == request.headers.get("host", "")
 
 
 def signin_url(next_path: str) -> str:

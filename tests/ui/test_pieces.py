@@ -3,9 +3,17 @@ the browser, the queue page's admission order."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from broker.api.app import create_app
+from broker.config import load_config
+from broker.store import open_database
 from broker.ui import svg
 from broker.ui.pages_fleet import heat
 from broker.ui.session import safe_next
+from tests.ui.conftest import TOKENS, _config
 
 
 def test_chart_labels_are_escaped() -> None:
@@ -19,7 +27,7 @@ def test_chart_labels_are_escaped() -> None:
 def test_sign_in_goes_back_to_dashboard_pages_only() -> None:
     assert safe_next("/ui/jobs?state=QUEUED") == "/ui/jobs?state=QUEUED"
     for bad in ("https://evil.example/", "//evil.example/ui", "/v1/jobs", "/ui\\..", None, "",
-                "/ui/\r\nSet-Cookie: x"):
+                "/ui/\r\nSet-Cookie: x", "/uix"):
         assert safe_next(bad) == "/ui"
 
 
@@ -41,3 +49,19 @@ def test_report_totals_are_the_sum_of_the_bars() -> None:
                      usage_report(second, "team", None, None)])
     whole = usage_report(first + second, "team", None, None)
     assert summed.model_dump() == whole.model_dump()
+
+
+def test_sign_in_refuses_posts_from_other_sites(tmp_path: Path) -> None:
+    db = open_database(f"sqlite:///{tmp_path / 'ui.db'}")
+    try:
+        app = create_app(load_config(_config(tmp_path / "isthmus.yaml")), db)
+        c = TestClient(app, follow_redirects=False)
+        body = {"token": TOKENS["root"], "next": "/ui/jobs"}
+        evil = c.post("/ui/signin", data=body, headers={"Origin": "https://evil.example"})
+        assert evil.status_code == 403 and "set-cookie" not in evil.headers
+        ok = c.post("/ui/signin", data=body, headers={"Origin": "http://testserver"})
+        assert ok.status_code == 303 and ok.headers["location"] == "/ui/jobs"
+        assert "HttpOnly" in ok.headers["set-cookie"]
+        assert c.get("/ui/jobs").status_code == 200  # the cookie signs the next page in
+    finally:
+        db.dispose()
