@@ -123,6 +123,11 @@ def hours_by(
     entries booked in [start, end), optionally of one team. A group and kind may come in more
     than one row (entries from before and after revision 0010): callers add them up."""
     conn = session.connection()
+    if conn.dialect.name == "postgresql":
+        # PostgreSQL's JIT compiles these aggregates for longer than they run (1.4 s for a
+        # 20 ms look-up of older entries, measured by bench/usage_report.py): off for this
+        # read transaction only
+        conn.exec_driver_sql("SET LOCAL jit = off")
     for stmt in _statements(by, start, end, team):
         for k, kind, hours, cost, bare in conn.execute(stmt):
             yield HoursRow(str(k), str(kind), float(hours or 0), float(cost or 0),
