@@ -122,6 +122,10 @@ class ControlPlane:
             spec = self._specs[job_id] = JobSpec.model_validate_json(spec_json)
         return spec
 
+    def last_inventories(self) -> dict[str, Answer]:
+        """Each backend's last answer, without asking it (inventories.Inventories.peek)."""
+        return self._inventories.peek()
+
     def inventory(self) -> InventorySnapshot:
         """One snapshot across all backends, pools as configured (drain from config too).
 

@@ -33,6 +33,7 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from broker.control.admission import run_admission
+from broker.control.decision_log import prune as prune_decisions
 from broker.control.dispatch import run_dispatch
 from broker.control.lease import LeaderLease
 from broker.control.plane import ControlPlane
@@ -48,6 +49,8 @@ class Intervals:
     dispatch: float = 2.0
     reconcile: float = 5.0
     lease_ttl: float = 15.0
+    prune: float = 60.0
+    """How often the leader prunes the decision log (control.decision_retention)."""
 
 
 class Runtime:
@@ -75,6 +78,7 @@ class Runtime:
 
         self._add("admission", admission, iv.admission)
         self._add("dispatch", run_dispatch, iv.dispatch)
+        self._add("decision-log", prune_decisions, iv.prune)
         for name in self.plane.backends:
             self._add(f"reconcile:{name}", lambda p, n=name: reconcile(p, n), iv.reconcile)
         self.scheduler.add_job(self.keep_lease, "interval", seconds=iv.lease_ttl / 3,

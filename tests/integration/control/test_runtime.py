@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime
+
+import sqlalchemy as sa
 
 from broker.control.lease import LeaderLease
 from broker.control.runtime import Intervals, Runtime
@@ -63,3 +66,39 @@ def test_two_replicas_one_leader_and_handover(threaded_sim: Sim) -> None:
     finally:
         if a.scheduler.running:
             a.stop()
+
+
+def test_the_leader_prunes_the_decision_log(threaded_sim: Sim) -> None:
+    """Cycles older than control.decision_retention go while the loop runs; the waiting
+    job's explanation stays."""
+    from broker.config import Control
+    from broker.store import attempts as att
+    from broker.store.pools import set_drained
+    from broker.store.tables import utcnow
+
+    sim = threaded_sim
+    control = Control(decision_retention=60.0, decision_prune_batch=3)
+    sim.plane.config = sim.plane.config.model_copy(update={"control": control})
+    with sim.plane.db.write() as s:
+        set_drained(s, "slurm-h100", True, "maintenance", "ops", utcnow())
+    job = submit_job(sim.plane.db, sim.plane.config, spec().flavors("h100-80g").build(),
+                     "t").job.id
+    iv = Intervals(admission=0.2, dispatch=0.1, reconcile=0.2, lease_ttl=1.5, prune=0.3)
+    runtime = Runtime(sim.plane, LeaderLease(sim.plane.db, holder="r1", ttl=iv.lease_ttl), iv)
+
+    def oldest() -> datetime | None:
+        with sim.plane.db.read() as s:
+            return s.connection().execute(sa.text("SELECT min(at) FROM admission_cycles")
+                                          ).scalar_one_or_none()
+
+    runtime.start()
+    try:
+        _wait(lambda: oldest() is not None, 30)
+        first = oldest()
+        assert first is not None
+        _wait(lambda: (o := oldest()) is not None and o > first, 60, sim)  # sim time moves
+        with sim.plane.db.read() as s:
+            explanation = att.get_explanation(s, job)
+        assert explanation is not None and "PoolDrained" in explanation[1]
+    finally:
+        runtime.stop()
