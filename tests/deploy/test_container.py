@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.conftest import REPO
+from tests.harness.helm import REPO
 
 CONTAINERFILE = REPO / "deploy" / "container" / "Containerfile"
 BUILD = REPO / "deploy" / "container" / "build"

@@ -24,10 +24,11 @@ from backends.k8s import K8sBackend, create
 from broker.config import Backend as BackendConfig
 from broker.config import Pool, parse_config
 from broker.domain.facts import Fact, Phase
-from tests.deploy.conftest import CHART, KUBE_VERSION, SITE_VALUES, merge, run_helm
-from tests.fixtures.k8s import FAKE_DURATION, K8sCluster, as_dict, wait_until
-from tests.unit.k8s.helpers import request
-from tests.unit.k8s.kube_objects import gpu_node, new_job_id
+from tests.fixtures.k8s import FAKE_DURATION, K8sCluster, as_dict
+from tests.harness.helm import CHART, KUBE_VERSION, SITE_VALUES, merge, run_helm
+from tests.harness.k8s_requests import request
+from tests.harness.kube_objects import gpu_node, new_job_id
+from tests.harness.wait import wait_until
 
 pytestmark = pytest.mark.k8s
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 
-from tests.conftest import EXAMPLE_CONFIG
-from tests.e2e.harness import ROOT, Server
+from tests.harness.paths import EXAMPLE_CONFIG
+from tests.harness.server import ROOT, Server
 
 DRIVER = ROOT / "scripts" / "demo_workload.py"
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from broker.hpc import isacct, isbatch, isqueue
-from tests.e2e.harness import Server, slurm_backend, slurm_pools, wait_until, write_config
+from tests.harness.server import Server, slurm_backend, slurm_pools, write_config
+from tests.harness.wait import wait_until
 
 pytestmark = pytest.mark.slurm
 COMPAT = {
@@ -139,7 +140,7 @@ sleep 3
                                          n.split("-")[1] in ours))
         return all(t["job_state"] not in ("PENDING", "RUNNING") for t in tasks)
 
-    wait_until(all_ended, DEADLINE * 2, "all six array tasks ended", every=0.3)
+    wait_until(all_ended, DEADLINE * 2, "all six array tasks ended", interval=0.3)
     assert 1 <= most_isthmus <= 2 and most_slurm <= 2
     assert isacct.run(["-j", array_id, "-P", "-n", "--format=JobID,State,ExitCode"], env) == 0
     rows = sorted(capsys.readouterr().out.split())

@@ -17,7 +17,7 @@ from broker.api.app import create_app
 from broker.config import IsthmusConfig, parse_config
 from broker.store import Database
 from tests.builders import spec
-from tests.conftest import EXAMPLE_CONFIG
+from tests.harness.paths import EXAMPLE_CONFIG
 
 PROBLEM = "application/problem+json"
 

@@ -19,8 +19,8 @@ from broker.api.app import create_app
 from broker.config import IsthmusConfig, parse_config
 from broker.store import Database
 from tests.builders import spec
-from tests.conftest import EXAMPLE_CONFIG
 from tests.fixtures.oidc_issuer import AUDIENCE, LocalIssuer
+from tests.harness.paths import EXAMPLE_CONFIG
 
 ROOT_TOKEN = "root-secret"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import EXAMPLE_CONFIG
+from tests.harness.paths import EXAMPLE_CONFIG
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "examples" / "jobs"

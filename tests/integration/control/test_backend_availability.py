@@ -26,9 +26,8 @@ from broker.store import Database
 from broker.store import attempts as att
 from broker.store.queries import get_job
 from tests.builders import spec
-from tests.integration.control.conftest import Sim
+from tests.harness.sim import Sim, submit
 from tests.integration.control.fakes import BlockingBackend
-from tests.integration.control.test_loop_sim import submit
 
 
 def _plane(sim: Sim, db: Database, config: IsthmusConfig, **backends: Any) -> ControlPlane:

@@ -9,7 +9,7 @@ from broker.api.app import create_app
 from broker.control.admission import run_admission
 from broker.orchestration.submission import submit_job
 from tests.builders import spec
-from tests.integration.control.conftest import Sim
+from tests.harness.sim import Sim
 
 
 def test_waiting_job_explains_itself(sim: Sim) -> None:

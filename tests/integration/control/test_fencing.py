@@ -20,7 +20,7 @@ from broker.store import attempts as att
 from broker.store.fence import Deposed, FencedDatabase
 from broker.store.queries import get_job, job_events
 from tests.builders import spec
-from tests.integration.control.conftest import Sim
+from tests.harness.sim import Sim
 
 
 def _cycles(db: Database) -> int:

@@ -20,10 +20,9 @@ from broker.control.dispatch import run_dispatch
 from broker.store import attempts as att
 from broker.store.queries import get_job
 from tests.builders import spec
-from tests.integration.control.conftest import Sim
+from tests.harness.sim import Sim, consistent, state, submit
+from tests.harness.slurm_fakes import FakeTransport
 from tests.integration.control.poison import events, poison_snapshot
-from tests.integration.control.test_loop_sim import consistent, state, submit
-from tests.unit.slurm.test_adapter_node_health import FakeTransport
 
 
 def _three(sim: Sim) -> tuple[str, str, str]:

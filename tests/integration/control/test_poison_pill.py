@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from backends.sim.backend import SimBackend
 from tests.builders import spec
-from tests.integration.control.conftest import Sim
+from tests.harness.sim import Sim, consistent, cycle, run_until, state, submit
 from tests.integration.control.poison import events, poison
-from tests.integration.control.test_loop_sim import _run_until, consistent, cycle, state, submit
 
 
 def _explode_for(backend: SimBackend, job_id: str) -> None:
@@ -31,7 +30,7 @@ def test_poison_pills_harm_nobody_else(sim: Sim) -> None:
     # slurm-h100 is full: vision's own gang and language's borrowed one
     holder, borrower = submit(sim, low("vision"), 7200), submit(sim, low("language"), 7200)
     for j in (holder, borrower):
-        _run_until(sim, j, "RUNNING", step=20)
+        run_until(sim, j, "RUNNING", step=20)
     cycle(sim, 700)  # past the minimum runtime that protects new work
     poison(sim, holder, max_runtime=10**12)
 

@@ -16,7 +16,7 @@ from broker.control.dispatch import run_dispatch
 from broker.control.reconcile import reconcile
 from broker.orchestration.submission import submit_job
 from tests.builders import spec
-from tests.integration.control.conftest import Sim
+from tests.harness.sim import Sim
 
 
 def _client(sim: Sim, control: bool = True) -> TestClient:

@@ -33,7 +33,7 @@ from broker.domain.facts import Phase
 from broker.domain.spec import BackendKind, JobSpec
 from broker.feasibility import feasibility
 from tests.builders import spec
-from tests.conftest import EXAMPLE_CONFIG
+from tests.harness.paths import EXAMPLE_CONFIG
 
 BASE: dict[str, Any] = yaml.safe_load(EXAMPLE_CONFIG.read_text())
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
