@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from backends.base import Backend, BackendUnavailable
+from backends.base import BackendUnavailable
 from backends.sim import ExternalLoad, SimBackend, SimClock, SimFailures, SimPoolSpec
 from broker.domain import FailureCategory, Reason
 from broker.domain.facts import Phase
@@ -19,10 +19,6 @@ POOL = SimPoolSpec("p1", "h100", blocks=1, racks_per_block=2, nodes_per_rack=2, 
 
 def make(seed: int = 0, **kw: object) -> SimBackend:
     return SimBackend("sim-a", "slurm", [POOL], SimClock(T0), seed=seed, **kw)  # type: ignore[arg-type]
-
-
-def test_implements_the_backend_protocol() -> None:
-    assert isinstance(make(), Backend)
 
 
 def test_lifecycle_in_virtual_time() -> None:
