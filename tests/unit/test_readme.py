@@ -1,12 +1,21 @@
-"""The README's reason table and state table stay in step with the code."""
+"""The README's reason table and state table stay in step with the code, and it names exactly
+two set-up commands."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+import re
 
 from broker.domain import REASONS, JobState
+from tests.harness.paths import ROOT
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+README = (ROOT / "README.md").read_text()
+
+
+def _section(title: str) -> str:
+    start = README.index(title)
+    nxt = re.search(r"^#{2,3} ", README[start + len(title):], re.M)
+    return README[start:start + len(title) + (nxt.start() if nxt else len(README))]
 
 
 def test_every_reason_is_documented_with_its_severity() -> None:
@@ -14,10 +23,34 @@ def test_every_reason_is_documented_with_its_severity() -> None:
         assert f"| `{reason.value}` | {info.kind.value} | {info.severity} |" in README, reason
 
 
+def _state_table() -> dict[str, str]:
+    """The lifecycle section's | state | meaning | table: each state named in a row's first
+    cell (``A / B / C`` names several) -> its meaning."""
+    rows = re.findall(r"^\| ([A-Z /]+) \| (.*) \|$", _section("## The lifecycle"), re.M)
+    return {s.strip(): meaning.strip() for cell, meaning in rows for s in cell.split("/")}
+
+
 def test_every_state_is_documented() -> None:
-    for state in JobState:
-        assert state.value in README
+    table = _state_table()
+    assert sorted(table) == sorted(s.value for s in JobState)
+    assert all(table.values()), table
 
 
 def test_readme_names_exactly_two_setup_commands() -> None:
-    assert "scripts/demo    #" in README and "scripts/test    #" in README
+    section = _section("## Two commands")
+    blocks = re.findall(r"^```sh\n(.*?)^```", section, re.M | re.S)
+    # the section's first block sets up; the later ones use the running broker
+    commands = [line.split("#", 1)[0].strip() for line in blocks[0].splitlines() if line.strip()]
+    assert commands == ["scripts/demo", "scripts/test"]
+    for command in commands:
+        assert os.access(ROOT / command, os.X_OK), command
+
+
+def test_the_readme_test_command_runs_every_test() -> None:
+    """``scripts/test`` with no arguments deselects nothing: no marker filter in the script or in
+    pytest's configured options; the fast tier is an argument the reader adds."""
+    script = (ROOT / "scripts" / "test").read_text()
+    pytest_line = next(line for line in script.splitlines() if "-m pytest" in line)
+    assert re.search(r"-m pytest \"\$@\"\s*$", pytest_line), pytest_line
+    addopts = re.search(r"^addopts = (.*)$", (ROOT / "pyproject.toml").read_text(), re.M)
+    assert addopts is not None and " -m " not in f" {addopts.group(1)} "
