@@ -3,9 +3,14 @@ with retries, preemption, cancellation, outages and crash recovery."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from backends.sim.backend import DURATION_ENV
+from backends.slurm import SlurmBackend, SlurmSettings
+from backends.slurm.inventory import PoolBinding
+from backends.slurm.transport_cli import CliTransport
 from broker import ledger
 from broker.control.admission import run_admission
 from broker.control.dispatch import run_dispatch
@@ -306,22 +311,42 @@ def test_objects_of_other_installations_are_left_alone(sim: Sim) -> None:
     assert sim.backends["sim-slurm"].jobs[foreign].phase.value == "RUNNING"
 
 
-def test_refused_dispatch_avoids_the_pool_instead_of_looping(sim: Sim) -> None:
-    from backends.base import Unsupported
+SBATCH_REFUSAL = ("sbatch: error: Batch job submission failed: "
+                  "Requested node configuration is not available")
 
-    backend = sim.backends["sim-slurm"]
 
-    def refuse(request: object) -> object:
-        raise Unsupported("this backend does not take the job")
+def _refusing_slurm(tmp_path: Path) -> SlurmBackend:
+    """The real Slurm adapter and CLI transport over stand-in commands: no job of that name is
+    queued or accounted, and sbatch refuses the job the way Slurm does (exit 1, the error on
+    stderr), which the transport turns into SubmitRefused."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    commands = {"squeue": "exit 0", "sacct": "exit 0", "sinfo": "echo '{\"nodes\": []}'",
+                "sbatch": f"cat >/dev/null; echo '{SBATCH_REFUSAL}' >&2; exit 1"}
+    for name, body in commands.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    return SlurmBackend("sim-slurm", [PoolBinding("slurm-h100", "h100", "h100-80g")],
+                        SlurmSettings(work_dir=str(tmp_path / "jobs")),
+                        CliTransport(bin_dir=str(bin_dir)))
 
-    backend.submit = refuse  # type: ignore[method-assign]
+
+def test_refused_dispatch_avoids_the_pool_instead_of_looping(
+    sim: Sim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refusing = _refusing_slurm(tmp_path)
+    monkeypatch.setattr(sim.backends["sim-slurm"], "submit", refusing.submit)
     job = submit(sim, spec().flavors("h100-80g").replicas(1).topology(None), 60)
     for _ in range(10):
         cycle(sim, 10)
     attempts = attempts_of(sim, job)
     assert len(attempts) == 1 and attempts[0].dispatch == "abandoned"
+    assert attempts[0].pool == "slurm-h100"
     job_state, reason = state(sim, job)
     assert job_state == "QUEUED" and reason in ("PoolExcluded", "NoFlavorFits"), reason
+    with sim.plane.db.read() as s:
+        refusal = [e for e in job_events(s, job) if e.reason == "DispatchRefused"]
+    assert refusal and "Requested node configuration is not available" in refusal[0].message
 
 
 def test_usage_and_waste_are_accounted_per_attempt(sim: Sim) -> None:
