@@ -246,6 +246,20 @@ def test_auth_and_team_scoping(secured: TestClient) -> None:
     assert (cancelled["state"], cancelled["reason"]) == ("CANCELLED", "CancelledByAdmin")
 
 
+def test_403_is_for_another_teams_spec_and_422_for_every_other_problem(secured: TestClient) -> None:
+    """The status follows what the problem is, not its wording: an unknown team whose name
+    (and so the message) says "token" is still a 422, and another team's spec a 403."""
+    c = secured
+    other = _problem(c.post("/v1/jobs", json=spec().team("language").dict(), headers=_as(ALICE)),
+                     403)
+    assert other["errors"] == [{"field": "team", "message": other["errors"][0]["message"]}]
+    for who in (ROOT, ALICE):  # an admin (no team check) and a user (the unknown team wins)
+        unknown = _problem(c.post("/v1/jobs", json=spec().team("tokens").dict(), headers=_as(who)),
+                           422)
+        (error,) = unknown["errors"]
+        assert error["field"] == "team" and "token" in error["message"]
+
+
 def test_openapi_documents_the_jobspec(client: TestClient) -> None:
     doc = client.get("/openapi.json").json()
     assert "JobSpec" in doc["components"]["schemas"]
