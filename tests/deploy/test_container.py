@@ -20,6 +20,8 @@ import pytest
 
 from tests.harness.helm import REPO
 
+pytestmark = pytest.mark.slow  # over two seconds each: out of the fast tier (README)
+
 CONTAINERFILE = REPO / "deploy" / "container" / "Containerfile"
 BUILD = REPO / "deploy" / "container" / "build"
 TAG = "test"

@@ -12,9 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.harness.paths import EXAMPLE_CONFIG
 from tests.harness.server import ROOT, Server
+
+pytestmark = pytest.mark.slow  # over two seconds each: out of the fast tier (README)
 
 DRIVER = ROOT / "scripts" / "demo_workload.py"
 

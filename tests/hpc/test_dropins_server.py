@@ -16,6 +16,8 @@ import pytest
 from broker.hpc import isacct, isbatch, iscancel, isqueue
 from tests.harness.server import Server, slurm_pools, write_config
 
+pytestmark = pytest.mark.slow  # over two seconds each: out of the fast tier (README)
+
 ROOT = Path(__file__).resolve().parents[2]
 TOKENS = {"vision": "tok-vision-1", "language": "tok-language-1"}
 COMPAT = {

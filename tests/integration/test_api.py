@@ -174,6 +174,7 @@ def live_url(db: Database, example_config: IsthmusConfig) -> Iterator[str]:
     thread.join(10)
 
 
+@pytest.mark.slow
 def test_idempotency_under_concurrent_requests(live_url: str) -> None:
     body = spec().dict()
 

@@ -28,6 +28,8 @@ from broker.orchestration.replay import check_all
 from broker.store import Database
 from tests.harness.paths import EXAMPLE_CONFIG
 
+pytestmark = pytest.mark.slow  # over two seconds each: out of the fast tier (README)
+
 ADMIN_TOKEN = "fuzz-admin-secret"
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 # Examples per operation and generation mode; POST /v1/jobs, where the bugs were, gets more.

@@ -90,6 +90,7 @@ def live_url(db: Database, config: IsthmusConfig) -> Iterator[str]:
     thread.join(10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_the_cli_sends_an_oidc_token_from_isthmus_token(
     live_url: str, issuer: LocalIssuer

@@ -15,6 +15,8 @@ import pytest
 
 from tests.harness.paths import EXAMPLE_CONFIG
 
+pytestmark = pytest.mark.slow  # over two seconds each: out of the fast tier (README)
+
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "examples" / "jobs"
 ISTHMUS = [sys.executable, "-m", "broker.cli.main"]

@@ -56,6 +56,7 @@ def _until(sim: Sim, done: Callable[[], bool], cycles: int = 200, step: float = 
     raise AssertionError("the workload did not finish")
 
 
+@pytest.mark.slow
 def test_the_ledger_charges_every_held_gpu_hour_once_whatever_the_ending(sim: Sim) -> None:
     k8s = sim.backends["sim-k8s"]
     a100 = spec().flavors("a100-80g").topology(None)
