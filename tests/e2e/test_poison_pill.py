@@ -37,7 +37,7 @@ TEAMS = [
      "quotas": {"h100-80g": {"nominal": 128}, "a100-80g": {"nominal": 128}}},
 ]
 # Reasons that name what is wrong with a bad job (never a silent wait)
-BAD_JOB_REASONS = {"DispatchRefused", "PoolExcluded", "InternalError", "SpecInvalid",
+BAD_JOB_REASONS = {"DispatchRefused", "PoolExcluded", "InternalError",
                    "ExceedsCapacity", "TopologyUnsatisfiable", "Orchestration",
                    "RetriesExhausted", "UserError", "ResourceEnv"}
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 
 from broker.domain import REASONS, JobState
 from tests.harness.paths import ROOT
@@ -54,3 +55,41 @@ def test_the_readme_test_command_runs_every_test() -> None:
     assert re.search(r"-m pytest \"\$@\"\s*$", pytest_line), pytest_line
     addopts = re.search(r"^addopts = (.*)$", (ROOT / "pyproject.toml").read_text(), re.M)
     assert addopts is not None and " -m " not in f" {addopts.group(1)} "
+
+
+def test_every_documented_reason_exists_and_is_produced() -> None:
+    """The reason table names only reasons of the code, and each of those is set somewhere
+    outside its own definition (a reason no code path produces is a promise the broker does
+    not keep)."""
+    documented = set(re.findall(r"^\| `(\w+)` \| \w+ \| \d+ \|", _section("## Reasons"), re.M))
+    assert documented == {r.value for r in REASONS}
+    code = "\n".join(
+        p.read_text() for package in ("broker", "backends", "policies")
+        for p in (ROOT / package).rglob("*.py")
+        if p != ROOT / "broker" / "domain" / "reasons.py" and "migrations" not in p.parts
+    )
+    unused = [r.name for r in REASONS
+              if not re.search(rf"\b(Reason|R)\.{r.name}\b|\"{r.value}\"", code)]
+    assert unused == []
+
+
+def test_every_command_that_prints_a_result_takes_json() -> None:
+    """The README's promise about --json, with its exceptions, matches the commands."""
+    import typer
+
+    from broker.cli.main import app
+
+    def leaves(cmd: object, prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, object]]:
+        subs = getattr(cmd, "commands", None)
+        if not subs:
+            yield " ".join(prefix), cmd
+            return
+        for name, sub in subs.items():
+            yield from leaves(sub, (*prefix, name))
+
+    without = {name for name, cmd in leaves(typer.main.get_command(app))
+               if not any("--json" in p.opts for p in getattr(cmd, "params", []))}
+    claim = re.search(r"Every command that prints a result takes `--json` \(all but ([^)]*)\)",
+                      " ".join(README.split()))
+    assert claim is not None
+    assert without == set(re.findall(r"`([\w ]+)`", claim.group(1)))
