@@ -85,7 +85,7 @@ def test_crash_safety_kill_9_at_injected_points(slurm_cluster: object, tmp_path:
         unanswered = [ks for ks, a in zip(batch, answers, strict=True) if a is None]
         ids += [a for a in answers if a is not None]
         try:
-            wait_until(lambda s=server: not s.alive(), 15, f"a crash at {point}", interval=0.1)
+            wait_until(lambda: not server.alive(), 15, f"a crash at {point}", interval=0.1)
             crashed[point] += 1
         except AssertionError:
             server.kill()  # the point was not reached in time: kill -9 mid-flight anyway

@@ -23,7 +23,7 @@ PROBE = ["/bin/sh", "-c", 'touch "$ISTHMUS_JOB_DIR/rank-$RANK-$SLURMD_NODENAME-'
 def _events(server: Server, job_id: str) -> list[dict[str, Any]]:
     r = httpx.get(f"{server.url}/v1/jobs/{job_id}/events", timeout=30)
     assert r.status_code == 200, r.text
-    return r.json()  # type: ignore[no-any-return]
+    return r.json()
 
 
 def test_small_gangs_run_packed_on_one_node(slurm_cluster: object, tmp_path: Path,

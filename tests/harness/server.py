@@ -126,7 +126,7 @@ class Server:
                                  f"{self.log.read_text()[-3000:]}")
         try:
             r = httpx.get(f"{self.url}/healthz", timeout=2)
-            return r.json() if r.status_code == 200 else None  # type: ignore[no-any-return]
+            return r.json() if r.status_code == 200 else None
         except httpx.HTTPError:
             return None
 
@@ -158,12 +158,12 @@ class Server:
         headers = {"Idempotency-Key": key} if key else {}
         r = httpx.post(f"{self.url}/v1/jobs", json=spec, headers=headers, timeout=30)
         assert r.status_code in (200, 201), r.text
-        return r.json()  # type: ignore[no-any-return]
+        return r.json()
 
     def job(self, job_id: str) -> dict[str, Any]:
         r = httpx.get(f"{self.url}/v1/jobs/{job_id}", timeout=30)
         assert r.status_code == 200, r.text
-        return r.json()  # type: ignore[no-any-return]
+        return r.json()
 
 
 def job_spec(name: str, flavor: str, replicas: int = 1, gpus: int = 8,

@@ -3,6 +3,8 @@ with: one control cycle, a job's state, a submission, the consistency checks."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from backends.sim.backend import DURATION_ENV, SimBackend, SimClock
 from broker import ledger
 from broker.control.admission import run_admission
@@ -15,7 +17,7 @@ from broker.store import attempts as att
 from broker.store.queries import get_job, list_jobs
 from tests.builders import SpecBuilder
 
-CONFIG = {
+CONFIG: dict[str, Any] = {
     "auth": {"mode": "none"},
     "flavors": [
         {"name": "h100-80g", "gpu_model": "H100", "gpu_memory_gb": 80, "cost_weight": 2.0},

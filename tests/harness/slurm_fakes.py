@@ -85,7 +85,7 @@ class FakeTransport:
                    since: datetime) -> list[JobRecord]:
         return [j for j in self.accounted if j.name in names or j.job_id in job_ids]
 
-    def submit(self, job: BatchJob) -> str:
+    def submit(self, job: BatchJob, *, as_user: str | None = None) -> str:
         raise NotImplementedError
 
     def signal(self, job_id: str, signal: str) -> bool:

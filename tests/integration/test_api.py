@@ -60,7 +60,7 @@ def test_infeasible_spec_is_stored_and_rejected_with_the_limit(client: TestClien
     assert [e["to_state"] for e in events] == ["SUBMITTED", "VALIDATING", "REJECTED"]
 
 
-BAD_INPUT = [
+BAD_INPUT: list[tuple[str, Any, str | None, int, str]] = [
     ("malformed-json", b'{"name": "x",', "application/json", 400, "(body)"),
     ("unknown-field", {**spec().dict(), "gpus": 8}, None, 422, "gpus"),
     ("zero-gpus", spec().gpus(0).dict(), None, 422, "gang.gpus_per_replica"),

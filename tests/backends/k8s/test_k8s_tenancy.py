@@ -118,5 +118,5 @@ def test_each_team_gets_its_own_namespace(k8s_cluster: K8sCluster) -> None:
         assert not backend.cancel(reqs["nlp"].name, 0).found
     finally:
         backend.close()
-        for ns in made.values():
-            k8s_cluster.delete_namespace(ns)
+        for made_ns in made.values():
+            k8s_cluster.delete_namespace(made_ns)

@@ -18,7 +18,7 @@ from broker.domain import FailureCategory, Reason
 from broker.domain.facts import Phase
 from broker.orchestration.submission import cancel_job
 from broker.store import attempts as att
-from tests.builders import spec
+from tests.builders import SpecBuilder, spec
 from tests.harness.sim import CONFIG, Sim, attempts_of, cycle, run_until, state, submit
 
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "REJECTED"}
@@ -63,7 +63,7 @@ def test_the_ledger_charges_every_held_gpu_hour_once_whatever_the_ending(sim: Si
     jobs: dict[str, str] = {}
 
     # 1. Isthmus preempts: the h100 pool (32 GPUs) full of low-priority work, then an urgent job
-    def low(team: str) -> object:
+    def low(team: str) -> SpecBuilder:
         return spec().name(f"low-{team}").team(team).flavors("h100-80g").replicas(2).topology(
             None).set("priority", "low").set(
             "checkpoint", {"dir": f"/ckpt/{team}", "resumable": True, "grace": "30s"})

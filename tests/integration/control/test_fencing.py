@@ -80,7 +80,7 @@ def test_the_runtime_steps_down_on_a_refused_write(threaded_sim: Sim) -> None:
         runtime.stop()
 
 
-def db_now_utc(db: Database):  # type: ignore[no-untyped-def]
+def db_now_utc(db: Database):
     with db.read() as s:
         return db_now(s.connection())
 

@@ -10,12 +10,12 @@ import pytest
 from broker.control.admission import run_admission
 from broker.store import attempts as att
 from broker.store.queries import get_job
-from tests.builders import spec
+from tests.builders import SpecBuilder, spec
 from tests.harness.sim import Sim, cycle, run_until, state, submit
 from tests.integration.control.poison import events, poison
 
 
-def _low(team: str) -> object:
+def _low(team: str) -> SpecBuilder:
     return spec().name(f"low-{team}").team(team).flavors("h100-80g").replicas(2).topology(
         None).set("priority", "low")
 

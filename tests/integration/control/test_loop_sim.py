@@ -17,7 +17,7 @@ from broker.control.dispatch import run_dispatch
 from broker.orchestration.submission import cancel_job
 from broker.store import attempts as att
 from broker.store.queries import get_job, job_events
-from tests.builders import spec
+from tests.builders import SpecBuilder, spec
 from tests.harness.sim import Sim, attempts_of, consistent, cycle, run_until, state, submit
 
 
@@ -182,7 +182,7 @@ def test_orphan_objects_are_cancelled(sim: Sim) -> None:
 def test_higher_priority_preempts_and_the_victim_resumes_from_its_checkpoint(sim: Sim) -> None:
     from broker.domain.attempts import RunSnapshot
 
-    def low(team: str) -> object:
+    def low(team: str) -> SpecBuilder:
         return spec().name(f"low-{team}").team(team).flavors("h100-80g").replicas(2).topology(
             None).set("priority", "low").set(
             "checkpoint", {"dir": f"/ckpt/{team}", "resumable": True, "grace": "30s"})
@@ -240,7 +240,7 @@ def test_priority_preemption_frees_one_rack_for_a_rack_bound_gang(sim: Sim) -> N
                      in [(e.to_state, e.reason) for e in job_events(s, j)]]
     assert len(preempted) == 2, "two victims, exactly enough"
     rack = {n.name: n.topology.rack for p in sim.plane.inventory().pools for n in p.nodes}
-    racks = set()
+    racks: set[str | None] = set()
     for j in preempted:
         placement = RunSnapshot.model_validate_json(attempts_of(sim, j)[0].snapshot_json).placement
         assert placement is not None
@@ -253,7 +253,7 @@ def test_priority_preemption_frees_one_rack_for_a_rack_bound_gang(sim: Sim) -> N
 def test_a_team_whose_quota_is_full_preempts_its_own_lower_priority_work(sim: Sim) -> None:
     # vision's 32 nominal h100 GPUs (all the pool has; nobody lends it more) run two of its
     # own low-priority gangs; its urgent job must take the place of one of them
-    def low(i: int) -> object:
+    def low(i: int) -> SpecBuilder:
         return spec().name(f"low-{i}").team("vision").flavors("h100-80g").replicas(2).topology(
             None).set("priority", "low")
 

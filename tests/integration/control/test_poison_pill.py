@@ -5,8 +5,9 @@ job runs, the bad ones carry a clear reason, and the books stay consistent."""
 
 from __future__ import annotations
 
+from backends.base import SubmitRequest, SubmitResult
 from backends.sim.backend import SimBackend
-from tests.builders import spec
+from tests.builders import SpecBuilder, spec
 from tests.harness.sim import Sim, consistent, cycle, run_until, state, submit
 from tests.integration.control.poison import events, poison
 
@@ -14,16 +15,16 @@ from tests.integration.control.poison import events, poison
 def _explode_for(backend: SimBackend, job_id: str) -> None:
     original = backend.submit
 
-    def submit_or_explode(request: object) -> object:
+    def submit_or_explode(request: SubmitRequest) -> SubmitResult:
         if getattr(request, "job_id", None) == job_id:
             raise RuntimeError("cannot render this job")
-        return original(request)  # type: ignore[arg-type]
+        return original(request)
 
     backend.submit = submit_or_explode  # type: ignore[method-assign]
 
 
 def test_poison_pills_harm_nobody_else(sim: Sim) -> None:
-    def low(team: str) -> object:
+    def low(team: str) -> SpecBuilder:
         return spec().name(f"low-{team}").team(team).flavors("h100-80g").replicas(2).topology(
             None).set("priority", "low")
 

@@ -44,7 +44,7 @@ def run_until(sim: Sim, job_id: str, state: str) -> None:
         assert job is not None
         if job.state == state:
             return
-    raise AssertionError(f"job {job_id} never reached {state} (is {job.state})")
+    raise AssertionError(f"job {job_id} never reached {state} (is {job and job.state})")
 
 
 def _submit(sim: Sim, **fields: Any) -> str:
@@ -55,7 +55,7 @@ def _submit(sim: Sim, **fields: Any) -> str:
 
 def test_snapshot_export_resolves_once_and_a_resubmission_never_changes_it(sim: Sim) -> None:
     backend = ReportsImages(sim.plane.backends["sim-slurm"])
-    sim.plane.backends["sim-slurm"] = backend  # type: ignore[assignment]
+    sim.plane.backends = {**sim.plane.backends, "sim-slurm": backend}
     entry = {"image": "reg.example/train:latest", "command": ["python", "train.py"]}
     first = _submit(sim, entrypoint=entry, code_version="git:abc123", data_version="ds:v1",
                     max_runtime="2h")

@@ -103,7 +103,7 @@ class _Local:
         from broker.client import Client
 
         self._c = Client.__new__(Client)
-        self._c._http = self.client  # type: ignore[assignment]
+        self._c._http = self.client
 
     def __enter__(self) -> Any:
         return self._c

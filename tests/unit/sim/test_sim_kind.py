@@ -161,8 +161,8 @@ def test_fault_rates_fail_attempts() -> None:
 
 def test_progress_checkpoints_and_resume() -> None:
     reports = Reports()
-    b = make(reporter=reports, progress_every=30)  # type: ignore[arg-type]
-    fields = {"annotations": {"isthmus.io/sim-duration": "300"},
+    b = make(reporter=reports, progress_every=30)
+    fields: dict[str, Any] = {"annotations": {"isthmus.io/sim-duration": "300"},
               "checkpoint": {"dir": "/ckpt/j1", "interval": 60, "resumable": True}}
     b.submit(request(**fields))
     for _ in range(15):
