@@ -5,6 +5,7 @@ there is one way to wait for a condition."""
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 
 from tests.harness.paths import ROOT
@@ -16,9 +17,14 @@ def _modules() -> list[Path]:
     return sorted(TESTS.rglob("*.py"))
 
 
+@cache
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), str(path))
+
+
 def _imported(path: Path) -> set[str]:
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
@@ -51,7 +57,7 @@ def test_the_rule_sees_an_import_of_a_test_module(tmp_path: Path) -> None:
 def test_one_wait_until_in_the_whole_suite() -> None:
     defined = [
         str(p.relative_to(ROOT)) for p in _modules()
-        for node in ast.walk(ast.parse(p.read_text(), str(p)))
+        for node in ast.walk(_tree(p))
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
         and node.name in ("wait_until", "_wait_until", "_wait", "wait_for", "_wait_for")
     ]

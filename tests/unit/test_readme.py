@@ -93,3 +93,20 @@ def test_every_command_that_prints_a_result_takes_json() -> None:
                       " ".join(README.split()))
     assert claim is not None
     assert without == set(re.findall(r"`([\w ]+)`", claim.group(1)))
+
+
+def test_the_fast_tier_command_names_markers_that_exist() -> None:
+    """The README's fast tier deselects by markers pytest knows, and every test module that
+    takes a cluster or PostgreSQL fixture directly carries its marker."""
+    line = re.search(r'`scripts/test -m "([^"]+)"`', README)
+    assert line is not None
+    named = set(re.findall(r"not (\w+)", line.group(1)))
+    declared = set(re.findall(r'^  "(\w+):', (ROOT / "pyproject.toml").read_text(), re.M))
+    assert named == {"slurm", "k8s", "postgres", "slow"} and named <= declared
+    for fixture, marker in (("slurm_cluster", "slurm"), ("k8s_cluster", "k8s"),
+                            ("pg_server", "postgres")):
+        for path in sorted((ROOT / "tests").rglob("test_*.py")):
+            text = path.read_text()
+            uses = re.search(rf"def test_\w+\([^)]*\b{fixture}\b", text, re.S)
+            if uses and f"mark.{marker}" not in text:
+                raise AssertionError(f"{path.relative_to(ROOT)} uses {fixture} unmarked")
