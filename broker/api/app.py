@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -29,12 +28,13 @@ from broker.api.schemas import Health
 from broker.config import IsthmusConfig
 from broker.control.runtime import Runtime
 from broker.domain.spec import JobSpec
+from broker.logs import get_logger
 from broker.metrics import REGISTRY, store_collectors
 from broker.orchestration.transitions import JobNotFound
 from broker.store.db import Database
 from broker.ui import mount as mount_ui
 
-log = logging.getLogger("isthmus.api")
+log = get_logger(__name__)
 
 
 def create_app(config: IsthmusConfig, db: Database, runtime: Runtime | None = None) -> FastAPI:
