@@ -11,7 +11,9 @@ import httpx
 import pytest
 import yaml
 
-from tests.e2e.harness import ROOT, Server, wait_until
+from tests.harness.paths import ROOT
+from tests.harness.server import Server
+from tests.harness.wait import wait_until
 
 pytestmark = pytest.mark.slurm
 ENDED = {"SUCCEEDED", "FAILED", "CANCELLED", "REJECTED"}
@@ -37,8 +39,8 @@ def test_the_sbatch_style_example_succeeds_on_real_slurm(
     server = Server(cfg, f"sqlite:///{tmp_path / 'isthmus.db'}", tmp_path / "server.log").start()
     try:
         job_id = server.submit(spec)["id"]
-        job = wait_until(lambda: (j := server.job(job_id))["state"] in ENDED and j, 300,
-                         "the example to end", every=1)
+        job = wait_until(lambda: j if (j := server.job(job_id))["state"] in ENDED else None, 300,
+                         "the example to end", interval=1)
         events = httpx.get(f"{server.url}/v1/jobs/{job_id}/events", timeout=30).json()
         assert job["state"] == "SUCCEEDED", (job, events, server.log.read_text()[-3000:])
         logs = httpx.get(f"{server.url}/v1/jobs/{job_id}/logs", timeout=30)

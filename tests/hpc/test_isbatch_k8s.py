@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from broker.hpc import isbatch
-from tests.e2e.harness import Server, wait_until, write_config
-from tests.e2e.test_federation import k8s_backend, k8s_pools
+from tests.harness.server import Server, k8s_backend, k8s_pools, write_config
+from tests.harness.wait import wait_until
 
 pytestmark = pytest.mark.k8s
 ENDED = {"SUCCEEDED", "FAILED", "CANCELLED", "REJECTED"}
@@ -66,8 +66,8 @@ def test_an_sbatch_script_runs_on_kubernetes_through_isbatch(
         out = capsys.readouterr().out
         assert out.startswith("Submitted batch job "), out
         job_id = out.split()[-1]
-        job = wait_until(lambda: (j := server.job(job_id))["state"] in ENDED and j, 180,
-                         "the job to end", every=1)
+        job = wait_until(lambda: j if (j := server.job(job_id))["state"] in ENDED else None, 180,
+                         "the job to end", interval=1)
         assert job["state"] == "SUCCEEDED", (job, server.log.read_text()[-3000:])
         attempts = httpx.get(f"{server.url}/v1/jobs/{job_id}/attempts", timeout=30).json()
         assert attempts[-1]["pool"] == "k8s-a100", attempts[-1]

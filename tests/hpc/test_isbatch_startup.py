@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from broker.hpc import isbatch
-from tests.e2e.harness import ROOT, free_port
+from tests.harness.paths import ROOT
+from tests.harness.server import free_port
 
 HEAVY = ("httpx", "pydantic", "yaml", "broker.domain", "broker.client", "sqlalchemy", "rich")
 

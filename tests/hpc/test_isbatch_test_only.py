@@ -16,8 +16,9 @@ import pytest
 import yaml
 
 from broker.hpc import isbatch
-from tests.conftest import EXAMPLE_CONFIG
-from tests.e2e.harness import Server, wait_until
+from tests.harness.paths import EXAMPLE_CONFIG
+from tests.harness.server import Server
+from tests.harness.wait import wait_until
 
 # sbatch 22.05's line (checked on deploy/testenv/slurm):
 # "sbatch: Job 2061 to start at 2026-12-01T06:53:28 using 2 processors on nodes a100-[1-2] in
@@ -69,7 +70,8 @@ def _env(server: Server, home: Path) -> dict[str, str]:
 def _jobs(server: Server) -> list[dict[str, Any]]:
     r = httpx.get(f"{server.url}/v1/jobs", params={"limit": 500}, timeout=30)
     assert r.status_code == 200, r.text
-    return r.json()["items"]  # type: ignore[no-any-return]
+    items: list[dict[str, Any]] = r.json()["items"]
+    return items
 
 
 def _script(tmp_path: Path, text: str = SCRIPT) -> str:

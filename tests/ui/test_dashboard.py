@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import wait_until
-from tests.ui.conftest import TOKENS, Console, Federation, shot
+from tests.harness.ui import TOKENS, Console, Federation, shot
+from tests.harness.wait import wait_until
 
 pytestmark = pytest.mark.ui
 
