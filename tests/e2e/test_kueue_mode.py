@@ -114,6 +114,7 @@ def test_held_by_kueue_for_quota_then_admitted_runs_and_succeeds(
         assert "insufficient unused quota for nvidia.com/gpu in flavor a100-80g" \
             in job["message"], job
         assert _state(server, first, "RUNNING"), "the first job still runs meanwhile"
+        _backend_agrees(k8s_kueue_cluster, queues, f"isthmus-{second}-1")
 
         wait_until(lambda: _state(server, first, "SUCCEEDED"), 180, "the first job to end")
         wait_until(lambda: _state(server, second, "RUNNING", "SUCCEEDED"), 120,
@@ -172,6 +173,28 @@ def test_preempted_by_kueue_is_torn_down_and_retried(
         assert server.job(job_id)["attempt"] == 2
     finally:
         server.stop()
+
+
+def _backend_agrees(cluster: Any, q: Queues, name: str) -> None:
+    """The backend's direct read (lookup: the Workload by the Job's uid) and its listing
+    without watches say the same as the server's watch caches."""
+    from backends.k8s.adapter import K8sBackend
+    from backends.k8s.settings import K8sSettings, PoolBinding
+    from broker.domain.reasons import Reason
+
+    settings = K8sSettings.from_dict({"kubeconfig": str(cluster.kubeconfig),
+                                      "namespace": q.namespace, "modes": {"k8s-a100": "kueue"},
+                                      "kueue_queues": {"k8s-a100": QUEUE}})
+    pool = PoolBinding("k8s-a100", "a100-80g", {"isthmus.io/pool": "a100"})
+    backend = K8sBackend("k8s-local", [pool], settings, watch=False)
+    try:
+        fact = backend.lookup(name)
+        assert fact is not None and fact.reason is Reason.HeldByKueue, fact
+        assert "QuotaReserved=False" in fact.message, fact
+        listed = {f.backend_name: f for f in backend.observe()}
+        assert listed[name].reason is Reason.HeldByKueue, listed
+    finally:
+        backend.close()
 
 
 def server_events(server: Server, job_id: str) -> list[dict[str, Any]]:
