@@ -175,6 +175,41 @@ def test_preempted_by_kueue_is_torn_down_and_retried(
         server.stop()
 
 
+def test_per_team_namespaces_with_the_testenv_queues(
+        k8s_kueue_cluster: Any, tmp_path: Path) -> None:
+    """Isthmus with `namespace: isthmus-{team}` sends a team's gangs to the LocalQueue of the
+    team's namespace (deploy/testenv/k8s/kueue/queues.yaml); a rack gang on the tainted h100
+    pool is placed by Kueue's topology-aware scheduling inside one rack and succeeds."""
+    backend = {"name": "k8s-local", "kind": "k8s", "settings": {
+        "kubeconfig": str(k8s_kueue_cluster.kubeconfig), "namespace": "isthmus-{team}",
+        "modes": {"k8s-a100": "kueue", "k8s-h100": "kueue"},
+        "kueue_queues": {"k8s-a100": QUEUE, "k8s-h100": QUEUE},
+        "pod_annotations": {f"{FAKE}duration": "3s"}}}
+    cfg = write_config(tmp_path / "isthmus.yaml", [backend], k8s_pools())
+    server = Server(cfg, f"sqlite:///{tmp_path / 'isthmus.db'}", tmp_path / "server.log").start()
+    try:
+        job_id = server.submit(job_spec("kq-team", "h100-80g", replicas=2, backend="k8s",
+                                        topology="rack"))["id"]
+        wait_until(lambda: _state(server, job_id, "SUCCEEDED"), 240, "the rack gang to end")
+        core = k8s_kueue_cluster.core()
+        pods = core.list_namespaced_pod("isthmus-vision",
+                                        label_selector=f"isthmus.io/job={job_id}").items
+        racks = {core.read_node(p.spec.node_name).metadata.labels["topology.isthmus.io/rack"]
+                 for p in pods}
+        assert len(pods) == 2 and len(racks) == 1 and racks <= {"h100-rack-0", "h100-rack-1"}
+        # admitted by Kueue, through the team's ClusterQueue
+        from kubernetes import client
+
+        with k8s_kueue_cluster.api_client() as api:
+            wls = client.CustomObjectsApi(api).list_namespaced_custom_object(
+                *KUEUE, "isthmus-vision", "workloads")["items"]
+        (wl,) = [w for w in wls if any(r.get("name") == f"isthmus-{job_id}-1"
+                                       for r in w["metadata"].get("ownerReferences") or ())]
+        assert wl["status"]["admission"]["clusterQueue"] == "vision", wl["status"]
+    finally:
+        server.stop()
+
+
 def _backend_agrees(cluster: Any, q: Queues, name: str) -> None:
     """The backend's direct read (lookup: the Workload by the Job's uid) and its listing
     without watches say the same as the server's watch caches."""
