@@ -1,11 +1,15 @@
-"""Kueue's Workload conditions -> the verdict on a Job of a pool in kueue mode (pure)."""
+"""Kueue's Workload conditions -> the verdict on a Job of a pool in kueue mode."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
+from backends.k8s.adapter import K8sBackend
 from backends.k8s.classify import judge, teardown_annotation
+from backends.k8s.client import ApiError
 from backends.k8s.kueue import (
     EVICTED_BY_KUEUE,
     JOB_UID_LABEL,
@@ -15,6 +19,7 @@ from backends.k8s.kueue import (
     queue_of,
     refine,
 )
+from backends.k8s.settings import K8sSettings, PoolBinding
 from broker.domain.facts import Phase
 from broker.domain.failures import FailureCategory as C
 from broker.domain.reasons import Reason
@@ -125,3 +130,25 @@ def test_index_and_queue() -> None:
     by_label = {"metadata": {"labels": {JOB_UID_LABEL: "u-2"}}}
     assert set(by_job_uid([workload(owner="u-1"), by_label])) == {"u-1", "u-2"}
     assert queue_of(kjob()) == "isthmus" and queue_of(job()) is None
+
+
+def test_kueue_not_installed_is_no_workload_not_an_outage() -> None:
+    """Workloads answering 404 (no Kueue CRDs): the Jobs say no Workload was made for them;
+    any other error still propagates."""
+    settings = K8sSettings.from_dict({"modes": {"a100": "kueue"}, "kueue_queues": {"a100": "q"}})
+    backend = K8sBackend("k8s", [PoolBinding("a100", "a100-80g", {"isthmus.io/pool": "a100"})],
+                         settings, watch=False)
+    assert backend.uses_kueue
+
+    def missing(kind: str) -> list[dict[str, Any]]:
+        raise ApiError(404, "the server could not find the requested resource")
+
+    backend._objects = missing  # type: ignore[method-assign]
+    assert backend._workloads() == {}
+
+    def forbidden(kind: str) -> list[dict[str, Any]]:
+        raise ApiError(403, "forbidden")
+
+    backend._objects = forbidden  # type: ignore[method-assign]
+    with pytest.raises(ApiError):
+        backend._workloads()
