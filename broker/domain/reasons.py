@@ -74,6 +74,8 @@ class Reason(StrEnum):
     WaitingForDependency = "WaitingForDependency"
     JobArrayTaskLimit = "JobArrayTaskLimit"
     DependencyNeverSatisfied = "DependencyNeverSatisfied"
+    # a Kubernetes pool in kueue mode: Kueue holds the suspended Job (backends/k8s/kueue.py)
+    HeldByKueue = "HeldByKueue"
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +135,9 @@ REASONS: dict[Reason, ReasonInfo] = {
     R.JobArrayTaskLimit: ReasonInfo(9, K.WAIT, "its array runs as many tasks as its % limit"),
     R.DependencyNeverSatisfied: ReasonInfo(
         6, K.END, "cancelled: a job it depends on ended the other way (or does not exist)"
+    ),
+    R.HeldByKueue: ReasonInfo(
+        12, K.WAIT, "Kueue has not admitted the Job; the message quotes its Workload's condition"
     ),
 }
 

@@ -159,6 +159,10 @@ def test_kueue_mode_creates_the_job_suspended_with_a_queue() -> None:
         "kueue.x-k8s.io/podset-required-topology": "topology.isthmus.io/rack",
         "isthmus.io/max-runtime": "7200"}
     assert len(_term(out)["matchExpressions"]) == 1
+    # nor the nodes Isthmus's own placement chose: they would fight Kueue's choice
+    out = render(request(level="rack", domain="b/h100-rack-1", nodes=("n1", "n2")), H100,
+                 settings)
+    assert len(_term(out)["matchExpressions"]) == 1
 
 
 def test_volcano_mode_adds_a_podgroup() -> None:
