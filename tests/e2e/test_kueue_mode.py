@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.harness import Server, job_spec, wait_until, write_config
-from tests.e2e.test_federation import FAKE, k8s_pools
+from tests.harness.server import FAKE, Server, job_spec, k8s_pools, write_config
+from tests.harness.wait import wait_until
 
 pytestmark = pytest.mark.k8s
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
@@ -65,7 +65,7 @@ def queues(k8s_kueue_cluster: Any) -> Iterator[Queues]:
         "metadata": {"name": high}, "value": 1000})
 
     def active() -> bool:
-        obj = custom.get_cluster_custom_object(*KUEUE, "clusterqueues", cq)
+        obj: Any = custom.get_cluster_custom_object(*KUEUE, "clusterqueues", cq)
         return any(c.get("type") == "Active" and c.get("status") == "True"
                    for c in (obj.get("status") or {}).get("conditions") or ())
 
@@ -201,8 +201,8 @@ def test_per_team_namespaces_with_the_testenv_queues(
         from kubernetes import client
 
         with k8s_kueue_cluster.api_client() as api:
-            wls = client.CustomObjectsApi(api).list_namespaced_custom_object(
-                *KUEUE, "isthmus-vision", "workloads")["items"]
+            custom: Any = client.CustomObjectsApi(api)
+            wls = custom.list_namespaced_custom_object(*KUEUE, "isthmus-vision", "workloads")["items"]
         (wl,) = [w for w in wls if any(r.get("name") == f"isthmus-{job_id}-1"
                                        for r in w["metadata"].get("ownerReferences") or ())]
         assert wl["status"]["admission"]["clusterQueue"] == "vision", wl["status"]
@@ -237,4 +237,5 @@ def server_events(server: Server, job_id: str) -> list[dict[str, Any]]:
 
     r = httpx.get(f"{server.url}/v1/jobs/{job_id}/events", timeout=30)
     assert r.status_code == 200, r.text
-    return r.json()  # type: ignore[no-any-return]
+    events: list[dict[str, Any]] = r.json()
+    return events

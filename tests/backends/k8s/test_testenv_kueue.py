@@ -16,8 +16,8 @@ from tests.fixtures.k8s import (
     as_dict,
     kueue_env,
     run_up,
-    wait_until,
 )
+from tests.harness.wait import wait_until
 
 pytestmark = pytest.mark.k8s
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
@@ -35,7 +35,7 @@ def test_up_with_kueue_again_reuses_its_cluster_fast(k8s_kueue_cluster: K8sClust
 
 def test_queues_are_shaped_like_the_example_pools(k8s_kueue_cluster: K8sCluster) -> None:
     with k8s_kueue_cluster.api_client() as api:
-        custom = client.CustomObjectsApi(api)
+        custom: Any = client.CustomObjectsApi(api)
         topo = custom.get_cluster_custom_object(*KUEUE, "topologies", "isthmus-topology")
         assert [lv["nodeLabel"] for lv in topo["spec"]["levels"]] == [
             "topology.isthmus.io/block", RACK_LABEL, "kubernetes.io/hostname"]
@@ -71,7 +71,8 @@ def test_rack_gang_sent_to_kueue_is_admitted_into_one_rack(
         },
     }
     with k8s_kueue_cluster.api_client() as api:
-        core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+        core: Any = client.CoreV1Api(api)
+        batch: Any = client.BatchV1Api(api)
         batch.create_namespaced_job(ns, job)
         try:
             def done() -> dict[str, Any] | None:
