@@ -18,7 +18,6 @@ Nothing here turns "API server unreachable" into a job failure: it raises Backen
 from __future__ import annotations
 
 import functools
-import logging
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -54,8 +53,9 @@ from backends.k8s.settings import MANAGED_BY, K8sSettings, PoolBinding
 from backends.k8s.watch import Reflector
 from broker.domain.facts import Fact
 from broker.domain.inventory import InventorySnapshot
+from broker.logs import get_logger
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 TOMBSTONE_TTL = timedelta(hours=6)
 NON_TERMINAL = "status.phase!=Succeeded,status.phase!=Failed"
 JSON = dict[str, Any]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -29,11 +28,13 @@ from broker.api.schemas import Health
 from broker.config import IsthmusConfig
 from broker.control.runtime import Runtime
 from broker.domain.spec import JobSpec
+from broker.logs import get_logger
 from broker.metrics import REGISTRY, store_collectors
 from broker.orchestration.transitions import JobNotFound
 from broker.store.db import Database
+from broker.ui import mount as mount_ui
 
-log = logging.getLogger("isthmus.api")
+log = get_logger(__name__)
 
 
 def create_app(config: IsthmusConfig, db: Database, runtime: Runtime | None = None) -> FastAPI:
@@ -54,6 +55,7 @@ def create_app(config: IsthmusConfig, db: Database, runtime: Runtime | None = No
                views_router)
     for router in routers:
         app.include_router(router, dependencies=[Depends(plain_query)])
+    mount_ui(app)  # the dashboard at /ui (broker/ui)
 
     @app.exception_handler(Problem)
     async def _problem(request: Request, exc: Problem) -> JSONResponse:

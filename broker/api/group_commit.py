@@ -9,14 +9,14 @@ to that request alone.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 
 from broker.config import IsthmusConfig
+from broker.logs import get_logger
 from broker.orchestration.submission import Submission, Submitted, submit_many
 from broker.store.db import Database
 
-log = logging.getLogger("isthmus.api")
+log = get_logger(__name__)
 
 
 class SubmitQueue:

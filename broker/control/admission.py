@@ -1,9 +1,10 @@
 """The admission cycle, carried out: heads -> holds -> snapshot -> nominate -> order -> admit (pure,
 policies.admission) -> persist -> requeue the rest with reasons -> decision record.
 
-Persisting an admission is one transaction per job: QUEUED -> ADMITTED through set_state (the
-ledger rule writes the reservation), and the attempt row with its run snapshot and placement,
-which is also the dispatcher's outbox entry.
+Persisting is one transaction per chunk of decisions, each decision in its own savepoint (all
+or nothing per job): QUEUED -> ADMITTED through set_state (the ledger rule writes the
+reservation), and the attempt row with its run snapshot and placement, which is also the
+dispatcher's outbox entry.
 
 One job never stops the cycle (broker.control.guard): a job whose admission view cannot be
 built (a stored spec that does not parse) is left out and waits with InternalError; a

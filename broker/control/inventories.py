@@ -15,7 +15,6 @@ The cache is soft state: after a restart the first cycle simply waits for fresh 
 from __future__ import annotations
 
 import functools
-import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -26,8 +25,9 @@ from datetime import datetime
 from backends.base import BackendUnavailable
 from broker.control.gate import Flight, GatedBackend
 from broker.domain.inventory import InventorySnapshot
+from broker.logs import get_logger
 
-log = logging.getLogger("isthmus.control")
+log = get_logger(__name__)
 
 
 def stamp(at: datetime) -> str:

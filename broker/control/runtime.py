@@ -23,7 +23,6 @@ Concurrency, made explicit:
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -38,9 +37,10 @@ from broker.control.dispatch import run_dispatch
 from broker.control.lease import LeaderLease
 from broker.control.plane import ControlPlane
 from broker.control.reconcile import reconcile
+from broker.logs import control_cycle, get_logger
 from broker.store.fence import Deposed
 
-log = logging.getLogger("isthmus.control")
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,7 @@ class Runtime:
         self._lock = threading.Lock()
         self._loop_ids: list[str] = []
         self._woken: dict[str, float] = {}
+        self._cycles: dict[str, int] = {}  # passes started per control job (in log lines)
         self.min_wake_gap = min(0.5, self.intervals.admission / 4)
         plane.fence(lease.name)  # the loop's writes commit only under this replica's epoch
 
@@ -95,13 +96,15 @@ class Runtime:
         def run() -> None:
             if not self.leading:
                 return
-            try:
-                fn(self.plane)
-            except Deposed as exc:  # another replica took over while this one was not looking
-                log.warning("control job %s: %s; stepping down", job_id, exc)
-                self.step_down()
-            except Exception:  # one failed pass must not stop the loop
-                log.exception("control job %s failed; it runs again next interval", job_id)
+            self._cycles[job_id] = cycle = self._cycles.get(job_id, 0) + 1
+            with control_cycle(job_id, self.plane.epoch, cycle):
+                try:
+                    fn(self.plane)
+                except Deposed as exc:  # another replica took over while this one was not looking
+                    log.warning("control job %s: %s; stepping down", job_id, exc)
+                    self.step_down()
+                except Exception:  # one failed pass must not stop the loop
+                    log.exception("control job %s failed; it runs again next interval", job_id)
 
         self.scheduler.add_job(run, "interval", seconds=seconds, id=job_id)
         self.scheduler.pause_job(job_id)

@@ -29,7 +29,6 @@ class Reason(StrEnum):
     Validating = "Validating"
     WaitingForAdmission = "WaitingForAdmission"
     Admitted = "Admitted"
-    Dispatching = "Dispatching"
     BackendPending = "BackendPending"
     PullingImage = "PullingImage"
     WaitingForAllRanks = "WaitingForAllRanks"
@@ -57,7 +56,6 @@ class Reason(StrEnum):
     UserError = "UserError"
     Unknown = "Unknown"
     # rejections (the spec can never run here)
-    SpecInvalid = "SpecInvalid"
     ExceedsCapacity = "ExceedsCapacity"
     NoPoolOffersFlavor = "NoPoolOffersFlavor"
     NoQuotaInCohort = "NoQuotaInCohort"
@@ -92,7 +90,6 @@ REASONS: dict[Reason, ReasonInfo] = {
     R.Validating: ReasonInfo(0, K.PROGRESS, "checking the spec against the configuration"),
     R.WaitingForAdmission: ReasonInfo(1, K.PROGRESS, "valid; waiting for the next admission cycle"),
     R.Admitted: ReasonInfo(0, K.PROGRESS, "quota reserved and placement chosen"),
-    R.Dispatching: ReasonInfo(0, K.PROGRESS, "creating the backend object"),
     R.BackendPending: ReasonInfo(2, K.PROGRESS, "the backend has the job and has not started it"),
     R.PullingImage: ReasonInfo(2, K.PROGRESS, "ranks are pulling their image"),
     R.WaitingForAllRanks: ReasonInfo(3, K.PROGRESS, "some ranks run, the gang is not complete"),
@@ -117,7 +114,6 @@ REASONS: dict[Reason, ReasonInfo] = {
     R.ResourceEnv: ReasonInfo(75, K.FAILURE, "driver, image or disk problem"),
     R.UserError: ReasonInfo(80, K.FAILURE, "the job's own code or configuration failed"),
     R.Unknown: ReasonInfo(62, K.FAILURE, "the backend gave no usable evidence"),
-    R.SpecInvalid: ReasonInfo(90, K.REJECTION, "the spec is not valid for this configuration"),
     R.ExceedsCapacity: ReasonInfo(90, K.REJECTION, "larger than any pool could ever hold"),
     R.NoPoolOffersFlavor: ReasonInfo(90, K.REJECTION, "no pool offers an acceptable flavor"),
     R.NoQuotaInCohort: ReasonInfo(90, K.REJECTION, "no quota for these flavors in the cohort"),

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from broker.config import parse_config
-from tests.deploy.conftest import CHART, REPO, SITE_VALUES, Render, by_kind, one, run_helm
+from tests.harness.helm import CHART, REPO, SITE_VALUES, Render, by_kind, one, run_helm
 
 # Every Kubernetes API method the backend may call -> (api group, resource, verbs, scope).
 # list_* methods feed the watch reflectors (backends/k8s/watch.py), hence "watch".
@@ -242,7 +242,7 @@ REFUSED: list[Any] = [
 def test_bad_values_are_refused_with_the_field(
     helm: Path, tmp_path: Path, values: dict[str, Any], says: str
 ) -> None:
-    from tests.deploy.conftest import KUBE_VERSION, merge
+    from tests.harness.helm import KUBE_VERSION, merge
 
     proc = run_helm(helm, ["template", "rel", str(CHART), "--kube-version", KUBE_VERSION],
                     values=merge(SITE_VALUES, values), tmp=tmp_path, check=False)

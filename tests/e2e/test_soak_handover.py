@@ -15,7 +15,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.harness import ROOT, Server, wait_until, write_config
+from tests.harness.paths import ROOT
+from tests.harness.server import Server, write_config
+from tests.harness.wait import wait_until
 
 TEAMS = ["vision", "language"]
 
@@ -99,7 +101,7 @@ def test_no_job_lost_or_duplicated_across_a_leader_kill(tmp_path: Path, pg_serve
             return jobs if all(j["state"] in ("SUCCEEDED", "FAILED", "CANCELLED", "REJECTED")
                                for j in jobs) else None
 
-        jobs = wait_until(ended, 240, "every job to end", every=2)
+        jobs = wait_until(ended, 240, "every job to end", interval=2)
         names = [j["name"] for j in jobs]
         assert len(names) == len(set(names)), "a submit became two jobs"
         assert {j["id"] for j in jobs} >= set(acked.values()), "an answered submit is missing"

@@ -9,7 +9,7 @@ import pytest
 from backends.base import Unsupported
 from backends.k8s.manifests import render
 from backends.k8s.settings import K8sSettings, PoolBinding
-from tests.unit.k8s.helpers import JOB_ID, NAME, request
+from tests.harness.k8s_requests import JOB_ID, NAME, request
 
 H100 = PoolBinding(name="h100", flavor="h100-80g", node_selector={"isthmus.io/pool": "h100"})
 SETTINGS = K8sSettings(namespace="train", all_ranks_timeout_s=120, master_port=29400)

@@ -13,21 +13,21 @@ from tests.unit.policies.builders import T0, at, inventory, make_job, make_pool,
 QUOTAS = quota_config({"vision": (None, {"h100": q(1000)}), "nlp": (None, {"h100": q(1000)})})
 
 
-def _run(pool, *jobs, factor: float = 1.0):  # type: ignore[no-untyped-def]
+def _run(pool, *jobs, factor: float = 1.0):
     inv = inventory(pool)
     result = admission_cycle(list(jobs), inv, QUOTAS, quota_usage(), T0)
     return result, estimate(result.decisions, {j.id: j for j in jobs}, inv, T0,
                             runtime_factor=factor)
 
 
-def quota_usage():  # type: ignore[no-untyped-def]
+def quota_usage():
     from policies.types import Usage
 
     return Usage()
 
 
 def _job(gpus: int, replicas: int = 1, runtime_min: float = 60, team: str = "vision",
-         topology: str | None = None):  # type: ignore[no-untyped-def]
+         topology: str | None = None):
     j = make_job().gpus(gpus).replicas(replicas).team(team).topology(topology).build()
     return replace(j, max_runtime_s=int(runtime_min * 60))
 
@@ -49,7 +49,7 @@ CASES = [
 
 
 @pytest.mark.parametrize(("pool", "jobs", "starts", "method"), CASES)
-def test_estimated_starts(pool, jobs, starts, method) -> None:  # type: ignore[no-untyped-def]
+def test_estimated_starts(pool, jobs, starts, method) -> None:
     result, est = _run(pool(), *jobs)
     for job, start in zip(jobs, starts, strict=True):
         d = result.by_job()[job.id]

@@ -33,7 +33,7 @@ from broker.domain.facts import Phase
 from broker.domain.spec import BackendKind, JobSpec
 from broker.feasibility import feasibility
 from tests.builders import spec
-from tests.conftest import EXAMPLE_CONFIG
+from tests.harness.paths import EXAMPLE_CONFIG
 
 BASE: dict[str, Any] = yaml.safe_load(EXAMPLE_CONFIG.read_text())
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
@@ -161,8 +161,8 @@ def test_fault_rates_fail_attempts() -> None:
 
 def test_progress_checkpoints_and_resume() -> None:
     reports = Reports()
-    b = make(reporter=reports, progress_every=30)  # type: ignore[arg-type]
-    fields = {"annotations": {"isthmus.io/sim-duration": "300"},
+    b = make(reporter=reports, progress_every=30)
+    fields: dict[str, Any] = {"annotations": {"isthmus.io/sim-duration": "300"},
               "checkpoint": {"dir": "/ckpt/j1", "interval": 60, "resumable": True}}
     b.submit(request(**fields))
     for _ in range(15):
