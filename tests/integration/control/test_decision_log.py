@@ -17,8 +17,8 @@ from broker.store import attempts as att
 from broker.store.pools import set_drained
 from broker.views.decisions import read_cycles, read_job_decisions
 from tests.builders import spec
+from tests.harness.sim import submit
 from tests.integration.control.conftest import CONFIG, Sim
-from tests.integration.control.test_loop_sim import submit
 
 RETENTION = 3600.0
 

@@ -19,8 +19,8 @@ from broker.config import IsthmusConfig, parse_config
 from broker.orchestration.submission import cancel_job
 from broker.views.usage import CSV_FIELDS
 from tests.builders import spec
+from tests.harness.sim import cycle, run_until, state, submit
 from tests.integration.control.conftest import CONFIG, Sim
-from tests.integration.control.test_loop_sim import _run_until, cycle, state, submit
 
 ADMIN, VISION, LANGUAGE = ({"Authorization": f"Bearer {t}"} for t in ("adm", "vis", "lang"))
 
@@ -54,13 +54,13 @@ def _workload(sim: Sim) -> dict[str, str]:
         "cancel": submit(sim, spec().team("language").flavors("a100-80g").replicas(2).gpus(8)
                          .topology(None), 3600),
     }
-    _run_until(sim, jobs["cancel"], "RUNNING", step=20)
+    run_until(sim, jobs["cancel"], "RUNNING", step=20)
     jobs["wait"] = submit(sim, spec().team("language").flavors("a100-80g").replicas(1).gpus(8)
                           .topology(None), 60)
     cycle(sim, 30)
     cancel_job(sim.plane.db, jobs["cancel"], "lars", by_admin=False)
-    _run_until(sim, jobs["ok"], "SUCCEEDED")
-    _run_until(sim, jobs["cancel"], "CANCELLED")
+    run_until(sim, jobs["ok"], "SUCCEEDED")
+    run_until(sim, jobs["cancel"], "CANCELLED")
     return jobs
 
 
@@ -123,7 +123,7 @@ def test_usage_report_window_csv_and_bad_parameters(sim: Sim) -> None:
 
 def test_pools_and_quotas(sim: Sim) -> None:
     job = submit(sim, spec().team("vision").flavors("h100-80g").replicas(2).gpus(8), 600)
-    _run_until(sim, job, "RUNNING")
+    run_until(sim, job, "RUNNING")
     client = _client(sim)
     pools = {p["name"]: p for p in client.get("/v1/pools", headers=VISION).json()}
     h100 = pools["slurm-h100"]

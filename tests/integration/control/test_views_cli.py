@@ -18,8 +18,8 @@ import broker.cli.main as cli
 from broker.api.app import create_app
 from broker.client import Client
 from tests.builders import spec
+from tests.harness.sim import run_until, submit
 from tests.integration.control.conftest import Sim
-from tests.integration.control.test_loop_sim import _run_until, submit
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ def run(sim: Sim, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 def test_view_commands(sim: Sim, run: Any) -> None:
     job = submit(sim, spec().team("vision").flavors("h100-80g").replicas(2).gpus(8), 60)
-    _run_until(sim, job, "SUCCEEDED")
+    run_until(sim, job, "SUCCEEDED")
     pools = run("pools")
     assert "slurm-h100" in pools and "k8s-a100" in pools and "FOREIGN" in pools
     assert {p["name"] for p in json.loads(run("pools", "--json"))} == {"slurm-h100", "k8s-a100"}
