@@ -63,11 +63,11 @@ def _instant(name: str, text: str | None) -> datetime | None:
         return None
     try:
         t = datetime.fromisoformat(text)
-    except ValueError:
+        return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+    except (ValueError, OverflowError):  # OverflowError: year 1 or 9999 moved across UTC
         raise Problem(422, "invalid-request", "Invalid request",
                       f"{name}: not an ISO 8601 date or time: {text[:40]!r}",
                       [{"field": name, "message": "an ISO 8601 date or time"}]) from None
-    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
 
 
 @router.get(

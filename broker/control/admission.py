@@ -341,7 +341,7 @@ def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
             s, now, plane.epoch, result.record.inputs_digest, json.dumps(record, default=str)
         )
         logged = decision_log.record(s, plane, cycle_id, now, result.decisions,
-                                     {j.id: j.team for j in queued})
+                                     {j.id: j.team for j in queued}, changed)
     decision_log.remember(plane, logged)
     log.info(
         "admission cycle: %d pending, %d admitted", result.record.pending, result.record.admitted

@@ -1,6 +1,7 @@
 """Decision log views: admission cycles (newest first) and the decisions logged for a job.
 
-A job's decision is logged in the cycles where it changed (broker/control/decision_log.py);
+A job's decision is logged in the cycles where it changed (its admission, a new reason or
+message; broker/control/decision_log.py has the details);
 `repeated_in` says in how many later cycles, up to the job's next logged decision, it stood
 unchanged (while the job waited; once admitted or ended, later cycles did not consider it).
 """

@@ -202,7 +202,8 @@ def test_per_team_namespaces_with_the_testenv_queues(
 
         with k8s_kueue_cluster.api_client() as api:
             custom: Any = client.CustomObjectsApi(api)
-            wls = custom.list_namespaced_custom_object(*KUEUE, "isthmus-vision", "workloads")["items"]
+            wls = custom.list_namespaced_custom_object(
+                *KUEUE, "isthmus-vision", "workloads")["items"]
         (wl,) = [w for w in wls if any(r.get("name") == f"isthmus-{job_id}-1"
                                        for r in w["metadata"].get("ownerReferences") or ())]
         assert wl["status"]["admission"]["clusterQueue"] == "vision", wl["status"]

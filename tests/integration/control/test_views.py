@@ -114,7 +114,8 @@ def test_usage_report_window_csv_and_bad_parameters(sim: Sim) -> None:
     assert later["lines"] == [] and later["total"]["gpu_hours"] == 0
     day = client.get("/v1/reports/usage?from=2026-11-29&to=2026-11-30", headers=ADMIN).json()
     assert day["total"]["gpu_hours"] == pytest.approx(_ledger(sim)["usage"])
-    for bad in ("by=rack", "from=yesterday", "from=2026-11-30&to=2026-11-29", "format=xml"):
+    for bad in ("by=rack", "from=yesterday", "from=2026-11-30&to=2026-11-29", "format=xml",
+                "from=0001-01-01T00:00:00%2B01:00"):
         assert client.get(f"/v1/reports/usage?{bad}", headers=ADMIN).status_code == 422, bad
     assert client.get("/v1/reports/usage").status_code == 401
 
