@@ -1,0 +1,66 @@
+"""A progress report takes the job row before the attempt row, the order set_state and the
+reconciler take them. A report that updated the attempt first and then the job deadlocked
+against a reconcile pass holding the job row (PostgreSQL aborted one of them: a 500)."""
+
+from __future__ import annotations
+
+import threading
+
+import httpx
+import pytest
+import sqlalchemy as sa
+from fastapi.testclient import TestClient
+
+from broker.api.app import create_app
+from broker.control.admission import run_admission
+from broker.control.dispatch import run_dispatch
+from broker.orchestration.submission import submit_job
+from broker.store import attempts as att
+from broker.store import records
+from broker.store.secrets import progress_token, server_secret
+from broker.store.tables import utcnow
+from tests.builders import spec
+from tests.fixtures.postgres import PgServer
+from tests.harness.sim import Sim
+from tests.harness.wait import wait_until
+
+
+@pytest.fixture(params=[pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest) -> str:
+    """Row-lock order matters only where rows are locked: PostgreSQL (SQLite serialises writers
+    on the whole database)."""
+    server: PgServer = request.getfixturevalue("pg_server")
+    return server.url(server.new_database(request.getfixturevalue("pg_template")))
+
+
+def _lock_waiters(sim: Sim) -> int:
+    with sim.plane.db.read() as s:
+        return int(s.connection().execute(sa.text(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE wait_event_type = 'Lock' AND datname = current_database()")).scalar_one())
+
+
+def test_a_progress_report_waits_for_a_reconcile_holding_the_job_row(sim: Sim) -> None:
+    job = submit_job(sim.plane.db, sim.plane.config, spec().flavors("h100-80g").build(), "t").job
+    run_admission(sim.plane)
+    assert run_dispatch(sim.plane) == 1
+    token = progress_token(server_secret(sim.plane.db, "progress"), job.id, 1)
+    client = TestClient(create_app(sim.plane.config, sim.plane.db))
+    answers: list[httpx.Response] = []
+
+    def report() -> None:
+        answers.append(client.post(f"/v1/jobs/{job.id}/progress", json={"step": 5},
+                                   headers={"Authorization": f"Bearer {token}"}))
+
+    reporter = threading.Thread(target=report)
+    with sim.plane.db.write() as s:  # what a reconcile pass does: job row, then attempt row
+        assert records.lock_job(s, job.id) is not None
+        reporter.start()
+        wait_until(lambda: _lock_waiters(sim) >= 1, 60, "the progress report to wait on a lock")
+        att.update(s, job.id, 1, last_seen_at=utcnow())
+    reporter.join(timeout=60)
+    assert not reporter.is_alive()
+    assert [a.status_code for a in answers] == [200], [a.text for a in answers]
+    with sim.plane.db.read() as s:
+        attempt = att.get_attempt(s, job.id, 1)
+    assert attempt is not None and attempt.last_step == 5 and attempt.last_seen_at is not None
