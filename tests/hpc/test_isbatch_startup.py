@@ -39,7 +39,7 @@ def test_a_refusal_of_the_broker_is_shown_with_its_status(
     """A server that requires tokens answers 401 to none: the problem's text and the status."""
     import hashlib
 
-    from tests.e2e.harness import Server, write_config
+    from tests.harness.server import Server, write_config
 
     token = {"name": "u", "team": "vision",
              "token_sha256": hashlib.sha256(b"right-token").hexdigest()}

@@ -23,7 +23,7 @@ from backends.k8s.settings import K8sSettings, PoolBinding
 from broker.domain.facts import Phase
 from broker.domain.failures import FailureCategory as C
 from broker.domain.reasons import Reason
-from tests.unit.k8s.helpers import T0, T9, cond, job, pod
+from tests.harness.k8s_requests import T0, T9, cond, job, pod
 
 NOW = datetime(2026, 1, 1, 0, 0, 10, tzinfo=UTC)
 NO_QUOTA = ("couldn't assign flavors to pod set main: insufficient unused quota for "
