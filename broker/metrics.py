@@ -25,7 +25,6 @@ from prometheus_client.registry import Collector
 from broker import ledger
 from broker.domain import JobState
 from broker.domain.facts import Fact
-from broker.orchestration.rules import Rule, TransitionContext
 from broker.store.attempts import ATTEMPTS
 from broker.store.db import Database
 from broker.store.records import JOBS
@@ -133,18 +132,6 @@ class ReconcileLag:
 
 
 LAG = ReconcileLag()
-
-
-class MetricsRule(Rule):
-    """After every accepted transition: count it; time waits at the moments they end."""
-
-    def after(self, ctx: TransitionContext) -> None:
-        TRANSITIONS.labels(ctx.src.value, ctx.dst.value).inc()
-        waited = (ctx.now - ctx.job.created_at).total_seconds()
-        if ctx.dst is JobState.ADMITTED and ctx.src is not JobState.ADMITTED:
-            QUEUE_WAIT.labels(ctx.job.team).observe(waited)
-        elif ctx.dst is JobState.RUNNING and ctx.src is not JobState.RUNNING:
-            TIME_TO_RUNNING.labels(ctx.job.team).observe(waited)
 
 
 class JobsByState(Collector):
