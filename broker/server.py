@@ -20,10 +20,10 @@ def run(
     import uvicorn
 
     from broker.api.app import create_app
-    from broker.store.db import DatabaseURLError, open_database
+    from broker.store.db import DatabaseURLError, connect
 
     config = load_config(config_path)
-    from broker.control.wiring import check_backends
+    from broker.wiring.runtime import check_backends
 
     problems = check_backends(config)  # the same check as `isthmus config check`
     if problems:
@@ -43,7 +43,7 @@ def run(
 
     url = db_url or config.database
     try:
-        db = open_database(url, migrate=False)
+        db = connect(url)
     except DatabaseURLError as exc:
         raise ServerError(str(exc)) from None
     lock = ProcessLock(url) if db.is_sqlite else None
@@ -57,7 +57,7 @@ def run(
     upgrade(db)
     runtime = None
     if config.control.enabled and control:
-        from broker.control.wiring import build_runtime
+        from broker.wiring.runtime import build_runtime
 
         # the listener as it really is (flags override the file): simulated backends report
         # progress to it
