@@ -16,7 +16,9 @@ from typing import Any
 
 from broker.config import Flavor, IsthmusConfig, Limits, Pool, PoolCapacity, Team, Tenancy
 from broker.domain import Reason, metadata_keys
-from broker.domain.spec import JobSpec, TopologyLevel
+from broker.domain.inventory import pool_is_candidate
+from broker.domain.spec import JobSpec
+from broker.domain.topology import TopologyLevel
 from broker.domain.units import format_duration, format_size
 
 
@@ -152,7 +154,7 @@ def candidate_pools(config: IsthmusConfig, spec: JobSpec, flavors: list[Flavor])
     return [
         p
         for p in config.pools
-        if p.flavor in names and spec.backend in ("any", kinds.get(p.backend))
+        if pool_is_candidate(p.flavor, kinds.get(p.backend, ""), names, spec.backend)
     ]
 
 

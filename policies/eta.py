@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 
 from broker.domain.inventory import InventorySnapshot, NodeSnapshot
 from broker.domain.reasons import Reason
-from broker.domain.spec import TopologyLevel
+from broker.domain.topology import TopologyLevel
 from policies.admission import Decision
 from policies.types import PendingJob
 

@@ -24,11 +24,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from broker.domain.attempts import Placement
+from broker.domain.inventory import pool_is_candidate
 from broker.domain.reasons import Reason, most_severe, severity
-from broker.domain.spec import BackendKind, TopologyLevel
+from broker.domain.spec import BackendKind
+from broker.domain.topology import LEVEL_NAMES, LEVELS, POOL, TopologyLevel, rank_of
 from policies.capacity import (
-    LEVEL_NAMES,
-    POOL,
     CapacityIndex,
     Fit,
     NodeCap,
@@ -36,13 +36,6 @@ from policies.capacity import (
     PoolIndex,
 )
 from policies.types import PendingJob
-
-LEVELS: tuple[TopologyLevel | None, ...] = (
-    TopologyLevel.NODE,
-    TopologyLevel.RACK,
-    TopologyLevel.BLOCK,
-    None,
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +105,7 @@ class PlacementResult:
 
 
 def max_level(job: PendingJob) -> int:
-    req = job.topology_required
-    return POOL if req is None else req.rank
+    return rank_of(job.topology_required)
 
 
 def expected_wait(pool: PoolIndex, params: PlacementParams) -> float:
@@ -298,8 +290,8 @@ def candidate_pools(job: PendingJob, index: CapacityIndex) -> list[PoolIndex]:
     return [
         p
         for name in index.order
-        if (p := index.pools[name]).flavor in flavors
-        and job.backend in ("any", p.snap.backend_kind.value)
+        if pool_is_candidate((p := index.pools[name]).flavor, p.snap.backend_kind.value,
+                             flavors, job.backend)
     ]
 
 

@@ -1,16 +1,15 @@
-"""When a domain drains enough for a gang: the nodes' expected releases (`NodeSnapshot.releases`,
-from declared time limits) turned into the earliest time `replicas` replicas of `g` GPUs fit,
-each on one node. Used by policies.capacity to aim starving gangs' reservations."""
+"""Where a starving gang's reservation goes. The nodes' expected releases
+(`NodeSnapshot.releases`, from declared time limits) turned into the earliest time `replicas`
+replicas of `g` GPUs fit, each on one node, and the choice of the domain that drains soonest.
+Used by policies.capacity, whose index it does not import (it reads nodes only)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from policies.capacity import NodeSlot
+from policies.slots import NodeSlot
 
 
 @dataclass(slots=True)
@@ -49,3 +48,29 @@ def fit_time(
         if cap >= replicas:
             return t
     return math.inf
+
+
+def choose_target(
+    domains: Sequence[tuple[str, list[NodeSlot]]], g: int, replicas: int,
+    has_releases: bool, claimed: Collection[str],
+) -> HoldTarget | None:
+    """Among non-empty `domains` (name, nodes): with release data in the pool, the domain
+    where the gang fits soonest (free GPUs now plus those released by then, per node), then
+    the most free GPUs now, then the name; domains too small even when empty are skipped.
+    Without release data, the domain with the most free GPUs now (`ready` is inf)."""
+    if not domains:
+        return None
+    if not has_releases:
+        domain, nodes = max(domains, key=lambda d: (sum(n.free for n in d[1]), d[0]))
+        return HoldTarget(domain, nodes, math.inf)
+    best: tuple[float, int, str] | None = None
+    target: HoldTarget | None = None
+    for domain, nodes in domains:
+        if sum(n.total // g for n in nodes) < replicas:
+            continue
+        ready = fit_time(nodes, g, replicas, claimed)
+        # max over (-ready, free, name): ties fall as they did before release data
+        key = (-ready, sum(n.free for n in nodes), domain)
+        if best is None or key > best:
+            best, target = key, HoldTarget(domain, nodes, ready)
+    return target

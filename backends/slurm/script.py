@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from backends.base import SubmitRequest, Unsupported
 from backends.slurm.records import BatchJob
 from backends.slurm.shape import GangShape, gang_shape
-from broker.domain.spec import TopologyLevel
+from broker.domain.topology import TopologyLevel
 
 MAX_SIGNAL_SECONDS = 65535  # Slurm's limit for --signal=...@<time>
 # Slurm keeps these in fixed-width integers whose top values mean "not set" / "infinite" (and

@@ -18,6 +18,7 @@ from broker.api.problems import Problem, invalid_spec, problem_responses
 from broker.api.schemas import CheckpointOut, EventOut, JobOut, JobPage, WaitOut
 from broker.config import IsthmusConfig
 from broker.domain import JobState
+from broker.domain.clock import utcnow
 from broker.domain.ids import is_job_id
 from broker.domain.spec import JobSpec
 from broker.feasibility import request_problems
@@ -27,7 +28,6 @@ from broker.store import attempts as att
 from broker.store.db import Database
 from broker.store.queries import get_job, job_events, list_jobs
 from broker.store.records import JobRecord
-from broker.store.tables import utcnow
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=problem_responses(401, 422))
 Caller = Annotated[Principal, Depends(principal)]
