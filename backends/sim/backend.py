@@ -24,6 +24,7 @@ from backends.base import (
     CancelResult,
     Capability,
     RankLog,
+    Rendering,
     SubmitRequest,
     SubmitResult,
     tail_lines,
@@ -112,6 +113,11 @@ class SimBackend:
         foreign.occupy(self, self.external.occupied)
         self._next_external = foreign.next_arrival(self, self._t)
 
+    @property
+    def synced_t(self) -> float:
+        """The simulated time this backend's state has been brought up to (`sync`)."""
+        return self._t
+
     # ---- the Backend protocol ---------------------------------------------------------
     def _check(self) -> None:
         if not self.reachable:
@@ -120,6 +126,10 @@ class SimBackend:
     def inventory(self) -> InventorySnapshot:
         self._check()
         return views.inventory(self)
+
+    def render(self, request: SubmitRequest) -> Rendering:
+        """Nothing: a simulated job is sent as no script or manifest."""
+        return None
 
     def submit(self, request: SubmitRequest) -> SubmitResult:
         self._check()

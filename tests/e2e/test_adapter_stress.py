@@ -23,13 +23,13 @@ from broker.control.admission import run_admission
 from broker.control.dispatch import run_dispatch
 from broker.control.plane import ControlPlane
 from broker.control.reconcile import reconcile
-from broker.control.wiring import build_backends, control_params
 from broker.domain import JobSpec
 from broker.orchestration.replay import check_all
 from broker.orchestration.submission import cancel_job, submit_job
 from broker.store import Database, open_database
 from broker.store import attempts as att
 from broker.store.queries import list_jobs
+from broker.wiring.runtime import build_backends, control_params
 from tests.e2e.harness import job_spec, slurm_backend, slurm_pools, wait_until, write_config
 from tests.e2e.test_federation import k8s_backend, k8s_pools
 

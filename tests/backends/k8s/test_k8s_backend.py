@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client
 
 from backends.base import Unsupported
-from backends.k8s import K8sBackend, create
+from backends.k8s import K8sBackend
 from backends.k8s.manifests import LABEL_NAME, MANAGED_SELECTOR
 from broker.config import Backend as BackendConfig
 from broker.config import Pool
@@ -25,6 +25,7 @@ from broker.domain.facts import Fact, Phase
 from broker.domain.failures import FailureCategory
 from broker.domain.inventory import PoolSnapshot
 from broker.domain.reasons import Reason
+from broker.wiring.adapters import k8s_adapter
 from tests.fixtures.k8s import (
     FAKE_DURATION,
     FAKE_EXIT_CODE,
@@ -60,7 +61,7 @@ def make_backend(k8s_cluster: K8sCluster, k8s_namespace: str) -> Iterator[MakeBa
             "create_namespace": False, "all_ranks_timeout_s": 30, **settings})
         pool_cfgs = [Pool(name=p, backend="k8s-local", flavor="h100-80g",
                           node_selector={"isthmus.io/pool": p}) for p in pools]
-        backend = create(cfg, pool_cfgs)
+        backend = k8s_adapter(cfg, pool_cfgs)
         made.append(backend)
         return backend
 

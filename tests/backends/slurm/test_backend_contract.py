@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-import backends.slurm as slurm
 from backends.base import Backend, SubmitRequest
 from backends.slurm import SlurmBackend
 from broker.config import Backend as BackendConfig
@@ -26,6 +25,7 @@ from broker.domain.failures import FailureCategory
 from broker.domain.ids import new_job_id
 from broker.domain.reasons import Reason
 from broker.domain.spec import JobSpec
+from broker.wiring.adapters import slurm_adapter
 from tests.fixtures.slurm import SlurmCluster, wait_until
 
 pytestmark = pytest.mark.slurm
@@ -50,7 +50,7 @@ def make_backend(cluster: SlurmCluster, transport: str) -> SlurmBackend:
         settings.update(rest_url=cluster.rest_url, rest_user=cluster.jwt_user,
                         rest_token=cluster.jwt)
     config = BackendConfig(name="slurm-local", kind="slurm", settings=settings)
-    return slurm.create(config, POOLS)
+    return slurm_adapter(config, POOLS)
 
 
 @pytest.fixture(params=["cli", "rest"])
