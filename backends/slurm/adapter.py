@@ -70,6 +70,11 @@ def _newest(records: Sequence[JobRecord]) -> JobRecord:
     return max(records, key=lambda r: int(r.job_id) if r.job_id.isdigit() else 0)
 
 
+ABSENT_CHECK_TTL_S = 30.0
+"""How long a `lookup` that found a name nowhere stands in for submit's own check: only the
+dispatcher creates a given name, and it looks it up right before submitting it."""
+
+
 class SlurmBackend:
     """One Slurm cluster. Talks through ``transport``; builds facts and inventory from it."""
 
@@ -98,6 +103,10 @@ class SlurmBackend:
         self._node_gpu_types: dict[str, str] = {}  # node -> its GPU type (the run's GPU model)
         self._last_seen: dict[str, JobRecord] = {}  # name -> last queue record (exit codes)
         self._known_ids: dict[str, str] = {}  # name -> Slurm job id
+        self._looked_up_absent: dict[str, float] = {}
+        """Names `lookup` just found nowhere (monotonic time of the look): the dispatcher looks
+        a name up right before it submits it, so submit need not ask Slurm again. Lost on a
+        restart at no cost: submit then checks for itself."""
         self._kill_at: dict[str, float] = {}  # Slurm job id -> monotonic deadline
         # Slurm job id -> its nodes' conditions when its failed end was first seen
         self._end_nodes: dict[str, dict[str, tuple[NodeCondition, ...]]] = {}
@@ -163,8 +172,13 @@ class SlurmBackend:
         return _newest(done) if done else None
 
     def submit(self, request: SubmitRequest) -> SubmitResult:
+        """Idempotent by name: an object of that name (queued or in accounting) is adopted.
+        Right after a `lookup` that found the name nowhere, that look is the check (one
+        existence check per dispatch, not two)."""
         job = self.batch_job(request)
-        existing = self._existing(request.name)
+        looked = self._looked_up_absent.pop(request.name, None)
+        fresh = looked is not None and time.monotonic() - looked < ABSENT_CHECK_TTL_S
+        existing = None if fresh else self._existing(request.name)
         if existing is not None:
             self._known_ids[request.name] = existing.job_id
             log.info("slurm %s: adopted %s as job %s", self.name, request.name, existing.job_id)
@@ -345,7 +359,12 @@ class SlurmBackend:
     def lookup(self, name: str) -> Fact | None:
         rec = self._existing(name)
         if rec is None:
+            now_t = time.monotonic()
+            self._looked_up_absent = {  # keep only looks that can still stand in
+                k: t for k, t in self._looked_up_absent.items() if now_t - t < ABSENT_CHECK_TTL_S}
+            self._looked_up_absent[name] = now_t
             return None
+        self._looked_up_absent.pop(name, None)
         now = self.clock()
         self._note_end_evidence([rec], now)
         return self._fact(rec, now)
