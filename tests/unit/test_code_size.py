@@ -24,8 +24,6 @@ STILL_OVER = {
     "broker/server.py:run",
     "broker/timeline.py:build",
     "policies/admission.py",
-    "policies/placement.py:_evaluate",
-    "policies/retry.py:decide_retry",
     "backends/k8s/adapter.py",
     "backends/k8s/classify.py",
     "backends/k8s/classify.py:judge",
