@@ -18,7 +18,6 @@ STILL_OVER = {
     "broker/hpc/compat.py:to_job_spec",
     "broker/hpc/sbatch_parse.py",
     "broker/hpc/sbatch_parse.py:normalise",
-    "broker/metrics.py:_read",
     "broker/server.py:run",
     "policies/admission.py",
     "backends/k8s/adapter.py",
