@@ -19,7 +19,6 @@ STILL_OVER = {
     "broker/hpc/sbatch_parse.py",
     "broker/hpc/sbatch_parse.py:normalise",
     "broker/server.py:run",
-    "policies/admission.py",
     "backends/k8s/adapter.py",
     "backends/k8s/classify.py",
     "backends/k8s/classify.py:judge",
