@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Protocol
 
+from backends.base import RankLog, tail_lines
 from backends.sim.clock import SimClock
 from backends.sim.model import ExternalLoad, Job, Node, SimFailures, SimPoolSpec
 from broker.domain.facts import Fact, Phase
@@ -131,3 +132,23 @@ def share(total: int, node: Node) -> int:
     if not node.up or node.total == 0:
         return 0
     return total * node.free // node.total
+
+
+def rank_logs(b: SimView, job: Job, rank: int | None, tail: int | None) -> list[RankLog]:
+    """A synthetic log per rank from what the simulator knows of the job: where and when
+    each rank started, and how the job ended."""
+    out = []
+    for r in range(job.replicas) if rank is None else [rank]:
+        if not 0 <= r < job.replicas:
+            continue
+        lines = [f"{b.clock.at(job.submitted).isoformat()} rank {r}: queued in {job.pool}"]
+        if job.started is not None:
+            node = job.nodes[r] if r < len(job.nodes) else "?"
+            lines.append(f"{b.clock.at(job.started).isoformat()} rank {r}: started on "
+                         f"{node} with {job.gpus} GPUs")
+        if job.ended is not None:
+            lines.append(f"{b.clock.at(job.ended).isoformat()} rank {r}: "
+                         f"{job.phase.value.lower()} {job.message}".rstrip())
+        text = tail_lines("\n".join(lines) + "\n", tail)
+        out.append(RankLog(r, text, f"simulator {b.name}"))
+    return out
