@@ -24,7 +24,6 @@ STILL_OVER = {
     "backends/k8s/classify.py:judge",
     "backends/k8s/classify.py:_progress",
     "backends/k8s/manifests.py:render",
-    "backends/slurm/script.py:batch_job",
 }
 
 
