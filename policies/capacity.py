@@ -159,22 +159,7 @@ class PoolIndex:
     def _find_fast(self, g: int, replicas: int, level: int) -> Fit | None:
         need = replicas * g
         if level == NODE:
-            best: tuple[int, int, str] | None = None
-            best_rack: Rack | None = None
-            for r in self.racks:
-                if r.max_free < need:
-                    continue
-                b = r.buckets
-                k = need
-                while b[k] == 0:
-                    k += 1
-                cand = (k, r.free, r.key)
-                if best is None or cand < best:
-                    best, best_rack = cand, r
-            if best is None or best_rack is None:
-                return None
-            node = next(n for n in best_rack.nodes if n.free == best[0])
-            return Fit(NODE, f"{best_rack.key}/{node.name}", [(node, replicas)], node.free - need)
+            return self._fast_node(replicas, need)
         if level == RACK:
             best_r: Rack | None = None
             for r in self.racks:
@@ -188,20 +173,43 @@ class PoolIndex:
                 return None
             return self._assign(RACK, best_r.key, [best_r], replicas, lambda n: n.free // g, need)
         if level == BLOCK:
-            best_b: tuple[int, str] | None = None
-            for block, rs in self.blocks.items():
-                free = sum(r.free for r in rs)
-                if free < need or (best_b is not None and (free, block) >= best_b):
-                    continue
-                if sum(r.cap(g) for r in rs) >= replicas:
-                    best_b = (free, block)
-            if best_b is None:
-                return None
-            rs = self.blocks[best_b[1]]
-            return self._assign(BLOCK, best_b[1], rs, replicas, lambda n: n.free // g, need)
+            return self._fast_block(g, replicas, need)
         if sum(r.cap(g) for r in self.racks) < replicas:
             return None
         return self._assign(POOL, "", self.racks, replicas, lambda n: n.free // g, need)
+
+    def _fast_node(self, replicas: int, need: int) -> Fit | None:
+        """The node with the fewest free GPUs that holds `need`, in the emptiest rack."""
+        best: tuple[int, int, str] | None = None
+        best_rack: Rack | None = None
+        for r in self.racks:
+            if r.max_free < need:
+                continue
+            b = r.buckets
+            k = need
+            while b[k] == 0:
+                k += 1
+            cand = (k, r.free, r.key)
+            if best is None or cand < best:
+                best, best_rack = cand, r
+        if best is None or best_rack is None:
+            return None
+        node = next(n for n in best_rack.nodes if n.free == best[0])
+        return Fit(NODE, f"{best_rack.key}/{node.name}", [(node, replicas)], node.free - need)
+
+    def _fast_block(self, g: int, replicas: int, need: int) -> Fit | None:
+        """The block with the fewest free GPUs that holds the gang."""
+        best_b: tuple[int, str] | None = None
+        for block, rs in self.blocks.items():
+            free = sum(r.free for r in rs)
+            if free < need or (best_b is not None and (free, block) >= best_b):
+                continue
+            if sum(r.cap(g) for r in rs) >= replicas:
+                best_b = (free, block)
+        if best_b is None:
+            return None
+        rs = self.blocks[best_b[1]]
+        return self._assign(BLOCK, best_b[1], rs, replicas, lambda n: n.free // g, need)
 
     def _find_slow(self, g: int, replicas: int, level: int, node_cap: NodeCap) -> Fit | None:
         caps = {n.name: node_cap(n) for n in self.nodes.values()}
