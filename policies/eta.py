@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 
 from broker.domain.inventory import InventorySnapshot, NodeSnapshot
 from broker.domain.reasons import Reason
-from broker.domain.topology import TopologyLevel
+from broker.domain.topology import rank_of
 from policies.admission import Decision
 from policies.types import PendingJob
 
@@ -91,9 +91,6 @@ class _Node:
             if level < low:
                 low = level
         return max(0, low)
-
-
-_LEVEL = {TopologyLevel.NODE: 0, TopologyLevel.RACK: 1, TopologyLevel.BLOCK: 2, None: 3}
 
 
 class _Pool:
@@ -236,18 +233,41 @@ def _one(
 ) -> tuple[datetime | None, str, str | None]:
     if job is None:
         return None, "unknown: no admission view", None
-    if d.reason == Reason.WaitingForPreemption:
-        return _dt(now), "preemption", None
-    if d.reason not in _SCHEDULABLE:
-        return None, f"unknown: waits for {d.reason.value}, not for capacity", None
-    if beyond:
-        return None, f"unknown: beyond the first {MAX_ESTIMATED} jobs of the queue", None
+    not_estimated = _not_estimated(d, now, beyond)
+    if not_estimated is not None:
+        return not_estimated
     start = now
     if job.not_before is not None:
         start = max(start, _ts(job.not_before))
     usable = [v.pool for v in d.verdicts if (v.fits or v.reason in _POOL_USABLE)]
     run_s = max(1.0, factor * job.max_runtime_s)
-    level = _LEVEL.get(job.topology_required, 3)
+    level = rank_of(job.topology_required)
+    try:
+        best, blind = _earliest(job, usable, pools, start, now, run_s, level, ctx)
+    except _BudgetSpent:
+        return None, "unknown: the estimate's work budget for this cycle is spent", None
+    if best is None:
+        why = ("busy GPUs without a known end" if blind
+               else f"no fit within {HORIZON_S // 86400} days")
+        return None, f"unknown: {why}", None
+    t, name, picked = best
+    pools[name].take(t, run_s, job.gpus_per_replica, picked)
+    if t <= now:
+        return _dt(t), "now", name
+    scaled = "" if factor == 1.0 else f" x{factor:.2f} (observed run/declared)"
+    return _dt(t), f"releases{scaled}", name
+
+
+class _BudgetSpent(Exception):
+    """The cycle's estimation work budget ran out."""
+
+
+def _earliest(
+    job: PendingJob, usable: list[str], pools: dict[str, _Pool], start: float, now: float,
+    run_s: float, level: int, ctx: _Pass,
+) -> tuple[tuple[float, str, list[tuple[_Node, int]]] | None, bool]:
+    """The earliest (start, pool, nodes) among the usable pools, and whether a pool without
+    a fit has busy GPUs of unknown end (then "never" is not known either)."""
     best: tuple[float, str, list[tuple[_Node, int]]] | None = None
     blind = False
     for name in sorted(usable):
@@ -262,23 +282,26 @@ def _one(
                               job.exclude_nodes, ctx.work)
         if found is None:
             if ctx.work[0] <= 0:
-                return None, "unknown: the estimate's work budget for this cycle is spent", None
+                raise _BudgetSpent
             if not job.exclude_nodes and start == now:
                 ctx.never[key] = min(run_s, ctx.never.get(key, math.inf))
             blind = blind or pool.unknown_busy
             continue
         if best is None or found[0] < best[0]:
             best = (found[0], name, found[1])
-    if best is None:
-        why = ("busy GPUs without a known end" if blind
-               else f"no fit within {HORIZON_S // 86400} days")
-        return None, f"unknown: {why}", None
-    t, name, picked = best
-    pools[name].take(t, run_s, job.gpus_per_replica, picked)
-    if t <= now:
-        return _dt(t), "now", name
-    scaled = "" if factor == 1.0 else f" x{factor:.2f} (observed run/declared)"
-    return _dt(t), f"releases{scaled}", name
+    return best, blind
+
+
+def _not_estimated(d: Decision, now: float, beyond: bool
+                   ) -> tuple[datetime | None, str, str | None] | None:
+    """The answer for a job whose start the releases do not tell, or None."""
+    if d.reason == Reason.WaitingForPreemption:
+        return _dt(now), "preemption", None
+    if d.reason not in _SCHEDULABLE:
+        return None, f"unknown: waits for {d.reason.value}, not for capacity", None
+    if beyond:
+        return None, f"unknown: beyond the first {MAX_ESTIMATED} jobs of the queue", None
+    return None
 
 
 def _dt(t: float) -> datetime:
