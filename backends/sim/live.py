@@ -3,9 +3,10 @@ call the control loop makes, and built from isthmus.yaml (``kind: sim``) by brok
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
-from backends.base import CancelResult, SubmitRequest, SubmitResult
+from backends.base import BackendUnavailable, CancelResult, SubmitRequest, SubmitResult
 from backends.sim.backend import SimBackend
 from backends.sim.clock import WallClock
 from backends.sim.faults import Fault
@@ -18,6 +19,15 @@ from broker.domain.inventory import InventorySnapshot
 
 class LiveSimBackend(SimBackend):
     """A SimBackend on a WallClock: each call first processes what happened since the last."""
+
+    outage_file: str | None = None
+    """While a file exists here, every call fails as unreachable (SimSettings.outage_file)."""
+
+    def _check(self) -> None:
+        if self.outage_file is not None and os.path.exists(self.outage_file):
+            raise BackendUnavailable(f"simulated backend {self.name} is unreachable "
+                                     f"(outage drill: {self.outage_file} exists)")
+        super()._check()
 
     def inventory(self) -> InventorySnapshot:
         self.sync()
@@ -55,9 +65,11 @@ def build(name: str, pools: Sequence[SimPoolSpec], settings: SimSettings,
                             occupied=settings.foreign_load)
     url = settings.progress_url or progress_url
     reporter = Reporter(url) if settings.progress and url else None
-    return LiveSimBackend(
+    live = LiveSimBackend(
         name, settings.emulate, pools, WallClock(settings.speed),
         seed=settings.seed, failures=failures, external=external, reporter=reporter,
         runtime_fraction=settings.runtime_fraction,
         progress_every=settings.progress_interval,
     )
+    live.outage_file = settings.outage_file
+    return live

@@ -205,3 +205,22 @@ def test_wall_clock_runs_at_its_speed() -> None:
     assert (clock.now - clock.start).total_seconds() == pytest.approx(3)  # reported in wall time
     with pytest.raises(TypeError):
         clock.advance(1)
+
+
+def test_outage_file_makes_the_backend_unreachable_while_it_exists(tmp_path: Any) -> None:
+    from backends.base import BackendUnavailable
+
+    flag = tmp_path / "outage"
+    config = copy.deepcopy(BASE)
+    config["backends"][0]["settings"]["outage_file"] = str(flag)
+    backends = build_backends(parse_config(config))
+    sim, other = backends["sim-slurm"], backends["sim-k8s"]
+    assert sim.inventory().pools  # no file: answers
+    flag.write_text("")
+    with pytest.raises(BackendUnavailable, match="outage drill"):
+        sim.inventory()
+    with pytest.raises(BackendUnavailable):
+        sim.observe()
+    assert other.inventory().pools  # only the backend that names the file
+    flag.unlink()
+    assert sim.inventory().pools
