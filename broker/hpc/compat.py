@@ -210,7 +210,8 @@ def array_specs(spec: dict[str, Any], req: SbatchRequest, array_id: str) -> list
     return out
 
 
-def _team(req: SbatchRequest, compat: SlurmCompat, caller_team: str | None) -> str:
+def _team(req: SbatchRequest, compat: SlurmCompat | CompatTables,
+          caller_team: str | None) -> str:
     """The team: the -A account's, else the caller's own."""
     if req.account is not None:
         team = compat.accounts.get(req.account)
