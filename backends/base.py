@@ -7,7 +7,7 @@ what they can do, and refuse unsupported requests up front with a reason.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from enum import Flag, auto
 from typing import Any, Protocol, TypeVar, runtime_checkable
@@ -96,6 +96,11 @@ class CancelResult:
     message: str = ""
 
 
+Rendering = str | list[dict[str, Any]] | None
+"""A batch script, a list of manifests, or None for a backend that sends no such text (the
+simulator)."""
+
+
 @runtime_checkable
 class Backend(Protocol):
     name: str
@@ -104,7 +109,15 @@ class Backend(Protocol):
 
     def inventory(self) -> InventorySnapshot: ...
 
-    def submit(self, request: SubmitRequest) -> SubmitResult: ...
+    def render(self, request: SubmitRequest) -> Rendering:
+        """What `submit` would send for `request` (a batch script, manifests), for people
+        (`isthmus render`, the attempt's record). No I/O beyond the adapter's caches."""
+        ...
+
+    def submit(self, request: SubmitRequest) -> SubmitResult:
+        """Create the object named `request.name`; idempotent by name: an existing object of
+        that name is adopted (`adopted`)."""
+        ...
 
     def lookup(self, name: str) -> Fact | None: ...
 
@@ -143,30 +156,3 @@ def tail_lines(text: str, tail: int | None) -> str:
         return text
     lines = text.splitlines(keepends=True)
     return "".join(lines[-tail:]) if tail > 0 else ""
-
-
-BackendFactory = Callable[..., Backend]
-SettingsCheck = Callable[..., list[tuple[str, str]]]
-"""(config.Backend, its config.Pools) -> problems as (path, message), paths from the top of
-isthmus.yaml (`backends[1].settings.kubeconfg`, `pools[2].partition`). No I/O."""
-_REGISTRY: dict[str, BackendFactory] = {}
-_CHECKS: dict[str, SettingsCheck] = {}
-
-
-def register(kind: str, factory: BackendFactory, check: SettingsCheck | None = None) -> None:
-    _REGISTRY[kind] = factory
-    if check is not None:
-        _CHECKS[kind] = check
-
-
-def check_for(kind: str) -> SettingsCheck | None:
-    """The configuration check of a backend kind (the same one its factory relies on)."""
-    return _CHECKS.get(kind)
-
-
-def factory_for(kind: str) -> BackendFactory:
-    try:
-        return _REGISTRY[kind]
-    except KeyError:
-        known = ", ".join(sorted(_REGISTRY)) or "none"
-        raise Unsupported(f"no backend adapter of kind '{kind}' is registered ({known})") from None

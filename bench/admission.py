@@ -22,7 +22,8 @@ from broker.domain.inventory import (
     QueueDepth,
     TopologyPath,
 )
-from broker.domain.spec import BackendKind, TopologyLevel
+from broker.domain.spec import BackendKind
+from broker.domain.topology import TopologyLevel
 from policies.admission import admission_cycle
 from policies.types import FlavorQuota, PendingJob, QuotaConfig, TeamQuota, Usage
 

@@ -37,7 +37,7 @@ from bench.placement_quality import (
     snapshot,
 )
 from broker.domain.inventory import InventorySnapshot
-from broker.domain.spec import TopologyLevel
+from broker.domain.topology import TopologyLevel
 from policies import eta
 from policies.admission import AdmissionParams, admission_cycle
 from policies.placement import PlacementParams

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from broker.domain.attempts import Placement
 from broker.domain.inventory import InventorySnapshot, PoolSnapshot
-from broker.domain.spec import TopologyLevel
+from broker.domain.topology import TopologyLevel
 from policies.types import PendingJob, QuotaConfig, Usage
 
 

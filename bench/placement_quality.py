@@ -44,7 +44,8 @@ from backends.sim.trace import TraceJob, gpu_cluster_trace
 from bench.placement_baselines import greedy_strategy, kueue_strategy
 from broker.domain.attempts import Placement, RunSnapshot
 from broker.domain.inventory import InventorySnapshot
-from broker.domain.spec import JobSpec, TopologyLevel
+from broker.domain.spec import JobSpec
+from broker.domain.topology import TopologyLevel
 from policies.admission import AdmissionParams, admission_cycle
 from policies.placement import PlacementParams
 from policies.types import FlavorQuota, PendingJob, QuotaConfig, TeamQuota, Usage, decay_usage

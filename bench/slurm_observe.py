@@ -19,11 +19,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import backends.slurm as slurm
 from backends.slurm import SlurmBackend
 from broker.config import Backend, Pool
 from broker.domain.attempts import backend_object_name
 from broker.domain.ids import new_job_id
+from broker.wiring.adapters import slurm_adapter
 
 STATE = Path(os.environ.get("ISTHMUS_SLURM_STATE", "/tmp/isthmus-slurm"))
 
@@ -46,7 +46,7 @@ def make(values: dict[str, str], transport: str) -> SlurmBackend:
                         rest_token=values["SLURM_JWT"])
     pools = [Pool(name=f"slurm-{p}", backend="slurm-local", partition=p, flavor=f"{p}-80g")
              for p in values["SLURM_PARTITIONS"].split(",")]
-    return slurm.create(Backend(name="slurm-local", kind="slurm", settings=settings), pools)
+    return slurm_adapter(Backend(name="slurm-local", kind="slurm", settings=settings), pools)
 
 
 def submit_held(values: dict[str, str], names: list[str]) -> list[str]:

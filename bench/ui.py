@@ -25,12 +25,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import sqlalchemy as sa
+from broker.control.wiring import build_backends, control_params
 from fastapi.testclient import TestClient
 
-from broker.api.app import create_app
 from broker.config import load_config
 from broker.control.plane import ControlPlane
-from broker.control.wiring import build_backends, control_params
 from broker.domain.ids import new_job_id
 from broker.domain.spec import JobSpec
 from broker.store import open_database
@@ -38,6 +37,7 @@ from broker.store.attempts import ATTEMPTS, CYCLES, EXPLANATIONS
 from broker.store.decision_log import DECISIONS
 from broker.store.records import EVENTS, JOBS
 from broker.store.tables import LedgerEntryRow
+from broker.web import build_app
 
 ROOT = Path(__file__).resolve().parents[1]
 LEDGER: sa.Table = LedgerEntryRow.__table__  # type: ignore[attr-defined]
@@ -212,7 +212,7 @@ def run(args: argparse.Namespace, db_url: str | None) -> None:
     sample = seed(db, args.jobs, random.Random(1))
     plane = ControlPlane(db, config, build_backends(config), params=control_params(config))
     plane.inventory()  # the overview shows the last inventories, as a leading server does
-    app = create_app(config, db, SimpleNamespace(plane=plane))  # type: ignore[arg-type]
+    app = build_app(config, db, SimpleNamespace(plane=plane))  # type: ignore[arg-type]
     results = []
     with TestClient(app) as client:
         for name, path in pages(sample).items():

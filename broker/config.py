@@ -14,8 +14,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
+from broker.config_tuning import (
+    AdmissionTuning,
+    FairShareTuning,
+    OrderingTuning,
+    PlacementTuning,
+    Policies,
+    PreemptionTuning,
+    RetryTuning,
+    ScoreTuning,
+)
+from broker.config_tuning import Strict as _Strict
 from broker.domain.metadata_keys import DEFAULT_RESERVED_PREFIXES
 from broker.domain.spec import (
     DAY,
@@ -28,6 +39,9 @@ from broker.domain.spec import (
 )
 from broker.hpc.compat_config import SlurmCompat
 
+__all__ = ["AdmissionTuning", "FairShareTuning", "OrderingTuning", "PlacementTuning",
+           "Policies", "PreemptionTuning", "RetryTuning", "ScoreTuning"]  # and what follows
+
 NAME = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 LOOPBACK_NAMES = {"localhost", "ip6-localhost"}
 
@@ -36,8 +50,6 @@ class ConfigError(ValueError):
     """A configuration problem, with one line per issue naming the field."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class Role(StrEnum):
@@ -184,92 +196,6 @@ class Tenancy(_Strict):
         default_factory=lambda: list(DEFAULT_RESERVED_PREFIXES))
     exempt_key_prefixes: list[str] = Field(default_factory=list)
     mounts: dict[str, list[str]] = Field(default_factory=dict, description="team -> claims")
-
-
-class RetryTuning(_Strict):
-    """policies.retry.RetryParams: what the retry engine allows beyond each job's own policy."""
-
-    max_preemptions: int = Field(default=10, ge=0, le=1000)
-    """Preemptions of one job before it fails with RetriesExhausted."""
-    orchestration_retries: int = Field(default=1, ge=0, le=100)
-    """Retries after a lost or out-of-sync backend object (ORCHESTRATION)."""
-    unknown_retries: int = Field(default=1, ge=0, le=100)
-    """Retries after a failure the backend gave no evidence for (UNKNOWN)."""
-    preemption_delay: int = Field(default=0, ge=0, le=DAY)
-    """Seconds a preempted job waits before it is queued again."""
-    infra_pool_exclude_after: int = Field(default=2, ge=1, le=100)
-    """Infrastructure failures in one pool before the job avoids that pool."""
-
-
-class PreemptionTuning(_Strict):
-    """policies.preemption.PreemptionParams: the protection windows of running jobs."""
-
-    min_runtime: float = Field(default=600.0, ge=0, le=30 * DAY)
-    """Seconds a job runs before it may be preempted."""
-    protect_near_end: float = Field(default=900.0, ge=0, le=30 * DAY)
-    """A job expected to end within this many seconds is not preempted."""
-    max_victims: int = Field(default=32, ge=1, le=10_000)
-    """Most jobs preempted for one pending job."""
-
-
-class ScoreTuning(_Strict):
-    """policies.placement.ScoreWeights: how candidate pools are ranked (lower score wins)."""
-
-    flavor: float = Field(default=1.0, ge=0, le=1000)
-    topology: float = Field(default=0.25, ge=0, le=1000)
-    preferred_miss: float = Field(default=0.5, ge=0, le=1000)
-    wait_per_hour: float = Field(default=1.0, ge=0, le=1000)
-    fragmentation: float = Field(default=0.5, ge=0, le=1000)
-    cost: float = Field(default=0.1, ge=0, le=1000)
-    queued: float = Field(default=1.0, ge=0, le=1000)
-    foreign_wait: float = Field(default=1.0, ge=0, le=1000)
-
-
-class PlacementTuning(_Strict):
-    """policies.placement.PlacementParams."""
-
-    weights: ScoreTuning = Field(default_factory=ScoreTuning)
-    turnover: float = Field(default=3600.0, gt=0, le=30 * DAY)
-    """Seconds for a pool's worth of queued GPU demand to drain, when the backend gives no
-    estimate: expected wait = pending GPUs / pool GPUs x turnover."""
-    max_isthmus_pending: int = Field(default=0, ge=0, le=10_000)
-    """Isthmus jobs that may wait in one shared pool's backend queue (0: none ever do)."""
-    queue_max_gpus: int = Field(default=8, ge=0, le=100_000)
-    """Larger gangs never wait in a backend queue."""
-
-
-class OrderingTuning(_Strict):
-    """policies.ordering.OrderingParams: starvation protection of large gangs."""
-
-    starvation_after: float = Field(default=3600.0, ge=0, le=366 * DAY)
-    """Seconds a gang waits before it gets a capacity reservation."""
-    reservation_min_gpus: int = Field(default=8, ge=1, le=100_000)
-    max_reservations: int = Field(default=4, ge=0, le=1000)
-
-
-class FairShareTuning(_Strict):
-    half_life: float = Field(default=3600.0, gt=0, le=366 * DAY)
-    """Seconds after which past usage weighs half as much in fair share."""
-
-
-class AdmissionTuning(_Strict):
-    """policies.admission.AdmissionParams (besides placement and ordering)."""
-
-    max_admissions: int | None = Field(default=None, ge=1, le=1_000_000)
-    """Most admissions in one cycle (none: no limit)."""
-
-
-class Policies(_Strict):
-    """Every policy parameter, each with the code's default (`isthmus config check --show`)."""
-
-    retry: RetryTuning = Field(default_factory=RetryTuning)
-    preemption: PreemptionTuning = Field(default_factory=PreemptionTuning)
-    placement: PlacementTuning = Field(default_factory=PlacementTuning)
-    ordering: OrderingTuning = Field(default_factory=OrderingTuning)
-    fair_share: FairShareTuning = Field(default_factory=FairShareTuning)
-    admission: AdmissionTuning = Field(default_factory=AdmissionTuning)
-    cancel_grace: int | None = Field(default=None, ge=0, le=DAY)
-    """Seconds a cancelled job gets to stop (none: the job's own checkpoint.grace)."""
 
 
 class PriorityClass(_Strict):

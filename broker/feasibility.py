@@ -16,7 +16,9 @@ from typing import Any
 
 from broker.config import Flavor, IsthmusConfig, Limits, Pool, PoolCapacity, Team, Tenancy
 from broker.domain import Reason, metadata_keys
-from broker.domain.spec import JobSpec, TopologyLevel
+from broker.domain.inventory import pool_is_candidate
+from broker.domain.spec import JobSpec
+from broker.domain.topology import TopologyLevel
 from broker.domain.units import format_duration, format_size
 
 
@@ -154,7 +156,7 @@ def candidate_pools(config: IsthmusConfig, spec: JobSpec, flavors: list[Flavor])
     return [
         p
         for p in config.pools
-        if p.flavor in names and spec.backend in ("any", kinds.get(p.backend))
+        if pool_is_candidate(p.flavor, kinds.get(p.backend, ""), names, spec.backend)
     ]
 
 
@@ -195,7 +197,6 @@ def _reachable_quota(config: IsthmusConfig, team: Team, flavor: str) -> tuple[in
 
 
 def feasibility(config: IsthmusConfig, spec: JobSpec) -> Verdict:
-    gang = spec.gang
     flavors = acceptable_flavors(config, spec)
     wanted = ", ".join(spec.flavors) or "flavors matching the constraints"
     if not flavors:
@@ -209,6 +210,16 @@ def feasibility(config: IsthmusConfig, spec: JobSpec) -> Verdict:
             f"no pool{where} offers {', '.join(f.name for f in flavors)}",
         )
 
+    too_big = _exceeds_capacity(spec, pools)
+    if too_big is not None:
+        return too_big
+    return _quota_reach(config, spec, flavors, pools)
+
+
+def _exceeds_capacity(spec: JobSpec, pools: list[Pool]) -> Verdict | None:
+    """When every candidate pool declares its shape: the gang must fit the largest domain
+    at its required level of one of them, even empty."""
+    gang = spec.gang
     level = spec.topology.required
     sized = [(p, p.capacity) for p in pools if p.capacity is not None]
     if sized and len(sized) == len(pools):
@@ -236,7 +247,14 @@ def feasibility(config: IsthmusConfig, spec: JobSpec) -> Verdict:
                 Reason.ExceedsCapacity,
                 f"needs {gang.replicas} x {gang.gpus_per_replica} GPUs {within}; {detail}",
             )
+    return None
 
+
+def _quota_reach(config: IsthmusConfig, spec: JobSpec, flavors: list[Flavor],
+                 pools: list[Pool]) -> Verdict:
+    """The job must fit the most quota its team can reach in some offered flavor (its own
+    nominal plus what its cohort may lend)."""
+    gang = spec.gang
     team = config.team(spec.team)
     assert team is not None, "request_problems rejects unknown teams first"
     offered = {p.flavor for p in pools}

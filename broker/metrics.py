@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -25,7 +25,6 @@ from prometheus_client.registry import Collector
 from broker import ledger
 from broker.domain import JobState
 from broker.domain.facts import Fact
-from broker.orchestration.rules import Rule, TransitionContext
 from broker.store.attempts import ATTEMPTS
 from broker.store.db import Database
 from broker.store.records import JOBS
@@ -135,18 +134,6 @@ class ReconcileLag:
 LAG = ReconcileLag()
 
 
-class MetricsRule(Rule):
-    """After every accepted transition: count it; time waits at the moments they end."""
-
-    def after(self, ctx: TransitionContext) -> None:
-        TRANSITIONS.labels(ctx.src.value, ctx.dst.value).inc()
-        waited = (ctx.now - ctx.job.created_at).total_seconds()
-        if ctx.dst is JobState.ADMITTED and ctx.src is not JobState.ADMITTED:
-            QUEUE_WAIT.labels(ctx.job.team).observe(waited)
-        elif ctx.dst is JobState.RUNNING and ctx.src is not JobState.RUNNING:
-            TIME_TO_RUNNING.labels(ctx.job.team).observe(waited)
-
-
 class JobsByState(Collector):
     """isthmus_jobs{state, reason}: read from the database at scrape time."""
 
@@ -189,29 +176,6 @@ class FederationState(Collector):
 
     def _read(self) -> list[GaugeMetricFamily]:
         now = self.clock()
-        allocated = GaugeMetricFamily(
-            "isthmus_gpus_allocated", "GPUs held by the current attempts of PREPARING and "
-            "RUNNING jobs", labels=["team", "pool", "state"])
-        idle = GaugeMetricFamily(
-            "isthmus_gpus_idle", f"GPUs of RUNNING jobs with no progress report (nor start) "
-            f"for {int(IDLE_AFTER.total_seconds() // 60)} minutes", labels=["team", "pool"])
-        oldest = GaugeMetricFamily(
-            "isthmus_queue_oldest_age_seconds", "Age of the oldest QUEUED job per team and "
-            "first acceptable flavor ('any' when given by constraints)",
-            labels=["team", "flavor"])
-        queued = GaugeMetricFamily(
-            "isthmus_queued_gpus", "GPUs asked for by QUEUED jobs", labels=["team", "flavor"])
-        reserved = GaugeMetricFamily(
-            "isthmus_gpus_reserved", "GPUs reserved in the quota ledger",
-            labels=["team", "flavor"])
-        borrowed = GaugeMetricFamily(
-            "isthmus_gpus_borrowed", "Reserved GPUs above the team's nominal quota (borrowed "
-            "from its cohort)", labels=["team", "flavor"])
-        leader = GaugeMetricFamily(
-            "isthmus_leader_lease_valid", "1 while some replica holds an unexpired control "
-            "lease")
-        epoch = GaugeMetricFamily("isthmus_leader_epoch", "Epoch of the control lease")
-        cutoff = now - IDLE_AFTER
         with self.db.read() as s:
             conn = s.connection()
             live = conn.execute(
@@ -229,36 +193,8 @@ class FederationState(Collector):
             ).all()
             usage = ledger.usage(s)
             lease = conn.execute(sa.select(LEASES.c.epoch, LEASES.c.expires_at)).first()
-        alloc: dict[tuple[str, str, str], int] = {}
-        idle_by: dict[tuple[str, str], int] = {}
-        for team, pool, state, gpus, progress, started, dispatched in live:
-            alloc[(team, pool, state)] = alloc.get((team, pool, state), 0) + gpus
-            last = _as_utc(progress or started or dispatched)
-            if state == JobState.RUNNING.value and last is not None and last < cutoff:
-                idle_by[(team, pool)] = idle_by.get((team, pool), 0) + gpus
-            else:
-                idle_by.setdefault((team, pool), 0)
-        for key, n in sorted(alloc.items()):
-            allocated.add_metric(list(key), float(n))
-        for (team, pool), n in sorted(idle_by.items()):
-            idle.add_metric([team, pool], float(n))
-        first: dict[tuple[str, str], datetime] = {}
-        gpus_by: dict[tuple[str, str], int] = {}
-        for team, created, gpus, spec_json in waiting:
-            wkey = (str(team), _first_flavor(spec_json))
-            since = _as_utc(created) or now
-            first[wkey] = min(first.get(wkey, since), since)
-            gpus_by[wkey] = gpus_by.get(wkey, 0) + gpus
-        for wkey in sorted(first):
-            oldest.add_metric(list(wkey), max(0.0, (now - first[wkey]).total_seconds()))
-            queued.add_metric(list(wkey), float(gpus_by[wkey]))
-        for (team, flavor), (held, lent) in sorted(usage.items()):
-            reserved.add_metric([team, flavor], float(held))
-            borrowed.add_metric([team, flavor], float(lent))
-        expires = _as_utc(lease[1]) if lease is not None else None
-        leader.add_metric([], 1.0 if expires is not None and expires > now else 0.0)
-        epoch.add_metric([], float(lease[0]) if lease is not None else 0.0)
-        return [allocated, idle, oldest, queued, reserved, borrowed, leader, epoch]
+        return [*_held_families(live, now), *_queue_families(waiting, now),
+                *_ledger_families(usage), *_lease_families(lease, now)]
 
     def _read_drift(self) -> GaugeMetricFamily:
         drift = GaugeMetricFamily(
@@ -271,6 +207,77 @@ class FederationState(Collector):
         drift.add_metric(["quota"], float(mismatches))
         drift.add_metric(["uncharged"], float(uncharged))
         return drift
+
+
+def _held_families(live: Sequence[Any], now: datetime) -> list[GaugeMetricFamily]:
+    """GPUs held by live attempts, and those of running jobs that report nothing."""
+    allocated = GaugeMetricFamily(
+        "isthmus_gpus_allocated", "GPUs held by the current attempts of PREPARING and "
+        "RUNNING jobs", labels=["team", "pool", "state"])
+    idle = GaugeMetricFamily(
+        "isthmus_gpus_idle", f"GPUs of RUNNING jobs with no progress report (nor start) "
+        f"for {int(IDLE_AFTER.total_seconds() // 60)} minutes", labels=["team", "pool"])
+    cutoff = now - IDLE_AFTER
+    alloc: dict[tuple[str, str, str], int] = {}
+    idle_by: dict[tuple[str, str], int] = {}
+    for team, pool, state, gpus, progress, started, dispatched in live:
+        alloc[(team, pool, state)] = alloc.get((team, pool, state), 0) + gpus
+        last = _as_utc(progress or started or dispatched)
+        if state == JobState.RUNNING.value and last is not None and last < cutoff:
+            idle_by[(team, pool)] = idle_by.get((team, pool), 0) + gpus
+        else:
+            idle_by.setdefault((team, pool), 0)
+    for key, n in sorted(alloc.items()):
+        allocated.add_metric(list(key), float(n))
+    for (team, pool), n in sorted(idle_by.items()):
+        idle.add_metric([team, pool], float(n))
+    return [allocated, idle]
+
+
+def _queue_families(waiting: Sequence[Any], now: datetime) -> list[GaugeMetricFamily]:
+    """The oldest QUEUED job's age and the queued GPUs, per team and first flavor."""
+    oldest = GaugeMetricFamily(
+        "isthmus_queue_oldest_age_seconds", "Age of the oldest QUEUED job per team and "
+        "first acceptable flavor ('any' when given by constraints)",
+        labels=["team", "flavor"])
+    queued = GaugeMetricFamily(
+        "isthmus_queued_gpus", "GPUs asked for by QUEUED jobs", labels=["team", "flavor"])
+    first: dict[tuple[str, str], datetime] = {}
+    gpus_by: dict[tuple[str, str], int] = {}
+    for team, created, gpus, spec_json in waiting:
+        wkey = (str(team), _first_flavor(spec_json))
+        since = _as_utc(created) or now
+        first[wkey] = min(first.get(wkey, since), since)
+        gpus_by[wkey] = gpus_by.get(wkey, 0) + gpus
+    for wkey in sorted(first):
+        oldest.add_metric(list(wkey), max(0.0, (now - first[wkey]).total_seconds()))
+        queued.add_metric(list(wkey), float(gpus_by[wkey]))
+    return [oldest, queued]
+
+
+def _ledger_families(usage: dict[tuple[str, str], tuple[int, int]]
+                     ) -> list[GaugeMetricFamily]:
+    reserved = GaugeMetricFamily(
+        "isthmus_gpus_reserved", "GPUs reserved in the quota ledger",
+        labels=["team", "flavor"])
+    borrowed = GaugeMetricFamily(
+        "isthmus_gpus_borrowed", "Reserved GPUs above the team's nominal quota (borrowed "
+        "from its cohort)", labels=["team", "flavor"])
+    for (team, flavor), (held, lent) in sorted(usage.items()):
+        reserved.add_metric([team, flavor], float(held))
+        borrowed.add_metric([team, flavor], float(lent))
+    return [reserved, borrowed]
+
+
+def _lease_families(lease: Any, now: datetime) -> list[GaugeMetricFamily]:
+    leader = GaugeMetricFamily(
+        "isthmus_leader_lease_valid", "1 while some replica holds an unexpired control "
+        "lease")
+    epoch = GaugeMetricFamily("isthmus_leader_epoch", "Epoch of the control lease")
+    expires = _as_utc(lease[1]) if lease is not None else None
+    leader.add_metric([], 1.0 if expires is not None and expires > now else 0.0)
+    epoch.add_metric([], float(lease[0]) if lease is not None else 0.0)
+    return [leader, epoch]
 
 
 def _as_utc(t: datetime | None) -> datetime | None:

@@ -1,7 +1,9 @@
 """Builds the policies' neutral views from the configuration, stored specs and attempts.
 
-The policies never see `IsthmusConfig` or `JobSpec`; this module is the one translation point
-(the only place allowed to import both `broker.config` and `policies`).
+The policies never see `IsthmusConfig` or `JobSpec`: this module translates them into the
+policies' views each cycle, as broker/wiring translates the configuration into the policies'
+parameters at start-up (the import-linter contracts in pyproject.toml keep `broker.config` out
+of `policies`).
 """
 
 from __future__ import annotations

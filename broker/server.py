@@ -20,11 +20,11 @@ def run(
     import uvicorn
 
     logs.configure()  # first: errors while building the backends come out formatted too
-    from broker.api.app import create_app
-    from broker.store.db import DatabaseURLError, open_database
+    from broker.store.db import DatabaseURLError, connect
+    from broker.web import build_app
 
     config = load_config(config_path)
-    from broker.control.wiring import check_backends
+    from broker.wiring.runtime import check_backends
 
     problems = check_backends(config)  # the same check as `isthmus config check`
     if problems:
@@ -44,7 +44,7 @@ def run(
 
     url = db_url or config.database
     try:
-        db = open_database(url, migrate=False)
+        db = connect(url)
     except DatabaseURLError as exc:
         raise ServerError(str(exc)) from None
     lock = ProcessLock(url) if db.is_sqlite else None
@@ -58,7 +58,7 @@ def run(
     upgrade(db)
     runtime = None
     if config.control.enabled and control:
-        from broker.control.wiring import build_runtime
+        from broker.wiring.runtime import build_runtime
 
         # the listener as it really is (flags override the file): simulated backends report
         # progress to it
@@ -71,7 +71,7 @@ def run(
     if runtime is not None:
         runtime.start()
     try:
-        uvicorn.run(create_app(config, db, runtime), host=host, port=port, log_level="warning")
+        uvicorn.run(build_app(config, db, runtime), host=host, port=port, log_level="warning")
     finally:
         if runtime is not None:
             runtime.stop()

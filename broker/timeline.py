@@ -72,64 +72,83 @@ def build(
     for f in sorted(facts, key=lambda f: f.observed_at):
         m = marks.setdefault(f.attempt, {})
         m.setdefault(f.phase, f.observed_at)
-    points: dict[int, dict[str, datetime]] = {}
-    outcome: dict[int, tuple[str, datetime]] = {}
+    walk = _walk_events(events)
+    out = [
+        _attempt(number, walk.points.get(number, {}), rows.get(number),
+                 walk.outcome.get(number), marks.get(number, {}), first_useful_work_at)
+        for number in sorted(set(walk.points) | set(rows))
+    ]
+    if walk.queued_since is not None:  # waiting for its next attempt
+        nxt_number = (max(walk.points) if walk.points else 0) + 1
+        out.append(AttemptTimeline(nxt_number, None, [Phase("queued", walk.queued_since, None)]))
+    return out
+
+
+@dataclass
+class _Walk:
+    points: dict[int, dict[str, datetime]] = field(default_factory=dict)
+    """Per attempt: when it was queued, admitted, running."""
+    outcome: dict[int, tuple[str, datetime]] = field(default_factory=dict)
     queued_since: datetime | None = None
+    """Set while the job waits for its next attempt."""
+
+
+def _walk_events(events: Sequence[EventRecord]) -> _Walk:
+    """The job's events in order, turned into each attempt's moments and outcome."""
+    w = _Walk()
     current = 0
     for e in events:
         if e.to_state == JobState.QUEUED.value and e.from_state != JobState.QUEUED.value:
-            queued_since = e.at
-            if current and current not in outcome and e.from_state == JobState.ADMITTED.value:
-                outcome[current] = (f"QUEUED ({e.reason})", e.at)  # dispatch refused
+            w.queued_since = e.at
+            if current and current not in w.outcome and e.from_state == JobState.ADMITTED.value:
+                w.outcome[current] = (f"QUEUED ({e.reason})", e.at)  # dispatch refused
         elif e.to_state == JobState.ADMITTED.value and e.from_state != JobState.ADMITTED.value:
             current = e.attempt
-            p = points.setdefault(current, {})
+            p = w.points.setdefault(current, {})
             p["admitted"] = e.at
-            if queued_since is not None:
-                p["queued"] = queued_since
-            queued_since = None
+            if w.queued_since is not None:
+                p["queued"] = w.queued_since
+            w.queued_since = None
         elif current and e.to_state == JobState.RUNNING.value:
-            points.setdefault(current, {}).setdefault("running", e.at)
-        elif current and e.to_state in _ENDS and current not in outcome:
-            outcome[current] = (f"{e.to_state} ({e.reason})", e.at)
-    out: list[AttemptTimeline] = []
-    for number in sorted(set(points) | set(rows)):
-        p = points.get(number, {})
-        row = rows.get(number)
-        t = AttemptTimeline(number, row.pool if row else None)
-        ended = outcome.get(number)
-        end_at = row.ended_at if row and row.ended_at else (ended[1] if ended else None)
-        t.outcome, t.ended_at = (ended[0] if ended else None), end_at
-        created = row.dispatched_at if row else None
-        m = marks.get(number, {})
-        scheduled = min(
-            (at for ph, at in m.items() if ph not in ("PENDING", "UNKNOWN")), default=None
-        )
-        running = p.get("running")
-        useful = (first_useful_work_at if first_useful_work_at and running
-                  and first_useful_work_at >= running
-                  and (end_at is None or first_useful_work_at <= end_at) else None)
-        marks_in_order = [
-            ("queued", p.get("queued")), ("dispatch", p.get("admitted")),
-            ("scheduling", created), ("init", scheduled if created else None),
-            ("warm-up", running), ("running", useful),
-        ]
-        known = [(name, at) for name, at in marks_in_order if at is not None]
-        for i, (name, at) in enumerate(known):
-            nxt = known[i + 1][1] if i + 1 < len(known) else end_at
-            t.phases.append(Phase(name, at, nxt))
-        if running and useful is None and t.phases and t.phases[-1].name == "warm-up":
-            ph = t.phases[-1]
-            if row is not None and row.last_step is not None:
-                ph.name, ph.note = "running", "progress reported; its first step's time is " \
-                                              "kept only for the job's first useful work"
-            else:
-                ph.note = "no progress reported"
-        out.append(t)
-    if queued_since is not None:  # waiting for its next attempt
-        nxt_number = (max(points) if points else 0) + 1
-        out.append(AttemptTimeline(nxt_number, None, [Phase("queued", queued_since, None)]))
-    return out
+            w.points.setdefault(current, {}).setdefault("running", e.at)
+        elif current and e.to_state in _ENDS and current not in w.outcome:
+            w.outcome[current] = (f"{e.to_state} ({e.reason})", e.at)
+    return w
+
+
+def _attempt(number: int, p: dict[str, datetime], row: AttemptRecord | None,
+             ended: tuple[str, datetime] | None, m: dict[str, datetime],
+             first_useful_work_at: datetime | None) -> AttemptTimeline:
+    """One attempt's phases, from its moments (`p`), its row, its outcome and the first time
+    the backend reported each phase (`m`)."""
+    t = AttemptTimeline(number, row.pool if row else None)
+    end_at = row.ended_at if row and row.ended_at else (ended[1] if ended else None)
+    t.outcome, t.ended_at = (ended[0] if ended else None), end_at
+    created = row.dispatched_at if row else None
+    scheduled = min(
+        (at for ph, at in m.items() if ph not in ("PENDING", "UNKNOWN")), default=None
+    )
+    running = p.get("running")
+    useful = (first_useful_work_at if first_useful_work_at and running
+              and first_useful_work_at >= running
+              and (end_at is None or first_useful_work_at <= end_at) else None)
+    marks_in_order = [
+        ("queued", p.get("queued")), ("dispatch", p.get("admitted")),
+        ("scheduling", created), ("init", scheduled if created else None),
+        ("warm-up", running), ("running", useful),
+    ]
+    known = [(name, at) for name, at in marks_in_order if at is not None]
+    for i, (name, at) in enumerate(known):
+        nxt = known[i + 1][1] if i + 1 < len(known) else end_at
+        t.phases.append(Phase(name, at, nxt))
+    if running and useful is None and t.phases and t.phases[-1].name == "warm-up":
+        ph = t.phases[-1]
+        if row is not None and row.last_step is not None:
+            ph.name, ph.note = "running", "progress reported; its first step's time is " \
+                                          "kept only for the job's first useful work"
+        else:
+            ph.note = "no progress reported"
+    return t
 
 
 def bar_chart(timelines: Sequence[AttemptTimeline], now: datetime, width: int = 40) -> str:

@@ -25,23 +25,21 @@ Pure: no clock, no I/O; the same inputs give the same decisions and the same dig
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from broker.domain.attempts import Placement
 from broker.domain.inventory import InventorySnapshot
 from broker.domain.reasons import Reason
 from policies.capacity import LEVEL_NAMES, CapacityIndex, PoolIndex, domain_name
+from policies.decisions import CycleRecord, CycleResult, Decision, inputs_digest
 from policies.ordering import FairQueue, FairShare, OrderingParams, is_starving
 from policies.placement import (
     PlacementParams,
     PlacementResult,
-    PoolVerdict,
     candidate_pools,
     commit,
     max_level,
@@ -50,6 +48,9 @@ from policies.placement import (
 from policies.preemption import Mode, PreemptionPlan, Victim
 from policies.quota import QuotaState, QuotaVerdict
 from policies.types import PendingJob, PoolRoom, QuotaConfig, Usage
+
+__all__ = ["AdmissionParams", "CycleRecord", "CycleResult", "Decision", "PreemptionOracle",
+           "admission_cycle", "inputs_digest", "node_domains", "pool_room"]
 
 _CAPACITY = frozenset({Reason.InsufficientCapacity, Reason.TopologyUnsatisfiable})
 
@@ -76,68 +77,6 @@ class AdmissionParams:
     ordering: OrderingParams = field(default_factory=OrderingParams)
     max_admissions: int | None = None
     """Stop admitting after this many in one cycle (None: no limit)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    job_id: str
-    admitted: bool
-    reason: Reason
-    message: str
-    placement: Placement | None = None
-    verdicts: tuple[PoolVerdict, ...] = ()
-    borrowed_gpus: int = 0
-    victims: tuple[Victim, ...] = ()
-    reservation: str | None = None
-    """'pool:domain' where capacity is held for this starving gang."""
-    position: int = -1
-    """Place in the cycle's admission order (-1: not ordered, e.g. in backoff)."""
-
-
-@dataclass(frozen=True, slots=True)
-class CycleRecord:
-    """The compact decision record written per cycle."""
-
-    at: datetime
-    inputs_digest: str
-    pending: int
-    admitted: int
-    waiting: int
-    reasons: tuple[tuple[str, int], ...]
-    admitted_to: tuple[tuple[str, str], ...]
-    reservations: tuple[str, ...]
-    victims: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class CycleResult:
-    decisions: tuple[Decision, ...]
-    """One per pending job, in the cycle's order (jobs in backoff last)."""
-    record: CycleRecord
-
-    def admitted(self) -> list[Decision]:
-        return [d for d in self.decisions if d.admitted]
-
-    def by_job(self) -> dict[str, Decision]:
-        return {d.job_id: d for d in self.decisions}
-
-
-def inputs_digest(
-    pending: Sequence[PendingJob], inventory: InventorySnapshot, usage: Usage, now: datetime
-) -> str:
-    h = hashlib.sha256()
-    h.update(now.isoformat().encode())
-    for j in sorted(pending, key=lambda j: j.id):
-        h.update(f"{j.id}:{j.priority}:{j.replicas}x{j.gpus_per_replica};".encode())
-    for p in sorted(inventory.pools, key=lambda p: p.name):
-        h.update(f"{p.name}:{p.free_gpus}:{p.drained}:{p.queue.pending_gpus};".encode())
-        for n in p.nodes:  # expected releases steer reservations
-            if n.releases:
-                h.update(f"{n.name}={[(t.isoformat(), g) for t, g in n.releases]};".encode())
-    h.update(",".join(sorted(inventory.unreachable)).encode())
-    for k, v in sorted(usage.in_use.items()):
-        h.update(f"{k[0]}/{k[1]}={v};".encode())
-    return h.hexdigest()[:16]
 
 
 class _Cycle:

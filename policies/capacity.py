@@ -11,92 +11,24 @@ A starving gang's reservation goes to the domain where it would fit soonest, cou
 each node expects back (`NodeSnapshot.releases`, from declared time limits); without such data
 anywhere in the pool it goes, as before, to the domain with the most free GPUs now.
 
-Topology levels are ranked node=0, rack=1, block=2, pool=3 (no constraint).
+Topology levels are ranked as broker/domain/topology.py encodes them (node, rack, block, pool).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
 
 from broker.domain.inventory import InventorySnapshot, PoolSnapshot
-from policies.drain_time import HoldTarget, fit_time
+from broker.domain.topology import BLOCK, LEVEL_NAMES, NODE, POOL, RACK
+from policies import reservation
+from policies.reservation import HoldTarget
+from policies.slots import NodeSlot, Rack, domain_name
 
-NODE, RACK, BLOCK, POOL = 0, 1, 2, 3
-LEVEL_NAMES = ("node", "rack", "block", "pool")
+__all__ = ["LEVEL_NAMES", "POOL", "RACK", "CapacityIndex", "Fit", "NodeCap", "NodeSlot",
+           "PoolIndex", "domain_name"]
+
 _BIG = 1 << 60
-
-
-Releases = tuple[tuple[datetime, int], ...]
-
-
-class NodeSlot:
-    """A node of the working copy. CPU and memory are None when the backend did not report
-    them (then only GPUs are checked). `releases` is the snapshot's (time, GPUs) list, kept
-    by reference: it is read only when a reservation is placed."""
-
-    __slots__ = ("free", "free_cpus", "free_mem", "name", "rack", "releases", "total")
-
-    def __init__(
-        self,
-        name: str,
-        total: int,
-        free: int,
-        free_cpus: int | None,
-        free_mem: int | None,
-        rack: Rack,
-        releases: Releases = (),
-    ) -> None:
-        self.name = name
-        self.total = total
-        self.free = free
-        self.free_cpus = free_cpus
-        self.free_mem = free_mem
-        self.rack = rack
-        self.releases = releases
-
-
-class Rack:
-    __slots__ = ("_cap", "block", "buckets", "free", "key", "max_free", "name", "nodes", "total")
-
-    def __init__(self, block: str, name: str, width: int) -> None:
-        self.block = block
-        self.name = name
-        self.key = f"{block}/{name}"
-        self.nodes: list[NodeSlot] = []
-        self.free = 0
-        self.total = 0
-        self.buckets = [0] * (width + 1)
-        self.max_free = 0
-        self._cap: dict[int, int] = {}
-
-    def cap(self, g: int) -> int:
-        """Replicas of `g` GPUs this rack can hold now."""
-        c = self._cap.get(g)
-        if c is None:
-            b = self.buckets
-            c = 0
-            for k in range(g, len(b)):
-                if b[k]:
-                    c += b[k] * (k // g)
-            self._cap[g] = c
-        return c
-
-    def _changed(self, old: int, new: int) -> None:
-        b = self.buckets
-        b[old] -= 1
-        b[new] += 1
-        self.free += new - old
-        self._cap.clear()
-        if new > self.max_free:
-            self.max_free = new
-        elif old == self.max_free and b[old] == 0:
-            k = old
-            while k > 0 and b[k] == 0:
-                k -= 1
-            self.max_free = k
 
 
 @dataclass(slots=True)
@@ -227,22 +159,7 @@ class PoolIndex:
     def _find_fast(self, g: int, replicas: int, level: int) -> Fit | None:
         need = replicas * g
         if level == NODE:
-            best: tuple[int, int, str] | None = None
-            best_rack: Rack | None = None
-            for r in self.racks:
-                if r.max_free < need:
-                    continue
-                b = r.buckets
-                k = need
-                while b[k] == 0:
-                    k += 1
-                cand = (k, r.free, r.key)
-                if best is None or cand < best:
-                    best, best_rack = cand, r
-            if best is None or best_rack is None:
-                return None
-            node = next(n for n in best_rack.nodes if n.free == best[0])
-            return Fit(NODE, f"{best_rack.key}/{node.name}", [(node, replicas)], node.free - need)
+            return self._fast_node(replicas, need)
         if level == RACK:
             best_r: Rack | None = None
             for r in self.racks:
@@ -256,20 +173,43 @@ class PoolIndex:
                 return None
             return self._assign(RACK, best_r.key, [best_r], replicas, lambda n: n.free // g, need)
         if level == BLOCK:
-            best_b: tuple[int, str] | None = None
-            for block, rs in self.blocks.items():
-                free = sum(r.free for r in rs)
-                if free < need or (best_b is not None and (free, block) >= best_b):
-                    continue
-                if sum(r.cap(g) for r in rs) >= replicas:
-                    best_b = (free, block)
-            if best_b is None:
-                return None
-            rs = self.blocks[best_b[1]]
-            return self._assign(BLOCK, best_b[1], rs, replicas, lambda n: n.free // g, need)
+            return self._fast_block(g, replicas, need)
         if sum(r.cap(g) for r in self.racks) < replicas:
             return None
         return self._assign(POOL, "", self.racks, replicas, lambda n: n.free // g, need)
+
+    def _fast_node(self, replicas: int, need: int) -> Fit | None:
+        """The node with the fewest free GPUs that holds `need`, in the emptiest rack."""
+        best: tuple[int, int, str] | None = None
+        best_rack: Rack | None = None
+        for r in self.racks:
+            if r.max_free < need:
+                continue
+            b = r.buckets
+            k = need
+            while b[k] == 0:
+                k += 1
+            cand = (k, r.free, r.key)
+            if best is None or cand < best:
+                best, best_rack = cand, r
+        if best is None or best_rack is None:
+            return None
+        node = next(n for n in best_rack.nodes if n.free == best[0])
+        return Fit(NODE, f"{best_rack.key}/{node.name}", [(node, replicas)], node.free - need)
+
+    def _fast_block(self, g: int, replicas: int, need: int) -> Fit | None:
+        """The block with the fewest free GPUs that holds the gang."""
+        best_b: tuple[int, str] | None = None
+        for block, rs in self.blocks.items():
+            free = sum(r.free for r in rs)
+            if free < need or (best_b is not None and (free, block) >= best_b):
+                continue
+            if sum(r.cap(g) for r in rs) >= replicas:
+                best_b = (free, block)
+        if best_b is None:
+            return None
+        rs = self.blocks[best_b[1]]
+        return self._assign(BLOCK, best_b[1], rs, replicas, lambda n: n.free // g, need)
 
     def _find_slow(self, g: int, replicas: int, level: int, node_cap: NodeCap) -> Fit | None:
         caps = {n.name: node_cap(n) for n in self.nodes.values()}
@@ -381,35 +321,21 @@ class PoolIndex:
         level = next((lv for lv in range(level + 1) if self.static_cap(g, lv) >= replicas), -1)
         if level < 0:
             return None
-        need = replicas * g
-        groups: list[tuple[str, list[NodeSlot]]]
+        domains = [d for d in self._domains(level, replicas * g) if d[1]]
+        return reservation.choose_target(domains, g, replicas, self.has_releases, self.claimed)
+
+    def _domains(self, level: int, need: int) -> list[tuple[str, list[NodeSlot]]]:
+        """Every domain at `level` with its nodes (at NODE, only nodes that could hold
+        `need` GPUs when empty), named as `Fit.domain` names them."""
         if level == NODE:
-            groups = [
+            return [
                 (f"{n.rack.key}/{n.name}", [n]) for n in self.nodes.values() if n.total >= need
             ]
-        elif level == RACK:
-            groups = [(r.key, r.nodes) for r in self.racks]
-        elif level == BLOCK:
-            groups = [(b, [n for r in rs for n in r.nodes]) for b, rs in self.blocks.items()]
-        else:
-            groups = [("", list(self.nodes.values()))]
-        groups = [gr for gr in groups if gr[1]]
-        if not groups:
-            return None
-        if not self.has_releases:
-            domain, nodes = max(groups, key=lambda gr: (sum(n.free for n in gr[1]), gr[0]))
-            return HoldTarget(domain, nodes, math.inf)
-        best: tuple[float, int, str] | None = None
-        target: HoldTarget | None = None
-        for domain, nodes in groups:
-            if sum(n.total // g for n in nodes) < replicas:
-                continue
-            ready = fit_time(nodes, g, replicas, self.claimed)
-            # max over (-ready, free, name): ties fall as they did before release data
-            key = (-ready, sum(n.free for n in nodes), domain)
-            if best is None or key > best:
-                best, target = key, HoldTarget(domain, nodes, ready)
-        return target
+        if level == RACK:
+            return [(r.key, r.nodes) for r in self.racks]
+        if level == BLOCK:
+            return [(b, [n for r in rs for n in r.nodes]) for b, rs in self.blocks.items()]
+        return [("", list(self.nodes.values()))]
 
     def hold(
         self, g: int, replicas: int, level: int, target: HoldTarget | None = None
@@ -442,14 +368,3 @@ class CapacityIndex:
         self.unreachable = frozenset(inventory.unreachable)
         self.pools: dict[str, PoolIndex] = {p.name: PoolIndex(p) for p in inventory.pools}
         self.order = sorted(self.pools)
-
-
-def domain_name(node: NodeSlot, level: int) -> str:
-    """The domain at `level` holding `node`, spelt as `Fit.domain` spells it."""
-    if level == NODE:
-        return f"{node.rack.key}/{node.name}"
-    if level == RACK:
-        return node.rack.key
-    if level == BLOCK:
-        return node.rack.block
-    return ""

@@ -31,7 +31,7 @@ from datetime import UTC, datetime, timedelta
 
 from broker.domain.inventory import InventorySnapshot, NodeSnapshot
 from broker.domain.reasons import Reason
-from broker.domain.spec import TopologyLevel
+from broker.domain.topology import rank_of
 from policies.admission import Decision
 from policies.types import PendingJob
 
@@ -95,9 +95,6 @@ class _Node:
             if level < low:
                 low = level
         return max(0, low)
-
-
-_LEVEL = {TopologyLevel.NODE: 0, TopologyLevel.RACK: 1, TopologyLevel.BLOCK: 2, None: 3}
 
 
 class _Pool:
@@ -304,7 +301,7 @@ def _one(
         start = max(start, _ts(job.not_before))
     usable = [v.pool for v in d.verdicts if (v.fits or v.reason in _POOL_USABLE)]
     run_s = max(1.0, factor * job.max_runtime_s)
-    level = _LEVEL.get(job.topology_required, 3)
+    level = rank_of(job.topology_required)
     best: tuple[float, str, list[tuple[_Node, int]]] | None = None
     blind = False
     for name in sorted(usable):

@@ -13,7 +13,8 @@ from pydantic import BaseModel, ConfigDict
 from broker.domain.attempts import Placement
 from broker.domain.inventory import InventorySnapshot
 from broker.domain.reasons import Reason, most_severe, severity
-from broker.domain.spec import BackendKind, TopologyLevel
+from broker.domain.spec import BackendKind
+from broker.domain.topology import TopologyLevel
 from policies.admission import AdmissionParams, Decision, admission_cycle
 from policies.eta import Estimate
 from policies.placement import PoolVerdict, verdict_order

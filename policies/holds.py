@@ -21,10 +21,9 @@ from datetime import datetime
 
 from broker.domain.reasons import Reason
 from broker.domain.scheduling import Dependency, Scheduling
+from broker.domain.states import HOLDING, TERMINAL
 
-ENDED = frozenset({"SUCCEEDED", "FAILED", "CANCELLED", "REJECTED"})
 NOT_STARTED = frozenset({"SUBMITTED", "VALIDATING", "QUEUED", "ADMITTED", "PREPARING"})
-HOLDING_GPUS = frozenset({"ADMITTED", "PREPARING", "RUNNING"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +71,7 @@ def _one(dep: Dependency, job: Held, by_id: Mapping[str, JobRef],
         st = other.state
         if dep.kind == "after":
             ok = None if st in NOT_STARTED else True
-        elif st not in ENDED:
+        elif st not in TERMINAL:
             ok = None
         elif dep.kind == "afterany":
             ok = True
@@ -111,7 +110,7 @@ def hold(job: Held, by_id: Mapping[str, JobRef], active: Sequence[JobRef],
             return Hold(Reason.WaitingForDependency, notes)
     array = sched.array
     if array is not None and array.limit is not None:
-        running = sum(1 for o in active if o.array_id == array.id and o.state in HOLDING_GPUS)
+        running = sum(1 for o in active if o.array_id == array.id and o.state in HOLDING)
         if running >= array.limit:
             return Hold(Reason.JobArrayTaskLimit,
                         f"array {array.id}: {running} of at most {array.limit} tasks run")
@@ -137,7 +136,7 @@ def holds_for(jobs: Sequence[Held], by_id: Mapping[str, JobRef], active: Sequenc
             continue
         if array.id not in slots:
             running = sum(1 for o in active
-                          if o.array_id == array.id and o.state in HOLDING_GPUS)
+                          if o.array_id == array.id and o.state in HOLDING)
             slots[array.id] = array.limit - running
         if slots[array.id] <= 0:
             out[job.id] = Hold(Reason.JobArrayTaskLimit,

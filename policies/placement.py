@@ -22,13 +22,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from broker.domain.attempts import Placement
+from broker.domain.inventory import pool_is_candidate
 from broker.domain.reasons import Reason, most_severe, severity
-from broker.domain.spec import BackendKind, TopologyLevel
+from broker.domain.spec import BackendKind
+from broker.domain.topology import LEVEL_NAMES, LEVELS, POOL, TopologyLevel, rank_of
 from policies.capacity import (
-    LEVEL_NAMES,
-    POOL,
     CapacityIndex,
     Fit,
     NodeCap,
@@ -36,13 +37,6 @@ from policies.capacity import (
     PoolIndex,
 )
 from policies.types import PendingJob
-
-LEVELS: tuple[TopologyLevel | None, ...] = (
-    TopologyLevel.NODE,
-    TopologyLevel.RACK,
-    TopologyLevel.BLOCK,
-    None,
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +106,7 @@ class PlacementResult:
 
 
 def max_level(job: PendingJob) -> int:
-    req = job.topology_required
-    return POOL if req is None else req.rank
+    return rank_of(job.topology_required)
 
 
 def expected_wait(pool: PoolIndex, params: PlacementParams) -> float:
@@ -155,9 +148,13 @@ def _node_cap(job: PendingJob, pool: PoolIndex) -> NodeCap | None:
     return cap
 
 
-def _verdict(pool: PoolIndex, reason: Reason, message: str) -> PoolVerdict:
-    s = pool.snap
-    return PoolVerdict(s.name, s.flavor, s.backend, s.backend_kind, False, reason, message)
+def _verdict(pool: PoolIndex, reason: Reason, message: str, *, fits: bool = False,
+             **found: Any) -> PoolVerdict:
+    """A pool's verdict; `found` holds the fields of a fitting one (score, level, ...)."""
+    snap = pool.snap
+    return PoolVerdict(pool=snap.name, flavor=snap.flavor, backend=snap.backend,
+                       backend_kind=snap.backend_kind, fits=fits, reason=reason,
+                       message=message, **found)
 
 
 def evaluate_pool(
@@ -198,23 +195,36 @@ def _evaluate(
     params: PlacementParams,
     blocked: Mapping[str, tuple[Reason, str]] | None,
 ) -> tuple[PoolVerdict, Fit | None]:
+    refused = _refusal(job, pool, blocked)
+    if refused is not None:
+        return refused, None
+    top = max_level(job)
+    fit = pool.find(job.gpus_per_replica, job.replicas, top, _node_cap(job, pool))
+    if fit is not None:
+        return _fits_now(job, pool, fit, params), fit
+    reason, msg = _short_now(job, pool, top)
+    return _queued(job, pool, params, reason, msg), None
+
+
+def _refusal(job: PendingJob, pool: PoolIndex,
+             blocked: Mapping[str, tuple[Reason, str]] | None) -> PoolVerdict | None:
+    """Why the pool can never serve the job (drained, excluded, quota, shape), or None."""
     s = pool.snap
     if s.drained:
-        return _verdict(pool, Reason.PoolDrained, f"pool {s.name} is drained"), None
+        return _verdict(pool, Reason.PoolDrained, f"pool {s.name} is drained")
     if s.name in job.exclude_pools:
         msg = f"pool {s.name} excluded for this job after a failure there"
-        return _verdict(pool, Reason.PoolExcluded, msg), None
+        return _verdict(pool, Reason.PoolExcluded, msg)
     if blocked and s.flavor in blocked:
         reason, msg = blocked[s.flavor]
-        return _verdict(pool, reason, msg), None
+        return _verdict(pool, reason, msg)
     g, r = job.gpus_per_replica, job.replicas
-    need = g * r
     if g > pool.max_node_total:
         msg = f"a replica needs {g} GPUs; the largest node of {s.name} has {pool.max_node_total}"
-        return _verdict(pool, Reason.TopologyUnsatisfiable, msg), None
+        return _verdict(pool, Reason.TopologyUnsatisfiable, msg)
     too_big = _replica_too_big(job, pool)
     if too_big:
-        return _verdict(pool, Reason.TopologyUnsatisfiable, too_big), None
+        return _verdict(pool, Reason.TopologyUnsatisfiable, too_big)
     top = max_level(job)
     if pool.static_cap(g, top) < r:
         within = f"one {LEVEL_NAMES[top]}" if top < POOL else "the pool"
@@ -222,75 +232,69 @@ def _evaluate(
             f"needs {r} x {g} GPUs within {within}; even when empty the largest holds "
             f"{pool.static_cap(g, top)} replicas"
         )
-        return _verdict(pool, Reason.TopologyUnsatisfiable, msg), None
-    cap = _node_cap(job, pool)
-    fit = pool.find(g, r, top, cap)
-    w = params.weights
-    if fit is not None:
-        rank = job.flavors.index(s.flavor) if s.flavor in job.flavors else len(job.flavors)
-        pref = job.topology_preferred
-        frag = fit.leftover / (fit.leftover + need)
-        score = (
-            w.flavor * rank
-            + w.topology * fit.level
-            + (w.preferred_miss if pref is not None and fit.level > pref.rank else 0.0)
-            + w.fragmentation * frag
-            + w.cost * s.cost_weight
-            + w.foreign_wait * foreign_wait(pool, params) / 3600.0
-        )
-        where = f"{LEVEL_NAMES[fit.level]} {fit.domain}" if fit.level < POOL else "the pool"
-        msg = f"fits in {where} on {len(fit.nodes)} node(s), {fit.leftover} GPUs left there"
-        v = PoolVerdict(
-            s.name,
-            s.flavor,
-            s.backend,
-            s.backend_kind,
-            True,
-            Reason.Admitted,
-            msg,
-            round(score, 6),
-            LEVELS[fit.level],
-            fit.domain,
-        )
-        return v, fit
+        return _verdict(pool, Reason.TopologyUnsatisfiable, msg)
+    return None
+
+
+def _flavor_rank(job: PendingJob, flavor: str) -> int:
+    return job.flavors.index(flavor) if flavor in job.flavors else len(job.flavors)
+
+
+def _fits_now(job: PendingJob, pool: PoolIndex, fit: Fit, params: PlacementParams
+              ) -> PoolVerdict:
+    """The verdict of a pool the gang fits in now, scored (lower is better)."""
+    s, w = pool.snap, params.weights
+    need = job.gpus_per_replica * job.replicas
+    pref = job.topology_preferred
+    frag = fit.leftover / (fit.leftover + need)
+    score = (
+        w.flavor * _flavor_rank(job, s.flavor)
+        + w.topology * fit.level
+        + (w.preferred_miss if pref is not None and fit.level > pref.rank else 0.0)
+        + w.fragmentation * frag
+        + w.cost * s.cost_weight
+        + w.foreign_wait * foreign_wait(pool, params) / 3600.0
+    )
+    where = f"{LEVEL_NAMES[fit.level]} {fit.domain}" if fit.level < POOL else "the pool"
+    msg = f"fits in {where} on {len(fit.nodes)} node(s), {fit.leftover} GPUs left there"
+    return _verdict(pool, Reason.Admitted, msg, fits=True, score=round(score, 6),
+                    level=LEVELS[fit.level], domain=fit.domain)
+
+
+def _short_now(job: PendingJob, pool: PoolIndex, top: int) -> tuple[Reason, str]:
+    """Why the gang does not fit now: too few free GPUs, or free ones in the wrong places."""
+    g, r = job.gpus_per_replica, job.replicas
+    need = g * r
     if pool.free < need:
         unsched = f", {pool.unschedulable} node(s) unschedulable" if pool.unschedulable else ""
-        reason = Reason.InsufficientCapacity
-        msg = f"needs {need} GPUs; {pool.free} of {pool.total} free{unsched}"
-    else:
-        reason = Reason.TopologyUnsatisfiable
-        within = f"one {LEVEL_NAMES[top]}" if top < POOL else "the free nodes"
-        msg = f"{pool.free} GPUs free but no {r} x {g} GPUs fit within {within} now"
+        return (Reason.InsufficientCapacity,
+                f"needs {need} GPUs; {pool.free} of {pool.total} free{unsched}")
+    within = f"one {LEVEL_NAMES[top]}" if top < POOL else "the free nodes"
+    return (Reason.TopologyUnsatisfiable,
+            f"{pool.free} GPUs free but no {r} x {g} GPUs fit within {within} now")
+
+
+def _queued(job: PendingJob, pool: PoolIndex, params: PlacementParams, reason: Reason,
+            msg: str) -> PoolVerdict:
+    """A small job that does not fit now may wait in a shared pool's backend queue, while
+    that queue holds fewer Isthmus jobs than its cap; else the pool is refused."""
+    s, w = pool.snap, params.weights
+    need = job.gpus_per_replica * job.replicas
     limit = queue_cap(pool, params)
-    if s.shared and pool.queued < limit and need <= params.queue_max_gpus:
+    small = s.shared and need <= params.queue_max_gpus
+    if small and pool.queued < limit:
         wait = expected_wait(pool, params) + need / max(1, pool.total) * params.turnover_seconds
-        rank = job.flavors.index(s.flavor) if s.flavor in job.flavors else len(job.flavors)
-        score = (
-            w.queued + w.flavor * rank + w.wait_per_hour * wait / 3600.0 + w.cost * s.cost_weight
-        )
-        level = job.topology_required
+        score = (w.queued + w.flavor * _flavor_rank(job, s.flavor)
+                 + w.wait_per_hour * wait / 3600.0 + w.cost * s.cost_weight)
         qmsg = (
             f"{msg}; may wait in the backend queue (~{wait / 60:.0f} min expected, "
             f"{pool.queued} of {limit} Isthmus jobs pending there)"
         )
-        v = PoolVerdict(
-            s.name,
-            s.flavor,
-            s.backend,
-            s.backend_kind,
-            True,
-            Reason.BackendPending,
-            qmsg,
-            round(score, 6),
-            level,
-            None,
-            True,
-            wait,
-        )
-        return v, None
-    if s.shared and limit and need <= params.queue_max_gpus:
+        return _verdict(pool, Reason.BackendPending, qmsg, fits=True, score=round(score, 6),
+                        level=job.topology_required, queued=True, expected_wait_s=wait)
+    if small and limit:
         msg = f"{msg}; backend queue full ({pool.queued} of {limit} Isthmus jobs pending)"
-    return _verdict(pool, reason, msg), None
+    return _verdict(pool, reason, msg)
 
 
 def candidate_pools(job: PendingJob, index: CapacityIndex) -> list[PoolIndex]:
@@ -298,8 +302,8 @@ def candidate_pools(job: PendingJob, index: CapacityIndex) -> list[PoolIndex]:
     return [
         p
         for name in index.order
-        if (p := index.pools[name]).flavor in flavors
-        and job.backend in ("any", p.snap.backend_kind.value)
+        if pool_is_candidate((p := index.pools[name]).flavor, p.snap.backend_kind.value,
+                             flavors, job.backend)
     ]
 
 

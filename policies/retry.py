@@ -92,24 +92,52 @@ def decide_retry(
     """Decide whether the attempt that just ended is retried (see the module docstring)."""
     p = params or RetryParams()
     if preempted:
-        if counts.preemptions > p.max_preemptions:
-            return _stop(
-                Reason.RetriesExhausted,
-                f"preempted {counts.preemptions} times, over the limit of {p.max_preemptions}",
-                failure=False,
-            )
-        return RetryDecision(
-            True,
-            p.preemption_delay_s,
-            frozenset(),
-            frozenset(),
-            Reason.Preempted,
-            f"preempted ({counts.preemptions} of {p.max_preemptions} allowed); requeued, "
-            "attempt budget untouched",
-            False,
-        )
+        return _after_preemption(counts, p)
     cat = category or C.UNKNOWN
-    reason = FAILURE_REASON[cat]
+    stop = _budget_spent(policy, cat, counts, wasted_gpu_hours, p)
+    if stop is not None:
+        return stop
+    ex_pools, ex_nodes = _avoid(cat, counts, pool, nodes, p)
+    where = ""
+    if ex_pools or ex_nodes:
+        parts = [f"pool {x}" for x in sorted(ex_pools)] + [f"node {x}" for x in sorted(ex_nodes)]
+        where = f"; avoiding {', '.join(parts)}"
+    delay = backoff_delay(policy, counts.failures)
+    return RetryDecision(
+        True,
+        delay,
+        ex_pools,
+        ex_nodes,
+        FAILURE_REASON[cat],
+        f"{cat.value}: retry {counts.failures + 1} of {policy.max_attempts} in {delay}s{where}",
+        True,
+    )
+
+
+def _after_preemption(counts: AttemptCounts, p: RetryParams) -> RetryDecision:
+    """A preempted job is requeued without spending its attempt budget, up to a limit."""
+    if counts.preemptions > p.max_preemptions:
+        return _stop(
+            Reason.RetriesExhausted,
+            f"preempted {counts.preemptions} times, over the limit of {p.max_preemptions}",
+            failure=False,
+        )
+    return RetryDecision(
+        True,
+        p.preemption_delay_s,
+        frozenset(),
+        frozenset(),
+        Reason.Preempted,
+        f"preempted ({counts.preemptions} of {p.max_preemptions} allowed); requeued, "
+        "attempt budget untouched",
+        False,
+    )
+
+
+def _budget_spent(policy: RetryPolicy, cat: FailureCategory, counts: AttemptCounts,
+                  wasted_gpu_hours: float, p: RetryParams) -> RetryDecision | None:
+    """Why a failure is not retried (user error, attempts, wasted GPU-hours, the
+    category's own budget, in this order), or None."""
     if cat is C.USER_ERROR:
         return _stop(Reason.UserError, "user error: not retried, the same code would fail again")
     if counts.failures >= policy.max_attempts:
@@ -132,9 +160,16 @@ def decide_retry(
             Reason.RetriesExhausted,
             f"{seen} {cat.value} failures; this category is retried {budget} time(s)",
         )
+    return None
+
+
+def _avoid(cat: FailureCategory, counts: AttemptCounts, pool: str | None,
+           nodes: Sequence[str], p: RetryParams) -> tuple[frozenset[str], frozenset[str]]:
+    """(pools, nodes) the retry avoids: the blamed nodes, the pool after repeated infra
+    failures there (or with no node to blame) or a resource/environment failure, nothing
+    after an orchestration failure."""
     ex_nodes = frozenset(nodes)
     ex_pools: frozenset[str] = frozenset()
-    where = ""
     if cat is C.INFRA_TRANSIENT:
         if pool and (not nodes or counts.failures_in_pool >= p.infra_pool_exclude_after):
             ex_pools = frozenset({pool})
@@ -142,16 +177,4 @@ def decide_retry(
         ex_pools = frozenset({pool}) if pool else frozenset()
     elif cat is C.ORCHESTRATION:
         ex_nodes = frozenset()
-    if ex_pools or ex_nodes:
-        parts = [f"pool {x}" for x in sorted(ex_pools)] + [f"node {x}" for x in sorted(ex_nodes)]
-        where = f"; avoiding {', '.join(parts)}"
-    delay = backoff_delay(policy, counts.failures)
-    return RetryDecision(
-        True,
-        delay,
-        ex_pools,
-        ex_nodes,
-        reason,
-        f"{cat.value}: retry {counts.failures + 1} of {policy.max_attempts} in {delay}s{where}",
-        True,
-    )
+    return ex_pools, ex_nodes

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from broker.domain.spec import TopologyLevel
+from broker.domain.topology import TopologyLevel
 
 BackendConstraint = Literal["slurm", "k8s", "any"]
 

@@ -8,12 +8,12 @@ from typing import Any
 from sqlmodel import Session
 
 from broker.domain import JobSpec, JobState, Reason
+from broker.domain.clock import utcnow
 from broker.domain.ids import new_job_id
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import append_event
 from broker.store import records
 from broker.store.records import JobRecord
-from broker.store.tables import utcnow
 
 CANONICAL: dict[str, Any] = {
     "name": "llama-ft", "team": "vision", "priority": "normal",

@@ -25,7 +25,7 @@ from backends.k8s.settings import (
     PoolBinding,
     pool_tolerations,
 )
-from broker.domain.spec import TopologyLevel
+from broker.domain.topology import TopologyLevel
 
 # labels on every Isthmus object (Job, its pods, Service, PodGroup)
 LABEL_JOB = LABEL_PREFIX + "job"

@@ -24,20 +24,17 @@ from backends.base import (
     CancelResult,
     Capability,
     RankLog,
+    Rendering,
     SubmitRequest,
     SubmitResult,
-    tail_lines,
 )
 from backends.sim import faults, foreign, views
 from backends.sim.clock import SimClock
-from backends.sim.model import ExternalLoad, Job, Node, SimFailures, SimPoolSpec
+from backends.sim.model import ExternalLoad, Job, Node, SimFailures, SimPoolSpec, fit_nodes
 from backends.sim.progress import PROGRESS_TOKEN_ENV, Report, Reporter, Reporting
 from broker.domain.facts import Fact, Phase
 from broker.domain.failures import FailureCategory
-from broker.domain.inventory import (
-    InventorySnapshot,
-    TopologyPath,
-)
+from broker.domain.inventory import InventorySnapshot, TopologyPath
 from broker.domain.reasons import FAILURE_REASON, Reason
 from broker.domain.units import parse_duration
 
@@ -112,6 +109,10 @@ class SimBackend:
         foreign.occupy(self, self.external.occupied)
         self._next_external = foreign.next_arrival(self, self._t)
 
+    @property
+    def synced_t(self) -> float:  # the simulated time the state is brought up to (`sync`)
+        return self._t
+
     # ---- the Backend protocol ---------------------------------------------------------
     def _check(self) -> None:
         if not self.reachable:
@@ -120,6 +121,10 @@ class SimBackend:
     def inventory(self) -> InventorySnapshot:
         self._check()
         return views.inventory(self)
+
+    def render(self, request: SubmitRequest) -> Rendering:
+        """Nothing: a simulated job is sent as no script or manifest."""
+        return None
 
     def submit(self, request: SubmitRequest) -> SubmitResult:
         self._check()
@@ -190,27 +195,10 @@ class SimBackend:
 
     def logs(self, name: str, rank: int | None = None,
              tail: int | None = None) -> list[RankLog]:
-        """A synthetic log per rank from what the simulator knows of the job (backends.base
-        LogReader): where and when each rank started, and how the job ended."""
+        """A synthetic log per rank (backends.base LogReader): see views.rank_logs."""
         self._check()
         job = self.jobs.get(name)
-        if job is None:
-            return []
-        out = []
-        for r in range(job.replicas) if rank is None else [rank]:
-            if not 0 <= r < job.replicas:
-                continue
-            lines = [f"{self.clock.at(job.submitted).isoformat()} rank {r}: queued in {job.pool}"]
-            if job.started is not None:
-                node = job.nodes[r] if r < len(job.nodes) else "?"
-                lines.append(f"{self.clock.at(job.started).isoformat()} rank {r}: started on "
-                             f"{node} with {job.gpus} GPUs")
-            if job.ended is not None:
-                lines.append(f"{self.clock.at(job.ended).isoformat()} rank {r}: "
-                             f"{job.phase.value.lower()} {job.message}".rstrip())
-            text = tail_lines("\n".join(lines) + "\n", tail)
-            out.append(RankLog(r, text, f"simulator {self.name}"))
-        return out
+        return views.rank_logs(self, job, rank, tail) if job else []
 
     def cancel(self, name: str, grace_seconds: int) -> CancelResult:
         self._check()
@@ -330,34 +318,11 @@ class SimBackend:
         if schedule:
             self.schedule(job.pool)
 
-    def _fits(self, job: Job) -> list[Node] | None:
-        if job.wanted and len(job.wanted) == job.replicas:
-            need: dict[str, int] = {}
-            for wanted in job.wanted:
-                need[wanted] = need.get(wanted, 0) + job.gpus
-            if all(
-                (nd := self.nodes.get(w)) is not None and nd.up and nd.free >= k
-                for w, k in need.items()
-            ):
-                return [self.nodes[w] for w in job.wanted]
-        groups: dict[str, list[Node]] = {}
-        for n in self.pool_nodes[job.pool]:
-            if n.up and n.free >= job.gpus:
-                key = n.topo.domain(job.level, n.name) if job.level else ""
-                groups.setdefault(key, []).append(n)
-        for key in sorted(groups):
-            out: list[Node] = []
-            for n in groups[key]:
-                out.extend([n] * min(n.free // job.gpus, job.replicas - len(out)))
-                if len(out) == job.replicas:
-                    return out
-        return None
-
     def schedule(self, pool: str) -> None:
         queue = self.pending[pool]
         started: list[Job] = []
         for job in queue:
-            nodes = self._fits(job)
+            nodes = fit_nodes(self.nodes, self.pool_nodes, job)
             if nodes is None:
                 continue
             for n in nodes:

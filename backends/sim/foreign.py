@@ -4,19 +4,36 @@ release like any job, but the broker never sees them as its own."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import random
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from backends.sim.backend import SimBackend
+from backends.sim.model import ExternalLoad, Job, Node, SimPoolSpec
 
 
-def next_arrival(b: SimBackend, t: float) -> float:
+class ForeignHost(Protocol):
+    """What foreign work needs of a simulated backend (backend.SimBackend), declared here so
+    that this module does not import the backend that uses it."""
+
+    external: ExternalLoad
+    rng: random.Random
+    pools: dict[str, SimPoolSpec]
+    pool_nodes: dict[str, list[Node]]
+
+    def foreign_job(self, pool: str, replicas: int, gpus: int, duration: float,
+                    limit: float | None, wanted: tuple[str, ...] = ()) -> Job: ...
+
+    def enqueue(self, job: Job, schedule: bool = True) -> None: ...
+
+    def schedule(self, pool: str) -> None: ...
+
+
+def next_arrival(b: ForeignHost, t: float) -> float:
     """When the next foreign job arrives (Poisson, simulated time); never without a rate."""
     rate = b.external.arrivals_per_hour
     return t + b.rng.expovariate(rate / 3600.0) if rate > 0 else float("inf")
 
 
-def arrive(b: SimBackend) -> None:
+def arrive(b: ForeignHost) -> None:
     """A foreign job of a drawn size enters the queue of a drawn pool."""
     pool = b.rng.choice(sorted(b.pools))
     width = b.pools[pool].gpus_per_node
@@ -26,7 +43,7 @@ def arrive(b: SimBackend) -> None:
     b.enqueue(b.foreign_job(pool, replicas, per, duration, b.external.limit_s))
 
 
-def occupy(b: SimBackend, fraction: float) -> None:
+def occupy(b: ForeignHost, fraction: float) -> None:
     """Foreign work holding whole nodes for good: `fraction` of each pool's nodes, spread
     over racks by a seeded draw."""
     if fraction <= 0:

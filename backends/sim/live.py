@@ -1,19 +1,12 @@
 """The simulated backend as a server runs it: on wall time, brought up to date before every
-call the control loop makes, and built from isthmus.yaml (``kind: sim``)."""
+call the control loop makes, and built from isthmus.yaml (``kind: sim``) by broker/wiring."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from backends.base import (
-    BackendUnavailable,
-    CancelResult,
-    SubmitRequest,
-    SubmitResult,
-    Unsupported,
-)
+from backends.base import BackendUnavailable, CancelResult, SubmitRequest, SubmitResult
 from backends.sim.backend import SimBackend
 from backends.sim.clock import WallClock
 from backends.sim.faults import Fault
@@ -22,10 +15,6 @@ from backends.sim.progress import Reporter
 from backends.sim.settings import SimSettings
 from broker.domain.facts import Fact
 from broker.domain.inventory import InventorySnapshot
-
-if TYPE_CHECKING:
-    from broker.config import Backend as BackendConfig
-    from broker.config import Pool
 
 
 class LiveSimBackend(SimBackend):
@@ -61,29 +50,10 @@ class LiveSimBackend(SimBackend):
         return super().observe(names)
 
 
-def pool_specs(pools: Sequence[Pool], settings: SimSettings) -> list[SimPoolSpec]:
-    """The simulated shape of each configured pool (see settings.py)."""
-    out = []
-    for p in pools:
-        cap = p.capacity
-        if cap is None:
-            raise Unsupported(f"pools[{p.name}].capacity: a simulated pool needs its shape")
-        per_rack = cap.nodes_per_rack or cap.nodes
-        extras = settings.pools.get(p.name)
-        out.append(SimPoolSpec(
-            name=p.name, flavor=p.flavor, blocks=-(-cap.nodes // (per_rack *
-                                                                 (cap.racks_per_block or 1))),
-            racks_per_block=cap.racks_per_block or 1, nodes_per_rack=per_rack,
-            gpus_per_node=cap.gpus_per_node, cost_weight=p.cost_weight, shared=p.shared,
-            node_count=cap.nodes,
-            cpus_per_node=extras.cpus_per_node if extras else 0,
-            memory_per_node=extras.memory_per_node if extras else 0,
-        ))
-    return out
-
-
-def build(backend: BackendConfig, pools: Sequence[Pool], settings: SimSettings,
+def build(name: str, pools: Sequence[SimPoolSpec], settings: SimSettings,
           progress_url: str | None) -> LiveSimBackend:
+    """A LiveSimBackend named `name` with `pools` (their shapes from isthmus.yaml, translated
+    by the wiring) and `settings`; progress goes to `progress_url` unless the settings say."""
     rates = settings.faults
     failures = SimFailures(
         start_delay_s=settings.start_delay,
@@ -96,7 +66,7 @@ def build(backend: BackendConfig, pools: Sequence[Pool], settings: SimSettings,
     url = settings.progress_url or progress_url
     reporter = Reporter(url) if settings.progress and url else None
     live = LiveSimBackend(
-        backend.name, settings.emulate, pool_specs(pools, settings), WallClock(settings.speed),
+        name, settings.emulate, pools, WallClock(settings.speed),
         seed=settings.seed, failures=failures, external=external, reporter=reporter,
         runtime_fraction=settings.runtime_fraction,
         progress_every=settings.progress_interval,

@@ -110,3 +110,30 @@ class Node:
     snap: NodeSnapshot | None = field(default=None, repr=False)
     running: dict[str, int] = field(default_factory=dict)
     """GPUs each running job holds here, by job name."""
+
+
+def fit_nodes(nodes: dict[str, Node], pool_nodes: dict[str, list[Node]], job: Job
+              ) -> list[Node] | None:
+    """The node of each replica of `job` if it fits now: on the nodes it asks for, else in
+    the first domain (by name) at its level with room, else None."""
+    if job.wanted and len(job.wanted) == job.replicas:
+        need: dict[str, int] = {}
+        for wanted in job.wanted:
+            need[wanted] = need.get(wanted, 0) + job.gpus
+        if all(
+            (nd := nodes.get(w)) is not None and nd.up and nd.free >= k
+            for w, k in need.items()
+        ):
+            return [nodes[w] for w in job.wanted]
+    groups: dict[str, list[Node]] = {}
+    for n in pool_nodes[job.pool]:
+        if n.up and n.free >= job.gpus:
+            key = n.topo.domain(job.level, n.name) if job.level else ""
+            groups.setdefault(key, []).append(n)
+    for key in sorted(groups):
+        out: list[Node] = []
+        for n in groups[key]:
+            out.extend([n] * min(n.free // job.gpus, job.replicas - len(out)))
+            if len(out) == job.replicas:
+                return out
+    return None

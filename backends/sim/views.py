@@ -4,19 +4,39 @@ expected releases, queue depth) and facts about jobs."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from backends.sim.model import Job, Node
+from backends.base import RankLog, tail_lines
+from backends.sim.clock import SimClock
+from backends.sim.model import ExternalLoad, Job, Node, SimFailures, SimPoolSpec
 from broker.domain.facts import Fact, Phase
 from broker.domain.inventory import InventorySnapshot, NodeSnapshot, PoolSnapshot, QueueDepth
 from broker.domain.reasons import Reason
 from broker.domain.spec import BackendKind
 
-if TYPE_CHECKING:
-    from backends.sim.backend import SimBackend
+
+class SimView(Protocol):
+    """What these views read of a simulated backend (backend.SimBackend), declared here so
+    that the views do not import the backend that uses them."""
+
+    name: str
+    kind: str
+    clock: SimClock
+    external: ExternalLoad
+    failures: SimFailures
+    report_releases: bool
+    jobs: dict[str, Job]
+    pending: dict[str, list[Job]]
+    pools: dict[str, SimPoolSpec]
+    pool_nodes: dict[str, list[Node]]
+
+    @property
+    def synced_t(self) -> float:
+        """The simulated time the backend's state has been brought up to."""
+        ...
 
 
-def inventory(b: SimBackend) -> InventorySnapshot:
+def inventory(b: SimView) -> InventorySnapshot:
     """What the backend reports of its pools, nodes and queues now."""
     pools = []
     for name, spec in b.pools.items():
@@ -55,7 +75,7 @@ def inventory(b: SimBackend) -> InventorySnapshot:
     return InventorySnapshot(taken_at=b.clock.now, pools=tuple(pools))
 
 
-def _releases(b: SimBackend, node: Node) -> tuple[tuple[datetime, int], ...]:
+def _releases(b: SimView, node: Node) -> tuple[tuple[datetime, int], ...]:
     if not b.report_releases:
         return ()
     out = []
@@ -66,7 +86,7 @@ def _releases(b: SimBackend, node: Node) -> tuple[tuple[datetime, int], ...]:
     return tuple((b.clock.at(t), g) for t, g in sorted(out))
 
 
-def _queue_depth(b: SimBackend, pool: str) -> QueueDepth:
+def _queue_depth(b: SimView, pool: str) -> QueueDepth:
     mine = [j for j in b.pending[pool] if j.isthmus]
     foreign = sum(j.gpus * j.replicas for j in b.pending[pool] if not j.isthmus)
     total = sum(n.total for n in b.pool_nodes[pool]) or 1
@@ -79,12 +99,12 @@ def _queue_depth(b: SimBackend, pool: str) -> QueueDepth:
     )
 
 
-def fact(b: SimBackend, job: Job) -> Fact:
+def fact(b: SimView, job: Job) -> Fact:
     """What the backend says of one job now (STARTING until every rank runs)."""
     phase = job.phase
     started = job.started
     if phase is Phase.RUNNING and started is not None:
-        phase = Phase.STARTING if b._t < started + b.failures.start_delay_s else phase
+        phase = Phase.STARTING if b.synced_t < started + b.failures.start_delay_s else phase
     reason = Reason.WaitingForAllRanks if phase is Phase.STARTING else job.reason
     return Fact(
         backend=b.name,
@@ -112,3 +132,23 @@ def share(total: int, node: Node) -> int:
     if not node.up or node.total == 0:
         return 0
     return total * node.free // node.total
+
+
+def rank_logs(b: SimView, job: Job, rank: int | None, tail: int | None) -> list[RankLog]:
+    """A synthetic log per rank from what the simulator knows of the job: where and when
+    each rank started, and how the job ended."""
+    out = []
+    for r in range(job.replicas) if rank is None else [rank]:
+        if not 0 <= r < job.replicas:
+            continue
+        lines = [f"{b.clock.at(job.submitted).isoformat()} rank {r}: queued in {job.pool}"]
+        if job.started is not None:
+            node = job.nodes[r] if r < len(job.nodes) else "?"
+            lines.append(f"{b.clock.at(job.started).isoformat()} rank {r}: started on "
+                         f"{node} with {job.gpus} GPUs")
+        if job.ended is not None:
+            lines.append(f"{b.clock.at(job.ended).isoformat()} rank {r}: "
+                         f"{job.phase.value.lower()} {job.message}".rstrip())
+        text = tail_lines("\n".join(lines) + "\n", tail)
+        out.append(RankLog(r, text, f"simulator {b.name}"))
+    return out

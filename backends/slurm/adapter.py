@@ -16,7 +16,6 @@ from backends.base import (
     SubmitRequest,
     SubmitResult,
     Unsupported,
-    tail_lines,
 )
 from backends.slurm import script
 from backends.slurm.classify import (
@@ -27,8 +26,15 @@ from backends.slurm.classify import (
     event_in_run,
     node_fault,
 )
-from backends.slurm.inventory import ISTHMUS_PREFIX, PoolBinding, pool_snapshots
-from backends.slurm.records import BatchJob, JobRecord, NodeRecord
+from backends.slurm.evidence import (
+    END_EVIDENCE_WAIT,
+    NODE_EVENT_SLACK,
+    NODE_EVIDENCE_STATES,
+    NODE_EVIDENCE_WINDOW,
+)
+from backends.slurm.inventory import ISTHMUS_PREFIX, PoolBinding, pool_snapshots, split_name
+from backends.slurm.output import read_output
+from backends.slurm.records import TERMINAL, BatchJob, JobRecord, NodeRecord, newest
 from backends.slurm.settings import SlurmSettings
 from backends.slurm.transport import Transport
 from broker.domain.facts import Fact, Phase
@@ -38,36 +44,9 @@ from broker.domain.reasons import Reason
 from broker.logs import get_logger
 
 log = get_logger(__name__)
-TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL",
-            "OUT_OF_MEMORY", "PREEMPTED", "DEADLINE", "REVOKED"}
-# Ends that the health of the job's nodes can explain (or, for NODE_FAIL, name the culprit of).
-NODE_EVIDENCE_STATES = {"FAILED", "NODE_FAIL", "BOOT_FAIL"}
-# How long after a job's end its nodes' troubles still count: slurmctld declares a node whose
-# slurmd died DOWN only after SlurmdTimeout (300 s by default), and meanwhile the job's script
-# may already have failed. Beyond this the node's current state says nothing about the job.
-NODE_EVIDENCE_WINDOW = timedelta(seconds=600)
-# How long after a job's end a node event may begin and still count as this job's: both times
-# are slurmctld's, in whole seconds, taken in the same handling of the node's failure (the
-# job's end is the node's "down" or a moment after it), so a little slack covers the
-# recording. Not more: an event a minute after the end is the next job's (a node that failed
-# after the job's script did is still down when the end is seen, which the current state
-# tells, see NODE_EVIDENCE_WINDOW).
-NODE_EVENT_SLACK = timedelta(seconds=10)
-# How long the judgment of such an end may wait for accounting to record it (and the node
-# events before it): slurmdbd lags slurmctld by a second or so, more on a busy machine.
-END_EVIDENCE_WAIT = timedelta(seconds=60)
-
-
-def split_name(name: str) -> tuple[str | None, int | None]:
-    """'isthmus-<job>-<attempt>' -> (job, attempt); (None, None) for other names."""
-    if not name.startswith(ISTHMUS_PREFIX):
-        return None, None
-    job, _, attempt = name[len(ISTHMUS_PREFIX):].rpartition("-")
-    return (job or None), (int(attempt) if attempt.isdigit() else None)
-
-
-def _newest(records: Sequence[JobRecord]) -> JobRecord:
-    return max(records, key=lambda r: int(r.job_id) if r.job_id.isdigit() else 0)
+# How long a `lookup` that found a name nowhere stands in for submit's own check: only the
+# dispatcher creates a given name, and it looks it up right before submitting it.
+ABSENT_CHECK_TTL_S = 30.0
 
 
 class SlurmBackend:
@@ -98,6 +77,10 @@ class SlurmBackend:
         self._node_gpu_types: dict[str, str] = {}  # node -> its GPU type (the run's GPU model)
         self._last_seen: dict[str, JobRecord] = {}  # name -> last queue record (exit codes)
         self._known_ids: dict[str, str] = {}  # name -> Slurm job id
+        self._looked_up_absent: dict[str, float] = {}
+        """Names `lookup` just found nowhere (monotonic time of the look): the dispatcher looks
+        a name up right before it submits it, so submit need not ask Slurm again. Lost on a
+        restart at no cost: submit then checks for itself."""
         self._kill_at: dict[str, float] = {}  # Slurm job id -> monotonic deadline
         # Slurm job id -> its nodes' conditions when its failed end was first seen
         self._end_nodes: dict[str, dict[str, tuple[NodeCondition, ...]]] = {}
@@ -157,14 +140,19 @@ class SlurmBackend:
     def _existing(self, name: str) -> JobRecord | None:
         queued = self.transport.find(name)
         if queued:
-            return _newest(queued)
+            return newest(queued)
         since = self.clock() - timedelta(seconds=self.settings.accounting_lookback_s)
         done = [r for r in self.transport.accounting(names=[name], since=since) if r.name == name]
-        return _newest(done) if done else None
+        return newest(done) if done else None
 
     def submit(self, request: SubmitRequest) -> SubmitResult:
+        """Idempotent by name: an object of that name (queued or in accounting) is adopted.
+        Right after a `lookup` that found the name nowhere, that look is the check (one
+        existence check per dispatch, not two)."""
         job = self.batch_job(request)
-        existing = self._existing(request.name)
+        looked = self._looked_up_absent.pop(request.name, None)
+        fresh = looked is not None and time.monotonic() - looked < ABSENT_CHECK_TTL_S
+        existing = None if fresh else self._existing(request.name)
         if existing is not None:
             self._known_ids[request.name] = existing.job_id
             log.info("slurm %s: adopted %s as job %s", self.name, request.name, existing.job_id)
@@ -305,7 +293,7 @@ class SlurmBackend:
         for rec in self.transport.jobs():
             if rec.name.startswith(ISTHMUS_PREFIX):
                 queued.setdefault(rec.name, []).append(rec)
-        latest = {name: _newest(recs) for name, recs in queued.items()}
+        latest = {name: newest(recs) for name, recs in queued.items()}
         missing = [n for n in (names or ()) if n not in latest]
         ask_who = [r.job_id for r in latest.values() if r.state == "CANCELLED"]
         accounted: dict[str, JobRecord] = {}
@@ -316,7 +304,7 @@ class SlurmBackend:
             for rec in rows:
                 if rec.name.startswith(ISTHMUS_PREFIX):
                     prev = accounted.get(rec.name)
-                    accounted[rec.name] = rec if prev is None else _newest([prev, rec])
+                    accounted[rec.name] = rec if prev is None else newest([prev, rec])
         gone = {name: accounted[name] for name in missing if name in accounted}
         in_view = [*latest.values(), *gone.values()]
         self._note_end_evidence(in_view, now)
@@ -345,31 +333,23 @@ class SlurmBackend:
     def lookup(self, name: str) -> Fact | None:
         rec = self._existing(name)
         if rec is None:
+            now_t = time.monotonic()
+            self._looked_up_absent = {  # keep only looks that can still stand in
+                k: t for k, t in self._looked_up_absent.items() if now_t - t < ABSENT_CHECK_TTL_S}
+            self._looked_up_absent[name] = now_t
             return None
+        self._looked_up_absent.pop(name, None)
         now = self.clock()
         self._note_end_evidence([rec], now)
         return self._fact(rec, now)
 
     def logs(self, name: str, rank: int | None = None,
              tail: int | None = None) -> list[RankLog]:
-        """The job's output file (`--output=<work_dir>/<name>-%j.out`, one file in which srun
-        interleaves every rank), read where the broker runs: the head node shares the work
-        directory with the cluster. Ranks are not labelled in it, so a rank asks for the same
-        file, said so."""
+        """The job's output file (output.read_output), found through the job's id."""
         rec = self._existing(name)
         if rec is None:
             return []
-        path = f"{self.settings.work_dir.rstrip('/') or ''}/{name}-{rec.job_id}.out"
-        note = "" if rank is None else "Slurm writes every rank to this one file"
-        try:
-            with open(path, encoding="utf-8", errors="replace") as fh:
-                text = fh.read()
-        except FileNotFoundError:
-            return [RankLog(None, "", path, "no output file yet (the job has not started, or "
-                                            "the work directory is not shared with this host)")]
-        except OSError as exc:
-            return [RankLog(None, "", path, f"cannot read it here: {exc.strerror}")]
-        return [RankLog(None, tail_lines(text, tail), path, note)]
+        return read_output(self.settings.work_dir, name, rec.job_id, rank, tail)
 
     # -- cancel -------------------------------------------------------------------------------
 

@@ -159,3 +159,11 @@ def pool_snapshots(
             queue=queue_depth(pool.partition, jobs, total, now),
         ))
     return tuple(result)
+
+
+def split_name(name: str) -> tuple[str | None, int | None]:
+    """'isthmus-<job>-<attempt>' -> (job, attempt); (None, None) for other names."""
+    if not name.startswith(ISTHMUS_PREFIX):
+        return None, None
+    job, _, attempt = name[len(ISTHMUS_PREFIX):].rpartition("-")
+    return (job or None), (int(attempt) if attempt.isdigit() else None)

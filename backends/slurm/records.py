@@ -6,6 +6,7 @@ classification, the adapter) reads only these records.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -98,3 +99,13 @@ class BatchJob:
     memory_per_gpu_mb: int | None = None  # per GPU (GPUs asked per task)
     hold: bool = False
     begin: str | None = None  # e.g. "now+1day" (benchmarks keep jobs pending this way)
+
+
+def newest(records: Sequence[JobRecord]) -> JobRecord:
+    """The record of the latest submission (the highest job id)."""
+    return max(records, key=lambda r: int(r.job_id) if r.job_id.isdigit() else 0)
+
+
+TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL",
+                      "OUT_OF_MEMORY", "PREEMPTED", "DEADLINE", "REVOKED"})
+"""Slurm job states after which the job runs no more."""

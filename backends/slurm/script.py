@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from backends.base import SubmitRequest, Unsupported
 from backends.slurm.records import BatchJob
 from backends.slurm.shape import GangShape, gang_shape
-from broker.domain.spec import TopologyLevel
+from broker.domain.topology import TopologyLevel
 
 MAX_SIGNAL_SECONDS = 65535  # Slurm's limit for --signal=...@<time>
 # Slurm keeps these in fixed-width integers whose top values mean "not set" / "infinite" (and
@@ -170,16 +170,7 @@ def batch_job(
     nodes = tuple(_check_word("node", n) for n in placement.nodes)
     shape = gang_shape(spec.gang.replicas, spec.gang.gpus_per_replica, nodes,
                        one_node=placement.topology_level is TopologyLevel.NODE)
-    rack = None
-    switches = None
-    constraint = None
-    if placement.topology_level is TopologyLevel.RACK:
-        switches = 1
-        rack = rack_of(placement.topology_domain)
-        if rack:
-            _check_word("rack", rack)
-            if settings.rack_features:
-                constraint = rack
+    switches, rack, constraint = _rack(request, settings)
     grace = min(spec.checkpoint.grace, MAX_SIGNAL_SECONDS)
     memory_mb = memory_per_gpu_mb = None
     if spec.gang.memory_per_replica:
@@ -215,6 +206,19 @@ def batch_job(
         begin=_check_word("begin", begin) if begin else None,
     )
     return _with_script(job, request, settings)
+
+
+def _rack(request: SubmitRequest, settings: RenderSettings
+          ) -> tuple[int | None, str | None, str | None]:
+    """(--switches, rack, --constraint) of a rack-level placement: one leaf switch, and the
+    rack's node feature where the site tags nodes with their rack; all None otherwise."""
+    placement = request.placement
+    if placement.topology_level is not TopologyLevel.RACK:
+        return None, None, None
+    rack = rack_of(placement.topology_domain)
+    if rack:
+        _check_word("rack", rack)
+    return 1, rack, rack if rack and settings.rack_features else None
 
 
 def gpu_count(job: BatchJob, count: int) -> str:

@@ -32,7 +32,6 @@ from broker.logs import get_logger
 from broker.metrics import REGISTRY, store_collectors
 from broker.orchestration.transitions import JobNotFound
 from broker.store.db import Database
-from broker.ui import mount as mount_ui
 
 log = get_logger(__name__)
 
@@ -51,11 +50,20 @@ def create_app(config: IsthmusConfig, db: Database, runtime: Runtime | None = No
     )
     app.state.runtime = runtime
     app.add_middleware(BodyLimit, max_bytes=config.server.max_body_bytes)
-    routers = (jobs_router, plan_router, progress_router, admin_router, hpc_router,
-               views_router)
-    for router in routers:
+    for router in ROUTERS:
         app.include_router(router, dependencies=[Depends(plain_query)])
-    mount_ui(app)  # the dashboard at /ui (broker/ui)
+    _add_error_handlers(app, config)
+    _add_meta_routes(app, config, db, runtime)
+    app.openapi = lambda: _openapi(app, config)  # type: ignore[method-assign]
+    return app
+
+
+ROUTERS = (jobs_router, plan_router, progress_router, admin_router, hpc_router, views_router)
+
+
+def _add_error_handlers(app: FastAPI, config: IsthmusConfig) -> None:
+    """Every error as an RFC 9457 problem: ours, too large bodies, unknown jobs, invalid
+    requests (each field named), HTTP errors (405 with every allowed method), the rest 500."""
 
     @app.exception_handler(Problem)
     async def _problem(request: Request, exc: Problem) -> JSONResponse:
@@ -86,7 +94,7 @@ def create_app(config: IsthmusConfig, db: Database, runtime: Runtime | None = No
         slug = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
         headers = dict(exc.headers or {})
         if exc.status_code == 405:
-            routes = [*app.router.routes, *(r for rt in routers for r in rt.routes)]
+            routes = [*app.router.routes, *(r for rt in ROUTERS for r in rt.routes)]
             headers["Allow"] = _allowed_methods(routes, request.url.path)
         return Problem(
             exc.status_code, slug, str(exc.detail), str(exc.detail), headers=headers or None
@@ -100,6 +108,10 @@ def create_app(config: IsthmusConfig, db: Database, runtime: Runtime | None = No
             "the server failed; the request was not applied and can be retried",
         ).response(request.url.path)
 
+
+def _add_meta_routes(app: FastAPI, config: IsthmusConfig, db: Database,
+                     runtime: Runtime | None) -> None:
+    """/metrics (the process's and the store's) and /healthz."""
     registry = CollectorRegistry()
     for collector in store_collectors(db):
         registry.register(collector)
@@ -124,28 +136,28 @@ def create_app(config: IsthmusConfig, db: Database, runtime: Runtime | None = No
             status="ok", database=db.dialect, version=__version__, control=control, epoch=epoch
         )
 
-    def openapi() -> dict[str, object]:
-        if app.openapi_schema is None:
-            from fastapi.openapi.utils import get_openapi
 
-            schema = get_openapi(
-                title=app.title, version=app.version, description=app.description,
-                routes=app.routes,
-            )
-            components = schema.setdefault("components", {})
-            comps = components.setdefault("schemas", {})
-            spec_schema = JobSpec.model_json_schema(ref_template="#/components/schemas/{model}")
-            comps.update(spec_schema.pop("$defs", {}))
-            comps["JobSpec"] = spec_schema
-            problem = ProblemBody.model_json_schema(ref_template="#/components/schemas/{model}")
-            comps.update(problem.pop("$defs", {}))
-            comps["Problem"] = problem
-            _document_security(schema, open_mode=config.auth.mode == "none")
-            app.openapi_schema = schema
-        return app.openapi_schema
+def _openapi(app: FastAPI, config: IsthmusConfig) -> dict[str, Any]:
+    """The OpenAPI document, built once: the routes, the JobSpec and Problem schemas, and the
+    security scheme."""
+    if app.openapi_schema is None:
+        from fastapi.openapi.utils import get_openapi
 
-    app.openapi = openapi  # type: ignore[method-assign]
-    return app
+        schema = get_openapi(
+            title=app.title, version=app.version, description=app.description,
+            routes=app.routes,
+        )
+        components = schema.setdefault("components", {})
+        comps = components.setdefault("schemas", {})
+        spec_schema = JobSpec.model_json_schema(ref_template="#/components/schemas/{model}")
+        comps.update(spec_schema.pop("$defs", {}))
+        comps["JobSpec"] = spec_schema
+        problem = ProblemBody.model_json_schema(ref_template="#/components/schemas/{model}")
+        comps.update(problem.pop("$defs", {}))
+        comps["Problem"] = problem
+        _document_security(schema, open_mode=config.auth.mode == "none")
+        app.openapi_schema = schema
+    return app.openapi_schema
 
 
 def _document_security(schema: dict[str, Any], open_mode: bool) -> None:

@@ -11,10 +11,10 @@ from broker import ledger
 from broker.api.auth import Principal, principal
 from broker.api.problems import Problem, problem_responses
 from broker.config import IsthmusConfig
+from broker.domain.clock import utcnow
 from broker.domain.text import Text
 from broker.store.db import Database
 from broker.store.pools import pool_states, set_drained
-from broker.store.tables import utcnow
 
 router = APIRouter(
     prefix="/v1/admin", tags=["admin"], responses=problem_responses(401, 403, 422)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 from typing import Annotated
 
@@ -14,10 +13,12 @@ from pydantic import ValidationError
 from broker.api.auth import Principal, principal
 from broker.api.group_commit import SubmitQueue
 from broker.api.guards import DB_INT_MAX, idempotency_key
+from broker.api.listing import decode_cursor, waits
 from broker.api.problems import Problem, invalid_spec, problem_responses
-from broker.api.schemas import CheckpointOut, EventOut, JobOut, JobPage, WaitOut
+from broker.api.schemas import CheckpointOut, EventOut, JobOut, JobPage
 from broker.config import IsthmusConfig
 from broker.domain import JobState
+from broker.domain.clock import utcnow
 from broker.domain.ids import is_job_id
 from broker.domain.spec import JobSpec
 from broker.feasibility import request_problems
@@ -27,7 +28,6 @@ from broker.store import attempts as att
 from broker.store.db import Database
 from broker.store.queries import get_job, job_events, list_jobs
 from broker.store.records import JobRecord
-from broker.store.tables import utcnow
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=problem_responses(401, 422))
 Caller = Annotated[Principal, Depends(principal)]
@@ -129,51 +129,17 @@ async def submit(
     )
 
 
-def _waits(db: Database, jobs: list[JobRecord]) -> dict[str, WaitOut]:
-    """Position and estimate of the QUEUED ones among `jobs`, stored by the admission cycle
-    with their verdicts (one query for the page)."""
-    ids = [j.id for j in jobs if j.state == JobState.QUEUED.value]
-    if not ids:
-        return {}
-    t = att.EXPLANATIONS
-    with db.read() as s:
-        rows = s.connection().execute(
-            sa.select(t.c.job_id, t.c.at, t.c.payload_json).where(t.c.job_id.in_(ids))
-        ).all()
-    out: dict[str, WaitOut] = {}
-    for job_id, at, payload in rows:
-        try:
-            out[job_id] = WaitOut.of(at, payload)
-        except (ValueError, TypeError):
-            continue  # an explanation stored before estimates existed, or unreadable
-    return out
-
-
 @router.get("/{job_id}", response_model=JobOut, responses=problem_responses(404))
 def get(job_id: str, request: Request, caller: Caller) -> JobOut:
     db = _db(request)
     job = _visible_job(db, job_id, caller)
-    out = JobOut.of(job, _waits(db, [job]).get(job.id))
+    out = JobOut.of(job, waits(db, [job]).get(job.id))
     with db.read() as s:
         ckpt = att.last_checkpoint(s, job_id)
     if ckpt is not None:
         out.last_checkpoint = CheckpointOut(attempt=ckpt.attempt, path=ckpt.path,
                                             step=ckpt.step, at=ckpt.at)
     return out
-
-
-def _decode_cursor(cursor: str) -> str:
-    try:
-        value = base64.urlsafe_b64decode(cursor.encode() + b"==").decode()
-    except (binascii.Error, UnicodeDecodeError):
-        value = ""
-    if not is_job_id(value):
-        raise Problem(
-            422, "invalid-cursor", "Invalid cursor",
-            "cursor: pass next_cursor from a previous page",
-            [{"field": "cursor", "message": "not a cursor returned by this API"}],
-        )
-    return value
 
 
 @router.get("", response_model=JobPage, responses=problem_responses(403))
@@ -193,7 +159,7 @@ def list_(
                 [{"field": "team", "message": f"must be '{caller.team}' or omitted"}],
             )
         team = caller.team
-    before = _decode_cursor(cursor) if cursor else None
+    before = decode_cursor(cursor) if cursor else None
     with _db(request).read() as s:
         rows = list_jobs(
             s, team=team, states=[st.value for st in state or []], limit=limit + 1,
@@ -202,8 +168,8 @@ def list_(
     more = len(rows) > limit
     rows = rows[:limit]
     nxt = base64.urlsafe_b64encode(rows[-1].id.encode()).decode().rstrip("=") if more else None
-    waits = _waits(_db(request), rows)
-    return JobPage(items=[JobOut.of(r, waits.get(r.id)) for r in rows], next_cursor=nxt)
+    waiting = waits(_db(request), rows)
+    return JobPage(items=[JobOut.of(r, waiting.get(r.id)) for r in rows], next_cursor=nxt)
 
 
 @router.get(

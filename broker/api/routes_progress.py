@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from broker.api.guards import DB_INT_MAX
 from broker.api.problems import Problem, problem_responses
+from broker.domain.clock import utcnow
 from broker.domain.ids import is_job_id
 from broker.domain.spec import WholeNumber
 from broker.domain.text import Text
@@ -21,7 +22,6 @@ from broker.store import attempts as att
 from broker.store import records
 from broker.store.db import Database
 from broker.store.secrets import digest
-from broker.store.tables import utcnow
 
 router = APIRouter(
     prefix="/v1/jobs", tags=["progress"], responses=problem_responses(401, 404, 409, 413, 422)

@@ -17,10 +17,10 @@ from broker.api.problems import Problem, problem_responses
 from broker.api.routes_admin import Admin
 from broker.api.routes_jobs import _visible_job
 from broker.config import IsthmusConfig
+from broker.domain.clock import utcnow
 from broker.domain.states import JobState
 from broker.store.db import Database
 from broker.store.reports import GroupBy
-from broker.store.tables import utcnow
 from broker.views.decisions import MAX_PAGE, CycleView, JobDecisionView, read_cycles
 from broker.views.decisions import read_job_decisions as read_decisions
 from broker.views.pools import PoolView, read_pools

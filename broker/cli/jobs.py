@@ -13,9 +13,8 @@ import yaml
 
 from broker.cli.common import DEFAULT_URL, AsJson, JobId, ServerUrl, Token, call, fail
 from broker.cli.output import console, emit_json, events_table, job_detail, job_table
-from broker.domain import JobState
+from broker.domain import TERMINAL, JobState
 
-ENDED = {"SUCCEEDED", "FAILED", "CANCELLED", "REJECTED"}
 SpecFile = Annotated[
     Path, typer.Option("-f", "--file", help="job spec (.json or .yaml; '-' reads stdin)")
 ]
@@ -284,7 +283,7 @@ def logs(
             seen[f"{r['rank']}|{r['source']}"] = len(r["text"])
     while follow:
         job = call(server, token, "job", job_id)
-        ended = job["state"] in ENDED or job["attempt"] != attempt
+        ended = job["state"] in TERMINAL or job["attempt"] != attempt
         show(call(server, token, "logs", job_id, attempt, rank, None))
         if ended:
             break

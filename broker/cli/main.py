@@ -162,12 +162,12 @@ def db_upgrade(
 ) -> None:
     """Apply the schema migrations up to the newest (what `server` also does at start-up);
     safe to run from several places at once: replicas migrate one at a time."""
-    from broker.store.db import DatabaseURLError, open_database
+    from broker.store.db import DatabaseURLError, connect
     from broker.store.migrate import upgrade
 
     url = _db_url(db, config)
     try:
-        database = open_database(url, migrate=False)
+        database = connect(url)
     except DatabaseURLError as exc:
         _fail(str(exc))
     try:
@@ -198,11 +198,11 @@ def db_check(
     """Rebuild every job from its events and compare with the stored rows (exit 1 on mismatch)."""
     from broker import ledger
     from broker.orchestration.replay import check_all
-    from broker.store.db import DatabaseURLError, open_database
+    from broker.store.db import DatabaseURLError, connect
 
     db = _db_url(db, config)
     try:
-        database = open_database(db, migrate=False)
+        database = connect(db)
     except DatabaseURLError as exc:
         _fail(str(exc))
     checked = 0
@@ -308,7 +308,7 @@ def config_check(
     ] = False,
 ) -> None:
     """Validate an isthmus.yaml and print a summary."""
-    from broker.control.wiring import check_backends
+    from broker.wiring.runtime import check_backends
 
     try:
         cfg = load_config(file)

@@ -30,6 +30,7 @@ from broker.control.plane import ControlPlane, add_placed_gpus, hold_in_flight, 
 from broker.control.preempt import LazyPreemptor, preempt
 from broker.domain import JobState, Reason
 from broker.domain.attempts import RunSnapshot, backend_object_name
+from broker.domain.exclusions import Exclusions
 from broker.domain.inventory import InventorySnapshot
 from broker.metrics import ADMISSION_CYCLE
 from broker.orchestration.rules import Cause
@@ -56,12 +57,12 @@ def _pending_views(
     incidents: list[Incident] = []
     for j in queued:
         with JobGuard("admission view", j.id) as guard:
-            exclude = json.loads(j.exclude_json or "{}")
+            exclude = Exclusions.from_json(j.exclude_json)
             views.append(
                 pending_job(
                     plane.config, j.id, plane.spec(j.id, j.spec_json), j.created_at,
-                    not_before=j.not_before, exclude_pools=exclude.get("pools", ()),
-                    exclude_nodes=exclude.get("nodes", ()),
+                    not_before=j.not_before, exclude_pools=exclude.pools,
+                    exclude_nodes=exclude.nodes,
                 )
             )
         if guard.incident is not None:

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.domain import FailureCategory, JobState, Reason
-from broker.domain.facts import Fact, Phase
+from broker.domain import HOLDING, FailureCategory, JobState, Reason
+from broker.domain.facts import ENDED_PHASES, Fact, Phase
 from broker.domain.reasons import FAILURE_REASON
 
 S = JobState
-LIVE = frozenset({S.ADMITTED, S.PREPARING, S.RUNNING})
-ENDED = frozenset({Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED, Phase.PREEMPTED, Phase.LOST})
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +45,8 @@ def _to_running(state: JobState, msg: str) -> list[Step]:
 
 def derive(state: JobState, fact: Fact) -> Derived:
     """What `fact` implies for a job in `state` whose current attempt the fact describes."""
-    ended = fact.phase in ENDED
-    if state not in LIVE:
+    ended = fact.phase in ENDED_PHASES
+    if state not in HOLDING:
         return Derived(ended=ended)  # the job moved on (cancelled, requeued): nothing to say
     where = f" on {', '.join(fact.nodes)}" if fact.nodes else ""
     if fact.phase is Phase.PENDING:

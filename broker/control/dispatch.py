@@ -11,7 +11,6 @@ asking it again.
 from __future__ import annotations
 
 import dataclasses
-import json
 
 import yaml
 
@@ -19,17 +18,14 @@ from backends.base import BackendUnavailable, SubmitRequest, SubmitResult, Unsup
 from broker.control.faults import crash_point
 from broker.control.guard import Incident, JobGuard
 from broker.control.plane import ControlPlane, log
+from broker.control.requeue import DISPATCHER, requeue_refused
 from broker.domain import JobState, Reason
 from broker.domain.attempts import RunSnapshot
-from broker.domain.timebox import add_seconds
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
 from broker.store import attempts as att
-from broker.store import records
 from broker.store.queries import get_job
 from broker.store.secrets import digest, progress_token, server_secret
-
-DISPATCHER = "system:dispatcher"
 
 
 def _request(plane: ControlPlane, a: att.AttemptRecord, token: str,
@@ -50,8 +46,9 @@ def _request(plane: ControlPlane, a: att.AttemptRecord, token: str,
 
 
 def rendered(backend: object, request: SubmitRequest) -> str | None:
-    """The exact script or manifests, from adapters that can render (the secret progress
-    token is masked: it is in the object, but it is nobody's business to read it here)."""
+    """The exact script or manifests (`Backend.render`; None from the simulator, and from a
+    stand-in without `render`), the secret progress token masked: it is in the object, but it
+    is nobody's business to read it here."""
     render = getattr(backend, "render", None)
     if render is None:
         return None
@@ -62,38 +59,11 @@ def rendered(backend: object, request: SubmitRequest) -> str | None:
         out = render(masked)
     except Exception as exc:  # rendering is for people; never fail a dispatch over it
         return f"# could not render: {exc}"
-    return out if isinstance(out, str) else yaml.safe_dump_all(out, sort_keys=False)
+    if out is None or isinstance(out, str):
+        return out
+    return yaml.safe_dump_all(out, sort_keys=False)
 
 
-REFUSAL_BACKOFF_S = 10
-REFUSAL_BACKOFF_MAX_S = 600
-
-
-def _refused(plane: ControlPlane, a: att.AttemptRecord, why: str,
-             reason: Reason = Reason.DispatchRefused) -> None:
-    """The backend will not take this object: requeue, avoid that pool for this job, and back
-    off, so a refusal cannot turn into a loop of attempts. If no other pool fits, the job
-    waits and `explain` shows the pool as excluded, with the refusal in the events.
-
-    Also the way out for an intent whose dispatch failed unexpectedly (`reason`
-    InternalError): leaving ADMITTED releases its reservation at once, so a job that cannot be
-    dispatched never holds quota; the same failure is likely in that pool again, so the pool
-    is avoided, and another pool may serve the job. FAILED is not a move the lifecycle allows
-    from ADMITTED, and it would end a job that may run elsewhere."""
-    now = plane.clock()
-    with plane.db.write() as s:
-        att.update(s, a.job_id, a.number, dispatch=att.ABANDONED, ended_at=now)
-        job = get_job(s, a.job_id)
-        refusals = sum(1 for x in att.attempts_of(s, a.job_id) if x.dispatch == att.ABANDONED)
-        exclude = json.loads(job.exclude_json or "{}") if job else {}
-        exclude["pools"] = sorted({*exclude.get("pools", []), a.pool})
-        delay = min(REFUSAL_BACKOFF_MAX_S, REFUSAL_BACKOFF_S * 2 ** (refusals - 1))
-        records.set_retry_terms(s, a.job_id, add_seconds(now, delay), json.dumps(exclude))
-        set_state(
-            s, a.job_id, JobState.QUEUED, reason,
-            Cause("dispatcher", DISPATCHER, key=f"refused:{a.number}"),
-            f"{why}; pool {a.pool} is avoided for this job from now on", now=now,
-        )
 
 
 CREATED, SKIPPED, UNAVAILABLE = "created", "skipped", "unavailable"
@@ -114,7 +84,7 @@ def _dispatch(plane: ControlPlane, a: att.AttemptRecord, key: bytes) -> tuple[st
         return SKIPPED, ""
     backend = plane.backends.get(a.backend)
     if backend is None:
-        _refused(plane, a, f"backend '{a.backend}' is not configured any more")
+        requeue_refused(plane, a, f"backend '{a.backend}' is not configured any more")
         return SKIPPED, ""
     token = progress_token(key, a.job_id, a.number)
     request = _request(plane, a, token, owner=job.submitted_by)
@@ -130,7 +100,7 @@ def _dispatch(plane: ControlPlane, a: att.AttemptRecord, key: bytes) -> tuple[st
         _unavailable(plane, a, why)
         return UNAVAILABLE, why
     except Unsupported as exc:  # Slurm's SubmitRefused too
-        _refused(plane, a, f"{a.backend} refused the job: {exc}")
+        requeue_refused(plane, a, f"{a.backend} refused the job: {exc}")
         return SKIPPED, ""
     now = plane.clock()
     with plane.db.write() as s:
@@ -156,10 +126,10 @@ def _unavailable(plane: ControlPlane, a: att.AttemptRecord, why: str) -> None:
 
 
 def _failed(plane: ControlPlane, a: att.AttemptRecord, incident: Incident) -> None:
-    """An unexpected error: requeued away from that pool (see `_refused`). If the object was
+    """An unexpected error: requeued away from that pool (see `requeue_refused`). If the object was
     created before the error, the reconciler cancels it as an orphan (its attempt is ended)."""
     with JobGuard("requeue after a failed dispatch", a.job_id):
-        _refused(plane, a, incident.message, Reason.InternalError)
+        requeue_refused(plane, a, incident.message, Reason.InternalError)
 
 
 def in_turns(intents: list[att.AttemptRecord]) -> list[att.AttemptRecord]:

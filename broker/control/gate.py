@@ -33,6 +33,7 @@ from backends.base import (
     BackendUnavailable,
     CancelResult,
     Capability,
+    Rendering,
     SubmitRequest,
     SubmitResult,
 )
@@ -161,6 +162,11 @@ class GatedBackend:
         with self._held("submit", self.lock_wait):
             return self.inner.submit(request)
 
+    def render(self, request: SubmitRequest) -> Rendering:
+        # renderers read caches the inventory fills (GPU types, learned tolerations)
+        with self._held("render", self.lock_wait):
+            return self.inner.render(request)
+
     def lookup(self, name: str) -> Fact | None:
         with self._held("lookup", self.lock_wait):
             return self.inner.lookup(name)
@@ -173,11 +179,10 @@ class GatedBackend:
         if attr == "inner":  # not set yet (a copy): never recurse
             raise AttributeError(attr)
         target = getattr(self.inner, attr)
-        if attr not in ("render", "logs"):
+        if attr != "logs":
             return target  # adapter extras (close, start): not the control loop's calls
 
         def held(*args: Any, **kwargs: Any) -> Any:
-            # renderers read caches the inventory fills (GPU types, learned tolerations);
             # logs share the adapter's client (and the simulator's state) with the loop
             with self._held(attr, self.lock_wait):
                 return target(*args, **kwargs)
@@ -201,6 +206,9 @@ class UnavailableBackend:
         raise self._refuse()
 
     def submit(self, request: SubmitRequest) -> SubmitResult:
+        raise self._refuse()
+
+    def render(self, request: SubmitRequest) -> Rendering:
         raise self._refuse()
 
     def lookup(self, name: str) -> Fact | None:

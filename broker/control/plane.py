@@ -24,6 +24,7 @@ from broker.config import Pool as PoolConfig
 from broker.control.gate import GatedBackend
 from broker.control.inventories import Answer, Inventories
 from broker.domain.attempts import RunSnapshot
+from broker.domain.clock import utcnow
 from broker.domain.inventory import InventorySnapshot, NodeSnapshot, PoolSnapshot, TopologyPath
 from broker.domain.spec import BackendKind, JobSpec
 from broker.logs import get_logger
@@ -31,7 +32,6 @@ from broker.store import attempts as att
 from broker.store.db import Database
 from broker.store.fence import FencedDatabase
 from broker.store.pools import pool_states
-from broker.store.tables import utcnow
 from policies.admission import AdmissionParams
 from policies.preemption import PreemptionParams
 from policies.retry import RetryParams

@@ -11,9 +11,11 @@ from datetime import datetime
 
 from backends.base import BackendUnavailable
 from broker import ledger
+from broker.control import requeue
 from broker.control.guard import JobGuard
 from broker.control.plane import ControlPlane, log
-from broker.domain import JobState, Reason
+from broker.control.reconcile import charge
+from broker.domain import HOLDING, JobState, Reason
 from broker.domain.attempts import RunSnapshot
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
@@ -22,8 +24,6 @@ from broker.store import attempts as att
 from broker.store.queries import get_job, jobs_by_ids
 from policies.preemption import Mode, PreemptionPlan, Preemptor, Victim
 from policies.types import PendingJob, PoolRoom, QuotaConfig, RunningJob
-
-HOLDING = {JobState.ADMITTED.value, JobState.PREPARING.value, JobState.RUNNING.value}
 
 
 def running_views(plane: ControlPlane) -> list[RunningJob]:
@@ -57,8 +57,6 @@ def running_views(plane: ControlPlane) -> list[RunningJob]:
 
 def preempt(plane: ControlPlane, victim: Victim) -> bool:
     """Stop one victim. True when its job left the running states."""
-    from broker.control.reconcile import charge, requeue_after
-
     now = plane.clock()
     with plane.db.read() as s:
         job = get_job(s, victim.job_id)
@@ -88,7 +86,7 @@ def preempt(plane: ControlPlane, victim: Victim) -> bool:
         set_state(s, job.id, JobState.RETRYING, Reason.Preempted,
                   Cause("admission", "system:preemption", key=f"preempt:{attempt.number}"),
                   victim.message, now=now)
-    requeue_after(plane, job.id, attempt, preempted=True, failure=None, now=now)
+    requeue.requeue_after(plane, job.id, attempt, preempted=True, failure=None, now=now)
     log.info("preempted %s (%s)", attempt.backend_name, victim.message)
     return True
 

@@ -13,7 +13,6 @@ they change, derive, transitions through set_state, retries decided and applied.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -21,23 +20,20 @@ from sqlmodel import Session
 
 from backends.base import Backend, BackendUnavailable
 from broker import ledger, metrics
-from broker.control.derive import ENDED, LIVE, Derived, derive
+from broker.control import requeue
+from broker.control.derive import Derived, derive
 from broker.control.faults import crash_point
 from broker.control.guard import Incident, JobGuard, mark
 from broker.control.plane import ControlPlane, log
-from broker.domain import FailureCategory, JobState, Reason, reproducibility
-from broker.domain.attempts import Attempt, RunSnapshot
-from broker.domain.facts import Fact, Phase
-from broker.domain.timebox import add_seconds
+from broker.domain import HOLDING, FailureCategory, JobState, Reason, reproducibility
+from broker.domain.attempts import RunSnapshot
+from broker.domain.facts import ENDED_PHASES, Fact, Phase
 from broker.metrics import BACKEND_UP
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
-from broker.policy_inputs import attempt_counts
 from broker.store import attempts as att
-from broker.store import records
 from broker.store.queries import get_job, jobs_by_ids
 from broker.store.records import JobRecord
-from policies.retry import decide_retry
 
 RECONCILER = "system:reconciler"
 
@@ -52,12 +48,6 @@ class ReconcileReport:
     unreachable: bool = False
 
 
-def _hours(gpus: int, start: datetime | None, end: datetime) -> float:
-    if start is None:
-        return 0.0
-    return max(0.0, (end - start).total_seconds()) / 3600 * gpus
-
-
 def _store_fact(plane: ControlPlane, a: att.AttemptRecord, fact: Fact, now: datetime) -> str:
     with plane.db.write() as s:
         fid = att.insert_fact(
@@ -67,60 +57,6 @@ def _store_fact(plane: ControlPlane, a: att.AttemptRecord, fact: Fact, now: date
         att.update(s, a.job_id, a.number, phase=fact.phase.value, last_seen_at=now,
                    missing_since=None)
     return f"fact:{fid}"
-
-
-def requeue_after(plane: ControlPlane, job_id: str, a: att.AttemptRecord, *, preempted: bool,
-                  failure: FailureCategory | None, now: datetime,
-                  blamed: tuple[str, ...] = ()) -> None:
-    """After FAILED (or a preemption into RETRYING): ask the retry engine, apply its answer.
-    `blamed`: the nodes the backend blamed for the failure; the retry avoids only those, else
-    every node of the attempt's placement."""
-    with plane.db.write() as s:
-        job = get_job(s, job_id)
-        if job is None:
-            return
-        spec = plane.spec(job_id, job.spec_json)
-        history = []
-        wasted = 0.0
-        for r in att.attempts_of(s, job_id):
-            if r.failure is None and not r.preempted:
-                continue
-            history.append(Attempt(
-                job_id=job_id, number=r.number,
-                snapshot=RunSnapshot.model_validate_json(r.snapshot_json),
-                created_at=r.created_at,
-                failure=FailureCategory(r.failure) if r.failure else None,
-                preempted=r.preempted,
-            ))
-            if r.failure:
-                wasted += _hours(r.gpus, r.started_at or r.dispatched_at, r.ended_at or now)
-        snapshot = RunSnapshot.model_validate_json(a.snapshot_json)
-        nodes = blamed or (snapshot.placement.nodes if snapshot.placement else ())
-        decision = decide_retry(
-            spec.retry, failure, attempt_counts(history), wasted, preempted=preempted,
-            pool=a.pool, nodes=nodes, params=plane.params.retry,
-        )
-        if not decision.retry:
-            if preempted:  # RETRYING with nowhere to go: the policy ends it as a failure
-                set_state(s, job_id, JobState.FAILED, decision.reason,
-                          Cause("retry", "system:retry", key=f"stop:{a.number}"),
-                          decision.message, now=now)
-            return  # FAILED stays FAILED; the failure reason is already on the job
-        if JobState(job.state) is JobState.FAILED:
-            set_state(s, job_id, JobState.RETRYING, Reason.RetryScheduled,
-                      Cause("retry", "system:retry", key=f"retry:{a.number}"),
-                      decision.message, now=now)
-        exclude = json.loads(job.exclude_json or "{}")
-        exclude = {
-            "pools": sorted(set(exclude.get("pools", [])) | decision.exclude_pools),
-            "nodes": sorted(set(exclude.get("nodes", [])) | decision.exclude_nodes),
-        }
-        not_before = add_seconds(now, decision.delay_seconds)  # a stored backoff may be absurd
-        records.set_retry_terms(s, job_id, not_before, json.dumps(exclude))
-        reason = Reason.BackoffAfterFailure if decision.delay_seconds else Reason.RetryScheduled
-        set_state(s, job_id, JobState.QUEUED, reason,
-                  Cause("retry", "system:retry", key=f"requeue:{a.number}"),
-                  decision.message, now=now)
 
 
 def _resolve_once(s: Session, a: att.AttemptRecord, fact: Fact, now: datetime) -> None:
@@ -160,7 +96,7 @@ def _apply(plane: ControlPlane, a: att.AttemptRecord, fact: Fact, now: datetime)
                        failure=d.failure.value if d.failure else None, preempted=d.preempted)
             _account(s, plane, job.team, a, fact, d, end, now)
     if current and (d.failure is not None or d.preempted):
-        requeue_after(plane, a.job_id, a, preempted=d.preempted, failure=d.failure, now=now,
+        requeue.requeue_after(plane, a.job_id, a, preempted=d.preempted, failure=d.failure, now=now,
                       blamed=fact.bad_nodes)
     return moved
 
@@ -252,9 +188,7 @@ def reconcile(plane: ControlPlane, backend_name: str) -> ReconcileReport:
         if guard.incident is not None:
             _mark(plane, guard.incident, now)
     for fact in facts:  # Isthmus objects nobody owns any more
-        if fact.backend_name in live_names or fact.phase in (
-            Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED, Phase.LOST, Phase.PREEMPTED
-        ):
+        if fact.backend_name in live_names or fact.phase in ENDED_PHASES:
             continue
         if not fact.job_id or not fact.attempt:
             continue
@@ -270,7 +204,7 @@ def _unreachable(plane: ControlPlane, backend_name: str, live: list[att.AttemptR
     with plane.db.write() as s:
         for a in live:
             job = jobs.get(a.job_id)
-            if job is not None and JobState(job.state) in LIVE and job.attempt == a.number:
+            if job is not None and JobState(job.state) in HOLDING and job.attempt == a.number:
                 set_state(s, a.job_id, JobState(job.state), Reason.BackendUnavailable,
                           Cause("reconciler", RECONCILER), why, now=now)
 
@@ -285,15 +219,15 @@ def _one(plane: ControlPlane, backend: Backend, a: att.AttemptRecord, job: JobRe
     """One live attempt against what the backend said about it (`fact`, None if nothing)."""
     backend_name = a.backend
     if job is not None and job.state == JobState.CANCELLED:
-        if fact is None or fact.phase not in (Phase.SUCCEEDED, Phase.FAILED,
-                                              Phase.CANCELLED, Phase.LOST):
+        # a preempted object is still sent the cancel
+        if fact is None or fact.phase not in ENDED_PHASES - {Phase.PREEMPTED}:
             spec = plane.spec(job.id, job.spec_json)
             grace = plane.params.cancel_grace_s
             _cancel(plane, backend, a, spec.checkpoint.grace if grace is None else grace)
             report.cancelled += 1
         # GPUs held up to now (the cancel just sent), or up to the end the backend reported
         # when the attempt ended on its own first.
-        ended = fact is not None and fact.phase in ENDED
+        ended = fact is not None and fact.phase in ENDED_PHASES
         end = (fact.ended_at if fact is not None and ended else None) or now
         with plane.db.write() as s:
             att.update(s, a.job_id, a.number, ended_at=end)

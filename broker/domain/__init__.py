@@ -3,10 +3,20 @@
 from broker.domain.attempts import Attempt, Placement, RunSnapshot, backend_object_name
 from broker.domain.failures import FailureCategory
 from broker.domain.reasons import REASONS, Reason, ReasonKind, most_severe, severity
-from broker.domain.spec import BackendKind, JobSpec, TopologyLevel
-from broker.domain.states import TERMINAL, TRANSITIONS, JobState, is_allowed, is_terminal
+from broker.domain.spec import BackendKind, JobSpec
+from broker.domain.states import (
+    HOLDING,
+    TERMINAL,
+    TRANSITIONS,
+    JobState,
+    is_allowed,
+    is_terminal,
+    starts_attempt,
+)
+from broker.domain.topology import TopologyLevel
 
 __all__ = [
+    "HOLDING",
     "REASONS",
     "TERMINAL",
     "TRANSITIONS",
@@ -25,4 +35,5 @@ __all__ = [
     "is_terminal",
     "most_severe",
     "severity",
+    "starts_attempt",
 ]

@@ -7,7 +7,8 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from broker.domain.failures import FailureCategory
-from broker.domain.spec import BackendKind, JobSpec, TopologyLevel
+from broker.domain.spec import BackendKind, JobSpec
+from broker.domain.topology import TopologyLevel
 
 
 def backend_object_name(job_id: str, attempt: int) -> str:

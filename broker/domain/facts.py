@@ -27,6 +27,12 @@ class Phase(StrEnum):
     UNKNOWN = "UNKNOWN"
 
 
+ENDED_PHASES: frozenset[Phase] = frozenset(
+    {Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED, Phase.PREEMPTED, Phase.LOST}
+)
+"""Phases after which the backend object runs no more (nothing comes after them)."""
+
+
 class Fact(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -6,11 +6,20 @@ policies read them and never do I/O.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from broker.domain.spec import BackendKind
+
+
+def pool_is_candidate(flavor: str, kind: str, wanted_flavors: Collection[str],
+                      wanted_backend: str) -> bool:
+    """Whether a pool of `flavor` on a backend of `kind` may serve a job that accepts
+    `wanted_flavors` on backend kind `wanted_backend` (`any`, `slurm`, `k8s`). The one rule
+    behind the feasibility check at submission and the placement of each cycle."""
+    return flavor in wanted_flavors and wanted_backend in ("any", kind)
 
 
 class _Frozen(BaseModel):

@@ -26,6 +26,7 @@ from pydantic import (
 from broker.domain import metadata_keys
 from broker.domain.scheduling import Scheduling
 from broker.domain.text import MultilineText, Text, TextKey
+from broker.domain.topology import TopologyLevel
 from broker.domain.units import (
     duration_parser,
     format_duration,
@@ -138,17 +139,6 @@ def _keys(pattern: str, max_length: int) -> dict[str, Any]:
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
-
-
-class TopologyLevel(StrEnum):
-    NODE = "node"
-    RACK = "rack"
-    BLOCK = "block"
-
-    @property
-    def rank(self) -> int:
-        """Tighter levels have lower rank: node < rack < block."""
-        return {"node": 0, "rack": 1, "block": 2}[self.value]
 
 
 class BackendKind(StrEnum):

@@ -46,7 +46,16 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     S.CANCELLED: frozenset(),
 }
 
+# States in which a job holds GPUs: a reservation in the ledger and an attempt at a backend
+# (or on its way there). Leaving them by any path releases both.
+HOLDING: frozenset[JobState] = frozenset({S.ADMITTED, S.PREPARING, S.RUNNING})
+
 INITIAL = S.SUBMITTED
+
+
+def starts_attempt(src: JobState | None, dst: JobState) -> bool:
+    """Entering ADMITTED (not a reason update inside it) starts a new attempt."""
+    return dst == S.ADMITTED and src != S.ADMITTED
 
 
 def is_allowed(src: JobState, dst: JobState) -> bool:

@@ -210,6 +210,38 @@ def array_specs(spec: dict[str, Any], req: SbatchRequest, array_id: str) -> list
     return out
 
 
+def _team(req: SbatchRequest, compat: SlurmCompat | CompatTables,
+          caller_team: str | None) -> str:
+    """The team: the -A account's, else the caller's own."""
+    if req.account is not None:
+        team = compat.accounts.get(req.account)
+        if team is None:
+            raise CompatError(f"Invalid account or account/partition combination specified: "
+                              f"{req.account} (accounts: {_known(compat.accounts)})")
+        return team
+    if caller_team is not None:
+        return caller_team
+    raise CompatError(f"give -A/--account: your token has no team (accounts: "
+                      f"{_known(compat.accounts)})")
+
+
+def _gang(req: SbatchRequest) -> dict[str, Any]:
+    """The gang: one replica per node with the node's GPUs, its CPUs and memory."""
+    if not req.gpus_per_node:
+        raise CompatError("no GPUs requested: Isthmus runs GPU gangs; give --gres=gpu[:type]:N, "
+                          "--gpus-per-node, --gpus-per-task or --gpus")
+    replicas = req.replicas or 1
+    gang: dict[str, Any] = {"replicas": replicas, "gpus_per_replica": req.gpus_per_node}
+    tasks = req.extra.get("ntasks_per_node") or 1
+    if req.cpus_per_task:
+        gang["cpus_per_replica"] = req.cpus_per_task * tasks
+    elif req.extra.get("cpus_per_gpu"):
+        gang["cpus_per_replica"] = req.extra["cpus_per_gpu"] * req.gpus_per_node
+    if req.mem_mb:
+        gang["memory_per_replica"] = req.mem_mb * 2**20
+    return gang
+
+
 def to_job_spec(
     req: SbatchRequest,
     script: str,
@@ -233,16 +265,7 @@ def to_job_spec(
         names = ", ".join(f"--{o.replace('_', '-')}" for o in unsupported)
         raise CompatError(f"{names}: not supported by Isthmus (nothing was submitted)")
     flavors, backend, partition = _flavors(req, compat)
-    if req.account is not None:
-        team = compat.accounts.get(req.account)
-        if team is None:
-            raise CompatError(f"Invalid account or account/partition combination specified: "
-                              f"{req.account} (accounts: {_known(compat.accounts)})")
-    elif caller_team is not None:
-        team = caller_team
-    else:
-        raise CompatError(f"give -A/--account: your token has no team (accounts: "
-                          f"{_known(compat.accounts)})")
+    team = _team(req, compat, caller_team)
     spec: dict[str, Any] = {"name": job_name(req.job_name, script_path), "team": team,
                             "flavors": flavors, "backend": backend}
     if req.qos is not None:
@@ -250,19 +273,7 @@ def to_job_spec(
         if priority is None:
             raise CompatError(f"Invalid qos specification: {req.qos} (qos: {_known(compat.qos)})")
         spec["priority"] = priority
-    if not req.gpus_per_node:
-        raise CompatError("no GPUs requested: Isthmus runs GPU gangs; give --gres=gpu[:type]:N, "
-                          "--gpus-per-node, --gpus-per-task or --gpus")
-    replicas = req.replicas or 1
-    gang: dict[str, Any] = {"replicas": replicas, "gpus_per_replica": req.gpus_per_node}
-    tasks = req.extra.get("ntasks_per_node") or 1
-    if req.cpus_per_task:
-        gang["cpus_per_replica"] = req.cpus_per_task * tasks
-    elif req.extra.get("cpus_per_gpu"):
-        gang["cpus_per_replica"] = req.extra["cpus_per_gpu"] * req.gpus_per_node
-    if req.mem_mb:
-        gang["memory_per_replica"] = req.mem_mb * 2**20
-    spec["gang"] = gang
+    spec["gang"] = _gang(req)
     if req.extra.get("time_limit_infinite") or req.time_limit_s == 0:
         raise CompatError("--time: a time limit is needed (UNLIMITED and 0 are refused here)")
     spec["max_runtime"] = req.time_limit_s or compat.default_time_limit_s

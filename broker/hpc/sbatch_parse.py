@@ -270,68 +270,19 @@ class SbatchRequest:
         return data
 
 
-def _gpu_request(
-    ns: argparse.Namespace, nodes: int, tasks_per_node: int | None
-) -> tuple[int | None, str | None]:
-    """(GPUs per node, GPU type): --gpus over --gpus-per-task over --gpus-per-node over --gres."""
-    per_node: v.GpuCount | None = None
-    if ns.gres is not None:
-        per_node = v.parse_gres(ns.gres)
-    if ns.gpus_per_node is not None:
-        per_node = v.parse_gpu_count(ns.gpus_per_node, "--gpus-per-node")
-    if ns.gpus_per_task is not None:
-        per_task = v.parse_gpu_count(ns.gpus_per_task, "--gpus-per-task")
-        per_node = v.GpuCount(per_task.gpu_type, per_task.count * (tasks_per_node or 1))
-    if ns.gpus is not None:
-        total = v.parse_gpu_count(ns.gpus, "--gpus")
-        count = nodes
-        if total.count % count:
-            raise SbatchError(
-                f"--gpus={ns.gpus} does not split evenly over {count} node(s); Isthmus runs "
-                "gangs of equal ranks: give --gpus-per-node"
-            )
-        per_node = v.GpuCount(total.gpu_type, total.count // count)
-    if per_node is None:
-        return None, None
-    return per_node.count, per_node.gpu_type
-
-
 def normalise(ns: argparse.Namespace) -> SbatchRequest:
     """Check every value the way sbatch does and derive nodes, GPUs per node and memory."""
-    nodes = nodes_max = None
-    if ns.nodes is not None:
-        nodes, nodes_max = v.parse_nodes(ns.nodes)
-    ntasks = v.parse_positive(ns.ntasks, "--ntasks") if ns.ntasks is not None else None
-    tpn = (v.parse_positive(ns.ntasks_per_node, "--ntasks-per-node")
-           if ns.ntasks_per_node is not None else None)
-    if nodes is None:
-        # sbatch derives the node count from the tasks when -N is not given.
-        nodes = -(-ntasks // tpn) if ntasks and tpn else 1
-    if tpn is None and ntasks is not None:
-        tpn = -(-ntasks // nodes)
-    gpus_per_node, gpu_type = _gpu_request(ns, nodes, tpn)
+    nodes, nodes_max, ntasks, tpn = _tasks(ns)
+    gpus_per_node, gpu_type = v.gpu_request(ns.gres, ns.gpus_per_node, ns.gpus_per_task,
+                                            ns.gpus, nodes, tpn)
     cpus_per_task = (v.parse_positive(ns.cpus_per_task, "--cpus-per-task")
                      if ns.cpus_per_task is not None else None)
     cpus_per_gpu = (v.parse_positive(ns.cpus_per_gpu, "--cpus-per-gpu")
                     if ns.cpus_per_gpu is not None else None)
     time_limit = v.parse_time(ns.time) if ns.time is not None else None
-    mem_mb = None
-    if ns.mem is not None:
-        mem_mb = v.parse_mem_mb(ns.mem, "--mem")
-    elif ns.mem_per_gpu is not None:
-        mem_mb = v.parse_mem_mb(ns.mem_per_gpu, "--mem-per-gpu") * (gpus_per_node or 0)
-    elif ns.mem_per_cpu is not None:
-        cpus = (cpus_per_task or 1) * (tpn or 1)
-        mem_mb = v.parse_mem_mb(ns.mem_per_cpu, "--mem-per-cpu") * cpus
+    mem_mb = _mem_mb(ns, gpus_per_node, cpus_per_task, tpn)
     array = v.parse_array(ns.array) if ns.array is not None else None
-    if ns.dependency is not None:
-        v.parse_dependency(ns.dependency)
-    if ns.signal is not None:
-        v.parse_signal(ns.signal)
-    if ns.time_min is not None:
-        v.parse_time(ns.time_min, "--time-min")
-    if ns.begin is not None:
-        v.parse_begin(ns.begin, datetime.now(UTC))
+    _check_kept_as_given(ns)
     given = {
         k: val for k, val in sorted(vars(ns).items())
         if k not in ("command", "help", "parse_only", "json") and val not in (None, False, 0)
@@ -373,6 +324,48 @@ def normalise(ns: argparse.Namespace) -> SbatchRequest:
         wrap=ns.wrap,
         extra=extra,
     )
+
+
+def _tasks(ns: argparse.Namespace) -> tuple[int, int | None, int | None, int | None]:
+    """(nodes, most nodes, tasks, tasks per node) as sbatch derives them."""
+    nodes = nodes_max = None
+    if ns.nodes is not None:
+        nodes, nodes_max = v.parse_nodes(ns.nodes)
+    ntasks = v.parse_positive(ns.ntasks, "--ntasks") if ns.ntasks is not None else None
+    tpn = (v.parse_positive(ns.ntasks_per_node, "--ntasks-per-node")
+           if ns.ntasks_per_node is not None else None)
+    if nodes is None:
+        # sbatch derives the node count from the tasks when -N is not given.
+        nodes = -(-ntasks // tpn) if ntasks and tpn else 1
+    if tpn is None and ntasks is not None:
+        tpn = -(-ntasks // nodes)
+    return nodes, nodes_max, ntasks, tpn
+
+
+def _mem_mb(ns: argparse.Namespace, gpus_per_node: int | None, cpus_per_task: int | None,
+            tpn: int | None) -> int | None:
+    """Memory per node in MiB: --mem, else --mem-per-gpu or --mem-per-cpu times the node's
+    GPUs or CPUs."""
+    if ns.mem is not None:
+        return v.parse_mem_mb(ns.mem, "--mem")
+    if ns.mem_per_gpu is not None:
+        return v.parse_mem_mb(ns.mem_per_gpu, "--mem-per-gpu") * (gpus_per_node or 0)
+    if ns.mem_per_cpu is not None:
+        cpus = (cpus_per_task or 1) * (tpn or 1)
+        return v.parse_mem_mb(ns.mem_per_cpu, "--mem-per-cpu") * cpus
+    return None
+
+
+def _check_kept_as_given(ns: argparse.Namespace) -> None:
+    """Values kept in their sbatch spelling, checked the way sbatch checks them."""
+    if ns.dependency is not None:
+        v.parse_dependency(ns.dependency)
+    if ns.signal is not None:
+        v.parse_signal(ns.signal)
+    if ns.time_min is not None:
+        v.parse_time(ns.time_min, "--time-min")
+    if ns.begin is not None:
+        v.parse_begin(ns.begin, datetime.now(UTC))
 
 
 def wrap_script(command: str) -> str:

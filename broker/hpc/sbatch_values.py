@@ -265,3 +265,30 @@ def parse_begin(text: str, now: datetime) -> datetime:
                            second=int(m.group(3) or 0))
         return at if at > now else at + timedelta(days=1)
     raise SbatchError("Invalid --begin specification")
+
+
+def gpu_request(
+    gres: str | None, gpus_per_node: str | None, gpus_per_task: str | None, gpus: str | None,
+    nodes: int, tasks_per_node: int | None,
+) -> tuple[int | None, str | None]:
+    """(GPUs per node, GPU type): --gpus over --gpus-per-task over --gpus-per-node over --gres."""
+    per_node: GpuCount | None = None
+    if gres is not None:
+        per_node = parse_gres(gres)
+    if gpus_per_node is not None:
+        per_node = parse_gpu_count(gpus_per_node, "--gpus-per-node")
+    if gpus_per_task is not None:
+        per_task = parse_gpu_count(gpus_per_task, "--gpus-per-task")
+        per_node = GpuCount(per_task.gpu_type, per_task.count * (tasks_per_node or 1))
+    if gpus is not None:
+        total = parse_gpu_count(gpus, "--gpus")
+        count = nodes
+        if total.count % count:
+            raise SbatchError(
+                f"--gpus={gpus} does not split evenly over {count} node(s); Isthmus runs "
+                "gangs of equal ranks: give --gpus-per-node"
+            )
+        per_node = GpuCount(total.gpu_type, total.count // count)
+    if per_node is None:
+        return None, None
+    return per_node.count, per_node.gpu_type

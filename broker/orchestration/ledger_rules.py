@@ -9,11 +9,10 @@ retry, failure, success, cancel) releases the attempt's reservation.
 from __future__ import annotations
 
 from broker import ledger
-from broker.domain import JobState, Reason
+from broker.domain import HOLDING, JobState, Reason
 from broker.orchestration.rules import Decision, Outcome, Rule, TransitionContext
 
 S = JobState
-HOLDING = frozenset({S.ADMITTED, S.PREPARING, S.RUNNING})
 
 
 class ReserveOnAdmission(Rule):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from sqlmodel import Session
 
-from broker.domain import JobState, is_allowed
+from broker.domain import JobState, is_allowed, starts_attempt
 from broker.store.queries import events_of_jobs, list_jobs
 from broker.store.records import EventRecord, JobRecord
 
@@ -46,7 +46,7 @@ def replay(events: Iterable[EventRecord]) -> Replayed:
                 problems.append(f"seq {ev.seq} starts from {ev.from_state}, replay is at {state}")
             if state and not is_allowed(JobState(state), JobState(ev.to_state)):
                 problems.append(f"seq {ev.seq}: {state} -> {ev.to_state} is not allowed")
-            if ev.to_state == JobState.ADMITTED and state != JobState.ADMITTED:
+            if starts_attempt(JobState(state) if state else None, JobState(ev.to_state)):
                 attempt += 1
         state, reason, message, seq = ev.to_state, ev.reason, ev.message, ev.seq
     if state is None:

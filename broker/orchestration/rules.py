@@ -118,19 +118,3 @@ class RuleSet:
 
     def for_transition(self, src: JobState, dst: JobState) -> list[Rule]:
         return [r for r in self._rules if r.applies(src, dst)]
-
-
-def default_rules() -> RuleSet:
-    from broker.metrics import MetricsRule
-    from broker.orchestration.ledger_rules import ReleaseOnLeave, ReserveOnAdmission
-
-    return RuleSet(
-        [
-            RetryEngineOnlyRule(JobState.FAILED, JobState.RETRYING,
-                                "a failed job is retried only on a decision of the retry engine"),
-            RetryEngineOnlyRule(JobState.RETRYING, JobState.FAILED,
-                                "a job waiting for its retry fails only on a decision of the "
-                                "retry engine"),
-            ReserveOnAdmission(), ReleaseOnLeave(), MetricsRule(),
-        ]
-    )

@@ -13,6 +13,7 @@ from sqlmodel import Session
 
 from broker.config import IsthmusConfig
 from broker.domain import JobState, Reason
+from broker.domain.clock import utcnow
 from broker.domain.ids import new_job_id
 from broker.domain.spec import JobSpec
 from broker.feasibility import feasibility
@@ -23,7 +24,6 @@ from broker.store import records
 from broker.store.db import Database
 from broker.store.queries import find_by_idempotency_key
 from broker.store.records import JobRecord
-from broker.store.tables import utcnow
 
 VALIDATOR = "system:validator"
 log = get_logger(__name__)

@@ -18,8 +18,10 @@ from datetime import datetime
 
 from sqlmodel import Session
 
-from broker.domain import JobState, Reason
+from broker.domain import JobState, Reason, starts_attempt
+from broker.domain.clock import utcnow
 from broker.domain.reasons import REASONS
+from broker.orchestration.policy import default_rules
 from broker.orchestration.rules import (
     Cause,
     Decision,
@@ -27,11 +29,9 @@ from broker.orchestration.rules import (
     Rule,
     RuleSet,
     TransitionContext,
-    default_rules,
 )
 from broker.store import records
 from broker.store.records import EventRecord, JobRecord
-from broker.store.tables import utcnow
 
 
 class JobNotFound(LookupError):
@@ -143,7 +143,7 @@ def set_state(
                 decision.retry_after,
             )
 
-    if proposed is JobState.ADMITTED and src is not JobState.ADMITTED:
+    if starts_attempt(src, proposed):
         job.attempt += 1
     job.state = proposed.value
     job.reason = reason.value

@@ -118,8 +118,9 @@ class Database:
             self.reader.dispose()
 
 
-def open_database(url: str, *, migrate: bool = True, sqlite_synchronous: str = "FULL") -> Database:
-    """Open (and by default migrate) the database at `url`."""
+def connect(url: str, *, sqlite_synchronous: str = "FULL") -> Database:
+    """Open the database at `url` as it is; the caller migrates it (broker.store.migrate, or
+    `broker.store.open_database`, which does both)."""
     url = normalise_url(url)
     if make_url(url).get_backend_name() == "sqlite":
         if sqlite_synchronous not in ("OFF", "NORMAL", "FULL", "EXTRA"):
@@ -130,9 +131,4 @@ def open_database(url: str, *, migrate: bool = True, sqlite_synchronous: str = "
         writer = sa.create_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
         reader = writer
     lock = threading.Lock() if writer.dialect.name == "sqlite" else None
-    db = Database(url=url, writer=writer, reader=reader, _write_lock=lock)
-    if migrate:
-        from broker.store.migrate import upgrade
-
-        upgrade(db)
-    return db
+    return Database(url=url, writer=writer, reader=reader, _write_lock=lock)

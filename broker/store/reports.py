@@ -14,9 +14,11 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from broker.ledger import ENTRIES
 from broker.store.attempts import ATTEMPTS
 from broker.store.records import JOBS
+from broker.store.tables import LedgerEntryRow
+
+ENTRIES: sa.Table = LedgerEntryRow.__table__  # type: ignore[attr-defined]
 
 GroupBy = Literal["team", "pool", "flavor", "user"]
 GROUPS: tuple[GroupBy, ...] = ("team", "pool", "flavor", "user")

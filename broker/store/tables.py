@@ -10,10 +10,6 @@ from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
 
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 class UTCDateTime(TypeDecorator[datetime]):
     """Timezone-aware UTC on both databases (SQLite stores no zone; we always mean UTC)."""
 

@@ -8,16 +8,13 @@ from elsewhere, which the pages' Content-Security-Policy also enforces.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from broker.api.guards import plain_query
+from broker.ui.assets import HERE
 from broker.ui.session import NeedsSignIn, signin_url
-
-HERE = Path(__file__).parent
 
 
 def mount(app: FastAPI) -> None:

@@ -10,7 +10,8 @@ from starlette.templating import Jinja2Templates
 
 from broker.api.auth import Principal
 from broker.timeline import human
-from broker.ui import HERE, svg
+from broker.ui import svg
+from broker.ui.assets import HERE
 
 TEMPLATES = Jinja2Templates(directory=HERE / "templates")
 TEMPLATES.env.globals["svg"] = svg

@@ -20,10 +20,11 @@ import pytest
 import yaml
 from kubernetes import client
 
-from backends.k8s import K8sBackend, create
+from backends.k8s import K8sBackend
 from broker.config import Backend as BackendConfig
 from broker.config import Pool, parse_config
 from broker.domain.facts import Fact, Phase
+from broker.wiring.adapters import k8s_adapter
 from tests.fixtures.k8s import FAKE_DURATION, K8sCluster, as_dict
 from tests.harness.helm import CHART, KUBE_VERSION, SITE_VALUES, merge, run_helm
 from tests.harness.k8s_requests import request
@@ -221,7 +222,7 @@ def test_the_backend_works_with_the_charts_service_account(
         "pod_annotations": {FAKE_DURATION: "never"}})
     pools = [Pool(name="a100", backend="k8s-local", flavor="a100-80g",
                   node_selector={"isthmus.io/pool": "a100"})]
-    backend = create(cfg, pools, api_client=sa_api)
+    backend = k8s_adapter(cfg, pools, api_client=sa_api)
     try:
         # inventory: nodes (watched) and every namespace's pods, cluster-wide reads
         a100 = backend.inventory().pool("a100")

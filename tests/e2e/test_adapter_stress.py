@@ -23,13 +23,13 @@ from broker.control.admission import run_admission
 from broker.control.dispatch import run_dispatch
 from broker.control.plane import ControlPlane
 from broker.control.reconcile import reconcile
-from broker.control.wiring import build_backends, control_params
 from broker.domain import JobSpec
 from broker.orchestration.replay import check_all
 from broker.orchestration.submission import cancel_job, submit_job
 from broker.store import Database, open_database
 from broker.store import attempts as att
 from broker.store.queries import list_jobs
+from broker.wiring.runtime import build_backends, control_params
 from tests.harness.server import (
     job_spec,
     k8s_backend,

@@ -5,7 +5,8 @@ from __future__ import annotations
 from backends.base import SubmitRequest
 from backends.sim import DURATION_ENV
 from broker.domain.attempts import Placement, RunSnapshot
-from broker.domain.spec import BackendKind, JobSpec, TopologyLevel
+from broker.domain.spec import BackendKind, JobSpec
+from broker.domain.topology import TopologyLevel
 from tests.builders import spec
 
 

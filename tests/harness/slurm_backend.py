@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import backends.slurm as slurm
 from backends.base import Backend, SubmitRequest
 from backends.slurm import SlurmBackend
 from broker.config import Backend as BackendConfig
@@ -14,6 +13,7 @@ from broker.domain.attempts import Placement, RunSnapshot, backend_object_name
 from broker.domain.facts import Fact, Phase
 from broker.domain.ids import new_job_id
 from broker.domain.spec import JobSpec
+from broker.wiring.adapters import slurm_adapter
 from tests.fixtures.slurm import SlurmCluster
 from tests.harness.wait import wait_until
 
@@ -37,7 +37,7 @@ def make_backend(cluster: SlurmCluster, transport: str) -> SlurmBackend:
         settings.update(rest_url=cluster.rest_url, rest_user=cluster.jwt_user,
                         rest_token=cluster.jwt)
     config = BackendConfig(name="slurm-local", kind="slurm", settings=settings)
-    return slurm.create(config, POOLS)
+    return slurm_adapter(config, POOLS)
 
 
 class Jobs:

@@ -14,8 +14,8 @@ from broker.orchestration import (
     TransitionContext,
     set_state,
 )
+from broker.orchestration.policy import default_rules
 from broker.orchestration.replay import replay
-from broker.orchestration.rules import default_rules
 from broker.orchestration.transitions import JobNotFound
 from broker.store import Database
 from broker.store.queries import get_job, job_events

@@ -7,12 +7,12 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from broker.api.app import create_app
 from broker.config import load_config
 from broker.store import open_database
 from broker.ui import svg
 from broker.ui.pages_fleet import heat
 from broker.ui.session import safe_next
+from broker.web import build_app
 from tests.harness.ui import TOKENS, ui_config
 
 
@@ -54,7 +54,7 @@ def test_report_totals_are_the_sum_of_the_bars() -> None:
 def test_sign_in_refuses_posts_from_other_sites(tmp_path: Path) -> None:
     db = open_database(f"sqlite:///{tmp_path / 'ui.db'}")
     try:
-        app = create_app(load_config(ui_config(tmp_path / "isthmus.yaml")), db)
+        app = build_app(load_config(ui_config(tmp_path / "isthmus.yaml")), db)
         c = TestClient(app, follow_redirects=False)
         body = {"token": TOKENS["root"], "next": "/ui/jobs"}
         evil = c.post("/ui/signin", data=body, headers={"Origin": "https://evil.example"})

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 from broker.domain import JobState
+from broker.domain.clock import utcnow
 from broker.store import attempts as att
 from broker.store.db import Database
-from broker.store.tables import utcnow
 from broker.ui import queue
 from tests.builders import insert_job_in_state
 

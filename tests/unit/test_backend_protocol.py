@@ -38,12 +38,20 @@ def _shape(cls: type[Any], name: str) -> tuple[list[tuple[str, Any, Any, Any]], 
     return params, hints.get("return")
 
 
+def _narrows(returns: Any, declared: Any) -> bool:
+    """The same return type, or one member of the protocol's union (an adapter may promise
+    more: Slurm renders a script, never manifests)."""
+    return bool(returns == declared or returns in typing.get_args(declared))
+
+
 def _differences(protocol: type[Any], cls: type[Any]) -> list[str]:
     out = []
     for name in _methods(protocol):
         if not callable(getattr(cls, name, None)):
             out.append(f"{cls.__name__} has no method {name}")
-        elif _shape(cls, name) != _shape(protocol, name):
+            continue
+        (params, returns), (want, declared) = _shape(cls, name), _shape(protocol, name)
+        if params != want or not _narrows(returns, declared):
             out.append(f"{cls.__name__}.{name}{_shape(cls, name)} != "
                        f"{protocol.__name__}.{name}{_shape(protocol, name)}")
     return out
@@ -68,7 +76,8 @@ def test_a_signature_that_drifts_is_seen() -> None:
     class Drifted:
         def inventory(self) -> None: ...
         def submit(self, req: object) -> None: ...  # renamed parameter, other types
-        def lookup(self, name: str) -> None: ...
+        def lookup(self, name: str) -> str:  # not a Fact or None
+            return name
         def cancel(self, name: str, grace_seconds: int = 30) -> None: ...  # default added
 
     found = " ".join(_differences(Backend, Drifted))

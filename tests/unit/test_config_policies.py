@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from broker.config import ConfigError, Policies, parse_config
 from broker.control.plane import ControlParams
-from broker.control.wiring import control_params
+from broker.wiring.runtime import control_params
 from policies.admission import AdmissionParams
 from policies.preemption import PreemptionParams
 from policies.retry import RetryParams

@@ -11,7 +11,7 @@ import typer
 from broker.api.app import create_app
 from broker.cli.main import app as cli_app
 from broker.config import load_config
-from broker.store.db import open_database
+from broker.store import open_database
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()

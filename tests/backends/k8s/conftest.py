@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from backends.k8s import K8sBackend, create
+from backends.k8s import K8sBackend
 from broker.config import Backend as BackendConfig
 from broker.config import Pool
+from broker.wiring.adapters import k8s_adapter
 from tests.fixtures.k8s import K8sCluster
 from tests.harness.k8s_backend import MakeBackend
 
@@ -32,7 +33,7 @@ def make_backend(k8s_cluster: K8sCluster, k8s_namespace: str) -> Iterator[MakeBa
             "create_namespace": False, "all_ranks_timeout_s": 30, **settings})
         pool_cfgs = [Pool(name=p, backend="k8s-local", flavor="h100-80g",
                           node_selector={"isthmus.io/pool": p}) for p in pools]
-        backend = create(cfg, pool_cfgs)
+        backend = k8s_adapter(cfg, pool_cfgs)
         made.append(backend)
         return backend
 

@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from backends.k8s import K8sBackend, create
+from backends.k8s import K8sBackend
 from broker.config import Backend as BackendConfig
 from broker.config import Pool
 from broker.domain.facts import Phase
+from broker.wiring.adapters import k8s_adapter
 from tests.fixtures.k8s import FAKE_DURATION, K8sCluster, as_dict
 from tests.harness.k8s_requests import request
 from tests.harness.kube_objects import new_job_id
@@ -30,7 +31,7 @@ def backend(k8s_cluster: K8sCluster, k8s_namespace: str) -> Iterator[K8sBackend]
         "kubeconfig": str(k8s_cluster.kubeconfig), "namespace": k8s_namespace,
         "create_namespace": False, "all_ranks_timeout_s": 30,
         "pod_annotations": {FAKE_DURATION: "never"}})
-    b = create(cfg, [Pool(name="a100", backend="k8s-local", flavor="h100-80g",
+    b = k8s_adapter(cfg, [Pool(name="a100", backend="k8s-local", flavor="h100-80g",
                           node_selector={"isthmus.io/pool": "a100"})])
     try:
         yield b
@@ -88,7 +89,7 @@ def test_each_team_gets_its_own_namespace(k8s_cluster: K8sCluster) -> None:
         "kubeconfig": str(k8s_cluster.kubeconfig), "namespace": template,
         "create_namespace": True, "all_ranks_timeout_s": 30,
         "pod_annotations": {FAKE_DURATION: "never"}})
-    backend = create(cfg, [Pool(name="a100", backend="k8s-local", flavor="h100-80g",
+    backend = k8s_adapter(cfg, [Pool(name="a100", backend="k8s-local", flavor="h100-80g",
                                 node_selector={"isthmus.io/pool": "a100"})])
     made = {team: template.replace("{team}", team) for team in ("vision", "nlp")}
     try:

@@ -17,11 +17,12 @@ import pytest
 from kubernetes import client
 
 from backends.base import BackendUnavailable
-from backends.k8s import K8sBackend, create
+from backends.k8s import K8sBackend
 from backends.k8s.watch import Gone, Reflector
 from broker.config import Backend as BackendConfig
 from broker.config import Pool
 from broker.domain.facts import Phase
+from broker.wiring.adapters import k8s_adapter
 from tests.fixtures.k8s import FAKE_DURATION, K8sCluster, as_dict
 from tests.harness.k8s_requests import request
 from tests.harness.kube_objects import new_job_id
@@ -106,7 +107,7 @@ def _backend(k8s_cluster: K8sCluster, namespace: str, api_client: Any, **setting
         "request_timeout_s": 5, **settings})
     pools = [Pool(name="a100", backend="k8s-local", flavor="a100-80g",
                   node_selector={"isthmus.io/pool": "a100"})]
-    return create(cfg, pools, api_client=api_client)
+    return k8s_adapter(cfg, pools, api_client=api_client)
 
 
 def _event(name: str, namespace: str) -> client.CoreV1Event:

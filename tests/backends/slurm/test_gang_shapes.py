@@ -27,7 +27,8 @@ from backends.slurm import SlurmBackend
 from broker.domain.attempts import Placement, RunSnapshot, backend_object_name
 from broker.domain.facts import Phase
 from broker.domain.ids import new_job_id
-from broker.domain.spec import Entrypoint, JobSpec, TopologyLevel
+from broker.domain.spec import Entrypoint, JobSpec
+from broker.domain.topology import TopologyLevel
 from policies.capacity import CapacityIndex
 from policies.placement import place
 from policies.types import PendingJob

@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-import backends.slurm as slurm
 from backends.base import SubmitRequest
 from backends.slurm import SlurmBackend
 from backends.slurm.transport import SubmitRefused
@@ -26,6 +25,7 @@ from broker.domain.attempts import Placement, RunSnapshot, backend_object_name
 from broker.domain.facts import Phase
 from broker.domain.ids import new_job_id
 from broker.domain.spec import JobSpec
+from broker.wiring.adapters import slurm_adapter
 from tests.fixtures.slurm import SlurmCluster
 from tests.harness.wait import wait_until
 
@@ -57,7 +57,7 @@ def backend(slurm_cluster: SlurmCluster, unix_users: Any) -> Iterator[SlurmBacke
         "work_dir": str(work), "python": "/usr/bin/python3", "timeout": 30,
         "submit_as_owner": True, "unix_users": USERS, "accounts": {"vision": ACCOUNT},
     }
-    be = slurm.create(BackendConfig(name="slurm-local", kind="slurm", settings=settings),
+    be = slurm_adapter(BackendConfig(name="slurm-local", kind="slurm", settings=settings),
                       [POOL])
     yield be
     for name in SUBMITTED:

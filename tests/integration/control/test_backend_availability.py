@@ -230,6 +230,9 @@ class Overlaps:
     def inventory(self) -> InventorySnapshot:
         return self._call(self.inner.inventory)
 
+    def render(self, request: SubmitRequest) -> Any:
+        return self._call(self.inner.render, request)
+
     def submit(self, request: SubmitRequest) -> Any:
         return self._call(self.inner.submit, request)
 

@@ -58,14 +58,12 @@ def test_logging_is_configured_before_the_backends_are_built(
     """A backend that cannot be built is logged while the server starts: that line already
     has the broker's format (it went through Python's bare last-resort output before)."""
     from broker import server
-    from broker.control import wiring
+    from broker.wiring import runtime as wiring
 
-    def broken(kind: str) -> Any:
-        def build(*args: object) -> Any:
-            raise RuntimeError(f"no {kind} client here")
-        return build
+    def broken(backend: Any, pools: object) -> Any:
+        raise RuntimeError(f"no {backend.kind.value} client here")
 
-    monkeypatch.setattr(wiring, "factory_for", broken)
+    monkeypatch.setattr(wiring, "build_adapter", broken)
     monkeypatch.setattr("uvicorn.run", lambda *a, **k: None)  # built, not served
     monkeypatch.setattr(Runtime, "start", lambda self: None)
     monkeypatch.setattr(Runtime, "stop", lambda self: None)
@@ -73,7 +71,7 @@ def test_logging_is_configured_before_the_backends_are_built(
     err = capsys.readouterr().err
     line = next((x for x in err.splitlines() if "is not available" in x), None)
     assert line is not None, err
-    assert re.match(r"\d{4}-\d\d-\d\d [\d:,]+ ERROR isthmus\.control\.wiring backend \S+ "
+    assert re.match(r"\d{4}-\d\d-\d\d [\d:,]+ ERROR isthmus\.wiring\.runtime backend \S+ "
                     r"\(sim\) is not available: no sim client here$", line), line
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from broker.control.reconcile import requeue_after
+from broker.control.requeue import requeue_after
 from broker.domain import JobState, Reason
 from broker.domain.attempts import RunSnapshot
 from broker.domain.spec import JobSpec

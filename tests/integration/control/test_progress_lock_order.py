@@ -14,11 +14,11 @@ from fastapi.testclient import TestClient
 from broker.api.app import create_app
 from broker.control.admission import run_admission
 from broker.control.dispatch import run_dispatch
+from broker.domain.clock import utcnow
 from broker.orchestration.submission import submit_job
 from broker.store import attempts as att
 from broker.store import records
 from broker.store.secrets import progress_token, server_secret
-from broker.store.tables import utcnow
 from tests.builders import spec
 from tests.fixtures.postgres import PgServer
 from tests.harness.sim import Sim

@@ -73,9 +73,9 @@ def test_the_leader_prunes_the_decision_log(threaded_sim: Sim) -> None:
     """Cycles older than control.decision_retention go while the loop runs; the waiting
     job's explanation stays."""
     from broker.config import Control
+    from broker.domain.clock import utcnow
     from broker.store import attempts as att
     from broker.store.pools import set_drained
-    from broker.store.tables import utcnow
 
     sim = threaded_sim
     control = Control(decision_retention=60.0, decision_prune_batch=3)

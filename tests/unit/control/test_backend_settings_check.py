@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from broker.cli.main import app
 from broker.config import parse_config
-from broker.control.wiring import check_backends
 from broker.server import ServerError, run
+from broker.wiring.runtime import check_backends
 from tests.harness.paths import EXAMPLE_CONFIG, LOCAL_CONFIG
 
 # the Slurm and Kubernetes adapters' checks, on the configuration of the real test clusters

@@ -14,7 +14,8 @@ from broker.domain.inventory import (
     QueueDepth,
     TopologyPath,
 )
-from broker.domain.spec import BackendKind, TopologyLevel
+from broker.domain.spec import BackendKind
+from broker.domain.topology import TopologyLevel
 from policies.admission import pool_room
 from policies.capacity import POOL, PoolIndex
 from policies.types import (

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from broker.domain import Reason
 from broker.domain.inventory import InventorySnapshot
-from broker.domain.spec import TopologyLevel
+from broker.domain.topology import TopologyLevel
 from policies.capacity import CapacityIndex
 from policies.placement import PlacementResult, commit, place
 from policies.types import PendingJob

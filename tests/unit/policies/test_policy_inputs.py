@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 from broker.config import IsthmusConfig
 from broker.domain import Attempt, FailureCategory, RunSnapshot
 from broker.domain.attempts import Placement
-from broker.domain.spec import BackendKind, TopologyLevel
+from broker.domain.spec import BackendKind
+from broker.domain.topology import TopologyLevel
 from broker.policy_inputs import attempt_counts, pending_job, quota_config, running_job
 from tests.builders import spec
 

@@ -11,8 +11,8 @@ import pytest
 from broker.domain.inventory import InventorySnapshot
 from policies.admission import AdmissionParams, admission_cycle, inputs_digest
 from policies.capacity import RACK, PoolIndex
-from policies.drain_time import fit_time
 from policies.ordering import OrderingParams
+from policies.reservation import fit_time
 from policies.types import PendingJob, Usage
 from tests.unit.policies.builders import (
     T0,

@@ -10,7 +10,7 @@ from backends.base import BackendUnavailable
 from backends.sim import ExternalLoad, SimBackend, SimClock, SimFailures, SimPoolSpec
 from broker.domain import FailureCategory, Reason
 from broker.domain.facts import Phase
-from broker.domain.spec import TopologyLevel
+from broker.domain.topology import TopologyLevel
 from tests.harness.requests import sim_request
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)

@@ -26,12 +26,12 @@ from backends.sim import (
 )
 from backends.sim.progress import Report
 from broker.config import parse_config
-from broker.control.wiring import build_backends, check_backends
 from broker.domain import FailureCategory, RunSnapshot
 from broker.domain.attempts import Placement
 from broker.domain.facts import Phase
 from broker.domain.spec import BackendKind, JobSpec
 from broker.feasibility import feasibility
+from broker.wiring.runtime import build_backends, check_backends
 from tests.builders import spec
 from tests.harness.paths import EXAMPLE_CONFIG
 

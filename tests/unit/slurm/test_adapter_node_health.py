@@ -9,8 +9,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from backends.slurm.adapter import END_EVIDENCE_WAIT, NODE_EVENT_SLACK
 from backends.slurm.classify import event_in_run
+from backends.slurm.evidence import END_EVIDENCE_WAIT, NODE_EVENT_SLACK
 from backends.slurm.records import NodeEvent
 from broker.domain.facts import Fact, Phase
 from broker.domain.failures import FailureCategory as F

@@ -6,6 +6,7 @@ from datetime import timedelta
 
 from broker.config import IsthmusConfig
 from broker.control.inventories import Answer
+from broker.domain.clock import utcnow
 from broker.domain.inventory import (
     InventorySnapshot,
     NodeSnapshot,
@@ -15,7 +16,6 @@ from broker.domain.inventory import (
 )
 from broker.domain.spec import BackendKind
 from broker.store.pools import PoolState
-from broker.store.tables import utcnow
 from broker.views.pools import pool_views
 
 

@@ -1,19 +1,20 @@
-"""Builds the control loop from isthmus.yaml: backend adapters through the registry, the
-control plane, the lease and the runtime; and checks the backends' settings with the same
-per-kind schemas the adapters are built with (`isthmus config check` and the server start
-both call `check_backends`, so the server never starts on a file the check refuses).
+"""Builds the control loop from isthmus.yaml: backend adapters (adapters.py), the control
+plane with the policies' parameters, the lease and the runtime; and checks the backends'
+settings with the same per-kind translation the adapters are built with (`isthmus config
+check` and the server start both call `check_backends`, so the server never starts on a file
+the check refuses).
 
 broker/config.py stays free of backend imports: it knows a backend's kind and its settings as
-a mapping; what the settings of each kind mean is the adapter package's business."""
+a mapping; what the settings of each kind mean is the adapter package's business, and the
+translation between the two is this package's."""
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from pydantic import BaseModel
 
-from backends.base import Backend, check_for, factory_for
+from backends.base import Backend
 from broker.config import Control, IsthmusConfig, Policies
 from broker.control.gate import UnavailableBackend
 from broker.control.lease import LeaderLease
@@ -22,6 +23,7 @@ from broker.control.runtime import Intervals, Runtime
 from broker.domain.spec import BackendKind
 from broker.logs import get_logger
 from broker.store.db import Database
+from broker.wiring.adapters import adapter_problems, build_adapter
 from policies.admission import AdmissionParams
 from policies.ordering import OrderingParams
 from policies.placement import PlacementParams, ScoreWeights
@@ -37,14 +39,10 @@ def check_backends(config: IsthmusConfig) -> list[str]:
     problems: list[str] = []
     for i, b in enumerate(config.backends):
         try:
-            importlib.import_module(f"backends.{b.kind.value}")
+            problems += [f"{path}: {msg}" for path, msg in adapter_problems(config, i)]
         except ImportError as exc:
             problems.append(f"backends[{i}].kind: the {b.kind.value} adapter cannot be "
                             f"loaded ({exc})")
-            continue
-        check = check_for(b.kind.value)
-        if check is not None:
-            problems += [f"{path}: {msg}" for path, msg in check(config, i)]
     return problems
 
 
@@ -60,8 +58,7 @@ def build_backends(config: IsthmusConfig) -> dict[str, Backend]:
             # simulated jobs report progress to this broker unless told otherwise
             b = b.model_copy(update={"settings": {**b.settings, "progress_url": own_url(config)}})
         try:
-            importlib.import_module(f"backends.{b.kind.value}")
-            out[b.name] = factory_for(b.kind.value)(b, pools)
+            out[b.name] = build_adapter(b, pools)
         except Exception as exc:
             log.error("backend %s (%s) is not available: %s", b.name, b.kind.value, exc)
             out[b.name] = UnavailableBackend(b.name, b.kind.value, str(exc))

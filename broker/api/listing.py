@@ -1,0 +1,51 @@
+"""What the job routes read beside the job rows: the queued jobs' waits and the page cursor."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+import sqlalchemy as sa
+
+from broker.api.problems import Problem
+from broker.api.schemas import WaitOut
+from broker.domain import JobState
+from broker.domain.ids import is_job_id
+from broker.store import attempts as att
+from broker.store.db import Database
+from broker.store.records import JobRecord
+
+
+def waits(db: Database, jobs: list[JobRecord]) -> dict[str, WaitOut]:
+    """Position and estimate of the QUEUED ones among `jobs`, stored by the admission cycle
+    with their verdicts (one query for the page)."""
+    ids = [j.id for j in jobs if j.state == JobState.QUEUED.value]
+    if not ids:
+        return {}
+    t = att.EXPLANATIONS
+    with db.read() as s:
+        rows = s.connection().execute(
+            sa.select(t.c.job_id, t.c.at, t.c.payload_json).where(t.c.job_id.in_(ids))
+        ).all()
+    out: dict[str, WaitOut] = {}
+    for job_id, at, payload in rows:
+        try:
+            out[job_id] = WaitOut.of(at, payload)
+        except (ValueError, TypeError):
+            continue  # an explanation stored before estimates existed, or unreadable
+    return out
+
+
+def decode_cursor(cursor: str) -> str:
+    """The job id a page cursor stands for (422 when it is none of ours)."""
+    try:
+        value = base64.urlsafe_b64decode(cursor.encode() + b"==").decode()
+    except (binascii.Error, UnicodeDecodeError):
+        value = ""
+    if not is_job_id(value):
+        raise Problem(
+            422, "invalid-cursor", "Invalid cursor",
+            "cursor: pass next_cursor from a previous page",
+            [{"field": "cursor", "message": "not a cursor returned by this API"}],
+        )
+    return value

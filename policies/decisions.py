@@ -1,0 +1,78 @@
+"""What an admission cycle decides (policies/admission.py): a decision per pending job and
+the compact record of the cycle, with the digest of its inputs."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from broker.domain.attempts import Placement
+from broker.domain.inventory import InventorySnapshot
+from broker.domain.reasons import Reason
+from policies.placement import PoolVerdict
+from policies.preemption import Victim
+from policies.types import PendingJob, Usage
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    job_id: str
+    admitted: bool
+    reason: Reason
+    message: str
+    placement: Placement | None = None
+    verdicts: tuple[PoolVerdict, ...] = ()
+    borrowed_gpus: int = 0
+    victims: tuple[Victim, ...] = ()
+    reservation: str | None = None
+    """'pool:domain' where capacity is held for this starving gang."""
+    position: int = -1
+    """Place in the cycle's admission order (-1: not ordered, e.g. in backoff)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CycleRecord:
+    """The compact decision record written per cycle."""
+
+    at: datetime
+    inputs_digest: str
+    pending: int
+    admitted: int
+    waiting: int
+    reasons: tuple[tuple[str, int], ...]
+    admitted_to: tuple[tuple[str, str], ...]
+    reservations: tuple[str, ...]
+    victims: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CycleResult:
+    decisions: tuple[Decision, ...]
+    """One per pending job, in the cycle's order (jobs in backoff last)."""
+    record: CycleRecord
+
+    def admitted(self) -> list[Decision]:
+        return [d for d in self.decisions if d.admitted]
+
+    def by_job(self) -> dict[str, Decision]:
+        return {d.job_id: d for d in self.decisions}
+
+
+def inputs_digest(
+    pending: Sequence[PendingJob], inventory: InventorySnapshot, usage: Usage, now: datetime
+) -> str:
+    h = hashlib.sha256()
+    h.update(now.isoformat().encode())
+    for j in sorted(pending, key=lambda j: j.id):
+        h.update(f"{j.id}:{j.priority}:{j.replicas}x{j.gpus_per_replica};".encode())
+    for p in sorted(inventory.pools, key=lambda p: p.name):
+        h.update(f"{p.name}:{p.free_gpus}:{p.drained}:{p.queue.pending_gpus};".encode())
+        for n in p.nodes:  # expected releases steer reservations
+            if n.releases:
+                h.update(f"{n.name}={[(t.isoformat(), g) for t, g in n.releases]};".encode())
+    h.update(",".join(sorted(inventory.unreachable)).encode())
+    for k, v in sorted(usage.in_use.items()):
+        h.update(f"{k[0]}/{k[1]}={v};".encode())
+    return h.hexdigest()[:16]
