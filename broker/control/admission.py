@@ -25,10 +25,10 @@ from broker import ledger
 from broker.control import holds
 from broker.control.faults import crash_point
 from broker.control.guard import Incident, JobGuard, mark
-from broker.control.plane import ControlPlane, add_placed_gpus, hold_in_flight, log
+from broker.control.plane import ControlPlane, hold_in_flight, log
 from broker.control.preempt import LazyPreemptor, preempt
 from broker.domain import JobState, Reason
-from broker.domain.attempts import RunSnapshot, backend_object_name
+from broker.domain.attempts import Placement, RunSnapshot, backend_object_name
 from broker.domain.inventory import InventorySnapshot
 from broker.metrics import ADMISSION_CYCLE
 from broker.orchestration.rules import Cause
@@ -68,17 +68,45 @@ def _pending_views(
     return views, incidents
 
 
-def _in_flight(live: list[att.AttemptRecord]) -> dict[tuple[str, str], int]:
-    """GPUs per (pool, node) of attempts the backend has not shown us yet. An attempt whose
-    snapshot cannot be read is skipped (logged): its nodes may then be offered again, which
-    the backend refuses or queues, better than admitting nobody."""
+def _in_flight(plane: ControlPlane, s: Session) -> dict[tuple[str, str], int]:
+    """GPUs per (pool, node) of attempts the backend has not shown us yet (those it has are in
+    its own inventory and queue depth). An attempt whose snapshot cannot be read is skipped
+    (logged): its nodes may then be offered again, which the backend refuses or queues,
+    better than admitting nobody.
+
+    Read every cycle, so only the narrow columns of the unseen attempts are; a snapshot never
+    changes, so the nodes of its placement are parsed once (from the placement alone, not
+    the whole run snapshot) and kept on the plane (soft state: re-read on loss)."""
+    unseen = att.unseen(s)
+    cache: dict[tuple[str, int], tuple[str, ...]] = getattr(plane, "_placed_nodes", {})
+    missing = [(a.job_id, a.number) for a in unseen if (a.job_id, a.number) not in cache]
+    fresh: dict[tuple[str, int], tuple[str, ...]] = {}
+    for key, text in att.snapshots(s, missing).items():
+        with JobGuard("in-flight view", key[0]):
+            fresh[key] = _placed_nodes(text)
     held: dict[tuple[str, str], int] = {}
-    for a in live:
-        if a.dispatch == att.CREATED and a.last_seen_at is not None:
-            continue  # the backend's own inventory and queue depth account for it
-        with JobGuard("in-flight view", a.job_id):
-            add_placed_gpus(held, a)
+    kept: dict[tuple[str, int], tuple[str, ...]] = {}
+    for a in unseen:
+        key = (a.job_id, a.number)
+        nodes = cache.get(key, fresh.get(key))
+        if nodes is None:
+            continue  # unreadable (logged above)
+        kept[key] = nodes
+        if nodes:
+            per_replica = a.gpus // len(nodes)
+            for node in nodes:
+                held[(a.pool, node)] = held.get((a.pool, node), 0) + per_replica
+    setattr(plane, "_placed_nodes", kept)  # noqa: B010 - not a field of ControlPlane
     return held
+
+
+def _placed_nodes(snapshot_json: str) -> tuple[str, ...]:
+    """The nodes of a run snapshot's placement (one per replica; none if placed by the
+    backend itself), validated as a Placement."""
+    placement = json.loads(snapshot_json).get("placement")
+    if placement is None:
+        return ()
+    return Placement.model_validate(placement).nodes
 
 
 def _admit(plane: ControlPlane, s: Session, job: JobRecord, d: Decision, now: datetime) -> bool:
@@ -262,7 +290,7 @@ def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
     with plane.db.read() as s:
         queued = list_jobs(s, states=[JobState.QUEUED.value], limit=limit, ascending=True)
         in_use = {k: v[0] for k, v in ledger.usage(s).items()}
-        held = _in_flight(att.live(s))
+        held = _in_flight(plane, s)
         factor = runtime_factor(plane, s)
     if fold_usage:  # the real cycle: held jobs get their reason and stay out (a plan only reads)
         queued = holds.apply_holds(plane, queued, now)  # start times, dependencies, array limits

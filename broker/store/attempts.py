@@ -106,6 +106,43 @@ def live(session: Session, backend: str | None = None) -> list[AttemptRecord]:
     return [_rec(r) for r in session.connection().execute(stmt)]
 
 
+@dataclass(frozen=True, slots=True)
+class Unseen:
+    """A live attempt the backend has not shown us (not dispatched, or never observed)."""
+
+    job_id: str
+    number: int
+    pool: str
+    gpus: int
+
+
+_UNSEEN = sa.select(ATTEMPTS.c.job_id, ATTEMPTS.c.number, ATTEMPTS.c.pool, ATTEMPTS.c.gpus).where(
+    ATTEMPTS.c.ended_at.is_(None),
+    sa.or_(ATTEMPTS.c.dispatch != CREATED, ATTEMPTS.c.last_seen_at.is_(None)),
+)
+
+
+def unseen(session: Session) -> list[Unseen]:
+    """Live attempts the backends' inventories cannot account for yet: the narrow columns
+    only (the admission cycle reads them every cycle; their snapshots through `snapshots`)."""
+    return [Unseen(*r) for r in session.connection().execute(_UNSEEN)]
+
+
+def snapshots(session: Session, keys: list[tuple[str, int]]) -> dict[tuple[str, int], str]:
+    """The run snapshots (JSON) of the attempts `keys` (job id, number)."""
+    out: dict[tuple[str, int], str] = {}
+    conn = session.connection()
+    for start in range(0, len(keys), 500):
+        chunk = keys[start:start + 500]
+        rows = conn.execute(
+            sa.select(ATTEMPTS.c.job_id, ATTEMPTS.c.number, ATTEMPTS.c.snapshot_json).where(
+                sa.tuple_(ATTEMPTS.c.job_id, ATTEMPTS.c.number).in_(chunk)
+            )
+        )
+        out.update({(r[0], r[1]): r[2] for r in rows})
+    return out
+
+
 def update(session: Session, job_id: str, number: int, **values: Any) -> None:
     bad = set(values) - set(_FIELDS)
     if bad:
