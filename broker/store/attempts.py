@@ -11,6 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from broker.store import batch
 from broker.store.tables import AdmissionCycleRow, AttemptRow, ExplanationRow, FactRow
 
 ATTEMPTS: sa.Table = AttemptRow.__table__  # type: ignore[attr-defined]
@@ -60,10 +61,11 @@ def _rec(row: Any) -> AttemptRecord:
     return AttemptRecord(*row)
 
 
+_INSERT_ATTEMPT = sa.insert(ATTEMPTS)
+
+
 def insert_attempt(session: Session, rec: AttemptRecord) -> None:
-    session.connection().execute(
-        sa.insert(ATTEMPTS), {f: getattr(rec, f) for f in _FIELDS}
-    )
+    batch.write(session, _INSERT_ATTEMPT, {f: getattr(rec, f) for f in _FIELDS})
 
 
 def get_attempt(session: Session, job_id: str, number: int) -> AttemptRecord | None:
@@ -226,20 +228,17 @@ def insert_cycle(
 EXPLANATIONS: sa.Table = ExplanationRow.__table__  # type: ignore[attr-defined]
 
 
-_UPDATE_EXPLANATION = (
-    sa.update(EXPLANATIONS)
-    .where(EXPLANATIONS.c.job_id == sa.bindparam("jid"))
-    .values(at=sa.bindparam("at"), payload_json=sa.bindparam("payload"))
-)
+# One text statement for both databases (SQLite >= 3.24 and PostgreSQL): an upsert needs no
+# look at the rowcount, so it can be batched (store/batch.py).
+assert EXPLANATIONS.name == "explanations"
+_UPSERT_EXPLANATION = sa.text(
+    "INSERT INTO explanations (job_id, at, payload_json) VALUES (:jid, :at, :payload) "
+    "ON CONFLICT (job_id) DO UPDATE SET at = excluded.at, payload_json = excluded.payload_json"
+).bindparams(sa.bindparam("at", type_=EXPLANATIONS.c.at.type))
 
 
 def save_explanation(session: Session, job_id: str, at: datetime, payload_json: str) -> None:
-    conn = session.connection()
-    params = {"jid": job_id, "at": at, "payload": payload_json}
-    if not conn.execute(_UPDATE_EXPLANATION, params).rowcount:
-        conn.execute(
-            sa.insert(EXPLANATIONS), {"job_id": job_id, "at": at, "payload_json": payload_json}
-        )
+    batch.write(session, _UPSERT_EXPLANATION, {"jid": job_id, "at": at, "payload": payload_json})
 
 
 def get_explanation(session: Session, job_id: str) -> tuple[datetime, str] | None:
