@@ -29,7 +29,7 @@ from policies.admission import Decision
 from policies.explain import explain
 
 ADMISSION = "system:admission"
-PERSIST_CHUNK = 100
+PERSIST_CHUNK = 200
 BATCH = True
 """Write a chunk's decisions with statements batched across its jobs (False: one savepoint
 per job, the fallback when a batch fails; switchable for bench/admission.py's ratio)."""

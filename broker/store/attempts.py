@@ -145,6 +145,48 @@ def snapshots(session: Session, keys: list[tuple[str, int]]) -> dict[tuple[str, 
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Brief:
+    """A dispatched live attempt and its job's lifecycle fields: what a reconcile pass needs
+    to see that nothing changed (the full rows are read only for those that did)."""
+
+    job_id: str
+    number: int
+    backend_name: str
+    phase: str
+    job_state: str | None  # None: the job row is gone
+    job_reason: str | None
+    job_attempt: int | None
+
+
+def dispatched_brief(session: Session, backend: str) -> list[Brief]:
+    """The live attempts of `backend` whose object was created, with their jobs' state,
+    reason and current attempt: narrow columns, one statement."""
+    from broker.store.records import JOBS
+
+    stmt = (
+        sa.select(ATTEMPTS.c.job_id, ATTEMPTS.c.number, ATTEMPTS.c.backend_name,
+                  ATTEMPTS.c.phase, JOBS.c.state, JOBS.c.reason, JOBS.c.attempt)
+        .select_from(ATTEMPTS.outerjoin(JOBS, JOBS.c.id == ATTEMPTS.c.job_id))
+        .where(ATTEMPTS.c.ended_at.is_(None), ATTEMPTS.c.backend == backend,
+               ATTEMPTS.c.dispatch == CREATED)
+        .order_by(ATTEMPTS.c.id)
+    )
+    return [Brief(*r) for r in session.connection().execute(stmt)]
+
+
+def by_keys(session: Session, keys: list[tuple[str, int]]) -> list[AttemptRecord]:
+    """The attempts `keys` (job id, number), in that order (missing ones left out)."""
+    found: dict[tuple[str, int], AttemptRecord] = {}
+    conn = session.connection()
+    for start in range(0, len(keys), 500):
+        rows = conn.execute(sa.select(*_COLS).where(
+            sa.tuple_(ATTEMPTS.c.job_id, ATTEMPTS.c.number).in_(keys[start:start + 500])
+        ))
+        found.update({(r.job_id, r.number): r for r in map(_rec, rows)})
+    return [found[k] for k in keys if k in found]
+
+
 def update(session: Session, job_id: str, number: int, **values: Any) -> None:
     bad = set(values) - set(_FIELDS)
     if bad:
