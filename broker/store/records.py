@@ -107,14 +107,18 @@ _EVENT_FOR_CAUSE = select_events().where(
 
 def insert_new_job(session: Session, job: JobRecord) -> None:
     """Insert a job built in memory together with the events set_state gave it."""
+    events = [{name: getattr(ev, name) for name in _EVENT_FIELDS}
+              for ev in job.unsaved_events or ()]
+    job.unsaved_events = None
+    if batch.active(session):  # one executemany per statement for the whole batch
+        batch.write(session, _INSERT_JOB, job.values())
+        for params in events:
+            batch.write(session, _INSERT_EVENT, params)
+        return
     conn = session.connection()
     conn.execute(_INSERT_JOB, job.values())
-    if job.unsaved_events:
-        conn.execute(
-            _INSERT_EVENT,
-            [{name: getattr(ev, name) for name in _EVENT_FIELDS} for ev in job.unsaved_events],
-        )
-    job.unsaved_events = None
+    if events:
+        conn.execute(_INSERT_EVENT, events)
 
 
 def lock_job(session: Session, job_id: str) -> JobRecord | None:
