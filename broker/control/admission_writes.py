@@ -64,8 +64,12 @@ def _admit(plane: ControlPlane, s: Session, job: JobRecord, d: Decision, now: da
         # the latest checkpoint an earlier attempt reported; the static directory only if none
         reported = att.last_checkpoint(s, job.id, before=number)
         resume = reported.path if reported is not None else spec.checkpoint.dir
-    snapshot = RunSnapshot.of(spec).model_copy(
-        update={"placement": d.placement, "backend_name": name, "resume_from": resume}
+    # RunSnapshot.of's fields, with the hash stored at submission (the attempt row's too)
+    # rather than computed again from the parsed spec for every admission
+    snapshot = RunSnapshot(
+        spec=spec, spec_hash=job.spec_hash, code_version=spec.code_version,
+        data_version=spec.data_version, placement=d.placement, backend_name=name,
+        resume_from=resume,
     )
     att.insert_attempt(
         s,
