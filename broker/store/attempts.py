@@ -187,15 +187,31 @@ def by_keys(session: Session, keys: list[tuple[str, int]]) -> list[AttemptRecord
     return [found[k] for k in keys if k in found]
 
 
+_UPDATES: dict[tuple[str, ...], Any] = {}
+
+
+def _update_of(names: tuple[str, ...]) -> Any:
+    """The UPDATE of these fields, built once per set of fields (the reconciler writes a few
+    sets over and over), with bind parameters, so its compiled form is reused."""
+    stmt = _UPDATES.get(names)
+    if stmt is None:
+        stmt = _UPDATES[names] = (
+            sa.update(ATTEMPTS)
+            .where(ATTEMPTS.c.job_id == sa.bindparam("k_job"),
+                   ATTEMPTS.c.number == sa.bindparam("k_number"))
+            .values({n: sa.bindparam(f"v_{n}") for n in names})
+        )
+    return stmt
+
+
 def update(session: Session, job_id: str, number: int, **values: Any) -> None:
     bad = set(values) - set(_FIELDS)
     if bad:
         raise ValueError(f"unknown attempt field(s) {sorted(bad)}")
-    session.connection().execute(
-        sa.update(ATTEMPTS)
-        .where(ATTEMPTS.c.job_id == job_id, ATTEMPTS.c.number == number)
-        .values(**values)
-    )
+    names = tuple(sorted(values))
+    params = {f"v_{n}": values[n] for n in names}
+    session.connection().execute(_update_of(names), {"k_job": job_id, "k_number": number,
+                                                     **params})
 
 
 def set_resolved_once(session: Session, job_id: str, number: int, resolved_json: str) -> bool:
