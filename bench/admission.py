@@ -128,7 +128,7 @@ def durable(args: argparse.Namespace) -> None:
     from backends.sim.backend import SimBackend, SimClock, SimPoolSpec
     from bench.reconcile import CONFIG, spec
     from broker.config import parse_config
-    from broker.control import admission, admission_writes
+    from broker.control import admission
     from broker.control.plane import ControlPlane
     from broker.orchestration.submission import Submission, submit_many
     from broker.store import open_database
@@ -145,6 +145,8 @@ def durable(args: argparse.Namespace) -> None:
         submit_many(db, config, [Submission(spec(i), "bench")
                                  for i in range(start, min(args.jobs, start + 500))])
     if args.per_job:
+        from broker.control import admission_writes
+
         admission_writes.BATCH = False
     prof = None
     if args.profile:
