@@ -48,6 +48,8 @@ from policies.types import FlavorQuota, PendingJob, QuotaConfig, TeamQuota, Usag
 class Result:
     first: dict[str, datetime | None] = field(default_factory=dict)
     method: dict[str, str] = field(default_factory=dict)
+    reason: dict[str, str] = field(default_factory=dict)
+    """The decision reason of the cycle that gave the first estimate."""
     started: dict[str, float] = field(default_factory=dict)
 
 
@@ -96,10 +98,12 @@ def replay(n: int, seed: int, load: float, learn: bool,
                 statistics.median(ratios[-200:]) if learn and len(ratios) >= 20 else 1.0)
             estimates = eta.estimate(result.decisions, pending, inv, clock.now,
                                      runtime_factor=factor)
+            reasons = {d.job_id: d.reason.value for d in result.decisions}
             for job_id, e in estimates.items():
                 if job_id not in res.first:
                     res.first[job_id] = e.at
                     res.method[job_id] = e.method
+                    res.reason[job_id] = reasons.get(job_id, "")
             for d in result.admitted():
                 assert d.placement is not None
                 job, tj = pending.pop(d.job_id), by_id[d.job_id]
@@ -158,6 +162,7 @@ def main() -> None:
     unknown = 0
     waited = 0
     methods: dict[str, int] = {}
+    now_reasons: dict[str, int] = {}
     for job_id, start in res.started.items():
         wait = start - submitted[job_id]
         if wait < args.min_wait:
@@ -166,6 +171,9 @@ def main() -> None:
         first = res.first.get(job_id)
         m = res.method.get(job_id, "none").split(":")[0].split(" ")[0]
         methods[m] = methods.get(m, 0) + 1
+        if m == "now":  # "starts now" yet waited: why the cycle did not admit it
+            r = res.reason.get(job_id, "")
+            now_reasons[r] = now_reasons.get(r, 0) + 1
         if m == "admitted":
             continue  # admitted in its first cycle: it never waited in Isthmus's queue
         if first is None:
@@ -178,6 +186,9 @@ def main() -> None:
           f"{len(res.started)} started, {waited} waited >= {args.min_wait:.0f}s")
     print(f"first-estimate methods of those: {dict(sorted(methods.items()))}; "
           f"{unknown} without an estimate")
+    if now_reasons:
+        print("estimated 'now' yet waited, by the cycle's reason: "
+              f"{dict(sorted(now_reasons.items()))}")
     if signed:
         late = sum(1 for x in signed if x > 0) / len(signed)
         print(f"estimate later than the real start for {late:.0%} of them; "

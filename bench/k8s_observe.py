@@ -26,7 +26,7 @@ from typing import Any
 
 from backends.k8s import K8sBackend, K8sSettings, PoolBinding
 from backends.k8s.manifests import COMPLETION_INDEX
-from tests.unit.k8s.helpers import request
+from tests.harness.k8s_requests import request
 
 MANAGED_BY = "isthmus.io/bench"
 

@@ -122,6 +122,43 @@ class Client:
         result: list[dict[str, Any]] = self._call("GET", "/v1/admin/usage")
         return result
 
+    def pool_views(self) -> list[dict[str, Any]]:
+        """Capacity, free, Isthmus vs foreign, queues, drain and reachability of every pool."""
+        result: list[dict[str, Any]] = self._call("GET", "/v1/pools")
+        return result
+
+    def quota_views(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", "/v1/quotas")
+        return result
+
+    def usage_report(self, start: str | None = None, end: str | None = None, by: str = "team",
+                     fmt: str = "json") -> Any:
+        """The usage report: a dict (fmt json) or the CSV text (fmt csv)."""
+        params = {k: v for k, v in (("from", start), ("to", end), ("by", by), ("format", fmt))
+                  if v is not None}
+        if fmt == "json":
+            return self._call("GET", "/v1/reports/usage", params=params)
+        r = self._http.get("/v1/reports/usage", params=params)
+        if r.status_code >= 400:
+            raise _api_error(r)
+        return r.text
+
+    def cycles(self, limit: int = 50, before: int | None = None) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"limit": limit}
+        if before is not None:
+            params["before"] = before
+        result: list[dict[str, Any]] = self._call("GET", "/v1/admin/cycles", params=params)
+        return result
+
+    def decisions(self, job_id: str, limit: int = 50,
+                  before: int | None = None) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"limit": limit}
+        if before is not None:
+            params["before"] = before
+        result: list[dict[str, Any]] = self._call(
+            "GET", f"/v1/jobs/{job_id}/decisions", params=params)
+        return result
+
     def hpc_jobs(
         self, team: str | None = None, states: list[str] | None = None, limit: int = 500,
         cursor: str | None = None,
@@ -142,6 +179,14 @@ class Client:
     def health(self) -> dict[str, Any]:
         result: dict[str, Any] = self._call("GET", "/healthz")
         return result
+
+
+def _api_error(r: httpx.Response) -> ApiError:
+    try:
+        body = r.json()
+    except ValueError:
+        body = {"title": r.reason_phrase, "detail": r.text[:500]}
+    return ApiError(r.status_code, body if isinstance(body, dict) else {"detail": body})
 
 
 def _list_params(team: str | None, states: list[str] | None, limit: int,

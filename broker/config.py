@@ -166,6 +166,10 @@ class Control(_Strict):
     useful work before it can be stopped again)."""
     preemption_protect_near_end: float = Field(default=900.0, ge=0)
     """A job expected to end within this (start + max_runtime) is never a victim."""
+    decision_retention: float = Field(default=7 * 86400.0, gt=0, le=366 * 86400.0)
+    """Admission cycles and their logged decisions older than this are pruned (seconds)."""
+    decision_prune_batch: int = Field(default=500, ge=1, le=100_000)
+    """Cycles deleted per pruning transaction (a pass runs at most 20 of them)."""
 
 
 class Tenancy(_Strict):

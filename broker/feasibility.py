@@ -24,6 +24,7 @@ from broker.domain.units import format_duration, format_size
 class FieldProblem:
     field: str
     message: str
+    forbidden: bool = False  # the caller may not ask this (another team's spec): 403, not 422
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +43,8 @@ def request_problems(
         out.append(FieldProblem("team", f"unknown team '{spec.team}'; known teams: {known}"))
     elif caller_team is not None and spec.team != caller_team:
         out.append(
-            FieldProblem("team", f"your token belongs to team '{caller_team}', not '{spec.team}'")
+            FieldProblem("team", f"your token belongs to team '{caller_team}', not '{spec.team}'",
+                         forbidden=True)
         )
     for i, name in enumerate(spec.flavors):
         if config.flavor(name) is None:

@@ -19,7 +19,8 @@ are the parts of that usage that bought nothing, one entry per kind:
 `waste:preparing` is the time GPUs were held before every rank ran. A checkpoint reported
 through the progress API marks work that survives into the next attempt; an attempt that never
 reported one loses its whole run. Every usage and waste entry carries its `cost`: GPU-hours x the
-flavor's cost weight x the pool's cost weight.
+flavor's cost weight x the pool's cost weight, and (from revision 0010) the attempt's pool and
+the job's submitter, which the usage report groups by.
 """
 
 from __future__ import annotations
@@ -33,11 +34,12 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from broker.store import batch
-from broker.store.tables import AttemptRow, LedgerEntryRow, QuotaUsageRow
+from broker.store.tables import AttemptRow, JobRow, LedgerEntryRow, QuotaUsageRow
 
 ENTRIES: sa.Table = LedgerEntryRow.__table__  # type: ignore[attr-defined]
 USAGE: sa.Table = QuotaUsageRow.__table__  # type: ignore[attr-defined]
 ATTEMPTS: sa.Table = AttemptRow.__table__  # type: ignore[attr-defined]
+JOBS: sa.Table = JobRow.__table__  # type: ignore[attr-defined]
 
 
 class LedgerKind(StrEnum):
@@ -132,6 +134,13 @@ _ENTRY = sa.select(ENTRIES).where(
     ENTRIES.c.kind == sa.bindparam("kind"),
 )
 _INSERT_ENTRY = sa.insert(ENTRIES)
+# the attempt's pool and the job's submitter, written on usage and waste entries for reports
+_WHO = (
+    sa.select(ATTEMPTS.c.pool, JOBS.c.submitted_by)
+    .select_from(JOBS.outerjoin(ATTEMPTS, sa.and_(
+        ATTEMPTS.c.job_id == JOBS.c.id, ATTEMPTS.c.number == sa.bindparam("attempt"))))
+    .where(JOBS.c.id == sa.bindparam("job_id"))
+)
 _RELEASE = (
     sa.update(USAGE)
     .where(USAGE.c.team == sa.bindparam("t"), USAGE.c.flavor == sa.bindparam("f"))
@@ -234,12 +243,14 @@ def charge(
         return {}
     hours = split(held, ending)
     conn = session.connection()
+    who = conn.execute(_WHO, {"job_id": r.job_id, "attempt": r.attempt}).first()
+    pool, user = (who.pool, who.submitted_by) if who is not None else (None, None)
     for kind, value in hours.items():
         conn.execute(
             _INSERT_ENTRY,
             {"job_id": r.job_id, "attempt": r.attempt, "kind": kind.value, "team": r.team,
              "flavor": r.flavor, "gpus": r.gpus, "borrowed_gpus": 0, "gpu_hours": value,
-             "cost": value * cost_weight, "at": now,
+             "cost": value * cost_weight, "pool": pool, "submitted_by": user, "at": now,
              "note": f"{ending.value}; weight {cost_weight:g}" + (f"; {note}" if note else "")},
         )
     return hours

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
+from broker import logs
 from broker.config import is_loopback, load_config
 
 
@@ -19,6 +19,7 @@ def run(
 ) -> None:
     import uvicorn
 
+    logs.configure()  # first: errors while building the backends come out formatted too
     from broker.api.app import create_app
     from broker.store.db import DatabaseURLError, open_database
 
@@ -63,9 +64,7 @@ def run(
         # progress to it
         listening = config.server.model_copy(update={"host": host, "port": port})
         runtime = build_runtime(config.model_copy(update={"server": listening}), db)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    logging.getLogger("apscheduler").setLevel(logging.ERROR)  # skipped overlapping runs are normal
-    logging.getLogger("isthmus").info(
+    logs.get_logger(__name__).info(
         "isthmus listening on %s:%d (database %s, auth %s)", host, port, db.dialect,
         config.auth.mode,
     )

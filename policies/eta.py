@@ -3,7 +3,9 @@
 A shadow schedule, as a batch scheduler's backfill estimate does it: each pool's nodes are
 replayed forward in time from what the backends say (free GPUs now, and when busy GPUs come
 back: `NodeSnapshot.releases`, from declared time limits), the jobs admitted this cycle hold
-their nodes for their declared `max_runtime`, and the waiting jobs, in the cycle's admission
+their nodes for their declared `max_runtime`, GPUs owed to work queued in a backend are held
+next (as admission holds them), a starving gang's reservation holds the free GPUs of its nodes
+until it starts, and the waiting jobs, in the cycle's admission
 order, each take the earliest time at which their gang fits for its whole declared run in one
 domain at its required topology level, which then holds those GPUs for later jobs. A later job
 may start before an earlier one where it fits in a gap (backfill), never by delaying it.
@@ -62,6 +64,8 @@ class Estimate:
     """Earliest estimated start; None when not known (see `method`)."""
     method: str
     pool: str | None = None
+    nodes: tuple[str, ...] = ()
+    """The nodes the replay gave it in `pool`, one entry per replica (empty without a date)."""
 
 
 @dataclass(slots=True)
@@ -164,6 +168,35 @@ class _Pool:
             self._live = [n for n in self.nodes.values() if n.free > 0 or n.times]
         return self._live
 
+    def hold(self, now: float, t: float, g: int, picked: list[tuple[_Node, int]]) -> None:
+        """A starving gang's reservation (policies.admission holds the free GPUs of its
+        domain until it starts): what is free on its nodes until its start is not for others."""
+        self._ups = self._live = None
+        for n, k in picked:
+            held = min(k * g, n.room(now, t))
+            if held > 0:
+                n.add(now, -held)
+                n.add(t, held)
+
+    def hold_owed(self, now: float, gpus: int, run_s: float, work: list[int]) -> None:
+        """`gpus` GPUs for work queued in the backend: the free ones now first (as admission
+        holds them), the rest from the earliest releases, each held for `run_s`."""
+        picked: list[tuple[_Node, int]] = []
+        left = gpus
+        for n in sorted(self.live(), key=lambda n: (-n.free, n.name)):
+            k = min(left, n.room(now, now + run_s))
+            if k > 0:
+                picked.append((n, k))
+                left -= k
+            if not left:
+                break
+        if picked:
+            self.take(now, run_s, 1, picked)
+        if left:
+            found = self.earliest(now, 1, left, 3, run_s, frozenset(), work)
+            if found is not None:
+                self.take(found[0], run_s, 1, found[1])
+
     def take(self, t: float, run_s: float, g: int, picked: list[tuple[_Node, int]]) -> None:
         self._ups = self._live = None
         for n, k in picked:
@@ -205,20 +238,44 @@ def estimate(
             if node is not None:
                 node.add(t_now - 1e-6, -admitted.gpus_per_replica)
                 node.add(t_now + f * admitted.max_runtime_s, admitted.gpus_per_replica)
-    # 2 the waiting jobs in admission order (backoff ones, unordered, last)
+    ctx = _Pass([MAX_WORK], {})
+    # 2 work queued in the backends goes first (admission holds free GPUs for it too)
+    _backend_queues(decisions, jobs, inventory, pools, t_now, f, ctx)
+    # 3 the waiting jobs in admission order (backoff ones, unordered, last)
     waiting = [d for d in decisions if not d.admitted]
     waiting.sort(key=lambda d: (d.position < 0, d.position))
     out: dict[str, Estimate] = {}
     per_team: dict[str, int] = {}
-    ctx = _Pass([MAX_WORK], {})
     for i, d in enumerate(waiting, start=1):
         job = jobs.get(d.job_id)
         team = job.team if job else ""
         per_team[team] = per_team.get(team, 0) + 1
         position = i if d.position >= 0 else 0
-        at, method, where = _one(d, job, pools, t_now, i > max_estimated, f, ctx)
-        out[d.job_id] = Estimate(d.job_id, position, per_team[team], at, method, where)
+        at, method, where, nodes = _one(d, job, pools, t_now, i > max_estimated, f, ctx)
+        out[d.job_id] = Estimate(d.job_id, position, per_team[team], at, method, where, nodes)
     return out
+
+
+def _backend_queues(
+    decisions: Sequence[Decision], jobs: Mapping[str, PendingJob], inventory: InventorySnapshot,
+    pools: dict[str, _Pool], now: float, factor: float, ctx: _Pass,
+) -> None:
+    """GPUs owed to jobs in a pool's backend queue (the Isthmus GPUs the backend has pending,
+    and the jobs admitted to its queue this cycle, with no nodes yet) are taken before any
+    waiting job: admission holds the free GPUs for them, and the backend starts them first.
+    They are known by their GPUs only: held from now where free, else from the first releases,
+    for the median declared run of this cycle's jobs."""
+    runs = sorted(j.max_runtime_s for j in jobs.values())
+    run_s = max(1.0, factor * (runs[len(runs) // 2] if runs else 3600.0))
+    owed = {snap.name: snap.queue.isthmus_pending_gpus for snap in inventory.pools}
+    for d in decisions:
+        job = jobs.get(d.job_id)
+        if d.admitted and d.placement and not d.placement.nodes and job is not None:
+            owed[d.placement.pool] = owed.get(d.placement.pool, 0) + job.total_gpus
+    for name, gpus in sorted(owed.items()):
+        pool = pools.get(name)
+        if gpus > 0 and pool is not None:
+            pool.hold_owed(now, gpus, run_s, ctx.work)
 
 
 @dataclass(slots=True)
@@ -233,15 +290,15 @@ class _Pass:
 def _one(
     d: Decision, job: PendingJob | None, pools: dict[str, _Pool], now: float, beyond: bool,
     factor: float, ctx: _Pass,
-) -> tuple[datetime | None, str, str | None]:
+) -> tuple[datetime | None, str, str | None, tuple[str, ...]]:
     if job is None:
-        return None, "unknown: no admission view", None
+        return None, "unknown: no admission view", None, ()
     if d.reason == Reason.WaitingForPreemption:
-        return _dt(now), "preemption", None
+        return _dt(now), "preemption", None, ()
     if d.reason not in _SCHEDULABLE:
-        return None, f"unknown: waits for {d.reason.value}, not for capacity", None
+        return None, f"unknown: waits for {d.reason.value}, not for capacity", None, ()
     if beyond:
-        return None, f"unknown: beyond the first {MAX_ESTIMATED} jobs of the queue", None
+        return None, f"unknown: beyond the first {MAX_ESTIMATED} jobs of the queue", None, ()
     start = now
     if job.not_before is not None:
         start = max(start, _ts(job.not_before))
@@ -262,7 +319,7 @@ def _one(
                               job.exclude_nodes, ctx.work)
         if found is None:
             if ctx.work[0] <= 0:
-                return None, "unknown: the estimate's work budget for this cycle is spent", None
+                return None, "unknown: the estimate's work budget for this cycle is spent", None, ()
             if not job.exclude_nodes and start == now:
                 ctx.never[key] = min(run_s, ctx.never.get(key, math.inf))
             blind = blind or pool.unknown_busy
@@ -272,13 +329,16 @@ def _one(
     if best is None:
         why = ("busy GPUs without a known end" if blind
                else f"no fit within {HORIZON_S // 86400} days")
-        return None, f"unknown: {why}", None
+        return None, f"unknown: {why}", None, ()
     t, name, picked = best
     pools[name].take(t, run_s, job.gpus_per_replica, picked)
+    if d.reservation is not None and t > now:
+        pools[name].hold(now, t, job.gpus_per_replica, picked)
+    nodes = tuple(n.name for n, k in picked for _ in range(k))
     if t <= now:
-        return _dt(t), "now", name
+        return _dt(t), "now", name, nodes
     scaled = "" if factor == 1.0 else f" x{factor:.2f} (observed run/declared)"
-    return _dt(t), f"releases{scaled}", name
+    return _dt(t), f"releases{scaled}", name, nodes
 
 
 def _dt(t: float) -> datetime:

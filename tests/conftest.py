@@ -9,16 +9,15 @@ import pytest
 
 from broker.config import IsthmusConfig, load_config
 from broker.store import Database, open_database
+from tests.harness.paths import EXAMPLE_CONFIG
 
 _HERE = Path(__file__).parent
-pytest_plugins = ["tests.fixtures.postgres"] + [
+pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.workdir"] + [
     f"tests.fixtures.{name}"
     for name in ("slurm", "k8s")
     if (_HERE / "fixtures" / f"{name}.py").exists()
 ]
 
-EXAMPLE_CONFIG = _HERE.parent / "examples" / "isthmus.yaml"  # the simulated federation
-LOCAL_CONFIG = _HERE.parent / "examples" / "isthmus-local.yaml"  # the same on the test clusters
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -18,7 +18,6 @@ Nothing here turns "API server unreachable" into a job failure: it raises Backen
 from __future__ import annotations
 
 import functools
-import logging
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -37,6 +36,14 @@ from backends.base import (
 from backends.k8s.classify import ClassifyPolicy, Verdict, judge, teardown_annotation
 from backends.k8s.client import ApiError, Apis, call, call_json, translated
 from backends.k8s.inventory import build_pools
+from backends.k8s.kueue import (
+    JOB_UID_LABEL,
+    KUEUE_GROUP,
+    WORKLOADS,
+    by_job_uid,
+    queue_of,
+    refine,
+)
 from backends.k8s.manifests import (
     ANN_TEARDOWN,
     COMPLETION_INDEX,
@@ -54,8 +61,9 @@ from backends.k8s.settings import MANAGED_BY, K8sSettings, PoolBinding
 from backends.k8s.watch import Reflector
 from broker.domain.facts import Fact
 from broker.domain.inventory import InventorySnapshot
+from broker.logs import get_logger
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 TOMBSTONE_TTL = timedelta(hours=6)
 NON_TERMINAL = "status.phase!=Succeeded,status.phase!=Failed"
 JSON = dict[str, Any]
@@ -155,11 +163,24 @@ class K8sBackend:
                                      label_selector=MANAGED_SELECTOR)
             pods = functools.partial(core.list_namespaced_pod, ns,
                                      label_selector=MANAGED_SELECTOR)
-        return {
+        reflectors = {
             "jobs": Reflector("jobs", jobs, **kw),
             "pods": Reflector("pods", pods, **kw),
             "nodes": Reflector("nodes", core.list_node, **kw),
         }
+        if self.uses_kueue:  # Kueue's Workloads (not labelled by us: all of the namespace)
+            cu, version = self.apis.custom, s.kueue_api_version
+            workloads: Callable[..., Any] = (
+                functools.partial(cu.list_cluster_custom_object, KUEUE_GROUP, version,
+                                  WORKLOADS) if s.per_team else
+                functools.partial(cu.list_namespaced_custom_object, KUEUE_GROUP, version, ns,
+                                  WORKLOADS))
+            reflectors["workloads"] = Reflector("workloads", workloads, **kw)
+        return reflectors
+
+    @property
+    def uses_kueue(self) -> bool:
+        return any(self.settings.mode(p) == "kueue" for p in self.pools)
 
     def close(self) -> None:
         for r in self.reflectors.values():
@@ -289,11 +310,15 @@ class K8sBackend:
         for pod in pods:
             by_job[str((_meta(pod).get("labels") or {}).get(LABEL_NAME, ""))].append(pod)
         lost = self._lost_nodes(pods)
+        workloads = self._workloads() if self.uses_kueue else {}
         facts: list[Fact] = []
         seen: set[str] = set()
         for job in jobs:
             name = str(_meta(job).get("name", ""))
             verdict = judge(job, by_job.get(name, ()), now, self.policy, lost)
+            if queue_of(job):  # sent to Kueue: its Workload has a say
+                workload = workloads.get(str(_meta(job).get("uid", "")))
+                verdict = refine(job, workload, verdict, now)
             fact = self._fact(job, verdict, now, by_job.get(name, ()))
             if verdict.teardown:
                 self._teardown(job, verdict, fact)
@@ -351,7 +376,29 @@ class K8sBackend:
                          label_selector=f"{LABEL_NAME}={name}", timeout=self.timeout)
         now = self.clock()
         items = pods.get("items") or ()
-        return self._fact(job, judge(job, items, now, self.policy), now, items)
+        verdict = judge(job, items, now, self.policy)
+        if queue_of(job) and self.uses_kueue:
+            verdict = refine(job, self._workload_of(job), verdict, now)
+        return self._fact(job, verdict, now, items)
+
+    def _workloads(self) -> dict[str, Mapping[str, Any]]:
+        """Kueue's Workloads by Job uid; none when Kueue is not installed (404): the Jobs then
+        say that no Workload was made for them."""
+        try:
+            return by_job_uid(self._objects("workloads"))
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            return {}
+
+    def _workload_of(self, job: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """The Kueue Workload of one Job, read directly (lookup)."""
+        meta = _meta(job)
+        found = call_json("list Workloads", self.apis.custom.list_namespaced_custom_object,
+                          KUEUE_GROUP, self.settings.kueue_api_version,
+                          str(meta.get("namespace")), WORKLOADS, timeout=self.timeout,
+                          label_selector=f"{JOB_UID_LABEL}={meta.get('uid', '')}")
+        return by_job_uid(found.get("items") or ()).get(str(meta.get("uid", "")))
 
     def _ran_with(self, pods: Sequence[Mapping[str, Any]],
                   nodes: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:

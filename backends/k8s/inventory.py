@@ -164,7 +164,9 @@ def node_matches(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
 
 def node_snapshot(node: Mapping[str, Any], used_gpus: float, pool: PoolBinding,
                   settings: K8sSettings,
-                  releases: Sequence[tuple[datetime, int]] = ()) -> NodeSnapshot:
+                  releases: Sequence[tuple[datetime, int]] = (),
+                  requested: tuple[float, float] = (0.0, 0.0)) -> NodeSnapshot:
+    """`requested`: the CPUs and memory bytes the node's non-terminal pods request."""
     meta = node.get("metadata") or {}
     labels = meta.get("labels") or {}
     status = node.get("status") or {}
@@ -172,12 +174,16 @@ def node_snapshot(node: Mapping[str, Any], used_gpus: float, pool: PoolBinding,
     total = int(quantity(alloc.get(settings.gpu_resource)))
     reason = unschedulable_reason(node, pool_tolerations(pool, settings))
     free = max(0, total - int(used_gpus + 0.999)) if reason is None else 0
+    cpus = int(quantity(alloc.get("cpu")))
+    memory = int(quantity(alloc.get("memory")))
     return NodeSnapshot(
         name=str(meta.get("name", "")),
         total_gpus=total,
         free_gpus=free,
-        cpus=int(quantity(alloc.get("cpu"))),
-        memory_bytes=int(quantity(alloc.get("memory"))),
+        cpus=cpus,
+        free_cpus=max(0, int(cpus - requested[0])),
+        memory_bytes=memory,
+        free_memory_bytes=max(0, int(memory - requested[1])),
         topology=TopologyPath(block=str(labels.get(settings.block_label, "")),
                               rack=str(labels.get(settings.rack_label, ""))),
         schedulable=reason is None,
@@ -211,21 +217,25 @@ def pod_release(pod: Mapping[str, Any], resource: str) -> tuple[datetime, int] |
 
 
 def node_usage(pods: Iterable[Mapping[str, Any]], resource: str
-               ) -> tuple[dict[str, float], dict[str, list[tuple[datetime, int]]]]:
+               ) -> tuple[dict[str, float], dict[str, list[tuple[datetime, int]]],
+                          dict[str, tuple[float, float]]]:
     """In one pass over the pods: the GPUs requested on each node by its non-terminal pods,
-    and when each node expects them back (`pod_release`)."""
+    when each node expects them back (`pod_release`), and the CPUs and memory they request."""
     used: dict[str, float] = defaultdict(float)
     releases: dict[str, list[tuple[datetime, int]]] = defaultdict(list)
+    requested: dict[str, tuple[float, float]] = defaultdict(lambda: (0.0, 0.0))
     for pod in pods:
         node = (pod.get("spec") or {}).get("nodeName")
         if not node or (pod.get("status") or {}).get("phase") in TERMINAL:
             continue
         gpus = pod_request(pod, resource)
         used[node] += gpus
+        cpu, mem = requested[node]
+        requested[node] = (cpu + pod_request(pod, "cpu"), mem + pod_request(pod, "memory"))
         end = declared_end(pod)
         if end is not None and int(gpus) > 0:
             releases[node].append((end, int(gpus)))
-    return used, releases
+    return used, releases, requested
 
 
 def queue_depths(pods: Iterable[Mapping[str, Any]], nodes: Sequence[Mapping[str, Any]],
@@ -270,7 +280,7 @@ def build_pools(
     pools: Sequence[PoolBinding],
     settings: K8sSettings,
 ) -> tuple[PoolSnapshot, ...]:
-    used, releases = node_usage(pods, settings.gpu_resource)
+    used, releases, requested = node_usage(pods, settings.gpu_resource)
     depth = queue_depths(pods, nodes, pools, settings.gpu_resource)
     out = []
     for pool in pools:
@@ -281,7 +291,7 @@ def build_pools(
                 continue
             name = str(meta.get("name"))
             snaps.append(node_snapshot(node, used.get(name, 0.0), pool, settings,
-                                       releases.get(name, ())))
+                                       releases.get(name, ()), requested.get(name, (0.0, 0.0))))
         snaps.sort(key=lambda n: n.name)
         out.append(PoolSnapshot(
             name=pool.name, backend_kind=BackendKind.K8S, backend=backend, flavor=pool.flavor,

@@ -73,7 +73,8 @@ def node_affinity(
     request: SubmitRequest, pool: PoolBinding, settings: K8sSettings, *, pin_domain: bool = True
 ) -> dict[str, Any]:
     """Every rank on the pool's nodes, inside the chosen topology domain (or on the chosen
-    nodes when the placement names them)."""
+    nodes when the placement names them). Without `pin_domain` (kueue mode: Kueue's
+    topology-aware scheduling places the ranks) the pool's selector only."""
     placement = request.placement
     exprs: list[dict[str, Any]] = [
         {"key": k, "operator": "In", "values": [v]} for k, v in sorted(pool.node_selector.items())
@@ -81,7 +82,7 @@ def node_affinity(
     term: dict[str, Any] = {"matchExpressions": exprs}
     level = placement.topology_level
     domain = placement.topology_domain
-    if placement.nodes:
+    if placement.nodes and pin_domain:
         # By the hostname label: a `matchFields` term on metadata.name takes one value only,
         # so it cannot name the several nodes of a gang (the API server refuses the Job).
         exprs.append({"key": settings.hostname_label, "operator": "In",

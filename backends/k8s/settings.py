@@ -52,6 +52,7 @@ class K8sSettings:
     # per pool: "plain" (default), "kueue" or "volcano"
     modes: Mapping[str, str] = field(default_factory=dict)
     kueue_queues: Mapping[str, str] = field(default_factory=dict)  # pool -> LocalQueue
+    kueue_api_version: str = "v1beta2"  # of kueue.x-k8s.io Workloads (read in kueue mode)
     volcano_queues: Mapping[str, str] = field(default_factory=dict)  # pool -> Volcano queue
     # per pool tolerations (list of Kubernetes toleration dicts); when a pool has none here,
     # the taints common to its nodes are tolerated (learned from the inventory)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import random
 import socket
 import threading
@@ -23,8 +22,9 @@ from typing import Any
 
 from backends.base import BackendUnavailable
 from backends.k8s.client import ApiError, translated
+from broker.logs import get_logger
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 Lister = Callable[..., Any]
 """A generated list method with its namespace / selectors bound (functools.partial)."""

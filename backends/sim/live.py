@@ -3,10 +3,17 @@ call the control loop makes, and built from isthmus.yaml (``kind: sim``)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from backends.base import CancelResult, SubmitRequest, SubmitResult, Unsupported
+from backends.base import (
+    BackendUnavailable,
+    CancelResult,
+    SubmitRequest,
+    SubmitResult,
+    Unsupported,
+)
 from backends.sim.backend import SimBackend
 from backends.sim.clock import WallClock
 from backends.sim.faults import Fault
@@ -23,6 +30,15 @@ if TYPE_CHECKING:
 
 class LiveSimBackend(SimBackend):
     """A SimBackend on a WallClock: each call first processes what happened since the last."""
+
+    outage_file: str | None = None
+    """While a file exists here, every call fails as unreachable (SimSettings.outage_file)."""
+
+    def _check(self) -> None:
+        if self.outage_file is not None and os.path.exists(self.outage_file):
+            raise BackendUnavailable(f"simulated backend {self.name} is unreachable "
+                                     f"(outage drill: {self.outage_file} exists)")
+        super()._check()
 
     def inventory(self) -> InventorySnapshot:
         self.sync()
@@ -79,9 +95,11 @@ def build(backend: BackendConfig, pools: Sequence[Pool], settings: SimSettings,
                             occupied=settings.foreign_load)
     url = settings.progress_url or progress_url
     reporter = Reporter(url) if settings.progress and url else None
-    return LiveSimBackend(
+    live = LiveSimBackend(
         backend.name, settings.emulate, pool_specs(pools, settings), WallClock(settings.speed),
         seed=settings.seed, failures=failures, external=external, reporter=reporter,
         runtime_fraction=settings.runtime_fraction,
         progress_every=settings.progress_interval,
     )
+    live.outage_file = settings.outage_file
+    return live

@@ -15,14 +15,15 @@ answers them may be the process making that call.
 from __future__ import annotations
 
 import contextlib
-import logging
 import queue
 import threading
 from dataclasses import dataclass
 
+from broker.logs import get_logger
+
 PROGRESS_TOKEN_ENV = "ISTHMUS_PROGRESS_TOKEN"  # noqa: S105 - the name of an env var
 
-log = logging.getLogger("isthmus.sim")
+log = get_logger(__name__)
 
 
 @dataclass(slots=True)

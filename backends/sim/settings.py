@@ -63,6 +63,9 @@ class SimSettings:
     foreign_arrivals_per_hour: Annotated[float, Field(ge=0.0)] = 0.0
     """Foreign jobs arriving (Poisson, simulated time) on top of `foreign_load`."""
     faults: FaultRates = field(default_factory=FaultRates)
+    outage_file: str | None = None
+    """Fault drill: while a file exists at this path, every call fails as BackendUnavailable
+    (an outage the broker must ride out; bench/soak.py). Unset: never."""
     pools: Mapping[str, PoolExtras] = field(default_factory=dict)
 
     @classmethod

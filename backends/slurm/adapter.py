@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import pwd
 import time
@@ -36,8 +35,9 @@ from broker.domain.facts import Fact, Phase
 from broker.domain.failures import FailureCategory
 from broker.domain.inventory import InventorySnapshot
 from broker.domain.reasons import Reason
+from broker.logs import get_logger
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL",
             "OUT_OF_MEMORY", "PREEMPTED", "DEADLINE", "REVOKED"}
 # Ends that the health of the job's nodes can explain (or, for NODE_FAIL, name the culprit of).

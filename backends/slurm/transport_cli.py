@@ -7,7 +7,6 @@ missing command) raises BackendUnavailable; refusals of a submission raise Submi
 from __future__ import annotations
 
 import json
-import logging
 import os
 import pwd
 import subprocess
@@ -21,8 +20,9 @@ from backends.slurm import parse
 from backends.slurm.records import BatchJob, JobRecord, NodeEvent, NodeRecord, Switch
 from backends.slurm.transport import SubmitRefused
 from backends.slurm.versions import Dialect, dialect_for, parse_release
+from broker.logs import get_logger
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 _UNREACHABLE = (
     "Unable to contact slurm controller",
     "Socket timed out",

@@ -9,7 +9,6 @@ and the same features stand in for `scontrol show topology`, which has no REST e
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -23,8 +22,9 @@ from backends.slurm.records import BatchJob, JobRecord, NodeEvent, NodeRecord, S
 from backends.slurm.script import gpu_count
 from backends.slurm.transport import SubmitRefused
 from backends.slurm.versions import DIALECTS, Dialect, dialect_for_openapi
+from broker.logs import get_logger
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 DB_STATES = "CA,CD,F,TO,NF,PR,OOM,BF,DL,R,PD"
 JOB_PATH = "/usr/local/bin:/usr/bin:/bin"
 _HELD = 2042  # "Job is in held state, pending scheduler release": a warning, the job exists

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -24,15 +23,18 @@ from broker.api.routes_hpc import router as hpc_router
 from broker.api.routes_jobs import router as jobs_router
 from broker.api.routes_plan import router as plan_router
 from broker.api.routes_progress import router as progress_router
+from broker.api.routes_views import router as views_router
 from broker.api.schemas import Health
 from broker.config import IsthmusConfig
 from broker.control.runtime import Runtime
 from broker.domain.spec import JobSpec
+from broker.logs import get_logger
 from broker.metrics import REGISTRY, store_collectors
 from broker.orchestration.transitions import JobNotFound
 from broker.store.db import Database
+from broker.ui import mount as mount_ui
 
-log = logging.getLogger("isthmus.api")
+log = get_logger(__name__)
 
 
 def create_app(config: IsthmusConfig, db: Database, runtime: Runtime | None = None) -> FastAPI:
@@ -49,9 +51,11 @@ def create_app(config: IsthmusConfig, db: Database, runtime: Runtime | None = No
     )
     app.state.runtime = runtime
     app.add_middleware(BodyLimit, max_bytes=config.server.max_body_bytes)
-    routers = (jobs_router, plan_router, progress_router, admin_router, hpc_router)
+    routers = (jobs_router, plan_router, progress_router, admin_router, hpc_router,
+               views_router)
     for router in routers:
         app.include_router(router, dependencies=[Depends(plain_query)])
+    mount_ui(app)  # the dashboard at /ui (broker/ui)
 
     @app.exception_handler(Problem)
     async def _problem(request: Request, exc: Problem) -> JSONResponse:

@@ -9,10 +9,10 @@ to that request alone.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 
 from broker.config import IsthmusConfig
+from broker.logs import get_logger
 from broker.orchestration.submission import (
     IdempotencyConflict,
     Submission,
@@ -23,7 +23,7 @@ from broker.orchestration.submission import (
 from broker.store import batch
 from broker.store.db import Database
 
-log = logging.getLogger("isthmus.api")
+log = get_logger(__name__)
 
 
 class SubmitQueue:

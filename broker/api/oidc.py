@@ -15,7 +15,6 @@ Order of checks for a token (each refusal says which check failed, never the tok
 from __future__ import annotations
 
 import json
-import logging
 import threading
 import time
 from collections.abc import Callable, Collection
@@ -26,8 +25,9 @@ from typing import Any
 import jwt
 
 from broker.config import OidcAuth, Role
+from broker.logs import get_logger
 
-log = logging.getLogger("isthmus.api.oidc")
+log = get_logger(__name__)
 MIN_REFRESH_S = 10.0
 FETCH_TIMEOUT_S = 5.0
 

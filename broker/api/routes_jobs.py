@@ -80,7 +80,7 @@ async def checked_spec(request: Request, caller: Caller) -> JobSpec:
         _config(request), spec, None if caller.is_admin else caller.team
     )
     if problems:
-        status = 403 if any(p.field == "team" and "token" in p.message for p in problems) else 422
+        status = 403 if any(p.forbidden for p in problems) else 422
         raise Problem(
             status, "invalid-spec" if status == 422 else "forbidden-team",
             "Invalid job spec" if status == 422 else "Not your team",

@@ -35,6 +35,11 @@ class PlanOut(BaseModel):
     queued_ahead: int | None = None
     estimated_start: datetime | None = None
     estimate_method: str | None = None
+    pool: str | None = None
+    """Where it would start: the placement's pool when admitted now, else the pool in which
+    the estimate found its start (None without an estimated date)."""
+    nodes: list[str] = []
+    """The nodes of that start, one entry per replica."""
     explanation: Explanation | None = None
     note: str = ""
 
@@ -71,7 +76,8 @@ async def plan(request: Request, caller: Caller) -> PlanOut:
         basis="admission", would_reject=False, reason=x.reason, message=x.message,
         admitted=x.admitted, queued_ahead=result.queued_ahead,
         estimated_start=x.estimated_start,
-        estimate_method=x.estimate_method, explanation=x,
+        estimate_method=x.estimate_method, pool=result.pool, nodes=list(result.nodes),
+        explanation=x,
         note="" if runtime.leading else "this replica does not lead the control loop; "
              "the answer uses its own view of the backends",
     )

@@ -20,7 +20,6 @@ from broker.metrics import TIME_TO_USEFUL_WORK
 from broker.store import attempts as att
 from broker.store import records
 from broker.store.db import Database
-from broker.store.queries import get_job
 from broker.store.secrets import digest
 from broker.store.tables import utcnow
 
@@ -61,7 +60,10 @@ def progress(
     token_digest = digest(authorization[7:].strip())
     now = utcnow()
     with db.write() as s:
-        attempt = att.by_token_digest(s, job_id, token_digest)
+        # Lock order job row -> attempt row, as set_state and the reconciler take them:
+        # updating the attempt first deadlocked against a reconcile pass on PostgreSQL.
+        job = records.lock_job(s, job_id)
+        attempt = att.by_token_digest(s, job_id, token_digest) if job is not None else None
         if attempt is None:
             raise Problem(401, "unauthenticated", "Invalid progress token",
                           "the token does not belong to an attempt of this job")
@@ -74,11 +76,7 @@ def progress(
                           checkpoint_at=now)
         att.update(s, job_id, attempt.number, **values)
         first = records.set_first_useful_work(s, job_id, now)
-        if first:
-            job = get_job(s, job_id)
-            if job is not None:
-                TIME_TO_USEFUL_WORK.labels(job.team).observe(
-                    (now - job.created_at).total_seconds()
-                )
+        if first and job is not None:
+            TIME_TO_USEFUL_WORK.labels(job.team).observe((now - job.created_at).total_seconds())
     return ProgressAck(job_id=job_id, attempt=attempt.number, step=body.step,
                        first_useful_work=first, checkpoint=body.checkpoint or None)

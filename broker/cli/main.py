@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from broker.cli import jobs
+from broker.cli import admin_views, jobs
 from broker.cli.common import DEFAULT_URL, AsJson, ServerUrl, Token, call, fail
 from broker.cli.output import console, emit_json
 from broker.config import ConfigError, load_config
@@ -62,8 +62,10 @@ def server(
         _fail(str(exc))
 
 
-for _name, _fn in jobs.COMMANDS:
+for _name, _fn in jobs.COMMANDS + admin_views.COMMANDS:
     app.command(_name)(_fn)
+admin_app.command("cycles")(admin_views.admin_cycles)
+app.add_typer(admin_views.report_app, name="report")
 
 
 @app.command()

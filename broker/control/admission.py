@@ -25,7 +25,7 @@ from sqlmodel import Session
 
 from broker import ledger
 from broker.control import admission_writes as writes
-from broker.control import holds
+from broker.control import decision_log, holds
 from broker.control.faults import crash_point
 from broker.control.guard import Incident, JobGuard
 from broker.control.plane import ControlPlane, hold_in_flight, log
@@ -276,9 +276,12 @@ def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
     crash_point("before-cycle-record")
     with plane.db.write() as s:
         record = asdict(result.record)
-        att.insert_cycle(
+        cycle_id = att.insert_cycle(
             s, now, plane.epoch, result.record.inputs_digest, json.dumps(record, default=str)
         )
+        logged = decision_log.record(s, plane, cycle_id, now, result.decisions,
+                                     {j.id: j.team for j in queued}, changed)
+    decision_log.remember(plane, logged)
     log.info(
         "admission cycle: %d pending, %d admitted", result.record.pending, result.record.admitted
     )

@@ -19,6 +19,7 @@ adapter; different adapters never wait for each other):
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -119,7 +120,9 @@ class GatedBackend:
             else:
                 future.set_result(result)
 
-        threading.Thread(target=run, name=f"isthmus-{self.name}-{op}", daemon=True).start()
+        # in a copy of the caller's context: its lines carry the cycle that asked (broker.logs)
+        threading.Thread(target=contextvars.copy_context().run, args=(run,),
+                         name=f"isthmus-{self.name}-{op}", daemon=True).start()
         return flight
 
     def in_flight(self, op: str) -> Flight | None:

@@ -19,7 +19,6 @@ event history) does not change every cycle.
 from __future__ import annotations
 
 import hashlib
-import logging
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -29,12 +28,13 @@ from sqlmodel import Session
 
 from broker.domain import JobState, Reason
 from broker.domain.states import REASON_UPDATES
+from broker.logs import get_logger
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
 from broker.store.fence import Deposed
 from broker.store.queries import get_job
 
-log = logging.getLogger("isthmus.control")
+log = get_logger(__name__)
 
 SYSTEMIC: tuple[type[BaseException], ...] = (
     sqlalchemy.exc.OperationalError,  # connection lost, database locked: nobody's fault

@@ -15,7 +15,6 @@ The cache is soft state: after a restart the first cycle simply waits for fresh 
 from __future__ import annotations
 
 import functools
-import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -26,8 +25,9 @@ from datetime import datetime
 from backends.base import BackendUnavailable
 from broker.control.gate import Flight, GatedBackend
 from broker.domain.inventory import InventorySnapshot
+from broker.logs import get_logger
 
-log = logging.getLogger("isthmus.control")
+log = get_logger(__name__)
 
 
 def stamp(at: datetime) -> str:
@@ -138,3 +138,16 @@ class Inventories:
             older = "" if view.snapshot is None else \
                 f"; its last inventory is older than {self.max_age:g}s"
             return Answer(None, f"backend {name} has not answered since {since}{older}")
+
+    def peek(self) -> dict[str, Answer]:
+        """What each backend last answered, without asking it (for the read-only views): its
+        last good inventory and when it was taken, or the error of its last call."""
+        out: dict[str, Answer] = {}
+        with self._lock:
+            for name, view in self._views.items():
+                note = ""
+                if view.error is not None:
+                    since = stamp(view.failing_since) if view.failing_since else "now"
+                    note = f"backend {name} unreachable since {since}: {view.error}"
+                out[name] = Answer(view.snapshot, note, view.taken_at)
+        return out

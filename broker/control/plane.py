@@ -10,7 +10,6 @@ Every backend is reached through a GatedBackend (gate.py): one call at a time pe
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from broker.control.inventories import Answer, Inventories
 from broker.domain.attempts import RunSnapshot
 from broker.domain.inventory import InventorySnapshot, NodeSnapshot, PoolSnapshot, TopologyPath
 from broker.domain.spec import BackendKind, JobSpec
+from broker.logs import get_logger
 from broker.store import attempts as att
 from broker.store.db import Database
 from broker.store.fence import FencedDatabase
@@ -36,7 +36,7 @@ from policies.admission import AdmissionParams
 from policies.preemption import PreemptionParams
 from policies.retry import RetryParams
 
-log = logging.getLogger("isthmus.control")
+log = get_logger(__name__)
 
 
 @dataclass
@@ -121,6 +121,10 @@ class ControlPlane:
         if spec is None:
             spec = self._specs[job_id] = JobSpec.model_validate_json(spec_json)
         return spec
+
+    def last_inventories(self) -> dict[str, Answer]:
+        """Each backend's last answer, without asking it (inventories.Inventories.peek)."""
+        return self._inventories.peek()
 
     def inventory(self) -> InventorySnapshot:
         """One snapshot across all backends, pools as configured (drain from config too).

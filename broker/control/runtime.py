@@ -23,7 +23,6 @@ Concurrency, made explicit:
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -33,13 +32,15 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from broker.control.admission import run_admission
+from broker.control.decision_log import prune as prune_decisions
 from broker.control.dispatch import run_dispatch
 from broker.control.lease import LeaderLease
 from broker.control.plane import ControlPlane
 from broker.control.reconcile import reconcile
+from broker.logs import control_cycle, get_logger
 from broker.store.fence import Deposed
 
-log = logging.getLogger("isthmus.control")
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,8 @@ class Intervals:
     dispatch: float = 2.0
     reconcile: float = 5.0
     lease_ttl: float = 15.0
+    prune: float = 60.0
+    """How often the leader prunes the decision log (control.decision_retention)."""
 
 
 class Runtime:
@@ -63,6 +66,7 @@ class Runtime:
         self._lock = threading.Lock()
         self._loop_ids: list[str] = []
         self._woken: dict[str, float] = {}
+        self._cycles: dict[str, int] = {}  # passes started per control job (in log lines)
         self.min_wake_gap = min(0.5, self.intervals.admission / 4)
         plane.fence(lease.name)  # the loop's writes commit only under this replica's epoch
 
@@ -75,6 +79,7 @@ class Runtime:
 
         self._add("admission", admission, iv.admission)
         self._add("dispatch", run_dispatch, iv.dispatch)
+        self._add("decision-log", prune_decisions, iv.prune)
         for name in self.plane.backends:
             self._add(f"reconcile:{name}", lambda p, n=name: reconcile(p, n), iv.reconcile)
         self.scheduler.add_job(self.keep_lease, "interval", seconds=iv.lease_ttl / 3,
@@ -91,13 +96,15 @@ class Runtime:
         def run() -> None:
             if not self.leading:
                 return
-            try:
-                fn(self.plane)
-            except Deposed as exc:  # another replica took over while this one was not looking
-                log.warning("control job %s: %s; stepping down", job_id, exc)
-                self.step_down()
-            except Exception:  # one failed pass must not stop the loop
-                log.exception("control job %s failed; it runs again next interval", job_id)
+            self._cycles[job_id] = cycle = self._cycles.get(job_id, 0) + 1
+            with control_cycle(job_id, self.plane.epoch, cycle):
+                try:
+                    fn(self.plane)
+                except Deposed as exc:  # another replica took over while this one was not looking
+                    log.warning("control job %s: %s; stepping down", job_id, exc)
+                    self.step_down()
+                except Exception:  # one failed pass must not stop the loop
+                    log.exception("control job %s failed; it runs again next interval", job_id)
 
         self.scheduler.add_job(run, "interval", seconds=seconds, id=job_id)
         self.scheduler.pause_job(job_id)

@@ -30,6 +30,11 @@ class Plan:
     """None when the spec is infeasible (it would be REJECTED) or no control plane runs."""
     queued_ahead: int = 0
     """Jobs queued now that the cycle orders before the planned one."""
+    pool: str | None = None
+    """Where it would start: the placement's pool when admitted now, else the pool of the
+    estimate's replay (None without an estimated date)."""
+    nodes: tuple[str, ...] = ()
+    """The nodes of that start, one entry per replica."""
 
 
 def plan(plane: ControlPlane, spec: JobSpec) -> Plan:
@@ -47,5 +52,9 @@ def plan(plane: ControlPlane, spec: JobSpec) -> Plan:
     )
     estimate = estimates.get(PLAN_ID)
     if mine.admitted:
-        estimate = Estimate(PLAN_ID, 0, 0, now, "now")
-    return Plan(verdict, explain(mine, estimate), ahead)
+        p = mine.placement
+        estimate = Estimate(PLAN_ID, 0, 0, now, "now", p.pool if p else None,
+                            p.nodes if p else ())
+    pool = estimate.pool if estimate and estimate.at is not None else None
+    nodes = estimate.nodes if pool is not None and estimate else ()
+    return Plan(verdict, explain(mine, estimate), ahead, pool, nodes)

@@ -9,7 +9,6 @@ a mapping; what the settings of each kind mean is the adapter package's business
 from __future__ import annotations
 
 import importlib
-import logging
 from typing import Any
 
 from pydantic import BaseModel
@@ -21,6 +20,7 @@ from broker.control.lease import LeaderLease
 from broker.control.plane import ControlParams, ControlPlane
 from broker.control.runtime import Intervals, Runtime
 from broker.domain.spec import BackendKind
+from broker.logs import get_logger
 from broker.store.db import Database
 from policies.admission import AdmissionParams
 from policies.ordering import OrderingParams
@@ -28,7 +28,7 @@ from policies.placement import PlacementParams, ScoreWeights
 from policies.preemption import PreemptionParams
 from policies.retry import RetryParams
 
-log = logging.getLogger("isthmus.control")
+log = get_logger(__name__)
 
 
 def check_backends(config: IsthmusConfig) -> list[str]:

@@ -29,7 +29,6 @@ class Reason(StrEnum):
     Validating = "Validating"
     WaitingForAdmission = "WaitingForAdmission"
     Admitted = "Admitted"
-    Dispatching = "Dispatching"
     BackendPending = "BackendPending"
     PullingImage = "PullingImage"
     WaitingForAllRanks = "WaitingForAllRanks"
@@ -57,7 +56,6 @@ class Reason(StrEnum):
     UserError = "UserError"
     Unknown = "Unknown"
     # rejections (the spec can never run here)
-    SpecInvalid = "SpecInvalid"
     ExceedsCapacity = "ExceedsCapacity"
     NoPoolOffersFlavor = "NoPoolOffersFlavor"
     NoQuotaInCohort = "NoQuotaInCohort"
@@ -76,6 +74,8 @@ class Reason(StrEnum):
     WaitingForDependency = "WaitingForDependency"
     JobArrayTaskLimit = "JobArrayTaskLimit"
     DependencyNeverSatisfied = "DependencyNeverSatisfied"
+    # a Kubernetes pool in kueue mode: Kueue holds the suspended Job (backends/k8s/kueue.py)
+    HeldByKueue = "HeldByKueue"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +92,6 @@ REASONS: dict[Reason, ReasonInfo] = {
     R.Validating: ReasonInfo(0, K.PROGRESS, "checking the spec against the configuration"),
     R.WaitingForAdmission: ReasonInfo(1, K.PROGRESS, "valid; waiting for the next admission cycle"),
     R.Admitted: ReasonInfo(0, K.PROGRESS, "quota reserved and placement chosen"),
-    R.Dispatching: ReasonInfo(0, K.PROGRESS, "creating the backend object"),
     R.BackendPending: ReasonInfo(2, K.PROGRESS, "the backend has the job and has not started it"),
     R.PullingImage: ReasonInfo(2, K.PROGRESS, "ranks are pulling their image"),
     R.WaitingForAllRanks: ReasonInfo(3, K.PROGRESS, "some ranks run, the gang is not complete"),
@@ -117,7 +116,6 @@ REASONS: dict[Reason, ReasonInfo] = {
     R.ResourceEnv: ReasonInfo(75, K.FAILURE, "driver, image or disk problem"),
     R.UserError: ReasonInfo(80, K.FAILURE, "the job's own code or configuration failed"),
     R.Unknown: ReasonInfo(62, K.FAILURE, "the backend gave no usable evidence"),
-    R.SpecInvalid: ReasonInfo(90, K.REJECTION, "the spec is not valid for this configuration"),
     R.ExceedsCapacity: ReasonInfo(90, K.REJECTION, "larger than any pool could ever hold"),
     R.NoPoolOffersFlavor: ReasonInfo(90, K.REJECTION, "no pool offers an acceptable flavor"),
     R.NoQuotaInCohort: ReasonInfo(90, K.REJECTION, "no quota for these flavors in the cohort"),
@@ -137,6 +135,9 @@ REASONS: dict[Reason, ReasonInfo] = {
     R.JobArrayTaskLimit: ReasonInfo(9, K.WAIT, "its array runs as many tasks as its % limit"),
     R.DependencyNeverSatisfied: ReasonInfo(
         6, K.END, "cancelled: a job it depends on ended the other way (or does not exist)"
+    ),
+    R.HeldByKueue: ReasonInfo(
+        12, K.WAIT, "Kueue has not admitted the Job; the message quotes its Workload's condition"
     ),
 }
 

@@ -1,4 +1,5 @@
-"""The eleven lifecycle states and the table of allowed transitions (DESIGN.md section 3)."""
+"""The eleven lifecycle states and the table of allowed transitions (README, "The lifecycle",
+whose state table tests/unit/test_readme.py holds to this enum)."""
 
 from __future__ import annotations
 

@@ -12,8 +12,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 DEFAULT_URL = "http://127.0.0.1:8080"
 
 
@@ -37,6 +35,8 @@ def load(environ: Mapping[str, str]) -> ClientConfig:
     token = environ.get("ISTHMUS_TOKEN")
     path = config_path(environ)
     if (url is None or token is None) and path.is_file():
+        import yaml  # only here: isbatch's start-up is part of every submission's latency
+
         try:
             data = yaml.safe_load(path.read_text()) or {}
         except (OSError, yaml.YAMLError) as exc:

@@ -10,6 +10,7 @@ import httpx
 from broker.client import ApiError, Client
 from broker.hpc import client_config
 from broker.hpc.jobview import JobView, view
+from broker.hpc.thin_client import ThinClient
 
 
 class DropInError(Exception):
@@ -24,7 +25,8 @@ def connect(environ: Mapping[str, str]) -> Client:
     return Client(conf.url, conf.token)
 
 
-def all_jobs(api: Client, states: list[str] | None = None, most: int = 10_000) -> Iterator[JobView]:
+def all_jobs(api: Client | ThinClient, states: list[str] | None = None,
+             most: int = 10_000) -> Iterator[JobView]:
     """Every job the caller may see (their team's; all for admins), newest first."""
     cursor = None
     seen = 0

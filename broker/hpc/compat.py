@@ -29,12 +29,15 @@ import itertools
 import json
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from broker.hpc.compat_config import SlurmCompat
 from broker.hpc.sbatch_parse import SbatchRequest
 from broker.hpc.sbatch_values import parse_array, parse_begin, parse_dependency, parse_signal
+
+if TYPE_CHECKING:  # the pydantic model is the server's; isbatch reads the served JSON
+    from broker.hpc.compat_config import SlurmCompat
 
 # Given options with no effect on the job; kept in the request annotation.
 STORED = frozenset({
@@ -59,6 +62,43 @@ class CompatError(Exception):
     """The request cannot be expressed here; the message names the option and what is mapped."""
 
 
+@dataclass(frozen=True)
+class Partition:
+    flavors: tuple[str, ...]
+    backend: str
+
+
+@dataclass(frozen=True)
+class CompatTables:
+    """The ``slurm_compat`` section as `GET /v1/hpc/slurm-compat` serves it (the server has
+    validated it as `SlurmCompat`), without pydantic: isbatch must start fast."""
+
+    default_partition: str | None
+    partitions: Mapping[str, Partition]
+    accounts: Mapping[str, str]
+    qos: Mapping[str, str]
+    gpu_types: Mapping[str, str]
+    constraints: Mapping[str, str]
+    image: str | None
+    default_time_limit_s: int
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CompatTables:
+        try:
+            return cls(
+                default_partition=data.get("default_partition"),
+                partitions={k: Partition(tuple(v["flavors"]), v.get("backend", "any"))
+                            for k, v in (data.get("partitions") or {}).items()},
+                accounts=dict(data.get("accounts") or {}), qos=dict(data.get("qos") or {}),
+                gpu_types=dict(data.get("gpu_types") or {}),
+                constraints=dict(data.get("constraints") or {}), image=data.get("image"),
+                default_time_limit_s=int(data.get("default_time_limit_s") or 3600),
+            )
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise CompatError(f"the broker's slurm_compat section is not readable: {exc}") from exc
+
+
+
 def _known(table: Mapping[str, Any]) -> str:
     return ", ".join(sorted(table)) or "none"
 
@@ -69,7 +109,7 @@ def job_name(name: str | None, script_path: str | None) -> str:
     return text or "sbatch"
 
 
-def _flavors(req: SbatchRequest, compat: SlurmCompat) -> tuple[list[str], str, str]:
+def _flavors(req: SbatchRequest, compat: SlurmCompat | CompatTables) -> tuple[list[str], str, str]:
     partition = req.partition or compat.default_partition
     if partition is None:
         raise CompatError(
@@ -173,7 +213,7 @@ def array_specs(spec: dict[str, Any], req: SbatchRequest, array_id: str) -> list
 def to_job_spec(
     req: SbatchRequest,
     script: str,
-    compat: SlurmCompat,
+    compat: SlurmCompat | CompatTables,
     *,
     caller_team: str | None,
     script_path: str | None = None,

@@ -4,6 +4,10 @@
 request as one JSON object (member ``sbatch``). Otherwise the request is sent to the broker.
 Exit codes and messages follow sbatch: 255 for an unknown option, 1 for a refused value, and
 the message names the option.
+
+Its start-up is part of every submission's latency, so it imports the standard library, the
+sbatch reader and the mapping only: no httpx, no pydantic (`broker.hpc.thin_client`); what only
+some requests need (dependencies, arrays) is imported on use.
 """
 
 from __future__ import annotations
@@ -15,13 +19,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from broker.client import ApiError, Client
 from broker.hpc import client_config, sbatch_parse
-from broker.hpc.compat import CompatError, array_specs, to_job_spec
-from broker.hpc.compat_config import SlurmCompat
+from broker.hpc.compat import CompatError, CompatTables, array_specs, to_job_spec
+from broker.hpc.hostlist import compress
 from broker.hpc.sbatch_values import SbatchError
+from broker.hpc.thin_client import ApiError, ThinClient, TransportError
 
 PROG = "isbatch"
 USAGE = (
@@ -81,9 +83,9 @@ def submit(parsed: sbatch_parse.Parsed, environ: Mapping[str, str]) -> int:
     except client_config.ClientConfigError as exc:
         return _fail(str(exc))
     try:
-        with Client(conf.url, conf.token) as api:
+        with ThinClient(conf.url, conf.token) as api:
             compat_data = api.slurm_compat()
-            compat = SlurmCompat.model_validate(compat_data["slurm_compat"])
+            compat = CompatTables.from_json(compat_data["slurm_compat"])
             spec = to_job_spec(
                 parsed.request, parsed.script, compat,
                 caller_team=compat_data["caller"].get("team"),
@@ -92,7 +94,7 @@ def submit(parsed: sbatch_parse.Parsed, environ: Mapping[str, str]) -> int:
                 resolve=_resolver(api),
             )
             if options.test_only:
-                return _test_only(spec, options.json)
+                return _test_only(api, spec, options.json)
             if parsed.request.array:
                 from broker.domain.ids import new_job_id  # here: the package import is slow
 
@@ -107,7 +109,7 @@ def submit(parsed: sbatch_parse.Parsed, environ: Mapping[str, str]) -> int:
         return _fail(str(exc))
     except ApiError as exc:
         return _fail(f"{exc} (HTTP {exc.status})")
-    except httpx.HTTPError as exc:
+    except TransportError as exc:
         return _fail(f"cannot reach the Isthmus broker at {conf.url}: {exc}")
     if options.json:
         print(json.dumps(job, sort_keys=True))
@@ -118,7 +120,7 @@ def submit(parsed: sbatch_parse.Parsed, environ: Mapping[str, str]) -> int:
     return 0
 
 
-def _resolver(api: Client) -> Callable[[str], list[str]]:
+def _resolver(api: ThinClient) -> Callable[[str], list[str]]:
     """Job ids of --dependency as the user writes them (an id, an array id, ARRAY_TASK) ->
     Isthmus job ids among the jobs the user may see."""
     seen: list[Any] = []
@@ -135,18 +137,53 @@ def _resolver(api: Client) -> Callable[[str], list[str]]:
     return resolve
 
 
-def _test_only(spec: dict[str, Any], as_json: bool) -> int:
-    """What would be submitted (no what-if endpoint yet: placement and start time are not
-    estimated)."""
+def _test_only(api: ThinClient, spec: dict[str, Any], as_json: bool) -> int:
+    """Ask the broker's what-if (POST /v1/plan) where and when the job would start and say it
+    as `sbatch --test-only` does (on stderr); nothing is stored. Exit 1 when the broker would
+    reject the job."""
+    plan = api.plan(spec)
     if as_json:
-        print(json.dumps({"spec": spec}, sort_keys=True))
-        return 0
-    gang = spec["gang"]
-    print(f"{PROG}: Job {spec['name']} would be submitted for team {spec['team']}: "
-          f"{gang['replicas']} node(s) x {gang['gpus_per_replica']} GPU(s) of "
-          f"{', '.join(spec['flavors'])} (backend {spec['backend']}); nothing was submitted",
-          file=sys.stderr)
-    return 0
+        print(json.dumps({"spec": spec, "plan": plan}, sort_keys=True))
+        return 1 if plan["would_reject"] else 0
+    for line in plan_lines(spec, plan):
+        print(f"{PROG}: {line}", file=sys.stderr)
+    return 1 if plan["would_reject"] else 0
+
+
+def plan_lines(spec: dict[str, Any], plan: dict[str, Any]) -> list[str]:
+    """sbatch's ``Job N to start at T using K processors on nodes L in partition P``, with the
+    job's name for N (nothing is submitted, so there is no id) and the Isthmus pool for P; then
+    why it would wait, when it would."""
+    name = spec["name"]
+    if plan["would_reject"]:
+        return [f"error: Job {name} would be rejected ({plan['reason']}): {plan['message']}"]
+    lines: list[str] = []
+    at = plan.get("estimated_start")
+    if at and plan.get("pool"):
+        gang = spec["gang"]
+        cpus = gang["replicas"] * (gang.get("cpus_per_replica") or 1)
+        lines.append(f"Job {name} to start at {_local_time(at)} using {cpus} processors on "
+                     f"nodes {compress(plan.get('nodes') or [])} in partition {plan['pool']}")
+    elif plan["basis"] == "feasibility":
+        lines.append(f"Job {name} would be accepted; no start time: {plan['note']}")
+        return lines
+    else:
+        method = plan.get("estimate_method") or "unknown"
+        lines.append(f"Job {name} start time unknown ({method})")
+    if not plan["admitted"]:
+        ahead = plan.get("queued_ahead")
+        behind = f" behind {ahead} queued job(s)" if ahead else ""
+        lines.append(f"Job {name} would wait{behind}: {plan['reason']}: {plan['message']}")
+    if plan.get("note") and plan["basis"] == "admission":
+        lines.append(f"note: {plan['note']}")
+    return lines
+
+
+def _local_time(iso: str) -> str:
+    """The broker's UTC time as sbatch prints it: local time, to the second, no zone."""
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso).astimezone().strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def main() -> None:

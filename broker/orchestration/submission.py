@@ -6,7 +6,6 @@ QUEUED or REJECTED, all through set_state. Either all of it is stored or none of
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 from sqlalchemy.exc import IntegrityError
@@ -17,6 +16,7 @@ from broker.domain import JobState, Reason
 from broker.domain.ids import new_job_id
 from broker.domain.spec import JobSpec
 from broker.feasibility import feasibility
+from broker.logs import get_logger
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import TransitionResult, append_event, set_state
 from broker.store import records
@@ -26,7 +26,7 @@ from broker.store.records import JobRecord
 from broker.store.tables import utcnow
 
 VALIDATOR = "system:validator"
-log = logging.getLogger("isthmus.submission")
+log = get_logger(__name__)
 
 
 class IdempotencyConflict(Exception):

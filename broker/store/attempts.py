@@ -275,12 +275,15 @@ def insert_fact(
 
 def insert_cycle(
     session: Session, at: datetime, epoch: int, digest: str, record_json: str
-) -> None:
-    session.connection().execute(
+) -> int:
+    """Store a cycle's record; its id (the decision log refers to it)."""
+    result = session.connection().execute(
         sa.insert(CYCLES).values(
             at=at, leader_epoch=epoch, inputs_digest=digest, record_json=record_json
         )
     )
+    key = result.inserted_primary_key
+    return int(key[0]) if key else 0
 
 
 EXPLANATIONS: sa.Table = ExplanationRow.__table__  # type: ignore[attr-defined]

@@ -17,17 +17,17 @@ adopt such an object instead of duplicating it."""
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from broker.logs import get_logger
 from broker.store.db import Database
 from broker.store.tables import LeaderLeaseRow
 
-log = logging.getLogger("isthmus.control")
+log = get_logger(__name__)
 
 LEASES: sa.Table = LeaderLeaseRow.__table__  # type: ignore[attr-defined]
 

@@ -146,6 +146,10 @@ class LedgerEntryRow(SQLModel, table=True):
     at: datetime = Field(sa_type=UTCDateTime)
     note: str = Field(default="", sa_type=sa.Text)
     cost: float | None = None  # gpu_hours x flavor x pool cost weight (usage and waste only)
+    # of usage and waste entries (revision 0010; older ones have NULL): the attempt's pool and
+    # the job's submitter, so that reports group without joins
+    pool: str | None = Field(default=None, max_length=63)
+    submitted_by: str | None = Field(default=None, max_length=255)
 
 
 class QuotaUsageRow(SQLModel, table=True):
@@ -221,3 +225,24 @@ class PoolStateRow(SQLModel, table=True):
     reason: str = Field(default="", sa_type=sa.Text)
     actor: str = Field(max_length=255)
     updated_at: datetime = Field(sa_type=UTCDateTime)
+
+
+class CycleDecisionRow(SQLModel, table=True):
+    """The decision log: a job's decision in an admission cycle, written when it differs from
+    the one last logged for the job (and again after a while; broker/control/decision_log.py).
+    Pruned with its cycle after `control.decision_retention`."""
+
+    __tablename__ = "cycle_decisions"
+    __table_args__ = (
+        sa.Index("ix_cycle_decisions_job", "job_id", "cycle_id"),
+        sa.Index("ix_cycle_decisions_cycle", "cycle_id"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    cycle_id: int
+    job_id: str = Field(max_length=16)
+    team: str = Field(max_length=63)
+    admitted: bool
+    reason: str = Field(max_length=40)
+    digest: str = Field(max_length=32)
+    payload_json: str = Field(sa_type=sa.Text)

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.conftest import REPO
+from tests.harness.helm import REPO
+
+pytestmark = pytest.mark.slow  # over two seconds each: out of the fast tier (README)
 
 CONTAINERFILE = REPO / "deploy" / "container" / "Containerfile"
 BUILD = REPO / "deploy" / "container" / "build"

@@ -9,12 +9,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from broker.domain import JobState, Reason
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
 from broker.store import Database, open_database
 from broker.store.queries import get_job, job_events, list_jobs
 from tests.builders import insert_job_in_state
+
+pytestmark = pytest.mark.slow  # over two seconds each: out of the fast tier (README)
 
 
 def _cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:

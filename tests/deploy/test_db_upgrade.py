@@ -13,6 +13,8 @@ import sqlalchemy as sa
 
 from broker.store.migrate import _SCRIPTS
 
+pytestmark = pytest.mark.slow  # over two seconds each: out of the fast tier (README)
+
 
 def _head() -> str:
     heads = sorted(p.name.split("_", 1)[0] for p in (_SCRIPTS / "versions").glob("0*.py"))

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from broker.config import parse_config
-from tests.deploy.conftest import CHART, REPO, SITE_VALUES, Render, by_kind, one, run_helm
+from tests.harness.helm import CHART, REPO, SITE_VALUES, Render, by_kind, one, run_helm
 
 # Every Kubernetes API method the backend may call -> (api group, resource, verbs, scope).
 # list_* methods feed the watch reflectors (backends/k8s/watch.py), hence "watch".
@@ -43,6 +43,12 @@ API_CALLS: dict[str, tuple[str, str, frozenset[str], str]] = {
     # only with per-team namespaces (settings namespace: "isthmus-{team}"): granted by the
     # chart's "-teams" ClusterRole, with the namespaced verbs and namespaces create
     "list_job_for_all_namespaces": ("batch", "jobs", frozenset({"list", "watch"}), "per-team"),
+    # only with a pool in kueue mode: Kueue's Workloads (in the namespace; across namespaces
+    # with per-team namespaces)
+    "list_namespaced_custom_object": ("kueue.x-k8s.io", "workloads",
+                                      frozenset({"list", "watch"}), "kueue"),
+    "list_cluster_custom_object": ("kueue.x-k8s.io", "workloads",
+                                   frozenset({"list", "watch"}), "kueue-per-team"),
 }
 # Called, but deliberately not granted in the Role: the backend treats a 403 as "the namespace
 # is managed by someone else" (K8sBackend._ensure_namespace); the chart's users create the
@@ -98,6 +104,12 @@ def test_rbac_grants_exactly_what_the_backend_calls(render: Render) -> None:
         {"name": "k8s", "kind": "k8s", "settings": {"namespace": "gpu-jobs",
                                                     "modes": {"a100": "volcano"}}}]}})
     assert _grants(one(volcano, "Role")["rules"]) == _needed({"ns", "volcano"})
+    # Kueue's Workloads only where a backend uses Kueue
+    kueue = render({"config": {"backends": [
+        {"name": "k8s", "kind": "k8s", "settings": {"namespace": "gpu-jobs",
+                                                    "modes": {"a100": "kueue"},
+                                                    "kueue_queues": {"a100": "q"}}}]}})
+    assert _grants(one(kueue, "Role")["rules"]) == _needed({"ns", "kueue"})
 
 
 def test_roles_follow_the_namespaces_of_the_config(render: Render) -> None:
@@ -242,7 +254,7 @@ REFUSED: list[Any] = [
 def test_bad_values_are_refused_with_the_field(
     helm: Path, tmp_path: Path, values: dict[str, Any], says: str
 ) -> None:
-    from tests.deploy.conftest import KUBE_VERSION, merge
+    from tests.harness.helm import KUBE_VERSION, merge
 
     proc = run_helm(helm, ["template", "rel", str(CHART), "--kube-version", KUBE_VERSION],
                     values=merge(SITE_VALUES, values), tmp=tmp_path, check=False)
@@ -262,6 +274,14 @@ def test_per_team_namespaces_are_granted_cluster_wide(render: Render) -> None:
     (binding,) = [b for b in by_kind(objs, "ClusterRoleBinding")
                   if b["roleRef"]["name"] == teams[0]["metadata"]["name"]]
     assert binding["subjects"][0]["namespace"] == "isthmus-system"
+    kueue = render({"config": {"backends": [
+        {"name": "k8s", "kind": "k8s", "settings": {
+            "namespace": "isthmus-{team}", "modes": {"a100": "kueue"},
+            "kueue_queues": {"a100": "q"}}}], "pools": []}})
+    (teams_kueue,) = [r for r in by_kind(kueue, "ClusterRole")
+                      if r["metadata"]["name"].endswith("-teams")]
+    assert _grants(teams_kueue["rules"]) == _needed({"ns", "per-team", "kueue-per-team"}) | {
+        ("", "namespaces", "create")}
     one_ns = render()  # the default single namespace: no cluster-wide writes
     assert not [r for r in by_kind(one_ns, "ClusterRole")
                 if r["metadata"]["name"].endswith("-teams")]

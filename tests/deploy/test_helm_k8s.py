@@ -24,10 +24,11 @@ from backends.k8s import K8sBackend, create
 from broker.config import Backend as BackendConfig
 from broker.config import Pool, parse_config
 from broker.domain.facts import Fact, Phase
-from tests.deploy.conftest import CHART, KUBE_VERSION, SITE_VALUES, merge, run_helm
-from tests.fixtures.k8s import FAKE_DURATION, K8sCluster, as_dict, wait_until
-from tests.unit.k8s.helpers import request
-from tests.unit.k8s.kube_objects import gpu_node, new_job_id
+from tests.fixtures.k8s import FAKE_DURATION, K8sCluster, as_dict
+from tests.harness.helm import CHART, KUBE_VERSION, SITE_VALUES, merge, run_helm
+from tests.harness.k8s_requests import request
+from tests.harness.kube_objects import gpu_node, new_job_id
+from tests.harness.wait import wait_until
 
 pytestmark = pytest.mark.k8s
 
@@ -196,9 +197,10 @@ def sa_api(release: Release) -> Iterator[client.ApiClient]:
     cfg = client.Configuration()
     cfg.host = release.cluster.api_url
     cfg.ssl_ca_cert = str(release.cluster.state_dir / "pki" / "ca.crt")
+    assert tr.status is not None
     cfg.api_key = {"authorization": f"Bearer {tr.status.token}"}
     with client.ApiClient(cfg) as api:
-        who = as_dict(client.AuthenticationV1Api(api).create_self_subject_review({}))
+        who = as_dict(client.AuthenticationV1Api(api).create_self_subject_review({}))  # type: ignore[arg-type]  # a dict is a body too
         assert who["status"]["userInfo"]["username"] == release.service_account
         yield api
 
@@ -261,11 +263,12 @@ REFUSED: list[Any] = [
                  id="delete-a-namespace"),
     pytest.param(lambda c, r: c.list_namespace(), id="list-namespaces"),
     pytest.param(lambda c, r: client.BatchV1Api(c.api_client).create_namespaced_job(
-        "default", {"metadata": {"name": "x"}, "spec": {"template": {"spec": {
+        "default", {"metadata": {"name": "x"}, "spec": {"template": {"spec": {  # type: ignore[arg-type]
             "restartPolicy": "Never", "containers": [{"name": "x", "image": "x"}]}}}},
-        dry_run="All"), id="create-a-job-outside-its-namespaces"),
+        dry_run="All"), id="create-a-job-outside-its-namespaces"),  # the body may be a dict
     pytest.param(lambda c, r: client.RbacAuthorizationV1Api(c.api_client).create_cluster_role(
-        {"metadata": {"name": "x"}, "rules": []}, dry_run="All"), id="escalate-with-rbac"),
+        {"metadata": {"name": "x"}, "rules": []}, dry_run="All"),  # type: ignore[arg-type]
+        id="escalate-with-rbac"),
 ]
 
 

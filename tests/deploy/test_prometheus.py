@@ -8,8 +8,8 @@ import sys
 
 import yaml
 
-from tests.deploy.conftest import REPO
 from tests.fixtures import promtool
+from tests.harness.helm import REPO
 
 PROM = REPO / "deploy" / "prometheus"
 RULES = PROM / "alerts.yaml"

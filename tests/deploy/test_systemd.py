@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.conftest import REPO
+from tests.harness.helm import REPO
 
 UNITS = REPO / "deploy" / "systemd"
 SERVICES = ("isthmus.service", "isthmus-standby.service")

@@ -30,8 +30,15 @@ from broker.orchestration.submission import cancel_job, submit_job
 from broker.store import Database, open_database
 from broker.store import attempts as att
 from broker.store.queries import list_jobs
-from tests.e2e.harness import job_spec, slurm_backend, slurm_pools, wait_until, write_config
-from tests.e2e.test_federation import k8s_backend, k8s_pools
+from tests.harness.server import (
+    job_spec,
+    k8s_backend,
+    k8s_pools,
+    slurm_backend,
+    slurm_pools,
+    write_config,
+)
+from tests.harness.wait import wait_until
 
 STRESS_S = float(os.environ.get("ISTHMUS_STRESS_S", "60"))
 LIVE = ["SUBMITTED", "VALIDATING", "QUEUED", "ADMITTED", "PREPARING", "RUNNING", "RETRYING"]
@@ -117,7 +124,7 @@ def _wind_down(plane: ControlPlane, backend: str) -> None:
             return not att.live(s, backend)
 
     with contextlib.suppress(AssertionError):
-        wait_until(settled, 20, "every attempt ended", every=0.5)
+        wait_until(settled, 20, "every attempt ended", interval=0.5)
 
 
 @pytest.fixture

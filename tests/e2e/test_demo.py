@@ -12,9 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
-from tests.conftest import EXAMPLE_CONFIG
-from tests.e2e.harness import ROOT, Server
+from tests.harness.paths import EXAMPLE_CONFIG
+from tests.harness.server import ROOT, Server
+
+pytestmark = pytest.mark.slow  # over two seconds each: out of the fast tier (README)
 
 DRIVER = ROOT / "scripts" / "demo_workload.py"
 
@@ -22,7 +25,7 @@ DRIVER = ROOT / "scripts" / "demo_workload.py"
 def _events(server: Server, job_id: str) -> list[dict[str, Any]]:
     r = httpx.get(f"{server.url}/v1/jobs/{job_id}/events", timeout=30)
     assert r.status_code == 200, r.text
-    return r.json()  # type: ignore[no-any-return]
+    return r.json()
 
 
 def test_the_demo_workload_reaches_its_ends_within_two_minutes(tmp_path: Path) -> None:

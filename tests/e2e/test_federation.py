@@ -15,35 +15,19 @@ import pytest
 
 from broker.store import attempts as att
 from broker.store import open_database
-from tests.e2e.harness import (
+from tests.harness.server import (
+    FAKE,
     Server,
     job_spec,
+    k8s_backend,
+    k8s_pools,
     slurm_backend,
     slurm_pools,
-    wait_until,
     write_config,
 )
+from tests.harness.wait import wait_until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.k8s]
-FAKE = "isthmus.io/fake-"
-
-
-def k8s_backend(cluster: Any, namespace: str) -> dict[str, Any]:
-    return {
-        "name": "k8s-local", "kind": "k8s",
-        "settings": {"kubeconfig": str(cluster.kubeconfig), "namespace": namespace,
-                     "pod_annotations": {f"{FAKE}duration": "3s"}},
-    }
-
-
-def k8s_pools() -> list[dict[str, Any]]:
-    cap = {"nodes": 8, "gpus_per_node": 8, "nodes_per_rack": 4, "racks_per_block": 2}
-    return [
-        {"name": "k8s-h100", "backend": "k8s-local", "flavor": "h100-80g",
-         "node_selector": {"isthmus.io/pool": "h100"}, "capacity": cap},
-        {"name": "k8s-a100", "backend": "k8s-local", "flavor": "a100-80g",
-         "node_selector": {"isthmus.io/pool": "a100"}, "capacity": cap},
-    ]
 
 
 def _jobs() -> list[tuple[dict[str, Any], str, str, str | None]]:
@@ -104,7 +88,7 @@ def test_twenty_jobs_across_slurm_and_kubernetes(
             return all(server.job(i)["state"] in ("SUCCEEDED", "FAILED", "CANCELLED",
                                                   "REJECTED") for i in [*ids, drained])
 
-        wait_until(ended, 300, "every job to end", every=2)
+        wait_until(ended, 300, "every job to end", interval=2)
         got = {i: server.job(i) for i in ids}
         renders = {}
         for i in (ids[0], ids[6]):  # a Slurm job and a Kubernetes job: what was created

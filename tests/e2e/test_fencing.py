@@ -12,7 +12,8 @@ import pytest
 import sqlalchemy as sa
 
 from broker.store.db import normalise_url
-from tests.e2e.harness import Server, wait_until, write_config
+from tests.harness.server import Server, write_config
+from tests.harness.wait import wait_until
 
 
 def _stopped(server: Server) -> bool:

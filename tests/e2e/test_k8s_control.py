@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import Server, job_spec, wait_until, write_config
-from tests.e2e.test_federation import FAKE, k8s_backend, k8s_pools
+from tests.harness.server import FAKE, Server, job_spec, k8s_backend, k8s_pools, write_config
+from tests.harness.wait import wait_until
 
 pytestmark = pytest.mark.k8s
 
@@ -67,7 +67,7 @@ def test_apiserver_outage_fails_no_job(k8s_cluster: Any, tmp_path: Path) -> None
             pid_file.write_text(f"{proc.pid}\n")
             wait_until(lambda: _apiserver_ready(k8s_cluster), 120, "the apiserver to be back")
         wait_until(lambda: all(server.job(i)["state"] == "SUCCEEDED" for i in ids), 180,
-                   "every gang to succeed after the apiserver is back", every=2)
+                   "every gang to succeed after the apiserver is back", interval=2)
     finally:
         server.stop()
         with contextlib.suppress(Exception):

@@ -16,8 +16,17 @@ import pytest
 
 from broker.orchestration.replay import check_all
 from broker.store import open_database
-from tests.e2e.harness import Server, job_spec, slurm_backend, slurm_pools, wait_until, write_config
-from tests.e2e.test_federation import FAKE, k8s_backend, k8s_pools
+from tests.harness.server import (
+    FAKE,
+    Server,
+    job_spec,
+    k8s_backend,
+    k8s_pools,
+    slurm_backend,
+    slurm_pools,
+    write_config,
+)
+from tests.harness.wait import wait_until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.k8s]
 
@@ -28,7 +37,7 @@ TEAMS = [
      "quotas": {"h100-80g": {"nominal": 128}, "a100-80g": {"nominal": 128}}},
 ]
 # Reasons that name what is wrong with a bad job (never a silent wait)
-BAD_JOB_REASONS = {"DispatchRefused", "PoolExcluded", "InternalError", "SpecInvalid",
+BAD_JOB_REASONS = {"DispatchRefused", "PoolExcluded", "InternalError",
                    "ExceedsCapacity", "TopologyUnsatisfiable", "Orchestration",
                    "RetriesExhausted", "UserError", "ResourceEnv"}
 
@@ -105,7 +114,7 @@ def test_bad_jobs_do_not_stop_twenty_ordinary_ones(
             return all(server.job(i)["state"] in ("SUCCEEDED", "FAILED", "CANCELLED")
                        for i in ids)
 
-        wait_until(settled, 420, "every ordinary job to end", every=2)
+        wait_until(settled, 420, "every ordinary job to end", interval=2)
         jobs = {i: server.job(i) for i in ids}
         assert all(j["state"] == "SUCCEEDED" for j in jobs.values()), [
             (j["spec"]["name"], j["state"], j["reason"], j["message"]) for j in jobs.values()

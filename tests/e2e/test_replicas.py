@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import Server, job_spec, wait_until, write_config
+from tests.harness.server import Server, job_spec, write_config
+from tests.harness.wait import wait_until
 
 
 @pytest.mark.postgres

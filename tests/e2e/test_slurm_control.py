@@ -20,14 +20,8 @@ from broker.orchestration.replay import check_all
 from broker.store import attempts as att
 from broker.store import open_database
 from broker.store.queries import list_jobs
-from tests.e2e.harness import (
-    Server,
-    job_spec,
-    slurm_backend,
-    slurm_pools,
-    wait_until,
-    write_config,
-)
+from tests.harness.server import Server, job_spec, slurm_backend, slurm_pools, write_config
+from tests.harness.wait import wait_until
 
 pytestmark = pytest.mark.slurm
 RUNS = int(os.environ.get("ISTHMUS_CRASH_RUNS", "52"))
@@ -91,7 +85,7 @@ def test_crash_safety_kill_9_at_injected_points(slurm_cluster: object, tmp_path:
         unanswered = [ks for ks, a in zip(batch, answers, strict=True) if a is None]
         ids += [a for a in answers if a is not None]
         try:
-            wait_until(lambda s=server: not s.alive(), 15, f"a crash at {point}", every=0.1)
+            wait_until(lambda: not server.alive(), 15, f"a crash at {point}", interval=0.1)
             crashed[point] += 1
         except AssertionError:
             server.kill()  # the point was not reached in time: kill -9 mid-flight anyway
@@ -104,7 +98,7 @@ def test_crash_safety_kill_9_at_injected_points(slurm_cluster: object, tmp_path:
         def all_done() -> bool:
             return all(final.job(i)["state"] == "SUCCEEDED" for i in ids)
 
-        wait_until(all_done, 300, "every job to succeed after the crashes", every=2)
+        wait_until(all_done, 300, "every job to succeed after the crashes", interval=2)
     finally:
         final.stop()
     _check_db(db_url)
@@ -162,6 +156,6 @@ def test_slurmctld_outage_fails_no_job(slurm_cluster: object, tmp_path: Path,
         finally:
             subprocess.run([str(UP)], capture_output=True, timeout=300, check=True)
         wait_until(lambda: all(server.job(i)["state"] == "SUCCEEDED" for i in ids), 120,
-                   "every job to succeed after slurmctld is back", every=2)
+                   "every job to succeed after slurmctld is back", interval=2)
     finally:
         server.stop()

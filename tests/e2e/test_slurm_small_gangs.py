@@ -11,15 +11,8 @@ import httpx
 import pytest
 import yaml
 
-from tests.e2e.harness import (
-    ROOT,
-    Server,
-    job_spec,
-    slurm_backend,
-    slurm_pools,
-    wait_until,
-    write_config,
-)
+from tests.harness.server import ROOT, Server, job_spec, slurm_backend, slurm_pools, write_config
+from tests.harness.wait import wait_until
 
 pytestmark = pytest.mark.slurm
 # every rank leaves a file named after its rank, its node and the GPUs it saw
@@ -30,7 +23,7 @@ PROBE = ["/bin/sh", "-c", 'touch "$ISTHMUS_JOB_DIR/rank-$RANK-$SLURMD_NODENAME-'
 def _events(server: Server, job_id: str) -> list[dict[str, Any]]:
     r = httpx.get(f"{server.url}/v1/jobs/{job_id}/events", timeout=30)
     assert r.status_code == 200, r.text
-    return r.json()  # type: ignore[no-any-return]
+    return r.json()
 
 
 def test_small_gangs_run_packed_on_one_node(slurm_cluster: object, tmp_path: Path,
@@ -51,7 +44,7 @@ def test_small_gangs_run_packed_on_one_node(slurm_cluster: object, tmp_path: Pat
             return all(server.job(i)["state"] in ("SUCCEEDED", "FAILED", "CANCELLED")
                        for i in ids)
 
-        wait_until(ended, 300, "both gangs to end", every=1)
+        wait_until(ended, 300, "both gangs to end", interval=1)
         for job_id, spec in zip(ids, specs, strict=True):
             job = server.job(job_id)
             events = _events(server, job_id)

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from broker.hpc import isacct, isbatch, iscancel, isqueue
-from tests.e2e.harness import Server, slurm_pools, write_config
+from tests.harness.server import Server, slurm_pools, write_config
+
+pytestmark = pytest.mark.slow  # over two seconds each: out of the fast tier (README)
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKENS = {"vision": "tok-vision-1", "language": "tok-language-1"}

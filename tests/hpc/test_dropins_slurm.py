@@ -5,13 +5,15 @@ nodes, isacct ends it COMPLETED 0:0; a failing script is FAILED with its exit co
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from broker.hpc import isacct, isbatch, isqueue
-from tests.e2e.harness import Server, slurm_backend, slurm_pools, wait_until, write_config
+from tests.fixtures.slurm import SlurmCluster
+from tests.harness.server import Server, slurm_backend, slurm_pools, write_config
+from tests.harness.wait import wait_until
 
 pytestmark = pytest.mark.slurm
 COMPAT = {
@@ -26,7 +28,7 @@ DEADLINE = 240
 
 
 @pytest.fixture
-def server(slurm_cluster: object, tmp_path: Path, workdir: Path) -> Iterator[Server]:
+def server(slurm_cluster: SlurmCluster, tmp_path: Path, workdir: Path) -> Iterator[Server]:
     cfg = write_config(tmp_path / "isthmus.yaml", [slurm_backend(slurm_cluster, workdir)],
                        slurm_pools(), slurm_compat=COMPAT)
     srv = Server(cfg, f"sqlite:///{tmp_path / 'isthmus.db'}", tmp_path / "server.log").start()
@@ -55,6 +57,16 @@ def _acct(env: dict[str, str], job_id: str, capsys: pytest.CaptureFixture[str]) 
     return capsys.readouterr().out.strip().split("|")
 
 
+ENDLESS = ("RUNNING", "PENDING")
+
+
+def _acct_when(env: dict[str, str], job_id: str, capsys: pytest.CaptureFixture[str],
+               ok: Callable[[str], bool]) -> list[str] | None:
+    """isacct's row of the job once its state passes ``ok``, else None."""
+    row = _acct(env, job_id, capsys)
+    return row if ok(row[2]) else None
+
+
 def test_gang_script_runs_as_sbatch_runs_it(server: Server, tmp_path: Path, workdir: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     out = workdir / "ranks.txt"
@@ -81,8 +93,8 @@ sleep 6
     row = capsys.readouterr().out.split()
     assert row[4] == "R" and row[7] == running["nodes"]
 
-    done = wait_until(lambda: (r := _acct(env, job_id, capsys))[2] not in ("RUNNING", "PENDING")
-                      and r, DEADLINE, "isacct shows the job ended")
+    done = wait_until(lambda: _acct_when(env, job_id, capsys, lambda st: st not in ENDLESS),
+                      DEADLINE, "isacct shows the job ended")
     assert done[:4] == [job_id, "e2e-gang", "COMPLETED", "0:0"], done
     assert "gres/gpu=16" in done[5] and "node=2" in done[5]
     lines = out.read_text().splitlines()
@@ -104,8 +116,8 @@ exit 3
     env = _env(server, tmp_path)
     assert isbatch.run(["--parsable", str(script)], env) == 0
     job_id = capsys.readouterr().out.strip()
-    done = wait_until(lambda: (r := _acct(env, job_id, capsys))[2] not in ("RUNNING", "PENDING")
-                      and r, DEADLINE, "isacct shows the job ended")
+    done = wait_until(lambda: _acct_when(env, job_id, capsys, lambda st: st not in ENDLESS),
+                      DEADLINE, "isacct shows the job ended")
     assert done[2:4] == ["FAILED", "3:0"], done
     assert isacct.run(["-j", job_id, "--json"], env) == 0
     (row,) = json.loads(capsys.readouterr().out)["jobs"]
@@ -113,7 +125,7 @@ exit 3
 
 
 def test_array_of_six_never_runs_more_than_two(
-    server: Server, tmp_path: Path, slurm_cluster: object, capsys: pytest.CaptureFixture[str]
+    server: Server, tmp_path: Path, slurm_cluster: SlurmCluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
     script = _script(tmp_path / "array.sh", """#!/bin/bash
 #SBATCH -J e2e-array -N 1 --gres=gpu:1 -t 5 -A isthmus
@@ -139,7 +151,7 @@ sleep 3
                                          n.split("-")[1] in ours))
         return all(t["job_state"] not in ("PENDING", "RUNNING") for t in tasks)
 
-    wait_until(all_ended, DEADLINE * 2, "all six array tasks ended", every=0.3)
+    wait_until(all_ended, DEADLINE * 2, "all six array tasks ended", interval=0.3)
     assert 1 <= most_isthmus <= 2 and most_slurm <= 2
     assert isacct.run(["-j", array_id, "-P", "-n", "--format=JobID,State,ExitCode"], env) == 0
     rows = sorted(capsys.readouterr().out.split())
@@ -178,7 +190,7 @@ true
     assert waiting is not None and waiting["job_state"] == "PENDING"
     assert waiting["state_reason"] == "WaitingForDependency"
 
-    done = wait_until(lambda: (r := _acct(env, child_id, capsys))[2] == "COMPLETED" and r,
+    done = wait_until(lambda: _acct_when(env, child_id, capsys, lambda st: st == "COMPLETED"),
                       DEADLINE, "the child completes")
     assert done[3] == "0:0"
     assert isacct.run(["-j", f"{parent_id},{child_id}", "-P", "-n",
@@ -186,7 +198,7 @@ true
     rows = {r.split("|")[0]: r.split("|") for r in capsys.readouterr().out.split()}
     assert rows[parent_id][1] == "COMPLETED"
     assert rows[child_id][2] >= rows[parent_id][3]  # started after the parent ended
-    never = wait_until(lambda: (r := _acct(env, orphan_id, capsys))[2] == "CANCELLED" and r,
+    never = wait_until(lambda: _acct_when(env, orphan_id, capsys, lambda st: st == "CANCELLED"),
                        DEADLINE, "the child of a failed parent is cancelled")
     assert never[2] == "CANCELLED"
     assert isqueue.run(["--json", "-t", "CA", "-j", orphan_id], env) == 0

@@ -12,7 +12,7 @@ from typing import Any
 
 from backends.k8s.manifests import COMPLETION_INDEX, render
 from backends.k8s.settings import K8sSettings, PoolBinding
-from tests.unit.k8s.helpers import NAME, request
+from tests.harness.k8s_requests import NAME, request
 
 POOL = PoolBinding(name="h100", flavor="h100-80g", node_selector={"isthmus.io/pool": "h100"})
 SCRIPT = """#!/bin/bash

@@ -17,7 +17,7 @@ from broker.api.app import create_app
 from broker.config import IsthmusConfig, parse_config
 from broker.store import Database
 from tests.builders import spec
-from tests.conftest import EXAMPLE_CONFIG
+from tests.harness.paths import EXAMPLE_CONFIG
 
 PROBLEM = "application/problem+json"
 
@@ -60,7 +60,7 @@ def test_infeasible_spec_is_stored_and_rejected_with_the_limit(client: TestClien
     assert [e["to_state"] for e in events] == ["SUBMITTED", "VALIDATING", "REJECTED"]
 
 
-BAD_INPUT = [
+BAD_INPUT: list[tuple[str, Any, str | None, int, str]] = [
     ("malformed-json", b'{"name": "x",', "application/json", 400, "(body)"),
     ("unknown-field", {**spec().dict(), "gpus": 8}, None, 422, "gpus"),
     ("zero-gpus", spec().gpus(0).dict(), None, 422, "gang.gpus_per_replica"),
@@ -174,6 +174,7 @@ def live_url(db: Database, example_config: IsthmusConfig) -> Iterator[str]:
     thread.join(10)
 
 
+@pytest.mark.slow
 def test_idempotency_under_concurrent_requests(live_url: str) -> None:
     body = spec().dict()
 
@@ -244,6 +245,20 @@ def test_auth_and_team_scoping(secured: TestClient) -> None:
     assert len(c.get("/v1/jobs", headers=_as(ROOT)).json()["items"]) == 2
     cancelled = c.post(f"/v1/jobs/{vision['id']}/cancel", headers=_as(ROOT)).json()
     assert (cancelled["state"], cancelled["reason"]) == ("CANCELLED", "CancelledByAdmin")
+
+
+def test_403_is_for_another_teams_spec_and_422_for_every_other_problem(secured: TestClient) -> None:
+    """The status follows what the problem is, not its wording: an unknown team whose name
+    (and so the message) says "token" is still a 422, and another team's spec a 403."""
+    c = secured
+    other = _problem(c.post("/v1/jobs", json=spec().team("language").dict(), headers=_as(ALICE)),
+                     403)
+    assert other["errors"] == [{"field": "team", "message": other["errors"][0]["message"]}]
+    for who in (ROOT, ALICE):  # an admin (no team check) and a user (the unknown team wins)
+        unknown = _problem(c.post("/v1/jobs", json=spec().team("tokens").dict(), headers=_as(who)),
+                           422)
+        (error,) = unknown["errors"]
+        assert error["field"] == "team" and "token" in error["message"]
 
 
 def test_openapi_documents_the_jobspec(client: TestClient) -> None:

@@ -26,7 +26,9 @@ from broker.api.app import create_app
 from broker.config import parse_config
 from broker.orchestration.replay import check_all
 from broker.store import Database
-from tests.conftest import EXAMPLE_CONFIG
+from tests.harness.paths import EXAMPLE_CONFIG
+
+pytestmark = pytest.mark.slow  # over two seconds each: out of the fast tier (README)
 
 ADMIN_TOKEN = "fuzz-admin-secret"
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}

@@ -19,8 +19,8 @@ from broker.api.app import create_app
 from broker.config import IsthmusConfig, parse_config
 from broker.store import Database
 from tests.builders import spec
-from tests.conftest import EXAMPLE_CONFIG
 from tests.fixtures.oidc_issuer import AUDIENCE, LocalIssuer
+from tests.harness.paths import EXAMPLE_CONFIG
 
 ROOT_TOKEN = "root-secret"
 
@@ -90,6 +90,7 @@ def live_url(db: Database, config: IsthmusConfig) -> Iterator[str]:
     thread.join(10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_the_cli_sends_an_oidc_token_from_isthmus_token(
     live_url: str, issuer: LocalIssuer

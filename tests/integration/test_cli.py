@@ -13,7 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import EXAMPLE_CONFIG
+from tests.harness.paths import EXAMPLE_CONFIG
+
+pytestmark = pytest.mark.slow  # over two seconds each: out of the fast tier (README)
 
 ROOT = Path(__file__).resolve().parents[2]
 JOBS = ROOT / "examples" / "jobs"

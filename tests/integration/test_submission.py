@@ -108,8 +108,7 @@ def test_a_whole_batch_failure_is_retried_one_by_one(
     """If the batch transaction itself fails, each submission is tried alone, so only the one
     that cannot be stored fails."""
     from broker.api import group_commit
-
-    real = group_commit.submit_many
+    from broker.orchestration.submission import submit_many as real
 
     def flaky(db: Database, config: IsthmusConfig, subs: list[Submission]) -> Any:
         if any(s.spec.name == "poison" for s in subs):

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from broker.config import ConfigError, load_config, parse_config
-from tests.conftest import EXAMPLE_CONFIG
+from tests.harness.paths import EXAMPLE_CONFIG
 
 BASE: dict[str, Any] = yaml.safe_load(EXAMPLE_CONFIG.read_text())
 

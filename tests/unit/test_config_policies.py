@@ -89,6 +89,7 @@ def test_every_parameter_is_documented_with_its_default() -> None:
         assert row in README, row
 
 
+@pytest.mark.slow
 def test_config_check_show_prints_every_parameter(tmp_path: Path) -> None:
     cfg = tmp_path / "isthmus.yaml"
     cfg.write_text("policies:\n  fair_share:\n    half_life: 600\n")

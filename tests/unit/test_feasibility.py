@@ -104,3 +104,5 @@ def test_request_problems(example_config: IsthmusConfig, builder: SpecBuilder, f
 def test_user_may_submit_only_for_own_team(example_config: IsthmusConfig) -> None:
     problems = request_problems(example_config, spec().build(), "language")
     assert problems and problems[0].field == "team" and "token" in problems[0].message
+    assert problems[0].forbidden
+    assert not any(p.forbidden for p in request_problems(example_config, spec().build(), "vision"))

@@ -4,7 +4,8 @@
 K8S_CACHE=${ISTHMUS_CACHE:-$HOME/.cache/isthmus}/k8s
 K8S_STATE=${ISTHMUS_K8S_STATE:-/tmp/isthmus-k8s}
 # Processes in start order; down stops them in reverse.
-K8S_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+# kueue runs only with up --with-kueue (a binary of its own, named in run/kueue.bin).
+K8S_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kueue)
 
 log() { printf '[k8s %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -23,6 +24,12 @@ pid_alive() {
   tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$bin"
 }
 
+# component_bin RUNDIR NAME: the directory a component's binary lives in (what pid_alive
+# looks for in its command line): run/NAME.bin when the component has one, else run/bin.
+component_bin() {
+  if [[ -s $1/$2.bin ]]; then cat "$1/$2.bin"; else cat "$1/bin" 2>/dev/null || true; fi
+}
+
 # stop_all: stop every component recorded under $K8S_STATE/run, newest first, by pid.
 stop_all() {
   local run=$K8S_STATE/run i c pidfile pid bin waited
@@ -32,6 +39,8 @@ stop_all() {
   for ((i = ${#K8S_COMPONENTS[@]} - 1; i >= 0; i--)); do
     c=${K8S_COMPONENTS[i]}
     pidfile=$run/$c.pid
+    bin=$(component_bin "$run" "$c")
+    [[ -n $bin ]] || continue
     if pid_alive "$pidfile" "$bin"; then
       pid=$(<"$pidfile")
       log "stopping $c (pid $pid)"

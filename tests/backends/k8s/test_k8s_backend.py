@@ -17,11 +17,8 @@ import pytest
 from kubernetes import client
 
 from backends.base import Unsupported
-from backends.k8s import K8sBackend, create
 from backends.k8s.manifests import LABEL_NAME, MANAGED_SELECTOR
-from broker.config import Backend as BackendConfig
-from broker.config import Pool
-from broker.domain.facts import Fact, Phase
+from broker.domain.facts import Phase
 from broker.domain.failures import FailureCategory
 from broker.domain.inventory import PoolSnapshot
 from broker.domain.reasons import Reason
@@ -30,43 +27,15 @@ from tests.fixtures.k8s import (
     FAKE_EXIT_CODE,
     FAKE_REASON,
     RACK_LABEL,
-    K8sCluster,
     as_dict,
-    wait_until,
 )
-from tests.unit.k8s.helpers import request
-from tests.unit.k8s.kube_objects import foreign_pod, gpu_node, new_job_id
+from tests.harness.k8s_backend import MakeBackend, wait_fact
+from tests.harness.k8s_requests import request
+from tests.harness.kube_objects import foreign_pod, gpu_node, new_job_id
+from tests.harness.wait import wait_until
 
 pytestmark = pytest.mark.k8s
 NOT_READY_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
-
-
-@pytest.fixture
-def api(k8s_cluster: K8sCluster) -> Iterator[client.ApiClient]:
-    with k8s_cluster.api_client() as api_client:
-        yield api_client
-
-
-MakeBackend = Callable[..., K8sBackend]
-
-
-@pytest.fixture
-def make_backend(k8s_cluster: K8sCluster, k8s_namespace: str) -> Iterator[MakeBackend]:
-    made: list[K8sBackend] = []
-
-    def make(pools: tuple[str, ...] = ("h100", "a100"), **settings: Any) -> K8sBackend:
-        cfg = BackendConfig(name="k8s-local", kind="k8s", settings={
-            "kubeconfig": str(k8s_cluster.kubeconfig), "namespace": k8s_namespace,
-            "create_namespace": False, "all_ranks_timeout_s": 30, **settings})
-        pool_cfgs = [Pool(name=p, backend="k8s-local", flavor="h100-80g",
-                          node_selector={"isthmus.io/pool": p}) for p in pools]
-        backend = create(cfg, pool_cfgs)
-        made.append(backend)
-        return backend
-
-    yield make
-    for b in made:
-        b.close()
 
 
 TempPool = Callable[..., str]
@@ -111,15 +80,6 @@ def temp_pool(api: client.ApiClient) -> Iterator[TempPool]:
         except client.ApiException as exc:
             if exc.status != 404:
                 raise
-
-
-def wait_fact(backend: K8sBackend, name: str, ok: Callable[[Fact], bool],
-              timeout: float = 60) -> Fact:
-    def probe() -> Fact | None:
-        fact = next((f for f in backend.observe([name]) if f.backend_name == name), None)
-        return fact if fact is not None and ok(fact) else None
-
-    return wait_until(probe, timeout=timeout, interval=0.3, what=f"a fact on {name}")
 
 
 def job_pods(core: client.CoreV1Api, ns: str, name: str) -> list[dict[str, Any]]:

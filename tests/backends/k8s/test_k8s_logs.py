@@ -3,24 +3,15 @@ nodes are kwok's fake nodes, which have no kubelet to serve a log: each rank the
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from broker.domain.facts import Phase
-from tests.backends.k8s import test_k8s_backend as contract
-from tests.backends.k8s.test_k8s_backend import MakeBackend, wait_fact
-from tests.fixtures.k8s import FAKE_DURATION, K8sCluster
-from tests.unit.k8s.helpers import request
-from tests.unit.k8s.kube_objects import new_job_id
+from tests.fixtures.k8s import FAKE_DURATION
+from tests.harness.k8s_backend import MakeBackend, wait_fact
+from tests.harness.k8s_requests import request
+from tests.harness.kube_objects import new_job_id
 
 pytestmark = pytest.mark.k8s
-make_backend_fixture = contract.make_backend.__wrapped__  # type: ignore[attr-defined]
-
-
-@pytest.fixture
-def make_backend(k8s_cluster: K8sCluster, k8s_namespace: str) -> Iterator[MakeBackend]:
-    yield from make_backend_fixture(k8s_cluster, k8s_namespace)
 
 
 def test_logs_have_one_entry_per_rank_pod(make_backend: MakeBackend) -> None:

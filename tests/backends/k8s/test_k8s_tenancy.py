@@ -15,9 +15,10 @@ from backends.k8s import K8sBackend, create
 from broker.config import Backend as BackendConfig
 from broker.config import Pool
 from broker.domain.facts import Phase
-from tests.fixtures.k8s import FAKE_DURATION, K8sCluster, as_dict, wait_until
-from tests.unit.k8s.helpers import request
-from tests.unit.k8s.kube_objects import new_job_id
+from tests.fixtures.k8s import FAKE_DURATION, K8sCluster, as_dict
+from tests.harness.k8s_requests import request
+from tests.harness.kube_objects import new_job_id
+from tests.harness.wait import wait_until
 
 pytestmark = pytest.mark.k8s
 TOKEN = "tok-" + "x" * 40
@@ -117,5 +118,5 @@ def test_each_team_gets_its_own_namespace(k8s_cluster: K8sCluster) -> None:
         assert not backend.cancel(reqs["nlp"].name, 0).found
     finally:
         backend.close()
-        for ns in made.values():
-            k8s_cluster.delete_namespace(ns)
+        for made_ns in made.values():
+            k8s_cluster.delete_namespace(made_ns)

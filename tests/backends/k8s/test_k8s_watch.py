@@ -22,9 +22,10 @@ from backends.k8s.watch import Gone, Reflector
 from broker.config import Backend as BackendConfig
 from broker.config import Pool
 from broker.domain.facts import Phase
-from tests.fixtures.k8s import FAKE_DURATION, K8sCluster, as_dict, wait_until
-from tests.unit.k8s.helpers import request
-from tests.unit.k8s.kube_objects import new_job_id
+from tests.fixtures.k8s import FAKE_DURATION, K8sCluster, as_dict
+from tests.harness.k8s_requests import request
+from tests.harness.kube_objects import new_job_id
+from tests.harness.wait import wait_until
 
 pytestmark = pytest.mark.k8s
 

@@ -32,8 +32,8 @@ from tests.fixtures.k8s import (
     as_dict,
     condition,
     run_up,
-    wait_until,
 )
+from tests.harness.wait import wait_until
 
 pytestmark = pytest.mark.k8s
 

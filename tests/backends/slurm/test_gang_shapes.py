@@ -31,8 +31,9 @@ from broker.domain.spec import Entrypoint, JobSpec, TopologyLevel
 from policies.capacity import CapacityIndex
 from policies.placement import place
 from policies.types import PendingJob
-from tests.backends.slurm.test_backend_contract import Jobs, make_backend, wait_fact
-from tests.fixtures.slurm import SlurmCluster, wait_until
+from tests.fixtures.slurm import SlurmCluster
+from tests.harness.slurm_backend import Jobs, make_backend, wait_fact
+from tests.harness.wait import wait_until
 
 pytestmark = pytest.mark.slurm
 

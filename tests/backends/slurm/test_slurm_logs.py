@@ -8,22 +8,23 @@ import pytest
 
 from backends.slurm import SlurmBackend
 from broker.domain.facts import Phase
-from tests.backends.slurm import test_backend_contract as contract
-from tests.fixtures.slurm import SlurmCluster, wait_until
+from tests.fixtures.slurm import SlurmCluster
+from tests.harness.slurm_backend import Jobs, make_backend, wait_fact
+from tests.harness.wait import wait_until
 
 pytestmark = pytest.mark.slurm
 
 
 @pytest.fixture
 def backend(slurm_cluster: SlurmCluster) -> Iterator[SlurmBackend]:
-    be = contract.make_backend(slurm_cluster, "cli")  # reading the file is the same for REST
+    be = make_backend(slurm_cluster, "cli")  # reading the file is the same for REST
     yield be
     be.close()
 
 
 @pytest.fixture
-def jobs(slurm_cluster: SlurmCluster) -> Iterator[contract.Jobs]:
-    j = contract.Jobs(slurm_cluster)
+def jobs(slurm_cluster: SlurmCluster) -> Iterator[Jobs]:
+    j = Jobs(slurm_cluster)
     yield j
     j.cleanup()
 
@@ -32,12 +33,12 @@ PRINT_RANK = "import os; print('hello from rank', os.environ['NODE_RANK'], flush
 
 
 def test_logs_read_the_output_file_of_every_rank(
-    backend: SlurmBackend, jobs: contract.Jobs
+    backend: SlurmBackend, jobs: Jobs
 ) -> None:
     req = jobs.request({"command": ["/usr/bin/python3", "-c", PRINT_RANK]})
     assert backend.logs(req.name) == []  # not submitted: nothing to read
     backend.submit(req)
-    contract.wait_fact(backend, req.name, {Phase.SUCCEEDED, Phase.FAILED}, timeout=120)
+    wait_fact(backend, req.name, {Phase.SUCCEEDED, Phase.FAILED}, timeout=120)
 
     def both_ranks() -> str | None:
         (log,) = backend.logs(req.name)

@@ -26,7 +26,8 @@ from broker.domain.attempts import Placement, RunSnapshot, backend_object_name
 from broker.domain.facts import Phase
 from broker.domain.ids import new_job_id
 from broker.domain.spec import JobSpec
-from tests.fixtures.slurm import SlurmCluster, wait_until
+from tests.fixtures.slurm import SlurmCluster
+from tests.harness.wait import wait_until
 
 pytestmark = pytest.mark.slurm
 USERS = {"alice": "isthmus-t1", "bob": "isthmus-t2"}  # API user -> Unix user

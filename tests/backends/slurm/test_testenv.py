@@ -11,7 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fixtures.slurm import SlurmCluster, wait_until
+from tests.fixtures.slurm import SlurmCluster
+from tests.harness.wait import wait_until
 
 pytestmark = pytest.mark.slurm
 

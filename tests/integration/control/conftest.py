@@ -12,40 +12,7 @@ from backends.sim.backend import SimBackend, SimClock, SimPoolSpec
 from broker.config import IsthmusConfig, parse_config
 from broker.control.plane import ControlParams, ControlPlane
 from broker.store import Database
-
-CONFIG = {
-    "auth": {"mode": "none"},
-    "flavors": [
-        {"name": "h100-80g", "gpu_model": "H100", "gpu_memory_gb": 80, "cost_weight": 2.0},
-        {"name": "a100-80g", "gpu_model": "A100", "gpu_memory_gb": 80},
-    ],
-    "backends": [{"name": "sim-slurm", "kind": "slurm"}, {"name": "sim-k8s", "kind": "k8s"}],
-    "pools": [
-        {"name": "slurm-h100", "backend": "sim-slurm", "flavor": "h100-80g",
-         "capacity": {"nodes": 4, "gpus_per_node": 8, "nodes_per_rack": 2}},
-        {"name": "k8s-a100", "backend": "sim-k8s", "flavor": "a100-80g",
-         "capacity": {"nodes": 8, "gpus_per_node": 8, "nodes_per_rack": 4}},
-    ],
-    "cohorts": [{"name": "research"}],
-    "teams": [
-        {"name": "vision", "cohort": "research",
-         "quotas": {"h100-80g": {"nominal": 32}, "a100-80g": {"nominal": 64}}},
-        {"name": "language", "cohort": "research",
-         "quotas": {"h100-80g": {"nominal": 0, "borrowing_limit": 16},
-                    "a100-80g": {"nominal": 16}}},
-    ],
-}
-
-
-class Sim:
-    def __init__(self, plane: ControlPlane, clock: SimClock,
-                 backends: dict[str, SimBackend]) -> None:
-        self.plane, self.clock, self.backends = plane, clock, backends
-
-    def advance(self, seconds: float) -> None:
-        self.clock.advance(seconds)
-        for b in self.backends.values():
-            b.sync()  # process each backend up to the shared clock
+from tests.harness.sim import CONFIG, Sim
 
 
 @pytest.fixture

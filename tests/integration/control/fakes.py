@@ -31,17 +31,17 @@ class BlockingBackend:
     def release(self) -> None:
         self._open.set()
 
-    def _wait(self) -> None:
+    def _hold(self) -> None:
         if not self._open.wait(self.limit):
             raise BackendUnavailable(f"{self.name} still blocked after {self.limit:g}s")
 
     def inventory(self) -> InventorySnapshot:
-        self._wait()
+        self._hold()
         return self.inner.inventory()
 
     def observe(self, names: Sequence[str] | None = None) -> list[Fact]:
         if self.observe_too:
-            self._wait()
+            self._hold()
         return self.inner.observe(names)
 
     def __getattr__(self, attr: str) -> Any:

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from broker.store import attempts as att
 from broker.store import records
 from broker.store.queries import get_job, job_events
-from tests.integration.control.conftest import Sim
+from tests.harness.sim import Sim
 
 
 def poison(sim: Sim, job_id: str, *, raw: str | None = None, **fields: Any) -> None:

@@ -18,9 +18,8 @@ from broker.domain import FailureCategory, Reason
 from broker.domain.facts import Phase
 from broker.orchestration.submission import cancel_job
 from broker.store import attempts as att
-from tests.builders import spec
-from tests.integration.control.conftest import CONFIG, Sim
-from tests.integration.control.test_loop_sim import _attempts, _run_until, cycle, state, submit
+from tests.builders import SpecBuilder, spec
+from tests.harness.sim import CONFIG, Sim, attempts_of, cycle, run_until, state, submit
 
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "REJECTED"}
 H100_WEIGHT, SLURM_POOL_WEIGHT = 2.0, 1.5  # flavor and pool cost weights of slurm-h100
@@ -57,13 +56,14 @@ def _until(sim: Sim, done: Callable[[], bool], cycles: int = 200, step: float = 
     raise AssertionError("the workload did not finish")
 
 
+@pytest.mark.slow
 def test_the_ledger_charges_every_held_gpu_hour_once_whatever_the_ending(sim: Sim) -> None:
     k8s = sim.backends["sim-k8s"]
     a100 = spec().flavors("a100-80g").topology(None)
     jobs: dict[str, str] = {}
 
     # 1. Isthmus preempts: the h100 pool (32 GPUs) full of low-priority work, then an urgent job
-    def low(team: str) -> object:
+    def low(team: str) -> SpecBuilder:
         return spec().name(f"low-{team}").team(team).flavors("h100-80g").replicas(2).topology(
             None).set("priority", "low").set(
             "checkpoint", {"dir": f"/ckpt/{team}", "resumable": True, "grace": "30s"})
@@ -71,7 +71,7 @@ def test_the_ledger_charges_every_held_gpu_hour_once_whatever_the_ending(sim: Si
     jobs["low-vision"] = submit(sim, low("vision"), 1800)
     jobs["low-language"] = submit(sim, low("language"), 1800)
     for name in ("low-vision", "low-language"):
-        _run_until(sim, jobs[name], "RUNNING", step=20)
+        run_until(sim, jobs[name], "RUNNING", step=20)
     # 2. on the a100 pool meanwhile: success, user error, infra failure, lost, preempted by the
     # backend, cancelled while running after a progress report
     jobs["ok"] = submit(sim, a100.name("ok").replicas(1).gpus(8), 900)
@@ -81,7 +81,7 @@ def test_the_ledger_charges_every_held_gpu_hour_once_whatever_the_ending(sim: Si
     jobs["bumped"] = submit(sim, a100.name("bumped").replicas(1).gpus(8), 600)
     jobs["cancelled"] = submit(sim, a100.name("cancelled").replicas(1).gpus(8), 3600)
     for name in ("ok", "user-error", "node-lost", "forgotten", "bumped", "cancelled"):
-        _run_until(sim, jobs[name], "RUNNING", step=20)
+        run_until(sim, jobs[name], "RUNNING", step=20)
     cycle(sim, 700)  # past the 10 minutes that protect new work from preemption
 
     urgent = submit(sim, spec().name("urgent").flavors("h100-80g").replicas(2).topology(None)
@@ -90,7 +90,7 @@ def test_the_ledger_charges_every_held_gpu_hour_once_whatever_the_ending(sim: Si
     _until(sim, lambda: state(sim, urgent)[0] in ("RUNNING", "SUCCEEDED"), step=10)
 
     def current(name: str) -> att.AttemptRecord:
-        return _attempts(sim, jobs[name])[-1]
+        return attempts_of(sim, jobs[name])[-1]
 
     k8s._end(k8s.jobs[current("user-error").backend_name], Phase.FAILED, Reason.UserError,
              "OOMKilled: exit code 137", FailureCategory.USER_ERROR)
@@ -110,7 +110,7 @@ def test_the_ledger_charges_every_held_gpu_hour_once_whatever_the_ending(sim: Si
 
     _until(sim, lambda: all(state(sim, j)[0] in TERMINAL for j in jobs.values()))
 
-    attempts = [a for j in jobs.values() for a in _attempts(sim, j)]
+    attempts = [a for j in jobs.values() for a in attempts_of(sim, j)]
     entries = _entries(sim)
     usage = {(e.job_id, e.attempt): e for e in entries if e.kind == "usage"}
     held = sum(_held_hours(a) for a in attempts)
@@ -145,7 +145,7 @@ def test_the_ledger_charges_every_held_gpu_hour_once_whatever_the_ending(sim: Si
     assert cancelled and cancelled[0].gpu_hours == pytest.approx(since_report)
     assert since_report < usage[(c.job_id, c.number)].gpu_hours / 2
     # preempted by Isthmus: one low-priority attempt ended preempted, and was charged
-    victims = [a for name in ("low-vision", "low-language") for a in _attempts(sim, jobs[name])
+    victims = [a for name in ("low-vision", "low-language") for a in attempts_of(sim, jobs[name])
                if a.preempted]
     assert len(victims) == 1 and (victims[0].job_id, victims[0].number) in usage
     # the queued job that was cancelled held nothing and is charged nothing
@@ -161,9 +161,9 @@ def test_charging_twice_books_nothing_more(sim: Sim) -> None:
     from broker.control.reconcile import charge
 
     job = submit(sim, spec().flavors("a100-80g").replicas(1).gpus(8).topology(None), 3600)
-    _run_until(sim, job, "RUNNING", step=20)
+    run_until(sim, job, "RUNNING", step=20)
     cycle(sim, 600)
-    a = _attempts(sim, job)[-1]
+    a = attempts_of(sim, job)[-1]
     with sim.plane.db.write() as s:
         assert charge(s, sim.plane, "vision", a, ledger.Ending.CANCELLED, sim.clock.now,
                       sim.clock.now)

@@ -10,8 +10,7 @@ from fastapi.testclient import TestClient
 from broker.api.app import create_app
 from broker.config import parse_config
 from tests.builders import spec
-from tests.integration.control.conftest import CONFIG, Sim
-from tests.integration.control.test_loop_sim import cycle, state, submit
+from tests.harness.sim import CONFIG, Sim, cycle, state, submit
 
 
 def test_drain_holds_jobs_with_pool_drained_until_undrain(sim: Sim) -> None:

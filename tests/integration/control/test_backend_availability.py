@@ -26,9 +26,8 @@ from broker.store import Database
 from broker.store import attempts as att
 from broker.store.queries import get_job
 from tests.builders import spec
-from tests.integration.control.conftest import Sim
+from tests.harness.sim import Sim, submit
 from tests.integration.control.fakes import BlockingBackend
-from tests.integration.control.test_loop_sim import submit
 
 
 def _plane(sim: Sim, db: Database, config: IsthmusConfig, **backends: Any) -> ControlPlane:
@@ -229,19 +228,19 @@ class Overlaps:
             self._leave()
 
     def inventory(self) -> InventorySnapshot:
-        return self._call(self.inner.inventory)  # type: ignore[no-any-return]
+        return self._call(self.inner.inventory)
 
     def submit(self, request: SubmitRequest) -> Any:
         return self._call(self.inner.submit, request)
 
     def lookup(self, name: str) -> Fact | None:
-        return self._call(self.inner.lookup, name)  # type: ignore[no-any-return]
+        return self._call(self.inner.lookup, name)
 
     def cancel(self, name: str, grace_seconds: int) -> Any:
         return self._call(self.inner.cancel, name, grace_seconds)
 
     def observe(self, names: Sequence[str] | None = None) -> list[Fact]:
-        return self._call(self.inner.observe, names)  # type: ignore[no-any-return]
+        return self._call(self.inner.observe, names)
 
 
 def test_control_passes_in_threads_never_enter_one_adapter_together(

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from tests.fixtures import promtool
-from tests.integration.control.conftest import Sim
-from tests.integration.control.test_metrics import _scrape, _workload
+from tests.harness.metrics import metrics_workload, scrape_metrics
+from tests.harness.sim import Sim
 
 GRAFANA = Path(__file__).resolve().parents[3] / "deploy" / "grafana"
 DASHBOARDS = sorted(GRAFANA.glob("*.json"))
@@ -93,8 +93,8 @@ def test_every_dashboard_expression_parses(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_every_dashboard_metric_is_exported_by_the_broker(sim: Sim) -> None:
-    _workload(sim)
-    text = _scrape(sim)
+    metrics_workload(sim)
+    text = scrape_metrics(sim)
     samples = set(re.findall(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)[{ ]", text, re.M))
     families = set(re.findall(r"^# TYPE (\S+)", text, re.M))
     for board, expr in _all():

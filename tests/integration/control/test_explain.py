@@ -9,7 +9,7 @@ from broker.api.app import create_app
 from broker.control.admission import run_admission
 from broker.orchestration.submission import submit_job
 from tests.builders import spec
-from tests.integration.control.conftest import Sim
+from tests.harness.sim import Sim
 
 
 def test_waiting_job_explains_itself(sim: Sim) -> None:
@@ -53,7 +53,7 @@ def test_cli_explain(sim: Sim, monkeypatch: object) -> None:
             return None
 
         def explain(self, job_id: str) -> dict[str, object]:
-            return client.get(f"/v1/jobs/{job_id}/explain").json()  # type: ignore[no-any-return]
+            return client.get(f"/v1/jobs/{job_id}/explain").json()
 
     monkeypatch.setattr(common, "Client", Local)  # type: ignore[attr-defined]
     out = CliRunner().invoke(cli.app, ["explain", job.id])

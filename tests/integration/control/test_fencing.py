@@ -20,7 +20,8 @@ from broker.store import attempts as att
 from broker.store.fence import Deposed, FencedDatabase
 from broker.store.queries import get_job, job_events
 from tests.builders import spec
-from tests.integration.control.conftest import Sim
+from tests.harness.sim import Sim
+from tests.harness.wait import wait_until
 
 
 def _cycles(db: Database) -> int:
@@ -61,18 +62,13 @@ def test_the_runtime_steps_down_on_a_refused_write(threaded_sim: Sim) -> None:
     runtime = Runtime(sim.plane, LeaderLease(api_db, holder="old", ttl=fast.lease_ttl), fast)
     runtime.start()
     try:
-        deadline = time.monotonic() + 10
-        while not runtime.leading:
-            assert time.monotonic() < deadline, "the runtime never led"
-            time.sleep(0.05)
+        wait_until(lambda: runtime.leading, 60, "the runtime to lead", interval=0.05)
         # another replica takes over (as if the lease had expired while this one was paused)
         far = db_now_utc(api_db) + timedelta(seconds=fast.lease_ttl + 1)
         assert LeaderLease(api_db, holder="new", ttl=fast.lease_ttl).try_acquire(far)
         before = _cycles(api_db)
-        deadline = time.monotonic() + 10
-        while runtime.leading:
-            assert time.monotonic() < deadline, "the deposed runtime kept leading"
-            time.sleep(0.05)
+        wait_until(lambda: not runtime.leading, 60, "the deposed runtime to step down",
+                   interval=0.05)
         assert isinstance(sim.plane.db, FencedDatabase) and sim.plane.db.refused >= 1
         time.sleep(0.5)  # several admission intervals: nothing more is written
         assert _cycles(api_db) == before
@@ -80,7 +76,7 @@ def test_the_runtime_steps_down_on_a_refused_write(threaded_sim: Sim) -> None:
         runtime.stop()
 
 
-def db_now_utc(db: Database):  # type: ignore[no-untyped-def]
+def db_now_utc(db: Database):
     with db.read() as s:
         return db_now(s.connection())
 

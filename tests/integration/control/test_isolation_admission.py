@@ -10,13 +10,12 @@ import pytest
 from broker.control.admission import run_admission
 from broker.store import attempts as att
 from broker.store.queries import get_job
-from tests.builders import spec
-from tests.integration.control.conftest import Sim
+from tests.builders import SpecBuilder, spec
+from tests.harness.sim import Sim, cycle, run_until, state, submit
 from tests.integration.control.poison import events, poison
-from tests.integration.control.test_loop_sim import _run_until, cycle, state, submit
 
 
-def _low(team: str) -> object:
+def _low(team: str) -> SpecBuilder:
     return spec().name(f"low-{team}").team(team).flavors("h100-80g").replicas(2).topology(
         None).set("priority", "low")
 
@@ -26,7 +25,7 @@ def test_a_running_job_with_a_huge_max_runtime_does_not_stop_preemption_planning
 ) -> None:
     lows = [submit(sim, _low("vision"), 3600), submit(sim, _low("language"), 3600)]
     for j in lows:
-        _run_until(sim, j, "RUNNING", step=20)
+        run_until(sim, j, "RUNNING", step=20)
     poison(sim, lows[0], max_runtime=10**12)  # 31,700 years; past the API, never trusted
     cycle(sim, 700)  # past the minimum runtime that protects new work
     urgent = submit(sim, spec().name("urgent").flavors("h100-80g").replicas(2).topology(None)
@@ -43,7 +42,7 @@ def test_a_retry_backoff_at_its_ceiling_is_applied_not_lost(sim: Sim) -> None:
     below); the retry engine's answer at that ceiling is applied, never lost to arithmetic
     (timebox.add_seconds saturates beyond it, tests/unit/domain/test_timebox.py)."""
     job = submit(sim, spec().flavors("a100-80g").replicas(1).gpus(8).topology(None), 300)
-    _run_until(sim, job, "RUNNING", step=20)
+    run_until(sim, job, "RUNNING", step=20)
     poison(sim, job, retry__backoff=86400, retry__max_backoff=86400)
     with sim.plane.db.read() as s:
         a = att.attempts_of(s, job)[-1]
@@ -83,7 +82,7 @@ def test_a_preemption_plan_that_fails_for_one_job_is_no_plan_for_that_job_alone(
 
     lows = [submit(sim, _low("vision"), 3600), submit(sim, _low("language"), 3600)]
     for j in lows:
-        _run_until(sim, j, "RUNNING", step=20)
+        run_until(sim, j, "RUNNING", step=20)
     cycle(sim, 700)
     broken = submit(sim, spec().name("broken").flavors("h100-80g").replicas(2).topology(None)
                     .set("priority", "high"), 60)

@@ -11,19 +11,20 @@ from datetime import UTC, datetime
 
 import pytest
 
+from backends.base import SubmitRequest, SubmitResult
 from backends.slurm import SlurmBackend, SubmitRefused
 from backends.slurm.inventory import PoolBinding
 from backends.slurm.records import BatchJob
 from backends.slurm.settings import SlurmSettings
 from broker.control.admission import run_admission
 from broker.control.dispatch import run_dispatch
+from broker.domain.facts import Fact
 from broker.store import attempts as att
 from broker.store.queries import get_job
 from tests.builders import spec
-from tests.integration.control.conftest import Sim
+from tests.harness.sim import Sim, consistent, state, submit
+from tests.harness.slurm_fakes import FakeTransport
 from tests.integration.control.poison import events, poison_snapshot
-from tests.integration.control.test_loop_sim import consistent, state, submit
-from tests.unit.slurm.test_adapter_node_health import FakeTransport
 
 
 def _three(sim: Sim) -> tuple[str, str, str]:
@@ -50,10 +51,10 @@ def test_an_unexpected_dispatch_error_requeues_that_job_alone(sim: Sim) -> None:
     backend = sim.backends["sim-slurm"]
     original = backend.submit
 
-    def submit_or_fail(request: object) -> object:
+    def submit_or_fail(request: SubmitRequest) -> SubmitResult:
         if getattr(request, "job_id", None) == bad:
             raise KeyError("a bug met only by this job")
-        return original(request)  # type: ignore[arg-type]
+        return original(request)
 
     backend.submit = submit_or_fail  # type: ignore[method-assign]
     run_dispatch(sim.plane)  # raised KeyError, leaving every later intent ADMITTED
@@ -72,10 +73,10 @@ def test_a_refusal_of_the_slurm_transport_is_a_refusal(sim: Sim) -> None:
     backend = sim.backends["sim-slurm"]
     original = backend.submit
 
-    def submit_or_refuse(request: object) -> object:
+    def submit_or_refuse(request: SubmitRequest) -> SubmitResult:
         if getattr(request, "job_id", None) == bad:
             raise SubmitRefused("sbatch: error: Batch job submission failed: Invalid qos")
-        return original(request)  # type: ignore[arg-type]
+        return original(request)
 
     backend.submit = submit_or_refuse  # type: ignore[method-assign]
     run_dispatch(sim.plane)  # SubmitRefused escaped dispatch_one
@@ -97,7 +98,7 @@ def test_an_unreachable_backend_is_asked_once_per_pass_and_holds_up_nobody_else(
     calls = []
     original = backend.lookup
 
-    def lookup(name: str) -> object:
+    def lookup(name: str) -> Fact | None:
         calls.append(name)
         return original(name)
 
@@ -116,15 +117,15 @@ def test_an_unreachable_backend_is_asked_once_per_pass_and_holds_up_nobody_else(
 class SubmittingTransport(FakeTransport):
     submitted: list[str] | None = None
 
-    def submit(self, job: BatchJob) -> str:
+    def submit(self, job: BatchJob, *, as_user: str | None = None) -> str:
         self.submitted = [*(self.submitted or []), job.name]
         return str(1000 + len(self.submitted))
 
-    def find(self, name: str) -> list:  # type: ignore[type-arg]
+    def find(self, name: str) -> list:
         return []
 
     def accounting(self, *, names: Sequence[str] = (), job_ids: Sequence[str] = (),
-                   since: datetime) -> list:  # type: ignore[type-arg]
+                   since: datetime) -> list:
         return []
 
 
@@ -135,7 +136,7 @@ class SubmittingTransport(FakeTransport):
 def test_a_slurm_render_that_overflows_is_contained(sim: Sim, field: str) -> None:
     bad, slurm, k8s = _three(sim)  # placed on the simulated inventory, then dispatched to:
     transport = SubmittingTransport()
-    sim.plane.backends = {  # type: ignore[misc]
+    sim.plane.backends = {
         **sim.plane.backends,
         "sim-slurm": SlurmBackend(
             "sim-slurm", [PoolBinding("slurm-h100", "h100", "h100-80g")],

@@ -8,15 +8,14 @@ from broker.control.dispatch import run_dispatch
 from broker.control.reconcile import reconcile
 from broker.store import attempts as att
 from tests.builders import spec
-from tests.integration.control.conftest import Sim
+from tests.harness.sim import Sim, consistent, run_until, state, submit
 from tests.integration.control.poison import events, poison
-from tests.integration.control.test_loop_sim import _run_until, consistent, state, submit
 
 
 def test_one_attempt_that_cannot_be_applied_does_not_stop_the_pass(sim: Sim) -> None:
     broken = submit(sim, spec().name("broken").flavors("a100-80g").replicas(1).topology(None),
                     600)
-    _run_until(sim, broken, "RUNNING", step=20)
+    run_until(sim, broken, "RUNNING", step=20)
     others = [submit(sim, spec().name(f"o{i}").team("language").flavors("a100-80g")
                      .replicas(1).topology(None), 600) for i in range(2)]
     run_admission(sim.plane)
@@ -38,7 +37,7 @@ def test_an_unexpected_observe_error_is_a_reason_on_that_backends_jobs(sim: Sim)
     slurm = submit(sim, spec().name("s").flavors("h100-80g").replicas(1).topology(None), 600)
     k8s = submit(sim, spec().name("k").flavors("a100-80g").replicas(1).topology(None), 600)
     for j in (slurm, k8s):
-        _run_until(sim, j, "RUNNING", step=20)
+        run_until(sim, j, "RUNNING", step=20)
 
     def observe(names: object = None) -> list[object]:
         raise KeyError("a bug in the adapter")

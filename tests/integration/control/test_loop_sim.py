@@ -3,51 +3,22 @@ with retries, preemption, cancellation, outages and crash recovery."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from backends.sim.backend import DURATION_ENV
+from backends.slurm import SlurmBackend, SlurmSettings
+from backends.slurm.inventory import PoolBinding
+from backends.slurm.transport_cli import CliTransport
 from broker import ledger
 from broker.control.admission import run_admission
 from broker.control.dispatch import run_dispatch
-from broker.control.reconcile import reconcile
-from broker.orchestration.replay import check_all
-from broker.orchestration.submission import cancel_job, submit_job
+from broker.orchestration.submission import cancel_job
 from broker.store import attempts as att
-from broker.store.queries import get_job, job_events, list_jobs
-from tests.builders import spec
-from tests.integration.control.conftest import Sim
-
-
-def cycle(sim: Sim, seconds: float = 10) -> None:
-    run_admission(sim.plane)
-    run_dispatch(sim.plane)
-    sim.advance(seconds)
-    for name in sim.backends:
-        reconcile(sim.plane, name)
-
-
-def state(sim: Sim, job_id: str) -> tuple[str, str]:
-    with sim.plane.db.read() as s:
-        job = get_job(s, job_id)
-        assert job is not None
-        return job.state, job.reason
-
-
-def consistent(sim: Sim) -> None:
-    """Replay matches rows, ledger counters match entries, and the GPUs reserved equal the
-    GPUs of the jobs that hold a reservation (ADMITTED, PREPARING, RUNNING)."""
-    with sim.plane.db.read() as s:
-        assert list(check_all(s)) == []
-        assert ledger.check(s) == []
-        holding = list_jobs(s, states=["ADMITTED", "PREPARING", "RUNNING"], limit=10_000)
-        reserved = sum(g for (g, _) in ledger.usage(s).values())
-        assert reserved == sum(j.total_gpus for j in holding)
-
-
-def submit(sim: Sim, builder: object, duration: float = 60) -> str:
-    s = builder.build()  # type: ignore[attr-defined]
-    s = s.model_copy(update={"env": {**s.env, DURATION_ENV: str(duration)}})
-    return submit_job(sim.plane.db, sim.plane.config, s, "tester").job.id
+from broker.store.queries import get_job, job_events
+from tests.builders import SpecBuilder, spec
+from tests.harness.sim import Sim, attempts_of, consistent, cycle, run_until, state, submit
 
 
 def test_jobs_run_to_success_on_both_backends(sim: Sim) -> None:
@@ -67,23 +38,10 @@ def test_jobs_run_to_success_on_both_backends(sim: Sim) -> None:
     consistent(sim)
 
 
-def _attempts(sim: Sim, job_id: str) -> list[att.AttemptRecord]:
-    with sim.plane.db.read() as s:
-        return att.attempts_of(s, job_id)
-
-
-def _run_until(sim: Sim, job_id: str, wanted: str, cycles: int = 30, step: float = 10) -> None:
-    for _ in range(cycles):
-        if state(sim, job_id)[0] == wanted:
-            return
-        cycle(sim, step)
-    raise AssertionError(f"job stayed {state(sim, job_id)}, wanted {wanted}")
-
-
 def test_infra_failure_is_retried_elsewhere_and_user_error_is_not(sim: Sim) -> None:
     job = submit(sim, spec().flavors("a100-80g").replicas(1).gpus(8).topology(None), 300)
-    _run_until(sim, job, "RUNNING", step=20)
-    first = _attempts(sim, job)[-1]
+    run_until(sim, job, "RUNNING", step=20)
+    first = attempts_of(sim, job)[-1]
     node = sim.backends["sim-k8s"].jobs[first.backend_name].nodes[0]
     sim.backends["sim-k8s"].fail_node(node)
     cycle(sim, 1)
@@ -93,8 +51,8 @@ def test_infra_failure_is_retried_elsewhere_and_user_error_is_not(sim: Sim) -> N
         path = [(e.to_state, e.reason) for e in job_events(s, job)]
     assert ("FAILED", "InfraTransient") in path and ("RETRYING", "RetryScheduled") in path
     sim.advance(60)  # past the 30 s backoff
-    _run_until(sim, job, "RUNNING", step=20)
-    second = _attempts(sim, job)[-1]
+    run_until(sim, job, "RUNNING", step=20)
+    second = attempts_of(sim, job)[-1]
     assert second.number == 2
     assert node not in sim.backends["sim-k8s"].jobs[second.backend_name].nodes
     consistent(sim)
@@ -104,8 +62,8 @@ def test_user_error_ends_failed_without_retry(sim: Sim) -> None:
     from broker.domain.facts import Phase
 
     job = submit(sim, spec().flavors("a100-80g").replicas(1).gpus(8).topology(None), 300)
-    _run_until(sim, job, "RUNNING", step=20)
-    a = _attempts(sim, job)[-1]
+    run_until(sim, job, "RUNNING", step=20)
+    a = attempts_of(sim, job)[-1]
     backend = sim.backends["sim-k8s"]
     from broker.domain import FailureCategory, Reason
 
@@ -113,7 +71,7 @@ def test_user_error_ends_failed_without_retry(sim: Sim) -> None:
                  "exit code 3", FailureCategory.USER_ERROR)
     cycle(sim, 1)
     assert state(sim, job) == ("FAILED", "UserError")
-    assert len(_attempts(sim, job)) == 1
+    assert len(attempts_of(sim, job)) == 1
     with sim.plane.db.read() as s:
         assert ledger.usage(s)[("vision", "a100-80g")] == (0, 0)
     consistent(sim)
@@ -121,15 +79,15 @@ def test_user_error_ends_failed_without_retry(sim: Sim) -> None:
 
 def test_preempted_job_is_requeued_without_spending_an_attempt(sim: Sim) -> None:
     job = submit(sim, spec().flavors("h100-80g").replicas(2).gpus(8), 600)
-    _run_until(sim, job, "RUNNING", step=20)
-    a = _attempts(sim, job)[-1]
+    run_until(sim, job, "RUNNING", step=20)
+    a = attempts_of(sim, job)[-1]
     sim.backends["sim-slurm"].preempt(a.backend_name)
     cycle(sim, 1)
     with sim.plane.db.read() as s:
         path = [(e.to_state, e.reason) for e in job_events(s, job)]
     assert ("RETRYING", "Preempted") in path
-    _run_until(sim, job, "RUNNING", step=20)
-    assert [x.preempted for x in _attempts(sim, job)] == [True, False]
+    run_until(sim, job, "RUNNING", step=20)
+    assert [x.preempted for x in attempts_of(sim, job)] == [True, False]
     consistent(sim)
 
 
@@ -137,8 +95,8 @@ def test_infra_retry_avoids_only_the_node_the_backend_blamed(sim: Sim) -> None:
     import json
 
     job = submit(sim, spec().flavors("a100-80g").replicas(2).gpus(8).topology(None), 300)
-    _run_until(sim, job, "RUNNING", step=20)
-    first = _attempts(sim, job)[-1]
+    run_until(sim, job, "RUNNING", step=20)
+    first = attempts_of(sim, job)[-1]
     gang = sim.backends["sim-k8s"].jobs[first.backend_name].nodes
     bad, healthy = gang[0], gang[1]
     sim.backends["sim-k8s"].fail_node(bad)
@@ -153,24 +111,24 @@ def test_infra_retry_avoids_only_the_node_the_backend_blamed(sim: Sim) -> None:
 
 def test_cancel_while_running_cancels_the_backend_object(sim: Sim) -> None:
     job = submit(sim, spec().flavors("h100-80g").replicas(2).gpus(8), 600)
-    _run_until(sim, job, "RUNNING", step=20)
-    a = _attempts(sim, job)[-1]
+    run_until(sim, job, "RUNNING", step=20)
+    a = attempts_of(sim, job)[-1]
     cancel_job(sim.plane.db, job, "tester", by_admin=False)
     cycle(sim, 1)
     assert sim.backends["sim-slurm"].jobs[a.backend_name].phase.value == "CANCELLED"
-    assert _attempts(sim, job)[-1].ended_at is not None
+    assert attempts_of(sim, job)[-1].ended_at is not None
     consistent(sim)
 
 
 def test_backend_outage_is_a_reason_not_a_failure(sim: Sim) -> None:
     job = submit(sim, spec().flavors("h100-80g").replicas(2).gpus(8), 120)
-    _run_until(sim, job, "RUNNING", step=20)
+    run_until(sim, job, "RUNNING", step=20)
     sim.backends["sim-slurm"].reachable = False
     for _ in range(8):  # 80 s of outage, longer than the lost-attempt grace
         cycle(sim, 10)
         assert state(sim, job) == ("RUNNING", "BackendUnavailable")
     sim.backends["sim-slurm"].reachable = True
-    _run_until(sim, job, "SUCCEEDED")
+    run_until(sim, job, "SUCCEEDED")
     consistent(sim)
 
 
@@ -180,7 +138,7 @@ def test_dispatch_after_a_crash_adopts_instead_of_duplicating(sim: Sim) -> None:
 
     job = submit(sim, spec().flavors("h100-80g").replicas(2).gpus(8), 60)
     run_admission(sim.plane)
-    a = _attempts(sim, job)[-1]
+    a = attempts_of(sim, job)[-1]
     assert a.dispatch == "pending"
     # the previous leader created the object, then died before recording it
     token = progress_token(server_secret(sim.plane.db, "progress"), job, a.number)
@@ -190,14 +148,14 @@ def test_dispatch_after_a_crash_adopts_instead_of_duplicating(sim: Sim) -> None:
     assert names == [a.backend_name]
     with sim.plane.db.read() as s:
         assert "adopted" in job_events(s, job)[-1].message
-    _run_until(sim, job, "SUCCEEDED")
+    run_until(sim, job, "SUCCEEDED")
     consistent(sim)
 
 
 def test_lost_attempt_fails_as_orchestration_and_is_retried_once(sim: Sim) -> None:
     job = submit(sim, spec().flavors("h100-80g").replicas(2).gpus(8), 600)
-    _run_until(sim, job, "RUNNING", step=20)
-    a = _attempts(sim, job)[-1]
+    run_until(sim, job, "RUNNING", step=20)
+    a = attempts_of(sim, job)[-1]
     del sim.backends["sim-slurm"].jobs[a.backend_name]  # the backend forgot it entirely
     for _ in range(4):  # within the 60 s grace: not yet lost
         cycle(sim, 10)
@@ -207,14 +165,14 @@ def test_lost_attempt_fails_as_orchestration_and_is_retried_once(sim: Sim) -> No
     with sim.plane.db.read() as s:
         path = [(e.to_state, e.reason) for e in job_events(s, job)]
     assert ("FAILED", "Orchestration") in path
-    assert len(_attempts(sim, job)) == 2
+    assert len(attempts_of(sim, job)) == 2
     consistent(sim)
 
 
 def test_orphan_objects_are_cancelled(sim: Sim) -> None:
     job = submit(sim, spec().flavors("h100-80g").replicas(2).gpus(8), 600)
-    _run_until(sim, job, "RUNNING", step=20)
-    a = _attempts(sim, job)[-1]
+    run_until(sim, job, "RUNNING", step=20)
+    a = attempts_of(sim, job)[-1]
     with sim.plane.db.write() as s:  # e.g. an attempt the database ended by hand
         att.update(s, job, a.number, ended_at=sim.clock.now)
     cycle(sim, 1)
@@ -224,7 +182,7 @@ def test_orphan_objects_are_cancelled(sim: Sim) -> None:
 def test_higher_priority_preempts_and_the_victim_resumes_from_its_checkpoint(sim: Sim) -> None:
     from broker.domain.attempts import RunSnapshot
 
-    def low(team: str) -> object:
+    def low(team: str) -> SpecBuilder:
         return spec().name(f"low-{team}").team(team).flavors("h100-80g").replicas(2).topology(
             None).set("priority", "low").set(
             "checkpoint", {"dir": f"/ckpt/{team}", "resumable": True, "grace": "30s"})
@@ -232,7 +190,7 @@ def test_higher_priority_preempts_and_the_victim_resumes_from_its_checkpoint(sim
     # the pool (32 GPUs) is full of low-priority work: vision's own and language's borrowed
     lows = [submit(sim, low("vision"), 3600), submit(sim, low("language"), 3600)]
     for j in lows:
-        _run_until(sim, j, "RUNNING", step=20)
+        run_until(sim, j, "RUNNING", step=20)
     cycle(sim, 700)  # past the 10 min minimum runtime that protects new work
     urgent = submit(sim, spec().name("urgent").flavors("h100-80g").replicas(2).topology(None)
                     .set("priority", "high"), 60)
@@ -250,8 +208,8 @@ def test_higher_priority_preempts_and_the_victim_resumes_from_its_checkpoint(sim
                 preempted.append(j)
     assert len(preempted) == 1, "exactly one victim frees the 16 GPUs needed"
     victim = preempted[0]
-    _run_until(sim, victim, "RUNNING", cycles=40, step=20)
-    attempts = _attempts(sim, victim)
+    run_until(sim, victim, "RUNNING", cycles=40, step=20)
+    attempts = attempts_of(sim, victim)
     assert [a.preempted for a in attempts] == [True, False]
     resumed = RunSnapshot.model_validate_json(attempts[-1].snapshot_json)
     assert resumed.resume_from is not None and resumed.resume_from.startswith("/ckpt/")
@@ -269,22 +227,22 @@ def test_priority_preemption_frees_one_rack_for_a_rack_bound_gang(sim: Sim) -> N
     for i, priority in enumerate(["normal"] * 3 + ["low"] + ["normal"] * 3 + ["low"]):
         j = submit(sim, spec().name(f"{priority}-{i}").flavors("a100-80g").replicas(1)
                    .topology(None).set("priority", priority), 3600)
-        _run_until(sim, j, "RUNNING", step=20)
+        run_until(sim, j, "RUNNING", step=20)
         lows.append(j)
     cycle(sim, 700)  # past the minimum runtime that protects new work
     urgent = submit(sim, spec().name("urgent").team("language").flavors("a100-80g")
                     .replicas(2).topology("rack").set("priority", "high"), 60)
     run_admission(sim.plane)
     assert state(sim, urgent) == ("QUEUED", "WaitingForPreemption")
-    _run_until(sim, urgent, "RUNNING", cycles=6)
+    run_until(sim, urgent, "RUNNING", cycles=6)
     with sim.plane.db.read() as s:
         preempted = [j for j in lows if ("RETRYING", "Preempted")
                      in [(e.to_state, e.reason) for e in job_events(s, j)]]
     assert len(preempted) == 2, "two victims, exactly enough"
     rack = {n.name: n.topology.rack for p in sim.plane.inventory().pools for n in p.nodes}
-    racks = set()
+    racks: set[str | None] = set()
     for j in preempted:
-        placement = RunSnapshot.model_validate_json(_attempts(sim, j)[0].snapshot_json).placement
+        placement = RunSnapshot.model_validate_json(attempts_of(sim, j)[0].snapshot_json).placement
         assert placement is not None
         racks.update(rack[n] for n in placement.nodes)
     assert len(racks) == 1, racks
@@ -295,27 +253,27 @@ def test_priority_preemption_frees_one_rack_for_a_rack_bound_gang(sim: Sim) -> N
 def test_a_team_whose_quota_is_full_preempts_its_own_lower_priority_work(sim: Sim) -> None:
     # vision's 32 nominal h100 GPUs (all the pool has; nobody lends it more) run two of its
     # own low-priority gangs; its urgent job must take the place of one of them
-    def low(i: int) -> object:
+    def low(i: int) -> SpecBuilder:
         return spec().name(f"low-{i}").team("vision").flavors("h100-80g").replicas(2).topology(
             None).set("priority", "low")
 
     lows = [submit(sim, low(i), 3600) for i in range(2)]
     for j in lows:
-        _run_until(sim, j, "RUNNING", step=20)
+        run_until(sim, j, "RUNNING", step=20)
     cycle(sim, 700)  # past the minimum runtime that protects new work
     urgent = submit(sim, spec().name("urgent").team("vision").flavors("h100-80g").replicas(2)
                     .topology(None).set("priority", "high"), 60)
     run_admission(sim.plane)
     assert state(sim, urgent) == ("QUEUED", "WaitingForPreemption")
-    _run_until(sim, urgent, "RUNNING", cycles=6)
+    run_until(sim, urgent, "RUNNING", cycles=6)
     with sim.plane.db.read() as s:
         why = {j: [e.message for e in job_events(s, j)
                    if (e.to_state, e.reason) == ("RETRYING", "Preempted")] for j in lows}
     preempted = [j for j, msgs in why.items() if msgs]
     assert len(preempted) == 1, "one 16-GPU victim makes room inside the team's quota"
     assert "team vision's h100-80g quota is full" in why[preempted[0]][0]
-    _run_until(sim, preempted[0], "RUNNING", cycles=20, step=20)  # after urgent ends
-    assert [a.preempted for a in _attempts(sim, preempted[0])] == [True, False]
+    run_until(sim, preempted[0], "RUNNING", cycles=20, step=20)  # after urgent ends
+    assert [a.preempted for a in attempts_of(sim, preempted[0])] == [True, False]
     consistent(sim)
 
 
@@ -327,7 +285,7 @@ def test_admitted_but_undispatched_capacity_is_not_given_twice(sim: Sim) -> None
         job = submit(sim, spec().name(f"one-{i}").flavors("h100-80g").replicas(1)
                      .topology(None), 60)
         run_admission(sim.plane)  # no dispatch and no reconcile in between
-        a = _attempts(sim, job)[-1]
+        a = attempts_of(sim, job)[-1]
         placement = RunSnapshot.model_validate_json(a.snapshot_json).placement
         assert placement is not None
         nodes += placement.nodes
@@ -353,31 +311,51 @@ def test_objects_of_other_installations_are_left_alone(sim: Sim) -> None:
     assert sim.backends["sim-slurm"].jobs[foreign].phase.value == "RUNNING"
 
 
-def test_refused_dispatch_avoids_the_pool_instead_of_looping(sim: Sim) -> None:
-    from backends.base import Unsupported
+SBATCH_REFUSAL = ("sbatch: error: Batch job submission failed: "
+                  "Requested node configuration is not available")
 
-    backend = sim.backends["sim-slurm"]
 
-    def refuse(request: object) -> object:
-        raise Unsupported("this backend does not take the job")
+def _refusing_slurm(tmp_path: Path) -> SlurmBackend:
+    """The real Slurm adapter and CLI transport over stand-in commands: no job of that name is
+    queued or accounted, and sbatch refuses the job the way Slurm does (exit 1, the error on
+    stderr), which the transport turns into SubmitRefused."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    commands = {"squeue": "exit 0", "sacct": "exit 0", "sinfo": "echo '{\"nodes\": []}'",
+                "sbatch": f"cat >/dev/null; echo '{SBATCH_REFUSAL}' >&2; exit 1"}
+    for name, body in commands.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    return SlurmBackend("sim-slurm", [PoolBinding("slurm-h100", "h100", "h100-80g")],
+                        SlurmSettings(work_dir=str(tmp_path / "jobs")),
+                        CliTransport(bin_dir=str(bin_dir)))
 
-    backend.submit = refuse  # type: ignore[method-assign]
+
+def test_refused_dispatch_avoids_the_pool_instead_of_looping(
+    sim: Sim, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refusing = _refusing_slurm(tmp_path)
+    monkeypatch.setattr(sim.backends["sim-slurm"], "submit", refusing.submit)
     job = submit(sim, spec().flavors("h100-80g").replicas(1).topology(None), 60)
     for _ in range(10):
         cycle(sim, 10)
-    attempts = _attempts(sim, job)
+    attempts = attempts_of(sim, job)
     assert len(attempts) == 1 and attempts[0].dispatch == "abandoned"
+    assert attempts[0].pool == "slurm-h100"
     job_state, reason = state(sim, job)
     assert job_state == "QUEUED" and reason in ("PoolExcluded", "NoFlavorFits"), reason
+    with sim.plane.db.read() as s:
+        refusal = [e for e in job_events(s, job) if e.reason == "DispatchRefused"]
+    assert refusal and "Requested node configuration is not available" in refusal[0].message
 
 
 def test_usage_and_waste_are_accounted_per_attempt(sim: Sim) -> None:
     import sqlalchemy as sa
 
     job = submit(sim, spec().flavors("a100-80g").replicas(1).topology(None), 600)
-    _run_until(sim, job, "RUNNING", step=20)
+    run_until(sim, job, "RUNNING", step=20)
     cycle(sim, 120)
-    first = _attempts(sim, job)[-1]
+    first = attempts_of(sim, job)[-1]
     node = sim.backends["sim-k8s"].jobs[first.backend_name].nodes[0]
     sim.backends["sim-k8s"].fail_node(node)
     cycle(sim, 1)

@@ -18,41 +18,10 @@ from broker.api.app import create_app
 from broker.config import parse_config
 from broker.control.lease import LeaderLease
 from broker.control.reconcile import reconcile
-from broker.domain import FailureCategory, Reason
-from broker.domain.facts import Phase
-from broker.orchestration.submission import cancel_job
 from tests.builders import spec
 from tests.fixtures import promtool
-from tests.integration.control.conftest import CONFIG, Sim
-from tests.integration.control.test_loop_sim import _attempts, _run_until, cycle, state, submit
-
-
-def _workload(sim: Sim) -> dict[str, str]:
-    """A success, an OOM kill, a cancel and a job left running."""
-    k8s = sim.backends["sim-k8s"]
-    one = spec().flavors("a100-80g").replicas(1).gpus(8).topology(None)
-    jobs = {"ok": submit(sim, one.name("ok"), 60), "oom": submit(sim, one.name("oom"), 3600),
-            "cancel": submit(sim, one.name("cancel"), 3600),
-            "running": submit(sim, spec().name("long").team("language").flavors("h100-80g")
-                              .replicas(1).gpus(8).topology(None), 36000)}
-    for name in ("oom", "cancel", "running"):
-        _run_until(sim, jobs[name], "RUNNING", step=20)
-    a = _attempts(sim, jobs["oom"])[-1]
-    k8s._end(k8s.jobs[a.backend_name], Phase.FAILED, Reason.UserError,
-             "OOMKilled: exit code 137", FailureCategory.USER_ERROR)
-    cancel_job(sim.plane.db, jobs["cancel"], "tester", by_admin=False)
-    cycle(sim, 120)
-    return jobs
-
-
-def _scrape(sim: Sim, headers: dict[str, str] | None = None, **server: object) -> str:
-    data = copy.deepcopy(CONFIG)
-    data["server"] = server
-    config = parse_config(data)
-    with TestClient(create_app(config, sim.plane.db)) as client:
-        r = client.get("/metrics", headers=headers or {})
-        assert r.status_code == 200, r.text
-        return r.text
+from tests.harness.metrics import metrics_workload, scrape_metrics
+from tests.harness.sim import CONFIG, Sim, attempts_of, cycle, run_until, state, submit
 
 
 def exported_names(text: str) -> set[str]:
@@ -62,8 +31,8 @@ def exported_names(text: str) -> set[str]:
 
 
 def test_metrics_pass_promtool_check_metrics(sim: Sim) -> None:
-    _workload(sim)
-    text = _scrape(sim)
+    metrics_workload(sim)
+    text = scrape_metrics(sim)
     proc = promtool.run(["check", "metrics"], stdin=text)
     assert proc.returncode == 0 and not proc.stdout.strip() and not proc.stderr.strip(), (
         proc.stdout + proc.stderr)
@@ -89,7 +58,7 @@ def test_promtool_check_metrics_rejects_a_non_base_unit() -> None:
 
 
 def test_store_gauges_say_what_the_federation_holds(sim: Sim) -> None:
-    jobs = _workload(sim)
+    jobs = metrics_workload(sim)
     waiting = submit(sim, spec().name("waits").flavors("h100-80g").replicas(4).gpus(8)
                      .topology(None), 60)  # the whole pool, of which language holds 8
     cycle(sim, 1)
@@ -123,7 +92,7 @@ def test_store_gauges_say_what_the_federation_holds(sim: Sim) -> None:
     # a progress report makes the job busy again
     from broker.store import attempts as att
 
-    a = _attempts(sim, jobs["running"])[-1]
+    a = attempts_of(sim, jobs["running"])[-1]
     with sim.plane.db.write() as s:
         att.update(s, a.job_id, a.number, last_progress_at=sim.clock.now)
     assert read()[("isthmus_gpus_idle", running)] == 0
@@ -132,7 +101,7 @@ def test_store_gauges_say_what_the_federation_holds(sim: Sim) -> None:
 
 def test_reconcile_lag_grows_while_a_backend_cannot_be_observed(sim: Sim) -> None:
     job = submit(sim, spec().flavors("h100-80g").replicas(1).gpus(8).topology(None), 3600)
-    _run_until(sim, job, "RUNNING", step=20)
+    run_until(sim, job, "RUNNING", step=20)
 
     def lag() -> float:
         return metrics.RECONCILE_LAG.labels("sim-slurm")._value.get()

@@ -17,7 +17,7 @@ from broker.orchestration.submission import submit_job
 from broker.store import attempts as att
 from broker.store.records import EVENTS, JOBS
 from tests.builders import spec
-from tests.integration.control.conftest import Sim
+from tests.harness.sim import Sim
 
 
 def _client(sim: Sim, control: bool = True) -> TestClient:

@@ -5,33 +5,33 @@ job runs, the bad ones carry a clear reason, and the books stay consistent."""
 
 from __future__ import annotations
 
+from backends.base import SubmitRequest, SubmitResult
 from backends.sim.backend import SimBackend
-from tests.builders import spec
-from tests.integration.control.conftest import Sim
+from tests.builders import SpecBuilder, spec
+from tests.harness.sim import Sim, consistent, cycle, run_until, state, submit
 from tests.integration.control.poison import events, poison
-from tests.integration.control.test_loop_sim import _run_until, consistent, cycle, state, submit
 
 
 def _explode_for(backend: SimBackend, job_id: str) -> None:
     original = backend.submit
 
-    def submit_or_explode(request: object) -> object:
+    def submit_or_explode(request: SubmitRequest) -> SubmitResult:
         if getattr(request, "job_id", None) == job_id:
             raise RuntimeError("cannot render this job")
-        return original(request)  # type: ignore[arg-type]
+        return original(request)
 
     backend.submit = submit_or_explode  # type: ignore[method-assign]
 
 
 def test_poison_pills_harm_nobody_else(sim: Sim) -> None:
-    def low(team: str) -> object:
+    def low(team: str) -> SpecBuilder:
         return spec().name(f"low-{team}").team(team).flavors("h100-80g").replicas(2).topology(
             None).set("priority", "low")
 
     # slurm-h100 is full: vision's own gang and language's borrowed one
     holder, borrower = submit(sim, low("vision"), 7200), submit(sim, low("language"), 7200)
     for j in (holder, borrower):
-        _run_until(sim, j, "RUNNING", step=20)
+        run_until(sim, j, "RUNNING", step=20)
     cycle(sim, 700)  # past the minimum runtime that protects new work
     poison(sim, holder, max_runtime=10**12)
 

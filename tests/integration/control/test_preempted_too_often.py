@@ -16,7 +16,7 @@ from broker.store import attempts as att
 from broker.store.queries import get_job, job_events
 from policies.retry import RetryParams
 from tests.builders import insert_job_in_state
-from tests.integration.control.conftest import Sim
+from tests.harness.sim import Sim
 
 
 def test_a_job_preempted_too_often_fails_with_retries_exhausted(sim: Sim) -> None:

@@ -17,7 +17,7 @@ from broker.store.queries import get_job
 from broker.store.secrets import progress_token, server_secret
 from policies.preemption import Victim
 from tests.builders import spec
-from tests.integration.control.conftest import Sim
+from tests.harness.sim import Sim, cycle
 
 
 def test_progress_reports(sim: Sim) -> None:
@@ -55,7 +55,6 @@ def test_progress_reports(sim: Sim) -> None:
 
 
 def test_metrics_endpoint(sim: Sim) -> None:
-    from tests.integration.control.test_loop_sim import cycle
 
     job = submit_job(sim.plane.db, sim.plane.config, spec().flavors("h100-80g").build(), "t").job
     for _ in range(3):

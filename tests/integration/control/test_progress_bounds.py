@@ -12,7 +12,7 @@ from broker.control.dispatch import run_dispatch
 from broker.orchestration.submission import submit_job
 from broker.store.secrets import progress_token, server_secret
 from tests.builders import spec
-from tests.integration.control.conftest import Sim
+from tests.harness.sim import Sim
 
 
 @pytest.mark.parametrize(

@@ -16,8 +16,7 @@ from broker.domain.facts import Fact, Phase
 from broker.orchestration.submission import submit_job
 from broker.store.queries import get_job
 from tests.builders import spec
-from tests.integration.control.conftest import Sim
-from tests.integration.control.test_loop_sim import cycle
+from tests.harness.sim import Sim, cycle
 
 
 class ReportsImages:
@@ -37,7 +36,7 @@ class ReportsImages:
         return getattr(self.inner, attr)
 
 
-def _run_until(sim: Sim, job_id: str, state: str) -> None:
+def run_until(sim: Sim, job_id: str, state: str) -> None:
     for _ in range(30):
         cycle(sim, 5)
         with sim.plane.db.read() as s:
@@ -45,7 +44,7 @@ def _run_until(sim: Sim, job_id: str, state: str) -> None:
         assert job is not None
         if job.state == state:
             return
-    raise AssertionError(f"job {job_id} never reached {state} (is {job.state})")
+    raise AssertionError(f"job {job_id} never reached {state} (is {job and job.state})")
 
 
 def _submit(sim: Sim, **fields: Any) -> str:
@@ -56,13 +55,13 @@ def _submit(sim: Sim, **fields: Any) -> str:
 
 def test_snapshot_export_resolves_once_and_a_resubmission_never_changes_it(sim: Sim) -> None:
     backend = ReportsImages(sim.plane.backends["sim-slurm"])
-    sim.plane.backends["sim-slurm"] = backend  # type: ignore[assignment]
+    sim.plane.backends = {**sim.plane.backends, "sim-slurm": backend}
     entry = {"image": "reg.example/train:latest", "command": ["python", "train.py"]}
     first = _submit(sim, entrypoint=entry, code_version="git:abc123", data_version="ds:v1",
                     max_runtime="2h")
     client = TestClient(create_app(sim.plane.config, sim.plane.db))
     url = f"/v1/jobs/{first}/attempts/1/snapshot"
-    _run_until(sim, first, "RUNNING")
+    run_until(sim, first, "RUNNING")
     exported = client.get(url)
     assert exported.status_code == 200, exported.text
     body = exported.json()
@@ -82,7 +81,7 @@ def test_snapshot_export_resolves_once_and_a_resubmission_never_changes_it(sim: 
     # resubmitted from the export, with a new code version: a snapshot of its own
     again = body["snapshot"]["spec"] | {"code_version": "git:def456"}
     second = _submit(sim, **again)
-    _run_until(sim, second, "RUNNING")
+    run_until(sim, second, "RUNNING")
     other = client.get(f"/v1/jobs/{second}/attempts/1/snapshot").json()
     assert other["snapshot"]["code_version"] == "git:def456"
     assert other["resolved"]["image_digest"] == "sha256:" + "b" * 64
@@ -109,7 +108,7 @@ def test_cli_snapshot_exports_the_last_attempt_as_json(sim: Sim, monkeypatch: An
     from broker.client import Client
 
     job = _submit(sim, code_version="git:abc123")
-    _run_until(sim, job, "RUNNING")
+    run_until(sim, job, "RUNNING")
     http = TestClient(create_app(sim.plane.config, sim.plane.db))
 
     class Local(Client):

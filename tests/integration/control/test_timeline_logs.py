@@ -16,7 +16,7 @@ from broker.control.dispatch import run_dispatch
 from broker.control.reconcile import reconcile
 from broker.orchestration.submission import submit_job
 from tests.builders import spec
-from tests.integration.control.conftest import Sim
+from tests.harness.sim import Sim
 
 
 def _client(sim: Sim, control: bool = True) -> TestClient:
@@ -103,7 +103,7 @@ class _Local:
         from broker.client import Client
 
         self._c = Client.__new__(Client)
-        self._c._http = self.client  # type: ignore[assignment]
+        self._c._http = self.client
 
     def __enter__(self) -> Any:
         return self._c

@@ -15,7 +15,7 @@ from broker.cli.main import app
 from broker.config import parse_config
 from broker.control.wiring import check_backends
 from broker.server import ServerError, run
-from tests.conftest import EXAMPLE_CONFIG, LOCAL_CONFIG
+from tests.harness.paths import EXAMPLE_CONFIG, LOCAL_CONFIG
 
 # the Slurm and Kubernetes adapters' checks, on the configuration of the real test clusters
 BASE: dict[str, Any] = yaml.safe_load(LOCAL_CONFIG.read_text())

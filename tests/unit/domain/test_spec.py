@@ -100,4 +100,4 @@ def test_sizes(text: str | int, size: int) -> None:
 @pytest.mark.parametrize("bad", ["", "h", "2x", "-5m", True])
 def test_bad_durations(bad: object) -> None:
     with pytest.raises(ValueError):
-        parse_duration(bad)  # type: ignore[arg-type]
+        parse_duration(bad)

@@ -18,7 +18,7 @@ from backends.k8s.classify import (
 from broker.domain.facts import Phase
 from broker.domain.failures import FailureCategory as C
 from broker.domain.reasons import Reason
-from tests.unit.k8s.helpers import cond, job, pod
+from tests.harness.k8s_requests import cond, job, pod
 
 NOW = datetime(2026, 1, 1, 0, 0, 10, tzinfo=UTC)
 POLICY = ClassifyPolicy(image_pull_timeout_s=60, all_ranks_timeout_s=5)

@@ -11,8 +11,8 @@ from backends.k8s.inventory import build_pools, pod_release
 from backends.k8s.manifests import ANN_MAX_RUNTIME, render
 from backends.k8s.settings import K8sSettings, PoolBinding
 from broker.domain.timebox import FAR_FUTURE
-from tests.unit.k8s.helpers import request
-from tests.unit.k8s.kube_objects import foreign_pod, gpu_node
+from tests.harness.k8s_requests import request
+from tests.harness.kube_objects import foreign_pod, gpu_node
 
 POOL = PoolBinding(name="h100", flavor="h100-80g", node_selector={"isthmus.io/pool": "h100"})
 START = "2026-11-29T10:00:00Z"
@@ -112,3 +112,20 @@ def test_absurd_gpu_quantities_do_not_break_the_inventory(value: str) -> None:
     pod["spec"]["containers"][0]["resources"] = {"requests": {"nvidia.com/gpu": value}}
     (snap,) = build_pools("k8s", nodes, [pod], [POOL], K8sSettings())
     assert snap.nodes[0].free_gpus in (0, 8)  # a number, whatever the pod claims
+
+
+def test_free_cpus_and_memory_are_the_node_minus_its_live_pods_requests() -> None:
+    """They were left at 0, so no job asking for CPUs or memory ever fit a Kubernetes node
+    (examples/jobs/demo/02-llm-pretrain.yaml waited for ever with TopologyUnsatisfiable)."""
+    nodes = [gpu_node("n1", "h100", "r0"), gpu_node("n2", "h100", "r0")]
+    for n in nodes:
+        n["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    busy = running(foreign_pod("x", gpus=4), "n1")
+    busy["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "24500m", "memory": "64Gi"}
+    done = running(foreign_pod("y", gpus=4), "n1", phase="Succeeded")
+    done["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "100", "memory": "1Ti"}
+    (snap,) = build_pools("k8s", nodes, [busy, done], [POOL], K8sSettings())
+    by_name = {n.name: n for n in snap.nodes}
+    assert (by_name["n1"].cpus, by_name["n1"].free_cpus) == (224, 199)
+    assert by_name["n1"].free_memory_bytes == 2 * 2**40 - 64 * 2**30
+    assert (by_name["n2"].free_cpus, by_name["n2"].free_memory_bytes) == (224, 2 * 2**40)

@@ -9,7 +9,7 @@ import pytest
 from backends.base import Unsupported
 from backends.k8s.manifests import render
 from backends.k8s.settings import K8sSettings, PoolBinding
-from tests.unit.k8s.helpers import JOB_ID, NAME, request
+from tests.harness.k8s_requests import JOB_ID, NAME, request
 
 H100 = PoolBinding(name="h100", flavor="h100-80g", node_selector={"isthmus.io/pool": "h100"})
 SETTINGS = K8sSettings(namespace="train", all_ranks_timeout_s=120, master_port=29400)
@@ -158,6 +158,10 @@ def test_kueue_mode_creates_the_job_suspended_with_a_queue() -> None:
     assert job["spec"]["template"]["metadata"]["annotations"] == {
         "kueue.x-k8s.io/podset-required-topology": "topology.isthmus.io/rack",
         "isthmus.io/max-runtime": "7200"}
+    assert len(_term(out)["matchExpressions"]) == 1
+    # nor the nodes Isthmus's own placement chose: they would fight Kueue's choice
+    out = render(request(level="rack", domain="b/h100-rack-1", nodes=("n1", "n2")), H100,
+                 settings)
     assert len(_term(out)["matchExpressions"]) == 1
 
 

@@ -126,11 +126,13 @@ def test_starving_gang_holds_a_rack_so_backfill_cannot_take_it() -> None:
     params = AdmissionParams(ordering=OrderingParams(starvation_after_s=3600))
     res = cycle([big, *smalls], inv, params=params)
     d = res.by_job()
-    assert d[big.id].reservation is not None and "p1:b0/r0" in d[big.id].reservation
+    reservation = d[big.id].reservation
+    assert reservation is not None and "p1:b0/r0" in reservation
     admitted = [d[s.id] for s in smalls if d[s.id].admitted]
     assert len(admitted) == 3  # the other rack only
-    held_rack = d[big.id].reservation.split(":")[1].split(" ")[0]
-    assert all(not a.placement.topology_domain.startswith(held_rack) for a in admitted)
+    held_rack = reservation.split(":")[1].split(" ")[0]
+    domains = [a.placement.topology_domain if a.placement else None for a in admitted]
+    assert all(dom is not None and not dom.startswith(held_rack) for dom in domains)
     assert res.record.reservations == (f"{big.id}@{d[big.id].reservation}",)
 
 
@@ -276,9 +278,9 @@ def test_preemption_that_would_not_help_keeps_the_reason_and_says_so() -> None:
     # fragmented and nothing to stop where it would help: TopologyUnsatisfiable stays
     frag = inventory(make_pool("p1").shape(1, 1, 2).use("n0", 4).use("n1", 4))
     high = [running("h", priority=1000, gpus=4, nodes=("n0",))]
-    d = cycle([make_job().gpus(8).priority(1000, True).build()], frag, running_jobs=high)
-    assert d.decisions[0].reason is Reason.TopologyUnsatisfiable
-    assert "preemption would not help" in d.decisions[0].message
+    res = cycle([make_job().gpus(8).priority(1000, True).build()], frag, running_jobs=high)
+    assert res.decisions[0].reason is Reason.TopologyUnsatisfiable
+    assert "preemption would not help" in res.decisions[0].message
 
 
 def test_victims_taken_by_one_job_are_not_counted_again_by_the_next() -> None:

@@ -13,21 +13,21 @@ from tests.unit.policies.builders import T0, at, inventory, make_job, make_pool,
 QUOTAS = quota_config({"vision": (None, {"h100": q(1000)}), "nlp": (None, {"h100": q(1000)})})
 
 
-def _run(pool, *jobs, factor: float = 1.0):  # type: ignore[no-untyped-def]
+def _run(pool, *jobs, factor: float = 1.0):
     inv = inventory(pool)
     result = admission_cycle(list(jobs), inv, QUOTAS, quota_usage(), T0)
     return result, estimate(result.decisions, {j.id: j for j in jobs}, inv, T0,
                             runtime_factor=factor)
 
 
-def quota_usage():  # type: ignore[no-untyped-def]
+def quota_usage():
     from policies.types import Usage
 
     return Usage()
 
 
 def _job(gpus: int, replicas: int = 1, runtime_min: float = 60, team: str = "vision",
-         topology: str | None = None):  # type: ignore[no-untyped-def]
+         topology: str | None = None):
     j = make_job().gpus(gpus).replicas(replicas).team(team).topology(topology).build()
     return replace(j, max_runtime_s=int(runtime_min * 60))
 
@@ -49,7 +49,7 @@ CASES = [
 
 
 @pytest.mark.parametrize(("pool", "jobs", "starts", "method"), CASES)
-def test_estimated_starts(pool, jobs, starts, method) -> None:  # type: ignore[no-untyped-def]
+def test_estimated_starts(pool, jobs, starts, method) -> None:
     result, est = _run(pool(), *jobs)
     for job, start in zip(jobs, starts, strict=True):
         d = result.by_job()[job.id]
@@ -97,3 +97,84 @@ def test_quota_wait_is_not_dated() -> None:
     result = admission_cycle([job], inv, quotas, quota_usage(), T0)
     est = estimate(result.decisions, {job.id: job}, inv, T0)
     assert est[job.id].at is None and est[job.id].method.startswith("unknown: waits for")
+
+
+def test_the_estimate_names_the_nodes_of_its_start() -> None:
+    """n1 comes back first (minute 30), n0 at minute 90: a 1-node job's estimate names n1, one
+    entry per replica; a job with no date names none."""
+    pool = (make_pool().shape(racks=1, nodes=2)
+            .release("n0", (90, 8)).release("n1", (30, 8)))
+    job = _job(8)
+    _, est = _run(pool, job)
+    e = est[job.id]
+    assert e.at == at(30) and e.pool is not None
+    assert [n.rsplit("-", 1)[-1] for n in e.nodes] == ["n1"], e.nodes
+    two = _job(4, replicas=2)
+    _, est = _run(make_pool().shape(racks=1, nodes=2)
+                  .release("n0", (90, 8)).release("n1", (30, 8)), two)
+    assert len(est[two.id].nodes) == 2 and len(set(est[two.id].nodes)) == 1  # both on n1
+    blind = _job(8)
+    _, est = _run(make_pool().shape(racks=1, nodes=1).use("n0", 8), blind)
+    assert est[blind.id].nodes == ()
+
+
+def test_gpus_owed_to_the_backend_queue_are_not_free_for_waiting_jobs() -> None:
+    """4 of the node's 8 GPUs are free, but the backend already has 4 Isthmus GPUs pending:
+    admission holds the free 4 for them, so a waiting 4-GPU job starts at the release at minute
+    30, not now (the replay used to say "now" for such jobs, which then waited)."""
+    from policies.types import Usage
+
+    snap = make_pool().shape(racks=1, nodes=1).release("n0", (30, 4)).build()
+    owed = snap.model_copy(update={"queue": snap.queue.model_copy(
+        update={"isthmus_pending_gpus": 4, "isthmus_pending_jobs": 1})})
+    job = _job(4)
+    for pool, start in ((snap, T0), (owed, at(30))):
+        inv = inventory(pool)
+        result = admission_cycle([job], inv, QUOTAS, Usage(), T0)
+        est = estimate(result.decisions, {job.id: job}, inv, T0)
+        if start == T0:
+            assert result.by_job()[job.id].admitted
+            continue
+        assert not result.by_job()[job.id].admitted
+        assert est[job.id].at == start and est[job.id].method == "releases", est[job.id]
+
+
+def test_a_job_admitted_to_a_backend_queue_takes_the_next_release_first() -> None:
+    """Admitted this cycle into the backend's queue (no nodes), a job holds the first release;
+    the waiting job behind it gets the one after."""
+    from broker.domain.attempts import Placement
+    from broker.domain.spec import BackendKind
+    from policies.admission import Decision
+
+    pool = make_pool().shape(racks=1, nodes=1).release("n0", (30, 8))
+    queued, waiting = _job(8, runtime_min=60), _job(8)
+    inv = inventory(pool)
+    name = inv.pools[0].name
+    placed = Placement(backend=BackendKind.SLURM, backend_instance="slurm-a", pool=name,
+                       flavor="h100")
+    result = admission_cycle([waiting], inv, QUOTAS, quota_usage(), T0)
+    decisions = [Decision(queued.id, True, result.decisions[0].reason, "queued", placed),
+                 *result.decisions]
+    est = estimate(decisions, {queued.id: queued, waiting.id: waiting}, inv, T0)
+    assert est[waiting.id].at == at(90), est[waiting.id]
+
+
+def test_a_reservation_holds_the_free_gpus_of_its_gang_until_it_starts() -> None:
+    """Admission holds the free GPUs of a starving gang's domain (no backfill in front of it):
+    4 of n0's GPUs are free, 4 come back at minute 60. The 8-GPU gang with a reservation starts
+    at 60; a 4-GPU, 30-minute job behind it fits in the free 4 now only if nothing holds them,
+    so with the reservation it starts after the gang's declared hour, at 120."""
+    pool = make_pool().shape(racks=1, nodes=1).release("n0", (60, 4))
+    big, small = _job(8, runtime_min=60), _job(4, runtime_min=30)
+    inv = inventory(pool)
+    result = admission_cycle([big, small], inv, QUOTAS, quota_usage(), T0)
+    by = result.by_job()
+    jobs = {big.id: big, small.id: small}
+    from broker.domain.reasons import Reason
+
+    free = [by[big.id], replace(by[small.id], admitted=False, placement=None,
+                                reason=Reason.InsufficientCapacity)]
+    held = [replace(by[big.id], reservation=f"{inv.pools[0].name}:* (4 GPUs)"), free[1]]
+    assert estimate(free, jobs, inv, T0)[small.id].at == T0
+    est = estimate(held, jobs, inv, T0)
+    assert est[big.id].at == at(60) and est[small.id].at == at(120), est

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,7 @@ NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 T0 = NOW - timedelta(hours=1)
 
 
-def held(job_id: str = "j", name: str = "n", **sched: object) -> Held:
+def held(job_id: str = "j", name: str = "n", **sched: Any) -> Held:
     return Held(job_id, name, "alice", NOW, Scheduling.model_validate(sched))
 
 
@@ -59,7 +60,7 @@ def deps(kind: str, *ids: str) -> dict[str, object]:
          "afterany-ended", "after-not-started", "after-started", "any-of", "singleton-waits",
          "singleton-other-name", "array-full", "array-room"],
 )
-def test_hold(sched: dict[str, object], others: list[JobRef], reason: Reason | None) -> None:
+def test_hold(sched: dict[str, Any], others: list[JobRef], reason: Reason | None) -> None:
     by_id = {o.id: o for o in others}
     active = [o for o in others if o.state not in ("SUCCEEDED", "FAILED", "CANCELLED")]
     got = hold(held(**sched), by_id, active, NOW)

@@ -324,6 +324,7 @@ def _domain(snap_node: object, level: str) -> str:
     return t.domain(level, snap_node.name)  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(scenarios())
 def test_gang_stays_in_required_domain_and_never_overcommits(

@@ -40,7 +40,7 @@ class Case:
     mode: Mode = "priority"
     reason: Reason = Reason.WaitingForPreemption
     in_message: str = ""
-    job: object = field(default=URGENT)
+    job: PendingJob = field(default=URGENT)
 
 
 CASES = [
@@ -159,7 +159,7 @@ def test_victims(case: Case) -> None:
         case.need,
         case.running,
         at(0),
-        case.mode,  # type: ignore[arg-type]
+        case.mode,
         pool="p1",
         flavor="h100",
         quotas=QUOTAS,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bench import placement_quality as pq
 from policies.types import FlavorQuota, QuotaConfig, TeamQuota
 
@@ -27,11 +29,13 @@ def test_every_job_runs_and_topology_is_kept() -> None:
     assert all(w >= 0 for w in m.waits.values())
 
 
+@pytest.mark.slow
 def test_same_seed_same_outcome() -> None:
     assert _run(5).waits == _run(5).waits
     assert _run(5).waits != _run(6).waits
 
 
+@pytest.mark.slow
 def test_firstfit_baseline_spreads_gangs_and_static_pins_teams() -> None:
     trace = pq.make_trace(150, 5, 1.2)
     pq._RACKS.clear()

@@ -6,13 +6,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from backends.base import Backend, BackendUnavailable, SubmitRequest
-from backends.sim import DURATION_ENV, ExternalLoad, SimBackend, SimClock, SimFailures, SimPoolSpec
-from broker.domain import FailureCategory, Reason, RunSnapshot
-from broker.domain.attempts import Placement
+from backends.base import BackendUnavailable
+from backends.sim import ExternalLoad, SimBackend, SimClock, SimFailures, SimPoolSpec
+from broker.domain import FailureCategory, Reason
 from broker.domain.facts import Phase
-from broker.domain.spec import BackendKind, TopologyLevel
-from tests.builders import spec
+from broker.domain.spec import TopologyLevel
+from tests.harness.requests import sim_request
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 POOL = SimPoolSpec("p1", "h100", blocks=1, racks_per_block=2, nodes_per_rack=2, gpus_per_node=8)
@@ -22,44 +21,10 @@ def make(seed: int = 0, **kw: object) -> SimBackend:
     return SimBackend("sim-a", "slurm", [POOL], SimClock(T0), seed=seed, **kw)  # type: ignore[arg-type]
 
 
-def request(
-    n: int,
-    replicas: int = 1,
-    gpus: int = 8,
-    nodes: tuple[str, ...] = (),
-    duration: float | None = 600,
-    level: TopologyLevel | None = None,
-    max_runtime: int | None = None,
-) -> SubmitRequest:
-    b = spec().replicas(replicas).gpus(gpus)
-    s = (b.set("max_runtime", max_runtime) if max_runtime is not None else b).build()
-    env = {DURATION_ENV: str(duration)} if duration is not None else {}
-    placement = Placement(
-        backend=BackendKind.SLURM,
-        backend_instance="sim-a",
-        pool="p1",
-        flavor="h100",
-        nodes=nodes,
-        topology_level=level,
-    )
-    return SubmitRequest(
-        job_id=f"j{n}",
-        attempt=1,
-        name=f"isthmus-j{n}-1",
-        snapshot=RunSnapshot.of(s),
-        placement=placement,
-        env=env,
-    )
-
-
-def test_implements_the_backend_protocol() -> None:
-    assert isinstance(make(), Backend)
-
-
 def test_lifecycle_in_virtual_time() -> None:
     b = make()
-    res = b.submit(request(1, nodes=("p1-n0002",)))
-    assert not res.adopted and b.submit(request(1)).adopted  # idempotent by name
+    res = b.submit(sim_request(1, nodes=("p1-n0002",)))
+    assert not res.adopted and b.submit(sim_request(1)).adopted  # idempotent by name
     fact = b.lookup("isthmus-j1-1")
     assert fact is not None and fact.phase is Phase.STARTING and fact.nodes == ("p1-n0002",)
     b.advance(60)
@@ -75,8 +40,8 @@ def test_lifecycle_in_virtual_time() -> None:
 
 def test_gang_waits_all_or_nothing_and_queue_depth_shows_it() -> None:
     b = make()
-    b.submit(request(1, replicas=3, duration=1000))
-    b.submit(request(2, replicas=2, duration=1000, level=TopologyLevel.RACK))
+    b.submit(sim_request(1, replicas=3, duration=1000))
+    b.submit(sim_request(2, replicas=2, duration=1000, level=TopologyLevel.RACK))
     assert b.lookup("isthmus-j2-1").phase is Phase.PENDING  # type: ignore[union-attr]
     q = b.inventory().pools[0].queue
     assert (q.isthmus_pending_jobs, q.isthmus_pending_gpus) == (1, 16)
@@ -89,7 +54,7 @@ def test_gang_waits_all_or_nothing_and_queue_depth_shows_it() -> None:
 
 def test_cancel_frees_the_nodes() -> None:
     b = make()
-    b.submit(request(1, replicas=4))
+    b.submit(sim_request(1, replicas=4))
     r = b.cancel("isthmus-j1-1", grace_seconds=30)
     assert r.found and r.signalled
     assert b.lookup("isthmus-j1-1").phase is Phase.CANCELLED  # type: ignore[union-attr]
@@ -99,7 +64,7 @@ def test_cancel_frees_the_nodes() -> None:
 
 def test_node_failure_fails_its_job_as_infra_transient() -> None:
     b = make()
-    b.submit(request(1, nodes=("p1-n0001",)))
+    b.submit(sim_request(1, nodes=("p1-n0001",)))
     b.fail_node("p1-n0001")
     f = b.lookup("isthmus-j1-1")
     assert f is not None and f.phase is Phase.FAILED
@@ -110,7 +75,7 @@ def test_node_failure_fails_its_job_as_infra_transient() -> None:
 
 def test_observe_lists_isthmus_objects_and_reports_lost_ones() -> None:
     b = make(external=ExternalLoad(arrivals_per_hour=60))
-    b.submit(request(1))
+    b.submit(sim_request(1))
     b.advance(3600)
     facts = b.observe(["isthmus-j1-1", "isthmus-gone-1"])
     names = [f.backend_name for f in facts]
@@ -132,7 +97,7 @@ def _run(seed: int) -> list[tuple[str, str, str | None]]:
         external=ExternalLoad(arrivals_per_hour=30, mean_duration_s=900),
     )
     for i in range(20):
-        b.submit(request(i, gpus=1 + i % 8, duration=None))
+        b.submit(sim_request(i, gpus=1 + i % 8, duration=None))
         b.advance(120)
     b.advance(86400)
     return [(f.backend_name, f.phase.value, f.failure and f.failure.value) for f in b.observe()]

@@ -33,7 +33,7 @@ from broker.domain.facts import Phase
 from broker.domain.spec import BackendKind, JobSpec
 from broker.feasibility import feasibility
 from tests.builders import spec
-from tests.conftest import EXAMPLE_CONFIG
+from tests.harness.paths import EXAMPLE_CONFIG
 
 BASE: dict[str, Any] = yaml.safe_load(EXAMPLE_CONFIG.read_text())
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
@@ -161,8 +161,8 @@ def test_fault_rates_fail_attempts() -> None:
 
 def test_progress_checkpoints_and_resume() -> None:
     reports = Reports()
-    b = make(reporter=reports, progress_every=30)  # type: ignore[arg-type]
-    fields = {"annotations": {"isthmus.io/sim-duration": "300"},
+    b = make(reporter=reports, progress_every=30)
+    fields: dict[str, Any] = {"annotations": {"isthmus.io/sim-duration": "300"},
               "checkpoint": {"dir": "/ckpt/j1", "interval": 60, "resumable": True}}
     b.submit(request(**fields))
     for _ in range(15):
@@ -205,3 +205,22 @@ def test_wall_clock_runs_at_its_speed() -> None:
     assert (clock.now - clock.start).total_seconds() == pytest.approx(3)  # reported in wall time
     with pytest.raises(TypeError):
         clock.advance(1)
+
+
+def test_outage_file_makes_the_backend_unreachable_while_it_exists(tmp_path: Any) -> None:
+    from backends.base import BackendUnavailable
+
+    flag = tmp_path / "outage"
+    config = copy.deepcopy(BASE)
+    config["backends"][0]["settings"]["outage_file"] = str(flag)
+    backends = build_backends(parse_config(config))
+    sim, other = backends["sim-slurm"], backends["sim-k8s"]
+    assert sim.inventory().pools  # no file: answers
+    flag.write_text("")
+    with pytest.raises(BackendUnavailable, match="outage drill"):
+        sim.inventory()
+    with pytest.raises(BackendUnavailable):
+        sim.observe()
+    assert other.inventory().pools  # only the backend that names the file
+    flag.unlink()
+    assert sim.inventory().pools

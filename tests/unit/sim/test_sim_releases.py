@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from backends.base import SubmitRequest
 from backends.sim import ExternalLoad, SimBackend, SimClock, SimPoolSpec
 from broker.domain.inventory import NodeSnapshot
-from tests.unit.sim.test_sim_backend import request as sim_request
+from tests.harness.requests import sim_request
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 POOL = SimPoolSpec("p1", "h100", blocks=1, racks_per_block=1, nodes_per_rack=2, gpus_per_node=8)

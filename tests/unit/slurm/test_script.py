@@ -12,35 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from backends.base import SubmitRequest, Unsupported
+from backends.base import Unsupported
 from backends.slurm.hostlist import expand
 from backends.slurm.script import LAUNCHER, RESERVED_ENV, RenderSettings, batch_job, render
-from broker.domain.attempts import Placement, RunSnapshot
-from broker.domain.spec import JobSpec
+from tests.harness.requests import slurm_request
 
 # (JobSpec strips surrounding whitespace, so the sample ends without a newline)
 EVIL = "x'; rm -rf / #$(reboot)`id`\nISTHMUS_DATA_END\n'"
-
-
-def _request(
-    entry: dict[str, object] | None = None,
-    *,
-    level: str | None = None,
-    domain: str | None = None,
-    nodes: tuple[str, ...] = (),
-    **spec: object,
-) -> SubmitRequest:
-    data: dict[str, object] = {
-        "name": "train", "team": "vision", "gang": {"replicas": 2, "gpus_per_replica": 8},
-        "flavors": ["a100-80g"], "entrypoint": entry or {"command": ["python", "train.py"]},
-        "max_runtime": "90m", "checkpoint": {"grace": 45}, **spec,
-    }
-    placement = Placement(backend="slurm", backend_instance="slurm-local", pool="slurm-a100",
-                          flavor="a100-80g", topology_level=level, topology_domain=domain,
-                          nodes=nodes)
-    return SubmitRequest(job_id="01abcdefghjkmnpq", attempt=2, name="isthmus-01abcdefghjkmnpq-2",
-                         snapshot=RunSnapshot.of(JobSpec.model_validate(data)),
-                         placement=placement, env={"ISTHMUS_PROGRESS_TOKEN": "t0k"})
 
 
 def _sbatch(script: str) -> dict[str, str]:
@@ -59,7 +37,7 @@ def _data_blocks(script: str) -> list[bytes]:
 
 
 def test_gang_directives() -> None:
-    opts = _sbatch(render(_request(nodes=("a100-1", "a100-2")), partition="a100",
+    opts = _sbatch(render(slurm_request(nodes=("a100-1", "a100-2")), partition="a100",
                           gpu_type="a100"))
     assert opts["--job-name"] == "isthmus-01abcdefghjkmnpq-2"
     assert opts["--comment"] == "isthmus,job=01abcdefghjkmnpq,attempt=2"
@@ -77,7 +55,7 @@ def test_gang_directives() -> None:
 
 
 def test_rack_placement_asks_for_one_switch_and_named_nodes() -> None:
-    req = _request(level="rack", domain="spine/rack1", nodes=("a100-1", "a100-2"))
+    req = slurm_request(level="rack", domain="spine/rack1", nodes=("a100-1", "a100-2"))
     opts = _sbatch(render(req, partition="a100", settings=RenderSettings(rack_features=True)))
     assert opts["--switches"] == "1"
     assert opts["--constraint"] == "rack1"
@@ -86,12 +64,12 @@ def test_rack_placement_asks_for_one_switch_and_named_nodes() -> None:
 
 def test_gpus_per_node_form_and_untyped() -> None:
     settings = RenderSettings(gpu_request="gpus-per-node")
-    opts = _sbatch(render(_request(nodes=("a", "b")), partition="a100", settings=settings))
+    opts = _sbatch(render(slurm_request(nodes=("a", "b")), partition="a100", settings=settings))
     assert opts["--gpus-per-node"] == "8" and "--gres" not in opts
 
 
 def test_user_text_never_reaches_the_shell() -> None:
-    req = _request({"command": ["python", "-c", EVIL]}, env={"EVIL": EVIL})
+    req = slurm_request({"command": ["python", "-c", EVIL]}, env={"EVIL": EVIL})
     script = render(req, partition="a100")
     assert "rm -rf" not in script and "reboot" not in script
     (payload,) = _data_blocks(script)
@@ -103,7 +81,7 @@ def test_user_text_never_reaches_the_shell() -> None:
 
 def test_script_entrypoint_is_its_own_file() -> None:
     user = "#!/bin/bash\necho hi $HOME\n" + EVIL
-    script = render(_request({"script": user}), partition="a100")
+    script = render(slurm_request({"script": user}), partition="a100")
     payload, body = _data_blocks(script)
     assert json.loads(payload)["script"] == "user-script"
     assert body.decode() == user
@@ -111,15 +89,15 @@ def test_script_entrypoint_is_its_own_file() -> None:
 
 def test_unsafe_values_are_refused() -> None:
     with pytest.raises(Unsupported, match="partition"):
-        render(_request(), partition="a100;reboot")
+        render(slurm_request(), partition="a100;reboot")
     with pytest.raises(Unsupported, match="node"):
-        render(_request(nodes=("a100-1", "$(x)")), partition="a100")
+        render(slurm_request(nodes=("a100-1", "$(x)")), partition="a100")
     with pytest.raises(ValueError, match="work_dir"):
         RenderSettings(work_dir="relative/dir")
 
 
 def test_batch_job_fields_match_directives() -> None:
-    job = batch_job(_request(level="rack", domain="spine/rack2", nodes=("h1", "h2")),
+    job = batch_job(slurm_request(level="rack", domain="spine/rack2", nodes=("h1", "h2")),
                     RenderSettings(), partition="h100", gpu_type="h100")
     shape = job.shape
     assert (shape.nodes, shape.gpus_per_node, job.gpu_type, job.time_limit_min) == (
@@ -172,7 +150,7 @@ def test_hostlist(text: str, names: tuple[str, ...]) -> None:
 def test_values_slurm_cannot_hold_are_refused_not_overflowed(
     field: str, update: dict[str, int]
 ) -> None:
-    request = _request()
+    request = slurm_request()
     spec = request.snapshot.spec
     gang = {k: v for k, v in update.items() if k != "max_runtime"}
     bad = spec.model_copy(update={k: v for k, v in update.items() if k == "max_runtime"}

@@ -9,11 +9,11 @@ import pytest
 from backends.base import SettingsError
 from backends.slurm.script import render
 from backends.slurm.settings import SlurmSettings
-from tests.unit.slurm.test_script import _request
+from tests.harness.requests import slurm_request
 
 
 def test_job_directory_is_private_before_any_file_is_written() -> None:
-    lines = render(_request(), partition="a100").splitlines()
+    lines = render(slurm_request(), partition="a100").splitlines()
     umask = lines.index("umask 077")
     mkdir = next(i for i, line in enumerate(lines) if line.startswith("mkdir "))
     assert lines[mkdir] == 'mkdir -p -m 0700 "$ISTHMUS_JOB_DIR"'

@@ -123,3 +123,18 @@ rights there can only be granted cluster-wide. */}}
 {{- end -}}
 {{- $per -}}
 {{- end -}}
+
+{{/* Namespaces (or namespace templates with {team}) of the k8s backends on this cluster that
+have a pool in kueue mode: the backend lists and watches Kueue's Workloads there. */}}
+{{- define "isthmus.kueueNamespaces" -}}
+{{- $ns := list -}}
+{{- range .Values.config.backends -}}
+{{- $s := .settings | default dict -}}
+{{- if and (eq .kind "k8s") (not $s.kubeconfig) -}}
+{{- range $pool, $mode := ($s.modes | default dict) -}}
+{{- if eq $mode "kueue" }}{{ $ns = append $ns ($s.namespace | default "isthmus") }}{{ end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toJson (uniq $ns) -}}
+{{- end -}}

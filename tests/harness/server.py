@@ -7,15 +7,15 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import httpx
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.harness.paths import ROOT
+from tests.harness.wait import wait_until
 
 FAST_CONTROL = {
     "admission_interval": 0.5, "dispatch_interval": 0.3, "reconcile_interval": 0.5,
@@ -29,23 +29,33 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_until(pred: Callable[[], Any], timeout: float, what: str, every: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = pred()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(every)
-
-
 def slurm_backend(slurm: Any, work_dir: Path) -> dict[str, Any]:
     return {
         "name": "slurm-local", "kind": "slurm",
         "settings": {"transport": "cli", "slurm_conf": str(slurm.slurm_conf),
                      "work_dir": str(work_dir)},
     }
+
+
+FAKE = "isthmus.io/fake-"
+
+
+def k8s_backend(cluster: Any, namespace: str) -> dict[str, Any]:
+    return {
+        "name": "k8s-local", "kind": "k8s",
+        "settings": {"kubeconfig": str(cluster.kubeconfig), "namespace": namespace,
+                     "pod_annotations": {f"{FAKE}duration": "3s"}},
+    }
+
+
+def k8s_pools() -> list[dict[str, Any]]:
+    cap = {"nodes": 8, "gpus_per_node": 8, "nodes_per_rack": 4, "racks_per_block": 2}
+    return [
+        {"name": "k8s-h100", "backend": "k8s-local", "flavor": "h100-80g",
+         "node_selector": {"isthmus.io/pool": "h100"}, "capacity": cap},
+        {"name": "k8s-a100", "backend": "k8s-local", "flavor": "a100-80g",
+         "node_selector": {"isthmus.io/pool": "a100"}, "capacity": cap},
+    ]
 
 
 def slurm_pools() -> list[dict[str, Any]]:
@@ -116,7 +126,7 @@ class Server:
                                  f"{self.log.read_text()[-3000:]}")
         try:
             r = httpx.get(f"{self.url}/healthz", timeout=2)
-            return r.json() if r.status_code == 200 else None  # type: ignore[no-any-return]
+            return r.json() if r.status_code == 200 else None
         except httpx.HTTPError:
             return None
 
@@ -148,12 +158,12 @@ class Server:
         headers = {"Idempotency-Key": key} if key else {}
         r = httpx.post(f"{self.url}/v1/jobs", json=spec, headers=headers, timeout=30)
         assert r.status_code in (200, 201), r.text
-        return r.json()  # type: ignore[no-any-return]
+        return r.json()
 
     def job(self, job_id: str) -> dict[str, Any]:
         r = httpx.get(f"{self.url}/v1/jobs/{job_id}", timeout=30)
         assert r.status_code == 200, r.text
-        return r.json()  # type: ignore[no-any-return]
+        return r.json()
 
 
 def job_spec(name: str, flavor: str, replicas: int = 1, gpus: int = 8,

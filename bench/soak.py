@@ -1,0 +1,579 @@
+"""Sustained load on two replicas over one PostgreSQL (issue 17, part 3; not a timed test).
+
+Starts a private PostgreSQL (or uses `--db`), writes a configuration derived from
+examples/isthmus.yaml (the simulated federation, `kind: sim`, its pools scaled to the offered
+rate; four teams in one cohort) and runs two `isthmus server` processes on it: one leads the
+control loop, the other stands by; both serve the API. Then, open loop for `--minutes`:
+- `--rate` submits per second, round robin over the four teams and both replicas, each with
+  its own name and Idempotency-Key (a request that meets a dead replica is sent again, same key,
+  to the other: counted as a connection retry, not a 5xx);
+- mixed in: a cancel of one submit in ten (0-10 s after its answer), and per submit a 10%
+  chance each of a list (`GET /v1/jobs?team=`), an explain and a job read; the simulated jobs
+  themselves post progress reports to the leader (`POST /v1/jobs/{id}/progress`);
+- at 1/3 of the run the `sim-slurm` backend is unreachable for `--outage` seconds (its
+  `outage_file` exists; backends/sim/live.py), at 1/2 the leader is killed with SIGKILL and
+  restarted 20 s later (as a service manager would).
+Latency is counted from the moment a request was due (open loop: a slow answer delays nothing
+else but is charged in full). Per minute: API p50/p99, 5xx, requests, each replica's RSS, and
+the admission cycle p95 (from the leader's `isthmus_admission_cycle_seconds` histogram, so it is
+a bucket bound). After the run, load stops; the harness waits up to `--drain` seconds for every
+job to end, then counts: lost (an answered submit whose job is not in the database),
+duplicated (two jobs with one submit's name), stuck (not ended after the drain), failed, and
+runs `isthmus db check`. Last line:
+`soak: <minutes> min <N> jobs 5xx <k> lost <l> p99 <T> ms rss growth <g>%` (p99: the worst
+minute but the hand-over minute; rss growth: the replica that ran throughout, from the end of
+warm-up to the end).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import faulthandler
+import json
+import math
+import os
+import pwd
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict, deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+TEAMS = ("vision", "language", "speech", "robotics")
+TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "REJECTED"}
+
+
+class Postgres:
+    """A private PostgreSQL server (fsync on) in a temp dir, on a loopback port."""
+
+    def __init__(self) -> None:
+        found = Path("/usr/lib/postgresql").glob("*/bin")
+        bindir = sorted(found, key=lambda p: int(p.parent.name))[-1]
+        self.base = Path(tempfile.mkdtemp(prefix="isthmus-soak-pg-"))
+        run_as: list[str] = []
+        if os.geteuid() == 0:
+            pw = pwd.getpwnam("postgres")
+            os.chown(self.base, pw.pw_uid, pw.pw_gid)
+            run_as = [shutil.which("runuser", path="/usr/sbin:/sbin:/usr/bin") or "runuser",
+                      "-u", "postgres", "--"]
+        data = self.base / "data"
+        subprocess.run([*run_as, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U",
+                        "isthmus", "-E", "UTF8"], check=True, capture_output=True)
+        self.port = _free_port()
+        self.proc = subprocess.Popen(
+            [*run_as, str(bindir / "postgres"), "-D", str(data), "-h", "127.0.0.1", "-p",
+             str(self.port), "-k", str(self.base), "-c", "max_connections=200"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while subprocess.run([str(bindir / "psql"), "-h", "127.0.0.1", "-p", str(self.port),
+                              "-U", "isthmus", "-d", "postgres", "-qc",
+                              "CREATE DATABASE soak"], capture_output=True).returncode:
+            if time.monotonic() > deadline:
+                raise RuntimeError("PostgreSQL did not start")
+            time.sleep(0.3)
+        self.url = f"postgresql://isthmus@127.0.0.1:{self.port}/soak"
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=30)
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_config(work: Path, rate: float, outage_file: Path) -> Path:
+    """examples/isthmus.yaml with its pools scaled to the rate, four teams, a quick control
+    loop and the outage drill armed on sim-slurm (off until the file exists)."""
+    cfg = yaml.safe_load((ROOT / "examples" / "isthmus.yaml").read_text())
+    # jobs run 20-100 simulated s at speed 10 (~7 s with the start), ~4 GPUs each: 2x room
+    nodes = max(8, math.ceil(rate * 7 * 4 * 2 / 8 / 4 / 8) * 8)
+    for p in cfg["pools"]:
+        p["capacity"] = {"nodes": nodes, "gpus_per_node": 8, "nodes_per_rack": 8,
+                         "racks_per_block": 4}
+        p["shared"] = True
+    for b in cfg["backends"]:
+        b["settings"]["progress_interval"] = 40
+    cfg["backends"][0]["settings"]["outage_file"] = str(outage_file)
+    cfg["control"].update({"admission_interval": 1, "dispatch_interval": 0.5,
+                           "reconcile_interval": 1, "lease_ttl": 5, "lost_grace": 20})
+    share = nodes * 8 * 2 // len(TEAMS)  # per flavor: two pools of `nodes` nodes
+    cfg["teams"] = [{"name": t, "cohort": "research",
+                     "quotas": {f: {"nominal": share} for f in ("h100-80g", "a100-80g")}}
+                    for t in TEAMS]
+    cfg["tenancy"]["mounts"] = {}
+    cfg["slurm_compat"]["accounts"] = {t: t for t in TEAMS}
+    path = work / "isthmus.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+class Replica:
+    def __init__(self, name: str, config: Path, db: str, work: Path) -> None:
+        self.name, self.config, self.db = name, config, db
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = work / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "broker.cli.main", "server", "--config", str(self.config),
+                 "--db", self.db, "--port", str(self.port)],
+                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+            )
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def rss_mb(self) -> float:
+        if not self.alive() or self.proc is None:
+            return 0.0
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        return 0.0
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is not None and self.alive():
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=20)
+
+
+def spec(name: str, team: str, rng: random.Random) -> dict[str, Any]:
+    gpus, replicas = rng.choice([(1, 1)] * 5 + [(2, 1), (4, 1), (8, 1), (8, 2)])
+    return {
+        "name": name, "team": team, "flavors": rng.choice([["a100-80g"], ["h100-80g"],
+                                                          ["a100-80g", "h100-80g"]]),
+        "gang": {"replicas": replicas, "gpus_per_replica": gpus},
+        "topology": {"required": "rack"} if replicas > 1 else {},
+        "entrypoint": {"image": "registry.local/train:1.0", "command": ["python", "train.py"]},
+        "max_runtime": "10m",
+        "annotations": {"isthmus.io/sim-duration": str(rng.randint(20, 100))},
+        "retry": {"max_attempts": 5, "backoff": "1s", "max_backoff": "5s"},
+    }
+
+
+@dataclass
+class Stats:
+    lat: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
+    err5: Counter[int] = field(default_factory=Counter)
+    other: Counter[tuple[int, str]] = field(default_factory=Counter)
+    retries: Counter[int] = field(default_factory=Counter)
+    acked: dict[str, str] = field(default_factory=dict)  # name -> job id
+    recent: deque[str] = field(default_factory=lambda: deque(maxlen=500))
+    unanswered: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Answer:
+    status: int
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class Conns:
+    """Keep-alive HTTP/1.1 connections to one replica (raw asyncio: a general client's pool
+    costs more CPU than the server under test on two shared cores)."""
+
+    def __init__(self, port: int, size: int) -> None:
+        self.port, self.size = port, size
+        self.free: asyncio.Queue[tuple[asyncio.StreamReader, asyncio.StreamWriter] | None] = (
+            asyncio.Queue())
+        for _ in range(size):
+            self.free.put_nowait(None)  # opened on first use
+
+    async def request(self, method: str, path: str, body: bytes | None,
+                      headers: dict[str, str]) -> Answer:
+        conn = await self.free.get()
+        try:
+            if conn is None:
+                conn = await asyncio.wait_for(
+                    asyncio.open_connection("127.0.0.1", self.port), 10)
+            reader, writer = conn
+            extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+            head = (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra}"
+                    f"Content-Type: application/json\r\nContent-Length: {len(body or b'')}"
+                    "\r\n\r\n").encode()
+            writer.write(head + (body or b""))
+            raw = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 60)
+            status = int(raw.split(b" ", 2)[1])
+            length = 0
+            for line in raw.split(b"\r\n"):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            data = await asyncio.wait_for(reader.readexactly(length), 60)
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError, IndexError):
+            if conn is not None:
+                conn[1].close()
+            self.free.put_nowait(None)
+            raise ConnectionError(f"replica on port {self.port}") from None
+        self.free.put_nowait(conn)
+        return Answer(status, data)
+
+
+class Load:
+    def __init__(self, replicas: list[Replica], t0: float, stats: Stats, seed: int) -> None:
+        self.replicas, self.t0, self.stats = replicas, t0, stats
+        self.rng = random.Random(seed)
+        self.conns = {r.name: Conns(r.port, 24) for r in replicas}
+        self.rr = 0
+        self.down: dict[str, float] = {}
+        """Replica -> when to try it again after a connection error."""
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def minute(self, t: float) -> int:
+        return int((t - self.t0) // 60)
+
+    async def call(self, method: str, path: str, due: float, body: Any = None,
+                   headers: dict[str, str] | None = None) -> Answer | None:
+        """One request, to the next replica; on a connection error the other one (same body
+        and headers, so a submit keeps its Idempotency-Key)."""
+        raw = json.dumps(body).encode() if body is not None else None
+        self.rr += 1
+        for attempt in range(40):  # about a minute of trying
+            now = time.monotonic()
+            up = [r for r in self.replicas if self.down.get(r.name, 0.0) <= now] or self.replicas
+            r = up[(self.rr + attempt) % len(up)]
+            try:
+                resp = await self.conns[r.name].request(method, path, raw, headers or {})
+            except ConnectionError:
+                self.stats.retries[self.minute(time.monotonic())] += 1
+                self.down[r.name] = time.monotonic() + 2.0  # try it again in 2 s
+                await asyncio.sleep(min(2.0, 0.1 * attempt))
+                continue
+            now = time.monotonic()
+            m = self.minute(due)
+            self.stats.lat[m].append((now - due) * 1000)
+            if resp.status >= 500:
+                self.stats.err5[m] += 1
+            elif resp.status >= 400 and resp.status != 409:
+                self.stats.other[(resp.status, path.split("/")[-1][:12])] += 1
+            return resp
+        return None
+
+    def spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def submit(self, i: int, due: float) -> None:
+        team = TEAMS[i % len(TEAMS)]
+        name = f"soak-{i:07d}"
+        body = spec(name, team, self.rng)
+        resp = await self.call("POST", "/v1/jobs", due, body, {"Idempotency-Key": name})
+        if resp is None or resp.status not in (200, 201):
+            self.stats.unanswered.append(name)
+            return
+        job_id = resp.json()["id"]
+        self.stats.acked[name] = job_id
+        self.stats.recent.append(job_id)
+        if self.rng.random() < 0.1:
+            await asyncio.sleep(self.rng.uniform(0, 10))
+            await self.call("POST", f"/v1/jobs/{job_id}/cancel", time.monotonic())
+
+    async def read(self, i: int, due: float) -> None:
+        x = self.rng.random()
+        ids = self.stats.recent
+        if x < 0.1:
+            await self.call("GET", f"/v1/jobs?team={TEAMS[i % 4]}&limit=50", due)
+        elif x < 0.2 and ids:
+            await self.call("GET", f"/v1/jobs/{self.rng.choice(ids)}/explain", due)
+        elif x < 0.3 and ids:
+            await self.call("GET", f"/v1/jobs/{self.rng.choice(ids)}", due)
+
+    async def run(self, rate: float, seconds: float) -> int:
+        i = 0
+        while True:
+            due = self.t0 + i / rate
+            if due - self.t0 >= seconds:
+                break
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+            self.spawn(self.submit(i, due))
+            self.spawn(self.read(i, due))
+            i += 1
+        while self.tasks:
+            await asyncio.sleep(0.5)
+        return i
+
+
+def _histogram(text: str, name: str) -> dict[float, float]:
+    out: dict[float, float] = {}
+    for line in text.splitlines():
+        if line.startswith(f"{name}_bucket{{"):
+            le = line.split('le="')[1].split('"')[0]
+            out[float("inf") if le == "+Inf" else float(le)] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def _p95(before: dict[float, float], after: dict[float, float]) -> float | None:
+    """The bucket bound holding the 95th percentile of the cycles between two scrapes."""
+    delta = {le: after.get(le, 0) - before.get(le, 0) for le in after}
+    total = delta.get(float("inf"), 0)
+    if total <= 0:
+        return None
+    for le in sorted(delta):
+        if delta[le] >= 0.95 * total:
+            return le
+    return None
+
+
+async def monitor(load: Load, seconds: float, rows: dict[int, dict[str, Any]],
+                  events: dict[str, float], outage: Path, outage_s: float) -> None:
+    """Once a minute: RSS and the admission cycle p95; drives the outage and the kill."""
+    hist: dict[str, dict[float, float]] = {}
+    outage_at, kill_at = seconds / 3, seconds / 2
+    killed: Replica | None = None
+    next_minute = 60.0
+    while True:
+        el = time.monotonic() - load.t0
+        if el >= next_minute or el >= seconds:
+            m = int(next_minute // 60) - 1
+            cycle = None
+            for r in load.replicas:
+                with contextlib.suppress(httpx.HTTPError):
+                    async with httpx.AsyncClient() as client:
+                        text = (await client.get(r.url + "/metrics", timeout=10)).text
+                    h = _histogram(text, "isthmus_admission_cycle_seconds")
+                    before = hist.get(r.name, {})
+                    if h.get(float("inf"), 0) < before.get(float("inf"), 0):
+                        before = {}  # the replica was restarted: its counters too
+                    if h.get(float("inf"), 0) > before.get(float("inf"), 0):
+                        cycle = _p95(before, h)
+                    hist[r.name] = h
+            rows[m] = {"rss": {r.name: r.rss_mb() for r in load.replicas}, "cycle_p95": cycle}
+            lat = load.stats.lat.get(m, [])
+            note(f"minute {m + 1}: {len(lat)} requests p99 {pct(lat, 0.99):.0f} ms "
+                 f"5xx {load.stats.err5.get(m, 0)} rss {rows[m]['rss']} cycle p95 {_bound(cycle)}")
+            next_minute += 60
+            if el >= seconds:
+                return
+        if "outage" not in events and el >= outage_at:
+            outage.write_text("drill\n")
+            events["outage"] = el
+            note("outage starts")
+        if "outage" in events and "outage_end" not in events and el >= events["outage"] + outage_s:
+            outage.unlink(missing_ok=True)
+            events["outage_end"] = el
+        if "kill" not in events and el >= kill_at:
+            killed = await _leader(load)
+            if killed is not None:
+                killed.kill()
+                events["kill"] = el
+                note(f"leader {killed.name} killed")
+                events["killed_" + killed.name] = el
+        if killed is not None and "restart" not in events and el >= events["kill"] + 20:
+            killed.start()
+            events["restart"] = el
+        await asyncio.sleep(1)
+
+
+async def _leader(load: Load) -> Replica | None:
+    for r in load.replicas:
+        with contextlib.suppress(httpx.HTTPError, ValueError):
+            async with httpx.AsyncClient() as client:
+                h = (await client.get(r.url + "/healthz", timeout=5)).json()
+            if h.get("control") == "leader":
+                return r
+    return None
+
+
+def _bound(cycle: float | None) -> str:
+    if cycle is None:
+        return "-"
+    return "> 10 s" if math.isinf(cycle) else f"<= {cycle:g} s"
+
+
+def pct(values: list[float], q: float) -> float:
+    v = sorted(values)
+    return v[min(len(v) - 1, int(q * len(v)))] if v else 0.0
+
+
+def progress_answers(logs: list[Path]) -> Counter[str]:
+    """Progress reports the simulated jobs posted, by answer class, from the replicas' logs (the
+    simulator's reporter logs each request): they are API calls too, and 5xx among them count."""
+    out: Counter[str] = Counter()
+    for log in logs:
+        with contextlib.suppress(OSError), open(log, errors="replace") as f:
+            for line in f:
+                if "/progress \"HTTP/1.1 " in line:
+                    out[line.split('/progress "HTTP/1.1 ', 1)[1][:1] + "xx"] += 1
+    return out
+
+
+def final_counts(db: str, stats: Stats) -> dict[str, Any]:
+    import psycopg
+
+    with psycopg.connect(db.replace("postgresql+psycopg", "postgresql")) as conn:
+        rows = conn.execute("SELECT id, name, state FROM jobs").fetchall()
+    by_name: dict[str, list[str]] = defaultdict(list)
+    states: Counter[str] = Counter()
+    for job_id, name, state in rows:
+        by_name[name].append(job_id)
+        states[state] += 1
+    ids = {r[0] for r in rows}
+    lost = [n for n, i in stats.acked.items() if i not in ids]
+    dup = [n for n, v in by_name.items() if len(v) > 1]
+    stuck = sum(c for s, c in states.items() if s not in TERMINAL)
+    return {"jobs": len(rows), "lost": lost, "duplicated": dup, "stuck": stuck,
+            "states": dict(states)}
+
+
+async def drain(db: str, limit: float) -> None:
+    import psycopg
+
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        with psycopg.connect(db) as conn:
+            n = conn.execute("SELECT count(*) FROM jobs WHERE state NOT IN "
+                             "('SUCCEEDED','FAILED','CANCELLED','REJECTED')").fetchone()
+        if n is None or n[0] == 0:
+            return
+        await asyncio.sleep(5)
+
+
+def report(rows: dict[int, dict[str, Any]], stats: Stats, events: dict[str, float],
+           warmup: int) -> tuple[float, float]:
+    names = sorted(next(iter(rows.values()))["rss"]) if rows else []
+    print("min  requests  p50 ms  p99 ms  5xx  conn-retries  " +
+          "  ".join(f"rss {n} MB" for n in names) + "  admission cycle p95")
+    handover = int(events.get("kill", -60) // 60)
+    worst = 0.0
+    for m in sorted(rows):
+        lat = stats.lat.get(m, [])
+        p99 = pct(lat, 0.99)
+        if m != handover or len(rows) == 1:  # a one-minute run has only that minute
+            worst = max(worst, p99)
+        cyc = rows[m]["cycle_p95"]
+        mark = " (outage)" if int(events.get("outage", -1e9) // 60) <= m <= int(
+            events.get("outage_end", -1e9) // 60) else ""
+        mark += " (leader killed)" if m == handover else ""
+        print(f"{m + 1:>3}  {len(lat):>8}  {pct(lat, 0.5):6.1f}  {p99:6.1f}  "
+              f"{stats.err5.get(m, 0):>3}  {stats.retries.get(m, 0):>12}  " +
+              "  ".join(f"{rows[m]['rss'][n]:>9.0f}" for n in names) +
+              f"  {_bound(cyc)}{mark}")
+    # the replica that ran throughout: the one not killed
+    survivor = next((n for n in names if f"killed_{n}" not in events), names[0] if names else "")
+    after = [rows[m]["rss"].get(survivor, 0.0) for m in sorted(rows) if m >= warmup]
+    growth = (after[-1] / after[0] - 1) * 100 if len(after) > 1 and after[0] else 0.0
+    return worst, growth
+
+
+def note(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+def main() -> None:
+    faulthandler.register(signal.SIGUSR1)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--minutes", type=float, default=30)
+    ap.add_argument("--rate", type=float, default=200, help="submits per second")
+    ap.add_argument("--outage", type=float, default=60, help="seconds sim-slurm is unreachable")
+    ap.add_argument("--warmup", type=int, default=2, help="minutes before RSS growth counts")
+    ap.add_argument("--drain", type=float, default=300, help="seconds to wait for jobs to end")
+    ap.add_argument("--db", help="PostgreSQL URL (default: a private server)")
+    ap.add_argument("--seed", type=int, default=17)
+    ap.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="isthmus-soak-"))
+    pg = None if args.db else Postgres()
+    db = args.db or (pg.url if pg else "")
+    outage = work / "sim-slurm.outage"
+    config = write_config(work, args.rate, outage)
+    reps = [Replica(n, config, db, work) for n in ("a", "b")]
+    try:
+        reps[0].start()
+        _wait_healthy(reps[0])
+        reps[1].start()
+        _wait_healthy(reps[1])
+        result = asyncio.run(_run(reps, args, outage, db))
+    finally:
+        for r in reps:
+            r.kill(signal.SIGTERM)
+        if pg is not None:
+            pg.stop()
+        if args.keep:
+            print(f"logs in {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    print(result)
+
+
+def _wait_healthy(r: Replica) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(r.url + "/healthz", timeout=2).status_code == 200:
+                return
+        if not r.alive():
+            raise RuntimeError(f"replica {r.name} exited: {r.log.read_text()[-2000:]}")
+        time.sleep(0.5)
+    raise RuntimeError(f"replica {r.name} did not answer")
+
+
+async def _run(reps: list[Replica], args: argparse.Namespace, outage: Path, db: str) -> str:
+    seconds = args.minutes * 60
+    stats = Stats()
+    rows: dict[int, dict[str, Any]] = {}
+    events: dict[str, float] = {}
+    load = Load(reps, time.monotonic(), stats, args.seed)
+    mon = asyncio.ensure_future(monitor(load, seconds, rows, events, outage, args.outage))
+    n = await load.run(args.rate, seconds)
+    note(f"load done: {n} submits offered")
+    await mon
+    sent_at = time.monotonic()
+    await drain(db, args.drain)
+    drained_s = time.monotonic() - sent_at
+    note(f"drained in {drained_s:.0f} s")
+    worst, growth = report(rows, stats, events, args.warmup)
+    counts = final_counts(db, stats)
+    check = subprocess.run([sys.executable, "-m", "broker.cli.main", "db", "check", "--db", db],
+                           cwd=ROOT, capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+    progress = progress_answers([r.log for r in reps])
+    err5 = sum(stats.err5.values()) + progress.get("5xx", 0)
+    print(f"progress reports posted by the simulated jobs: {dict(progress)}")
+    print(f"events (s into the run): {json.dumps({k: round(v) for k, v in events.items()})}")
+    print(f"offered {n} submits at {args.rate:g}/s; answered {len(stats.acked)}; unanswered "
+          f"{len(stats.unanswered)}; other 4xx {dict(stats.other)}")
+    print(f"after the load: drained in {drained_s:.0f} s; jobs by state {counts['states']}; "
+          f"stuck {counts['stuck']}; duplicated {len(counts['duplicated'])}; lost "
+          f"{len(counts['lost'])} {counts['lost'][:5]}")
+    print(f"db check (exit {check.returncode}): {check.stdout.strip().splitlines()[-1:]}"
+          f"{check.stderr.strip()[-300:]}")
+    return (f"soak: {args.minutes:g} min {counts['jobs']} jobs 5xx {err5} lost "
+            f"{len(counts['lost'])} p99 {worst:.0f} ms rss growth "
+            f"{growth:.1f}%")
+
+
+if __name__ == "__main__":
+    main()

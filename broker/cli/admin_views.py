@@ -1,0 +1,149 @@
+"""The view commands of `isthmus`: pools, quotas, report usage, decisions, admin cycles
+(registered on the app by broker.cli.main). Tables for people, `--json` (and `--csv` for
+reports) for scripts."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from broker.cli.common import DEFAULT_URL, AsJson, JobId, ServerUrl, Token, call, fail
+from broker.cli.output import console, emit_json
+
+report_app = typer.Typer(no_args_is_help=True, help="Reports (GPU-hours, cost, waste).",
+                         rich_markup_mode=None)
+
+
+def _table(columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> Table:
+    t = Table(show_header=True, header_style="bold")
+    for col in columns:
+        t.add_column(col, justify="left" if col.isalpha() and col in columns[:2] else "right")
+    for row in rows:
+        t.add_row(*(str(c) for c in row))
+    return t
+
+
+def pools(server: ServerUrl = DEFAULT_URL, token: Token = None, as_json: AsJson = False) -> None:
+    """Every pool: GPUs total, free, held by Isthmus and by others, queued (Isthmus, the
+    backend's own), largest free rack, drain, reachability and inventory age."""
+    views = call(server, token, "pool_views")
+    if as_json:
+        emit_json(views)
+        return
+    rows = []
+    for p in views:
+        age = p["inventory_age_s"]
+        state = ("drained" if p["drained"] else "open") + ("" if p["reachable"] else
+                                                            ", unreachable")
+        rows.append((p["name"], p["flavor"], p["capacity_gpus"], p["free_gpus"],
+                     p["isthmus_gpus"], p["foreign_gpus"], p["queued_isthmus_gpus"],
+                     p["queued_foreign_gpus"], p["largest_free_rack"], state,
+                     "-" if age is None else f"{age:.0f}s"))
+    console.print(_table(("POOL", "FLAVOR", "GPUS", "FREE", "ISTHMUS", "FOREIGN", "Q-OURS",
+                          "Q-FOREIGN", "RACK-FREE", "STATE", "AGE"), rows))
+    for p in views:
+        if p["drained"] and p["drain_reason"]:
+            console.print(f"{p['name']}: drained: {p['drain_reason']}", markup=False)
+        if not p["reachable"]:
+            console.print(f"{p['name']}: {p['note']}", markup=False)
+
+
+def quotas(server: ServerUrl = DEFAULT_URL, token: Token = None,
+           as_json: AsJson = False) -> None:
+    """Per team and flavor: nominal, borrowing and lending limits, used, borrowed, lent out,
+    waiting demand (a team token sees its team)."""
+    views = call(server, token, "quota_views")
+    if as_json:
+        emit_json(views)
+        return
+
+    def limit(v: int | None) -> str:
+        return "-" if v is None else str(v)
+
+    rows = [(q["team"], q["flavor"], q["nominal"], limit(q["borrowing_limit"]),
+             limit(q["lending_limit"]), q["used"], q["borrowed"], q["lent_out"],
+             f"{q['waiting_gpus']} ({q['waiting_jobs']} jobs)") for q in views]
+    console.print(_table(("TEAM", "FLAVOR", "NOMINAL", "BORROW-LIMIT", "LEND-LIMIT", "USED",
+                          "BORROWED", "LENT", "WAITING"), rows))
+
+
+By = Annotated[str, typer.Option("--by", help="team, pool, flavor or user")]
+
+
+@report_app.command("usage")
+def report_usage(
+    start: Annotated[str | None, typer.Option("--from", help="ISO date or time (UTC)")] = None,
+    end: Annotated[str | None, typer.Option("--to", help="exclusive; ISO date or time")] = None,
+    by: By = "team",
+    as_csv: Annotated[bool, typer.Option("--csv", help="CSV, one line per group")] = False,
+    server: ServerUrl = DEFAULT_URL, token: Token = None, as_json: AsJson = False,
+) -> None:
+    """GPU-hours used, cost and wasted GPU-hours by kind of the attempts that ended in
+    [--from, --to), per team, pool, flavor or user."""
+    if by not in ("team", "pool", "flavor", "user"):
+        fail(f"--by: one of team, pool, flavor, user (not {by!r})")
+    if as_csv and as_json:
+        fail("--csv and --json: choose one")
+    if as_csv:
+        typer.echo(call(server, token, "usage_report", start, end, by, "csv"), nl=False)
+        return
+    report = call(server, token, "usage_report", start, end, by, "json")
+    if as_json:
+        emit_json(report)
+        return
+    rows = [(line["key"], f"{line['gpu_hours']:.1f}", f"{line['cost']:.1f}",
+             f"{line['wasted_gpu_hours']:.1f}", f"{line['waste_preparing']:.1f}",
+             f"{line['waste_failed']:.1f}", f"{line['waste_lost']:.1f}",
+             f"{line['waste_preempted']:.1f}", f"{line['waste_cancelled']:.1f}")
+            for line in [*report["lines"], report["total"]]]
+    console.print(_table((by.upper(), "GPU-H", "COST", "WASTED", "PREPARING", "FAILED", "LOST",
+                          "PREEMPTED", "CANCELLED"), rows))
+    unpriced = report["total"]["unpriced_gpu_hours"]
+    if unpriced:
+        console.print(f"{unpriced:.1f} GPU-hours were booked before costs were recorded "
+                      "and have no cost", markup=False)
+
+
+def decisions(job_id: JobId, limit: Annotated[int, typer.Option(help="at most")] = 20,
+              server: ServerUrl = DEFAULT_URL, token: Token = None,
+              as_json: AsJson = False) -> None:
+    """The admission cycles' decisions about a job, newest first, with every pool's verdict."""
+    rows = call(server, token, "decisions", job_id, limit)
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        console.print(f"job {job_id}: no decision logged (not considered yet, or pruned)",
+                      markup=False)
+    for d in rows:
+        verdict = f"admitted to {d['placement_pool']}" if d["admitted"] else d["reason"]
+        again = f", repeated in {d['repeated_in']} later cycles" if d["repeated_in"] else ""
+        console.print(f"cycle {d['cycle_id']} at {d['at']} (inputs {d['inputs_digest']}): "
+                      f"{verdict}{again}: {d['message']}", markup=False)
+        for v in d["pools"]:
+            console.print(f"  {v['pool']}: {'fits' if v['fits'] else v['reason']}"
+                          f"{': ' + v['message'] if v['message'] else ''}", markup=False)
+        for v in d["victims"]:
+            console.print(f"  victim {v['job_id']} ({v['team']}, {v['gpus']} GPUs on "
+                          f"{v['pool']}): {v['reason']}", markup=False)
+
+
+def admin_cycles(limit: Annotated[int, typer.Option(help="at most")] = 20,
+                 before: Annotated[int | None, typer.Option(help="older than this id")] = None,
+                 server: ServerUrl = DEFAULT_URL, token: Token = None,
+                 as_json: AsJson = False) -> None:
+    """Admission cycles, newest first: pending, admitted, waiting by reason, victims."""
+    rows = call(server, token, "cycles", limit, before)
+    if as_json:
+        emit_json(rows)
+        return
+    table = [(c["id"], c["at"], c["inputs_digest"], c["pending"], c["admitted"],
+              ", ".join(f"{k} {v}" for k, v in c["reasons"].items()) or "-",
+              len(c["victims"]), c["decisions_logged"]) for c in rows]
+    console.print(_table(("ID", "AT", "DIGEST", "PENDING", "ADMITTED", "WAITING", "VICTIMS",
+                          "LOGGED"), table))
+
+
+COMMANDS = (("pools", pools), ("quotas", quotas), ("decisions", decisions))

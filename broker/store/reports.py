@@ -1,0 +1,134 @@
+"""Read-side queries for the admin views and reports (broker/views): pools, quotas, usage.
+
+Aggregates are computed by the database (GROUP BY), so a report over a million ledger rows
+moves a few rows to Python, not a million.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+import sqlalchemy as sa
+from sqlmodel import Session
+
+from broker.ledger import ENTRIES
+from broker.store.attempts import ATTEMPTS
+from broker.store.records import JOBS
+
+GroupBy = Literal["team", "pool", "flavor", "user"]
+GROUPS: tuple[GroupBy, ...] = ("team", "pool", "flavor", "user")
+
+PLACED_PHASES = ("STARTING", "RUNNING")
+"""Phases in which an attempt's ranks hold GPUs on the backend's nodes."""
+
+
+def live_gpus_by_pool(session: Session) -> dict[str, tuple[int, int]]:
+    """(placed, not yet placed) GPUs of Isthmus attempts per pool: placed ones hold nodes
+    (STARTING or RUNNING); the others are admitted and wait in or for the backend."""
+    placed = sa.case((ATTEMPTS.c.phase.in_(PLACED_PHASES), ATTEMPTS.c.gpus), else_=0)
+    waiting = sa.case((ATTEMPTS.c.phase.in_(PLACED_PHASES), 0), else_=ATTEMPTS.c.gpus)
+    rows = session.connection().execute(
+        sa.select(ATTEMPTS.c.pool, sa.func.sum(placed), sa.func.sum(waiting))
+        .where(ATTEMPTS.c.ended_at.is_(None))
+        .group_by(ATTEMPTS.c.pool)
+    )
+    return {pool: (int(p or 0), int(w or 0)) for pool, p, w in rows}
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedJob:
+    id: str
+    team: str
+    total_gpus: int
+    spec_hash: str
+    spec_json: str
+
+
+def queued_jobs(session: Session, team: str | None = None) -> list[QueuedJob]:
+    """Jobs waiting for admission (QUEUED), optionally of one team."""
+    stmt = sa.select(
+        JOBS.c.id, JOBS.c.team, JOBS.c.total_gpus, JOBS.c.spec_hash, JOBS.c.spec_json
+    ).where(JOBS.c.state == "QUEUED")
+    if team is not None:
+        stmt = stmt.where(JOBS.c.team == team)
+    return [QueuedJob(*r) for r in session.connection().execute(stmt)]
+
+
+@dataclass(frozen=True, slots=True)
+class HoursRow:
+    """Summed GPU-hours and cost of one group and ledger kind."""
+
+    key: str
+    kind: str
+    gpu_hours: float
+    cost: float
+    unpriced_gpu_hours: float
+    """Hours of entries written before costs were numeric (revision 0007): no cost."""
+
+
+HOURS_FILTER = ENTRIES.c.kind.not_in(["reserve", "release"])
+"""Usage and waste entries: the predicate of PostgreSQL's partial index ix_ledger_hours."""
+UNLABELLED = sa.and_(HOURS_FILTER, sa.or_(ENTRIES.c.pool.is_(None),
+                                          ENTRIES.c.submitted_by.is_(None)))
+"""Entries booked before revision 0010 (no pool, no user): the predicate of the partial index
+ix_ledger_unlabelled, so that reports find them without a scan."""
+
+
+def _sums(key: sa.ColumnElement[str], start: datetime | None, end: datetime | None,
+          team: str | None) -> sa.Select[Any]:
+    unpriced = sa.case((ENTRIES.c.cost.is_(None), ENTRIES.c.gpu_hours), else_=0.0)
+    stmt = sa.select(
+        key.label("key"), ENTRIES.c.kind, sa.func.sum(ENTRIES.c.gpu_hours),
+        sa.func.sum(sa.func.coalesce(ENTRIES.c.cost, 0.0)), sa.func.sum(unpriced),
+    ).group_by(key, ENTRIES.c.kind)
+    if start is not None:
+        stmt = stmt.where(ENTRIES.c.at >= start)
+    if end is not None:
+        stmt = stmt.where(ENTRIES.c.at < end)
+    if team is not None:
+        stmt = stmt.where(ENTRIES.c.team == team)
+    return stmt
+
+
+def _statements(by: GroupBy, start: datetime | None, end: datetime | None,
+                team: str | None) -> list[sa.Select[Any]]:
+    """Team and flavor: one statement. Pool and user are on every entry booked since
+    revision 0010: one statement for those, one that looks up the older entries' (their
+    attempt's pool, their job's submitter) through the partial index."""
+    if by in ("team", "flavor"):
+        column = ENTRIES.c.team if by == "team" else ENTRIES.c.flavor
+        return [_sums(column, start, end, team).where(HOURS_FILTER)]
+    own = ENTRIES.c.pool if by == "pool" else ENTRIES.c.submitted_by
+    if by == "pool":
+        found = sa.select(ATTEMPTS.c.pool).where(
+            ATTEMPTS.c.job_id == ENTRIES.c.job_id, ATTEMPTS.c.number == ENTRIES.c.attempt)
+    else:
+        found = sa.select(JOBS.c.submitted_by).where(JOBS.c.id == ENTRIES.c.job_id)
+    # one index look-up per older entry (they are few once revision 0010 has run a while)
+    looked_up = sa.func.coalesce(found.scalar_subquery(), "")
+    return [
+        _sums(own, start, end, team).where(HOURS_FILTER, own.is_not(None)),
+        _sums(looked_up, start, end, team).where(UNLABELLED, own.is_(None)),
+    ]
+
+
+def hours_by(
+    session: Session, by: GroupBy, start: datetime | None, end: datetime | None,
+    team: str | None = None,
+) -> Iterator[HoursRow]:
+    """GPU-hours and cost per group and kind (usage and the waste kinds) of the ledger
+    entries booked in [start, end), optionally of one team. A group and kind may come in more
+    than one row (entries from before and after revision 0010): callers add them up."""
+    conn = session.connection()
+    if conn.dialect.name == "postgresql":
+        # PostgreSQL's JIT compiles these aggregates for longer than they run (1.4 s for a
+        # 20 ms look-up of older entries, measured by bench/usage_report.py): off for this
+        # read transaction only
+        conn.exec_driver_sql("SET LOCAL jit = off")
+    for stmt in _statements(by, start, end, team):
+        for k, kind, hours, cost, bare in conn.execute(stmt):
+            yield HoursRow(str(k), str(kind), float(hours or 0), float(cost or 0),
+                           float(bare or 0))

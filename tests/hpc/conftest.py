@@ -1,1 +1,0 @@
-from tests.e2e.conftest import workdir  # noqa: F401 - the shared job directory fixture
