@@ -22,9 +22,8 @@ from broker.store import Database, open_database
 from broker.store import attempts as att
 from broker.store.records import EVENTS, JOBS
 from tests.builders import spec
-from tests.integration.control.conftest import Sim
+from tests.harness.sim import Sim, consistent, state, submit
 from tests.integration.control.poison import events
-from tests.integration.control.test_loop_sim import consistent, state, submit
 
 
 def _sim(db: Database, config: IsthmusConfig) -> Sim:
