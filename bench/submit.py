@@ -5,7 +5,11 @@ before the 201) and on PostgreSQL (a throwaway server started here, fsync on), t
 1) closed-loop throughput with C concurrent keep-alive connections, and
 2) latency percentiles at a fixed offered load (open loop, default 500 submits/s).
 The client is raw asyncio on keep-alive sockets so it costs the server little CPU.
-Prints one line per backend: `submit: <backend> <N> jobs <R> submits/s p99 <L> ms`.
+Side by side in the same run, the limit of this stack: the same server answering the same
+requests without storing them (bench/submit_limit.py); both are measured in alternation
+(`--rounds`, best round of each kept) so that the busy machine's moods hit both alike.
+Prints one line per backend: `submit: <backend> <N> jobs <R> submits/s p99 <L> ms` and
+`submit limit: <backend> durable <R> no-store <S> ratio <X>`.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -109,13 +114,13 @@ def pct(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(len(s) * p / 100))] * 1000
 
 
-def start_server(db_url: str, port: int) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "broker.cli.main", "server", "--config",
-         str(ROOT / "examples" / "isthmus.yaml"), "--db", db_url, "--port", str(port),
-         "--no-control"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+def start_server(db_url: str, port: int, limit: bool = False) -> subprocess.Popen[bytes]:
+    config = str(ROOT / "examples" / "isthmus.yaml")
+    cmd = ([sys.executable, "-m", "bench.submit_limit", config, db_url, str(port)] if limit
+           else [sys.executable, "-m", "broker.cli.main", "server", "--config", config,
+                 "--db", db_url, "--port", str(port), "--no-control"])
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
     for _ in range(300):
         try:
             httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).raise_for_status()
@@ -156,9 +161,16 @@ class Postgres:
         shutil.rmtree(self.base, ignore_errors=True)
 
 
-def bench(label: str, db_url: str, args: argparse.Namespace) -> None:
+@dataclass
+class Run:
+    rate: float
+    closed: list[float]
+    opened: list[float]
+
+
+def _measure(db_url: str, args: argparse.Namespace, limit: bool) -> Run:
     port = _port()
-    server = start_server(db_url, port)
+    server = start_server(db_url, port, limit)
     try:
         asyncio.run(closed_loop(port, 300, args.conns))  # warm-up
         rate, closed = asyncio.run(closed_loop(port, args.jobs, args.conns))
@@ -166,13 +178,32 @@ def bench(label: str, db_url: str, args: argparse.Namespace) -> None:
     finally:
         server.terminate()
         server.wait()
-    print(
-        f"  {label}: closed loop {args.conns} conns: {rate:.0f} submits/s, "
-        f"p50 {pct(closed, 50):.1f} ms p99 {pct(closed, 99):.1f} ms; "
-        f"open loop {args.rate}/s for {args.seconds}s: p50 {pct(opened, 50):.1f} ms "
-        f"p99 {pct(opened, 99):.1f} ms"
-    )
-    print(f"submit: {label} {args.jobs} jobs {rate:.0f} submits/s p99 {pct(opened, 99):.1f} ms")
+    return Run(rate, closed, opened)
+
+
+def _line(label: str, r: Run, args: argparse.Namespace) -> str:
+    return (f"  {label}: closed loop {args.conns} conns: {r.rate:.0f} submits/s, "
+            f"p50 {pct(r.closed, 50):.1f} ms p99 {pct(r.closed, 99):.1f} ms; "
+            f"open loop {args.rate}/s for {args.seconds}s: p50 {pct(r.opened, 50):.1f} ms "
+            f"p99 {pct(r.opened, 99):.1f} ms")
+
+
+def bench(label: str, db_url: str, args: argparse.Namespace) -> None:
+    durable: list[Run] = []
+    limit: list[Run] = []
+    for i in range(args.rounds):
+        durable.append(_measure(db_url, args, limit=False))
+        print(_line(f"{label} durable (round {i + 1})", durable[-1], args))
+        if not args.no_limit:
+            limit.append(_measure(db_url, args, limit=True))
+            print(_line(f"{label} no-store (round {i + 1})", limit[-1], args))
+    best = max(durable, key=lambda r: r.rate)
+    print(f"submit: {label} {args.jobs} jobs {best.rate:.0f} submits/s "
+          f"p99 {pct(best.opened, 99):.1f} ms")
+    if limit:
+        top = max(limit, key=lambda r: r.rate)
+        print(f"submit limit: {label} durable {best.rate:.0f} no-store {top.rate:.0f} "
+              f"ratio {best.rate / top.rate:.2f}")
 
 
 def main() -> None:
@@ -182,6 +213,8 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=500)
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--no-limit", action="store_true", help="skip the no-store side")
     args = ap.parse_args()
     if args.backend in ("sqlite", "both"):
         tmp = Path(tempfile.mkdtemp(prefix="isthmus-bench-"))

@@ -33,6 +33,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from broker.store import batch
 from broker.store.tables import AttemptRow, JobRow, LedgerEntryRow, QuotaUsageRow
 
 ENTRIES: sa.Table = LedgerEntryRow.__table__  # type: ignore[attr-defined]
@@ -177,16 +178,23 @@ def _bump(session: Session, team: str, flavor: str, gpus: int, borrowed: int) ->
 
 
 def reserve(session: Session, r: Reservation, now: datetime, note: str = "") -> bool:
-    """Reserve GPUs for an attempt. False when this attempt already holds its reservation."""
-    if _entry(session, r.job_id, r.attempt, LedgerKind.RESERVE) is not None:
+    """Reserve GPUs for an attempt. False when this attempt already holds its reservation.
+
+    Inside a batch of deferred writes (broker.store.batch) the look-up is left to the unique
+    key (job, attempt, kind): a second reservation fails the batch's flush, and the caller
+    redoes the batch job by job, where this returns False as always."""
+    if not batch.active(session) and _entry(
+        session, r.job_id, r.attempt, LedgerKind.RESERVE
+    ) is not None:
         return False
-    session.connection().execute(
-        _INSERT_ENTRY,
+    batch.write(  # both writes may be batched across jobs (broker.store.batch)
+        session, _INSERT_ENTRY,
         {"job_id": r.job_id, "attempt": r.attempt, "kind": LedgerKind.RESERVE.value,
          "team": r.team, "flavor": r.flavor, "gpus": r.gpus, "borrowed_gpus": r.borrowed_gpus,
-         "gpu_hours": 0.0, "at": now, "note": note},
+         "gpu_hours": 0.0, "at": now, "note": note, "cost": None},
     )
-    _bump(session, r.team, r.flavor, r.gpus, r.borrowed_gpus)
+    batch.write(session, _UPSERT, {"t": r.team, "f": r.flavor, "g": r.gpus,
+                                   "b": r.borrowed_gpus})
     return True
 
 

@@ -13,7 +13,14 @@ from collections.abc import Callable
 
 from broker.config import IsthmusConfig
 from broker.logs import get_logger
-from broker.orchestration.submission import Submission, Submitted, submit_many
+from broker.orchestration.submission import (
+    IdempotencyConflict,
+    Submission,
+    Submitted,
+    _submit_in,
+    submit_many,
+)
+from broker.store import batch
 from broker.store.db import Database
 
 log = get_logger(__name__)
@@ -62,10 +69,17 @@ class SubmitQueue:
             self._draining = False
 
     def _commit(self, subs: list[Submission]) -> list[Submitted | Exception]:
-        """One transaction for the batch. Should the transaction fail as a whole (submit_many
-        isolates each submission in a savepoint, so this means the commit or the connection
+        """One transaction for the batch, its rows sent as one statement per table
+        (`_batched`); if that fails, submit_many, which isolates each submission in a
+        savepoint. Should that transaction fail as a whole too (the commit or the connection
         failed), each submission is retried alone: a failure is then reported to the request
         that caused it, and the others are stored."""
+        if len(subs) > 1:
+            try:
+                return self._batched(subs)
+            except Exception as exc:
+                log.info("a batch of %d submissions failed as one (%r); with savepoints now",
+                         len(subs), exc)
         try:
             return submit_many(self.db, self.config, subs)
         except Exception as exc:
@@ -79,4 +93,21 @@ class SubmitQueue:
                 out += submit_many(self.db, self.config, [sub])
             except Exception as exc:
                 out.append(exc)
+        return out
+
+    def _batched(self, subs: list[Submission]) -> list[Submitted | Exception]:
+        """The batch's rows queued and written with one executemany per statement
+        (broker.store.batch). An idempotency conflict is that request's answer (nothing of it
+        was queued); anything else, in Python or at the flush (a key reused within the batch,
+        a row the database refuses), fails the whole batch, which `_commit` then does again
+        with a savepoint per submission."""
+        out: list[Submitted | Exception] = []
+        with self.db.write() as s, batch.deferred(s) as queued:
+            for sub in subs:
+                mark = queued.mark()
+                try:
+                    out.append(_submit_in(s, self.config, sub))
+                except IdempotencyConflict as exc:
+                    queued.cut(mark)
+                    out.append(exc)
         return out

@@ -1,16 +1,17 @@
 """The admission cycle, carried out: heads -> holds -> snapshot -> nominate -> order -> admit (pure,
 policies.admission) -> persist -> requeue the rest with reasons -> decision record.
 
-Persisting is one transaction per chunk of decisions, each decision in its own savepoint (all
-or nothing per job): QUEUED -> ADMITTED through set_state (the ledger rule writes the
-reservation), and the attempt row with its run snapshot and placement, which is also the
-dispatcher's outbox entry.
+Persisting an admission: QUEUED -> ADMITTED through set_state (the ledger rule writes the
+reservation), the attempt row with its run snapshot and placement, which is also the
+dispatcher's outbox entry, and the explanation. Decisions are persisted in chunks, one
+transaction each, with each statement sent once per chunk for all its jobs
+(broker.store.batch); a chunk whose batch fails is done again job by job, each in its savepoint.
 
 One job never stops the cycle (broker.control.guard): a job whose admission view cannot be
 built (a stored spec that does not parse) is left out and waits with InternalError; a
 preemption plan that fails for one job counts as "no plan" for that job; a decision that
-cannot be persisted is undone alone (its savepoint) and its job marked; one victim that
-cannot be stopped does not keep the others from being stopped.
+cannot be persisted is undone alone (broker.control.admission_writes) and its job marked; one
+victim that cannot be stopped does not keep the others from being stopped.
 """
 
 from __future__ import annotations
@@ -23,30 +24,25 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from broker import ledger
+from broker.control import admission_writes as writes
 from broker.control import decision_log, holds
 from broker.control.faults import crash_point
-from broker.control.guard import Incident, JobGuard, mark
-from broker.control.plane import ControlPlane, add_placed_gpus, hold_in_flight, log
+from broker.control.guard import Incident, JobGuard
+from broker.control.plane import ControlPlane, hold_in_flight, log
 from broker.control.preempt import LazyPreemptor, preempt
-from broker.domain import JobState, Reason
-from broker.domain.attempts import RunSnapshot, backend_object_name
+from broker.domain import JobState
+from broker.domain.attempts import Placement
 from broker.domain.exclusions import Exclusions
 from broker.domain.inventory import InventorySnapshot
 from broker.metrics import ADMISSION_CYCLE
-from broker.orchestration.rules import Cause
-from broker.orchestration.transitions import set_state
 from broker.policy_inputs import pending_job, quota_config
 from broker.policy_inputs import usage as usage_view
 from broker.store import attempts as att
 from broker.store.queries import list_jobs
 from broker.store.records import JOBS, JobRecord
 from policies import eta
-from policies.admission import CycleResult, Decision, admission_cycle
-from policies.explain import explain
+from policies.admission import CycleResult, admission_cycle
 from policies.types import PendingJob, QuotaConfig, Usage
-
-ADMISSION = "system:admission"
-PERSIST_CHUNK = 100
 
 
 def _pending_views(
@@ -70,102 +66,45 @@ def _pending_views(
     return views, incidents
 
 
-def _in_flight(live: list[att.AttemptRecord]) -> dict[tuple[str, str], int]:
-    """GPUs per (pool, node) of attempts the backend has not shown us yet. An attempt whose
-    snapshot cannot be read is skipped (logged): its nodes may then be offered again, which
-    the backend refuses or queues, better than admitting nobody."""
+def _in_flight(plane: ControlPlane, s: Session) -> dict[tuple[str, str], int]:
+    """GPUs per (pool, node) of attempts the backend has not shown us yet (those it has are in
+    its own inventory and queue depth). An attempt whose snapshot cannot be read is skipped
+    (logged): its nodes may then be offered again, which the backend refuses or queues,
+    better than admitting nobody.
+
+    Read every cycle, so only the narrow columns of the unseen attempts are; a snapshot never
+    changes, so the nodes of its placement are parsed once (from the placement alone, not
+    the whole run snapshot) and kept on the plane (soft state: re-read on loss)."""
+    unseen = att.unseen(s)
+    cache: dict[tuple[str, int], tuple[str, ...]] = getattr(plane, "_placed_nodes", {})
+    missing = [(a.job_id, a.number) for a in unseen if (a.job_id, a.number) not in cache]
+    fresh: dict[tuple[str, int], tuple[str, ...]] = {}
+    for key, text in att.snapshots(s, missing).items():
+        with JobGuard("in-flight view", key[0]):
+            fresh[key] = _placed_nodes(text)
     held: dict[tuple[str, str], int] = {}
-    for a in live:
-        if a.dispatch == att.CREATED and a.last_seen_at is not None:
-            continue  # the backend's own inventory and queue depth account for it
-        with JobGuard("in-flight view", a.job_id):
-            add_placed_gpus(held, a)
+    kept: dict[tuple[str, int], tuple[str, ...]] = {}
+    for a in unseen:
+        key = (a.job_id, a.number)
+        nodes = cache.get(key, fresh.get(key))
+        if nodes is None:
+            continue  # unreadable (logged above)
+        kept[key] = nodes
+        if nodes:
+            per_replica = a.gpus // len(nodes)
+            for node in nodes:
+                held[(a.pool, node)] = held.get((a.pool, node), 0) + per_replica
+    setattr(plane, "_placed_nodes", kept)  # noqa: B010 - not a field of ControlPlane
     return held
 
 
-def _admit(plane: ControlPlane, s: Session, job: JobRecord, d: Decision, now: datetime) -> bool:
-    assert d.placement is not None
-    spec = plane.spec(job.id, job.spec_json)
-    details = {
-        "reservation": {
-            "flavor": d.placement.flavor, "gpus": spec.gang.total_gpus,
-            "borrowed_gpus": d.borrowed_gpus,
-        },
-        "placement": d.placement.model_dump(mode="json"),
-        "epoch": plane.epoch,
-    }
-    result = set_state(
-        s, job.id, JobState.ADMITTED, Reason.Admitted,
-        Cause("admission", ADMISSION, details=details),
-        f"admitted to {d.placement.pool} ({d.placement.flavor}"
-        + (f", {d.placement.topology_domain}" if d.placement.topology_domain else "")
-        + ")",
-        now=now,
-    )
-    if not result.accepted:
-        return False  # cancelled meanwhile: nothing reserved, nothing to dispatch
-    number = result.job.attempt
-    name = backend_object_name(job.id, number)
-    resume = None
-    if spec.checkpoint.resumable and number > 1:
-        # the latest checkpoint an earlier attempt reported; the static directory only if none
-        reported = att.last_checkpoint(s, job.id, before=number)
-        resume = reported.path if reported is not None else spec.checkpoint.dir
-    snapshot = RunSnapshot.of(spec).model_copy(
-        update={"placement": d.placement, "backend_name": name, "resume_from": resume}
-    )
-    att.insert_attempt(
-        s,
-        att.AttemptRecord(
-            job_id=job.id, number=number, snapshot_json=snapshot.model_dump_json(),
-            spec_hash=job.spec_hash, backend_name=name, created_at=now,
-            backend=d.placement.backend_instance, pool=d.placement.pool,
-            flavor=d.placement.flavor, gpus=spec.gang.total_gpus, dispatch=att.PENDING,
-            phase="PENDING", preempted=False,
-        ),
-    )
-    return True
-
-
-def _persist(plane: ControlPlane, chunk: list[Decision], by_id: dict[str, JobRecord],
-             now: datetime, estimates: dict[str, eta.Estimate]) -> None:
-    """One transaction per chunk of decisions (short write locks on SQLite, few commits);
-    each decision in its own savepoint so that one refusal does not undo the others."""
-    with plane.db.write() as s:
-        for i, d in enumerate(chunk):
-            job = by_id[d.job_id]
-            with JobGuard("admission persist", job.id) as guard, s.begin_nested():
-                # verdicts are kept for `isthmus explain` when the answer changes
-                att.save_explanation(
-                    s, job.id, now, explain(d, estimates.get(d.job_id)).model_dump_json()
-                )
-                if d.admitted and d.placement is not None:
-                    _admit(plane, s, job, d, now)
-                    if i == 0 and len(chunk) > 1:
-                        crash_point("mid-cycle")  # inside the transaction: all or nothing
-                else:
-                    set_state(s, job.id, JobState.QUEUED, d.reason,
-                              Cause("admission", ADMISSION), d.message, now=now)
-            if guard.incident is not None:  # its savepoint is undone; the others stand
-                _mark(s, [guard.incident], now)
-
-
-def _mark(s: Session, incidents: list[Incident], now: datetime) -> None:
-    for incident in incidents:
-        with JobGuard("marking", incident.job_id):
-            mark(s, incident, ADMISSION, now)
-
-
-def _refresh(plane: ControlPlane, decisions: list[Decision], now: datetime,
-             estimates: dict[str, eta.Estimate]) -> None:
-    """Re-save the explanations of waiting jobs whose position or estimate moved although
-    their reason did not (only estimate fields differ from what is stored)."""
-    with plane.db.write() as s:
-        for d in decisions:
-            with JobGuard("estimate persist", d.job_id), s.begin_nested():
-                att.save_explanation(
-                    s, d.job_id, now, explain(d, estimates.get(d.job_id)).model_dump_json()
-                )
+def _placed_nodes(snapshot_json: str) -> tuple[str, ...]:
+    """The nodes of a run snapshot's placement (one per replica; none if placed by the
+    backend itself), validated as a Placement."""
+    placement = json.loads(snapshot_json).get("placement")
+    if placement is None:
+        return ()
+    return Placement.model_validate(placement).nodes
 
 
 _Stored = dict[str, tuple[int, float | None, str]]
@@ -264,7 +203,7 @@ def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
     with plane.db.read() as s:
         queued = list_jobs(s, states=[JobState.QUEUED.value], limit=limit, ascending=True)
         in_use = {k: v[0] for k, v in ledger.usage(s).items()}
-        held = _in_flight(att.live(s))
+        held = _in_flight(plane, s)
         factor = runtime_factor(plane, s)
     if fold_usage:  # the real cycle: held jobs get their reason and stay out (a plan only reads)
         queued = holds.apply_holds(plane, queued, now)  # start times, dependencies, array limits
@@ -303,7 +242,7 @@ def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
     queued = inputs.queued
     if inputs.unreadable:
         with plane.db.write() as s:
-            _mark(s, inputs.unreadable, now)
+            writes.mark_all(s, inputs.unreadable, now)
     result, estimates = decide(plane, inputs)
     by_id = {j.id: j for j in queued}
     for d in result.decisions:  # victims first: signals go out before the space is handed on
@@ -312,12 +251,12 @@ def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
                 preempt(plane, victim)
             if guard.incident is not None:
                 with plane.db.write() as s:
-                    _mark(s, [guard.incident], now)
+                    writes.mark_all(s, [guard.incident], now)
     todo = [d for d in result.decisions
             if d.admitted or by_id[d.job_id].reason != d.reason.value
             or by_id[d.job_id].message != d.message]
-    for start in range(0, len(todo), PERSIST_CHUNK):
-        _persist(plane, todo[start:start + PERSIST_CHUNK], by_id, now, estimates)
+    for start in range(0, len(todo), writes.PERSIST_CHUNK):
+        writes.persist(plane, todo[start:start + writes.PERSIST_CHUNK], by_id, now, estimates)
         crash_point("after-intent-commit")
     stored = _stored(plane)
     changed = {d.job_id for d in todo}
@@ -325,8 +264,8 @@ def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
                and d.job_id in estimates
                and estimates[d.job_id].position <= eta.MAX_ESTIMATED
                and _moved(stored.get(d.job_id), estimates[d.job_id], now)]
-    for start in range(0, len(refresh), PERSIST_CHUNK):
-        _refresh(plane, refresh[start:start + PERSIST_CHUNK], now, estimates)
+    for start in range(0, len(refresh), writes.PERSIST_CHUNK):
+        writes.refresh(plane, refresh[start:start + writes.PERSIST_CHUNK], now, estimates)
     saved = changed | {d.job_id for d in refresh}
     kept = {j: v for j, v in stored.items() if j in estimates and j not in saved}
     stored.clear()  # ended and admitted jobs drop out

@@ -210,16 +210,16 @@ def decayed_from_ledger(
                sa.or_(rel.c.at.is_(None), rel.c.at >= horizon))
     )
     out: dict[tuple[str, str], float] = {}
+    t_now = now.timestamp()
+    # per-row work in floats: this runs every cycle over every reservation of the horizon
+    rate = math.log(2) / half_life_s if half_life_s > 0 else 0.0
     for team, flavor, gpus, start, end in rows:
-        end = min(end or now, now)
-        start = min(start, end)
+        t_end = min(end.timestamp(), t_now) if end is not None else t_now
+        t_start = min(start.timestamp(), t_end)
         if half_life_s <= 0:
-            share = float(gpus) if end >= now else 0.0
+            share = float(gpus) if t_end >= t_now else 0.0
         else:
-            def weight(t: datetime) -> float:
-                return math.pow(0.5, (now - t).total_seconds() / half_life_s)
-
-            share = gpus * (weight(end) - weight(start))
+            share = gpus * (math.exp(-rate * (t_now - t_end)) - math.exp(-rate * (t_now - t_start)))
         out[(team, flavor)] = out.get((team, flavor), 0.0) + share
     return out
 

@@ -155,32 +155,47 @@ def _cancel(plane: ControlPlane, backend: Backend, a: att.AttemptRecord, grace: 
     log.info("cancel %s: %s", a.backend_name, result.message or "sent")
 
 
+def _unchanged(b: att.Brief, fact: Fact | None) -> bool:
+    """What `_one` would leave alone: the backend says what was stored (phase and reason) of
+    a live attempt of a job that is not cancelled."""
+    return (fact is not None and fact.phase is not Phase.LOST and b.job_state is not None
+            and b.job_state != JobState.CANCELLED and b.phase == fact.phase.value
+            and b.job_reason == fact.reason.value)
+
+
 def reconcile(plane: ControlPlane, backend_name: str) -> ReconcileReport:
+    """One pass. The attempts and jobs are read in narrow columns (one statement); the full
+    rows only of those the backend's facts say changed, so a pass over many quiet attempts
+    costs little more than the backend's observe call."""
     backend = plane.backends[backend_name]
     report = ReconcileReport()
     now = plane.clock()
     with plane.db.read() as s:
-        live = [a for a in att.live(s, backend_name) if a.dispatch == att.CREATED]
-        jobs: dict[str, JobRecord | None] = dict(jobs_by_ids(s, [a.job_id for a in live]))
+        brief = att.dispatched_brief(s, backend_name)
     with JobGuard("observe", backend_name, subject="backend") as guard:
         try:
-            facts = backend.observe([a.backend_name for a in live])
+            facts = backend.observe([b.backend_name for b in brief])
             BACKEND_UP.labels(backend_name).set(1)
             metrics.LAG.observed(backend_name, now, facts)
         except BackendUnavailable as exc:
             metrics.LAG.failed(backend_name, now)
-            _unreachable(plane, backend_name, live, jobs, f"{backend_name}: {exc}", now)
+            _unreachable(plane, backend_name, brief, f"{backend_name}: {exc}", now)
             report.unreachable = True
             return report
     if guard.incident is not None:
         metrics.LAG.failed(backend_name, now)
         why = f"{backend_name}: {guard.incident.message}"
-        _unreachable(plane, backend_name, live, jobs, why, now)
+        _unreachable(plane, backend_name, brief, why, now)
         report.unreachable = True
         return report
     by_name = {f.backend_name: f for f in facts}
     report.observed = len(facts)
-    live_names = {a.backend_name for a in live}
+    live_names = {b.backend_name for b in brief}
+    todo = [(b.job_id, b.number) for b in brief if not _unchanged(b, by_name.get(b.backend_name))]
+    with plane.db.read() as s:
+        live = [a for a in att.by_keys(s, todo)  # still live (the read above was earlier)
+                if a.ended_at is None and a.dispatch == att.CREATED]
+        jobs: dict[str, JobRecord | None] = dict(jobs_by_ids(s, [a.job_id for a in live]))
     for a in live:
         with JobGuard("reconcile", a.job_id) as guard:
             _one(plane, backend, a, jobs.get(a.job_id), by_name.get(a.backend_name), now,
@@ -197,15 +212,15 @@ def reconcile(plane: ControlPlane, backend_name: str) -> ReconcileReport:
     return report
 
 
-def _unreachable(plane: ControlPlane, backend_name: str, live: list[att.AttemptRecord],
-                 jobs: dict[str, JobRecord | None], why: str, now: datetime) -> None:
+def _unreachable(plane: ControlPlane, backend_name: str, brief: list[att.Brief], why: str,
+                 now: datetime) -> None:
     """Nothing is known about the backend's objects: a reason on each job, never a failure."""
     BACKEND_UP.labels(backend_name).set(0)
     with plane.db.write() as s:
-        for a in live:
-            job = jobs.get(a.job_id)
-            if job is not None and JobState(job.state) in HOLDING and job.attempt == a.number:
-                set_state(s, a.job_id, JobState(job.state), Reason.BackendUnavailable,
+        for b in brief:
+            if (b.job_state is not None and JobState(b.job_state) in HOLDING
+                    and b.job_attempt == b.number):
+                set_state(s, b.job_id, JobState(b.job_state), Reason.BackendUnavailable,
                           Cause("reconciler", RECONCILER), why, now=now)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from broker.store import batch
 from broker.store.tables import AdmissionCycleRow, AttemptRow, ExplanationRow, FactRow
 
 ATTEMPTS: sa.Table = AttemptRow.__table__  # type: ignore[attr-defined]
@@ -60,10 +61,11 @@ def _rec(row: Any) -> AttemptRecord:
     return AttemptRecord(*row)
 
 
+_INSERT_ATTEMPT = sa.insert(ATTEMPTS)
+
+
 def insert_attempt(session: Session, rec: AttemptRecord) -> None:
-    session.connection().execute(
-        sa.insert(ATTEMPTS), {f: getattr(rec, f) for f in _FIELDS}
-    )
+    batch.write(session, _INSERT_ATTEMPT, {f: getattr(rec, f) for f in _FIELDS})
 
 
 def get_attempt(session: Session, job_id: str, number: int) -> AttemptRecord | None:
@@ -106,15 +108,110 @@ def live(session: Session, backend: str | None = None) -> list[AttemptRecord]:
     return [_rec(r) for r in session.connection().execute(stmt)]
 
 
+@dataclass(frozen=True, slots=True)
+class Unseen:
+    """A live attempt the backend has not shown us (not dispatched, or never observed)."""
+
+    job_id: str
+    number: int
+    pool: str
+    gpus: int
+
+
+_UNSEEN = sa.select(ATTEMPTS.c.job_id, ATTEMPTS.c.number, ATTEMPTS.c.pool, ATTEMPTS.c.gpus).where(
+    ATTEMPTS.c.ended_at.is_(None),
+    sa.or_(ATTEMPTS.c.dispatch != CREATED, ATTEMPTS.c.last_seen_at.is_(None)),
+)
+
+
+def unseen(session: Session) -> list[Unseen]:
+    """Live attempts the backends' inventories cannot account for yet: the narrow columns
+    only (the admission cycle reads them every cycle; their snapshots through `snapshots`)."""
+    return [Unseen(*r) for r in session.connection().execute(_UNSEEN)]
+
+
+def snapshots(session: Session, keys: list[tuple[str, int]]) -> dict[tuple[str, int], str]:
+    """The run snapshots (JSON) of the attempts `keys` (job id, number)."""
+    out: dict[tuple[str, int], str] = {}
+    conn = session.connection()
+    for start in range(0, len(keys), 500):
+        chunk = keys[start:start + 500]
+        rows = conn.execute(
+            sa.select(ATTEMPTS.c.job_id, ATTEMPTS.c.number, ATTEMPTS.c.snapshot_json).where(
+                sa.tuple_(ATTEMPTS.c.job_id, ATTEMPTS.c.number).in_(chunk)
+            )
+        )
+        out.update({(r[0], r[1]): r[2] for r in rows})
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Brief:
+    """A dispatched live attempt and its job's lifecycle fields: what a reconcile pass needs
+    to see that nothing changed (the full rows are read only for those that did)."""
+
+    job_id: str
+    number: int
+    backend_name: str
+    phase: str
+    job_state: str | None  # None: the job row is gone
+    job_reason: str | None
+    job_attempt: int | None
+
+
+def dispatched_brief(session: Session, backend: str) -> list[Brief]:
+    """The live attempts of `backend` whose object was created, with their jobs' state,
+    reason and current attempt: narrow columns, one statement."""
+    from broker.store.records import JOBS
+
+    stmt = (
+        sa.select(ATTEMPTS.c.job_id, ATTEMPTS.c.number, ATTEMPTS.c.backend_name,
+                  ATTEMPTS.c.phase, JOBS.c.state, JOBS.c.reason, JOBS.c.attempt)
+        .select_from(ATTEMPTS.outerjoin(JOBS, JOBS.c.id == ATTEMPTS.c.job_id))
+        .where(ATTEMPTS.c.ended_at.is_(None), ATTEMPTS.c.backend == backend,
+               ATTEMPTS.c.dispatch == CREATED)
+        .order_by(ATTEMPTS.c.id)
+    )
+    return [Brief(*r) for r in session.connection().execute(stmt)]
+
+
+def by_keys(session: Session, keys: list[tuple[str, int]]) -> list[AttemptRecord]:
+    """The attempts `keys` (job id, number), in that order (missing ones left out)."""
+    found: dict[tuple[str, int], AttemptRecord] = {}
+    conn = session.connection()
+    for start in range(0, len(keys), 500):
+        rows = conn.execute(sa.select(*_COLS).where(
+            sa.tuple_(ATTEMPTS.c.job_id, ATTEMPTS.c.number).in_(keys[start:start + 500])
+        ))
+        found.update({(r.job_id, r.number): r for r in map(_rec, rows)})
+    return [found[k] for k in keys if k in found]
+
+
+_UPDATES: dict[tuple[str, ...], Any] = {}
+
+
+def _update_of(names: tuple[str, ...]) -> Any:
+    """The UPDATE of these fields, built once per set of fields (the reconciler writes a few
+    sets over and over), with bind parameters, so its compiled form is reused."""
+    stmt = _UPDATES.get(names)
+    if stmt is None:
+        stmt = _UPDATES[names] = (
+            sa.update(ATTEMPTS)
+            .where(ATTEMPTS.c.job_id == sa.bindparam("k_job"),
+                   ATTEMPTS.c.number == sa.bindparam("k_number"))
+            .values({n: sa.bindparam(f"v_{n}") for n in names})
+        )
+    return stmt
+
+
 def update(session: Session, job_id: str, number: int, **values: Any) -> None:
     bad = set(values) - set(_FIELDS)
     if bad:
         raise ValueError(f"unknown attempt field(s) {sorted(bad)}")
-    session.connection().execute(
-        sa.update(ATTEMPTS)
-        .where(ATTEMPTS.c.job_id == job_id, ATTEMPTS.c.number == number)
-        .values(**values)
-    )
+    names = tuple(sorted(values))
+    params = {f"v_{n}": values[n] for n in names}
+    session.connection().execute(_update_of(names), {"k_job": job_id, "k_number": number,
+                                                     **params})
 
 
 def set_resolved_once(session: Session, job_id: str, number: int, resolved_json: str) -> bool:
@@ -192,20 +289,17 @@ def insert_cycle(
 EXPLANATIONS: sa.Table = ExplanationRow.__table__  # type: ignore[attr-defined]
 
 
-_UPDATE_EXPLANATION = (
-    sa.update(EXPLANATIONS)
-    .where(EXPLANATIONS.c.job_id == sa.bindparam("jid"))
-    .values(at=sa.bindparam("at"), payload_json=sa.bindparam("payload"))
-)
+# One text statement for both databases (SQLite >= 3.24 and PostgreSQL): an upsert needs no
+# look at the rowcount, so it can be batched (store/batch.py).
+assert EXPLANATIONS.name == "explanations"
+_UPSERT_EXPLANATION = sa.text(
+    "INSERT INTO explanations (job_id, at, payload_json) VALUES (:jid, :at, :payload) "
+    "ON CONFLICT (job_id) DO UPDATE SET at = excluded.at, payload_json = excluded.payload_json"
+).bindparams(sa.bindparam("at", type_=EXPLANATIONS.c.at.type))
 
 
 def save_explanation(session: Session, job_id: str, at: datetime, payload_json: str) -> None:
-    conn = session.connection()
-    params = {"jid": job_id, "at": at, "payload": payload_json}
-    if not conn.execute(_UPDATE_EXPLANATION, params).rowcount:
-        conn.execute(
-            sa.insert(EXPLANATIONS), {"job_id": job_id, "at": at, "payload_json": payload_json}
-        )
+    batch.write(session, _UPSERT_EXPLANATION, {"jid": job_id, "at": at, "payload": payload_json})
 
 
 def get_explanation(session: Session, job_id: str) -> tuple[datetime, str] | None:

@@ -13,6 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from broker.store import batch
 from broker.store.tables import JobEventRow, JobRow
 
 JOBS: sa.Table = JobRow.__table__  # type: ignore[attr-defined]
@@ -106,14 +107,18 @@ _EVENT_FOR_CAUSE = select_events().where(
 
 def insert_new_job(session: Session, job: JobRecord) -> None:
     """Insert a job built in memory together with the events set_state gave it."""
+    events = [{name: getattr(ev, name) for name in _EVENT_FIELDS}
+              for ev in job.unsaved_events or ()]
+    job.unsaved_events = None
+    if batch.active(session):  # one executemany per statement for the whole batch
+        batch.write(session, _INSERT_JOB, job.values())
+        for params in events:
+            batch.write(session, _INSERT_EVENT, params)
+        return
     conn = session.connection()
     conn.execute(_INSERT_JOB, job.values())
-    if job.unsaved_events:
-        conn.execute(
-            _INSERT_EVENT,
-            [{name: getattr(ev, name) for name in _EVENT_FIELDS} for ev in job.unsaved_events],
-        )
-    job.unsaved_events = None
+    if events:
+        conn.execute(_INSERT_EVENT, events)
 
 
 def lock_job(session: Session, job_id: str) -> JobRecord | None:
@@ -121,21 +126,28 @@ def lock_job(session: Session, job_id: str) -> JobRecord | None:
     return None if row is None else job_from_row(row)
 
 
+def lock_jobs(session: Session, job_ids: list[str]) -> dict[str, JobRecord]:
+    """Lock several jobs in one statement (ordered by id, as every multi-row lock here is, so
+    that two lockers cannot deadlock); the ones that exist, by id."""
+    rows = session.connection().execute(
+        select_jobs().where(JOBS.c.id.in_(sorted(job_ids))).order_by(JOBS.c.id).with_for_update()
+    )
+    return {job.id: job for job in map(job_from_row, rows)}
+
+
 def save_state(session: Session, job: JobRecord) -> None:
     if job.unsaved_events is not None:
         return  # written whole by insert_new_job
     params = {f"new_{name}": getattr(job, name) for name in _STATE_FIELDS}
     params["job_id"] = job.id
-    session.connection().execute(_SAVE_STATE, params)
+    batch.write(session, _SAVE_STATE, params)
 
 
 def insert_event(session: Session, job: JobRecord, event: EventRecord) -> None:
     if job.unsaved_events is not None:
         job.unsaved_events.append(event)
         return
-    session.connection().execute(
-        _INSERT_EVENT, {name: getattr(event, name) for name in _EVENT_FIELDS}
-    )
+    batch.write(session, _INSERT_EVENT, {name: getattr(event, name) for name in _EVENT_FIELDS})
 
 
 def event_for_cause(session: Session, job_id: str, key: str) -> EventRecord | None:

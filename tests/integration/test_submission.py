@@ -115,7 +115,11 @@ def test_a_whole_batch_failure_is_retried_one_by_one(
             raise RuntimeError("commit failed")
         return real(db, config, subs)
 
+    def unbatched(self: SubmitQueue, subs: list[Submission]) -> Any:
+        raise RuntimeError("the batched statements failed")
+
     monkeypatch.setattr(group_commit, "submit_many", flaky)
+    monkeypatch.setattr(SubmitQueue, "_batched", unbatched)
     subs = [Submission(spec().name(n).build(), "a") for n in ("one", "poison", "two")]
 
     async def run() -> list[Submitted | BaseException]:
@@ -125,3 +129,47 @@ def test_a_whole_batch_failure_is_retried_one_by_one(
     results = asyncio.run(run())
     assert isinstance(results[1], RuntimeError)
     assert isinstance(results[0], Submitted) and isinstance(results[2], Submitted)
+
+
+def test_a_group_commit_batch_is_written_batched_with_submit_manys_answers(
+    db: Database, example_config: IsthmusConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 17: a group-commit batch is written with one statement per table for all its
+    submissions; a key reused within the batch fails that write as a whole, and the batch is
+    then done with a savepoint per submission, answering as submit_many does."""
+    first = submit_job(db, example_config, spec().build(), "a", "k0").job
+    outcomes: list[str] = []
+    real = SubmitQueue._batched
+
+    def spy(self: SubmitQueue, subs: list[Submission]) -> Any:
+        try:
+            out = real(self, subs)
+        except Exception:
+            outcomes.append("failed")
+            raise
+        outcomes.append("batched")
+        return out
+
+    monkeypatch.setattr(SubmitQueue, "_batched", spy)
+
+    async def run(subs: list[Submission]) -> list[Submitted | BaseException]:
+        queue = SubmitQueue(db, example_config)
+        return await asyncio.gather(*(queue.submit(s) for s in subs), return_exceptions=True)
+
+    plain = asyncio.run(run([Submission(spec().name(f"p{i}").build(), "a") for i in range(5)]))
+    assert outcomes == ["batched"]
+    assert all(isinstance(r, Submitted) and r.created for r in plain)
+    mixed = asyncio.run(run([
+        Submission(spec().name("one").build(), "a"),
+        Submission(spec().name("other-body").build(), "a", "k0"),  # key reused, new body
+        Submission(spec().name("two").build(), "a", "k1"),
+        Submission(spec().name("two").build(), "a", "k1"),  # same key and body in one batch
+    ]))
+    assert outcomes == ["batched", "failed"]
+    assert isinstance(mixed[1], IdempotencyConflict) and mixed[1].job_id == first.id
+    ok = [r for r in mixed if isinstance(r, Submitted)]
+    assert [r.created for r in ok] == [True, True, False]
+    assert ok[1].job.id == ok[2].job.id
+    with db.read() as s:
+        assert len(list_jobs(s, limit=100)) == 1 + 5 + 2
+        assert list(check_all(s)) == []

@@ -1,0 +1,85 @@
+"""Deferred writes: the statements of many jobs' transitions sent as one executemany each.
+
+Inside `deferred(session)`, the write helpers of the hot paths (records.insert_event and
+save_state, the ledger's entries and usage counters, attempts.insert_attempt,
+save_explanation) queue their statement and parameters instead of executing them; the block's
+end (or `flush`) executes each distinct statement once with all its parameter sets, in the
+order the statements were first queued. Everything else (reads, other writes) runs at once.
+
+What makes this safe for the batched admission (broker.control.admission):
+- the queued statements are inserts, updates by primary key and additive upserts of different
+  jobs: none reads what another queued, so grouping them by statement changes no outcome;
+- a job's own reads in the block (its locked row, its earlier checkpoints) see the database
+  as it was before the block, and no other job of the batch writes those rows; the ledger's
+  "already reserved?" look-up is left to its unique key inside a batch (broker.ledger.reserve);
+- a job whose step fails is cut out of the batch (`mark` / `cut`): its queued writes are
+  dropped, as its savepoint would have been rolled back;
+- a flush that fails raises: the caller rolls the whole batch back (its savepoint) and does
+  the jobs again one by one, so a bad row costs speed, never another job's write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from sqlmodel import Session
+
+_KEY = "isthmus_deferred"
+
+
+class Deferred:
+    """Statements queued in order, with their parameter sets."""
+
+    def __init__(self) -> None:
+        self.queued: list[tuple[Any, dict[str, Any]]] = []
+
+    def mark(self) -> int:
+        return len(self.queued)
+
+    def cut(self, mark: int) -> None:
+        """Drop everything queued since `mark` (a failed job's writes)."""
+        del self.queued[mark:]
+
+    def flush(self, session: Session) -> None:
+        groups: dict[int, tuple[Any, list[dict[str, Any]]]] = {}
+        for stmt, params in self.queued:
+            group = groups.get(id(stmt))
+            if group is None:
+                groups[id(stmt)] = (stmt, [params])
+            else:
+                group[1].append(params)
+        self.queued.clear()
+        conn = session.connection()
+        for stmt, many in groups.values():
+            conn.execute(stmt, many)
+
+
+def active(session: Session) -> bool:
+    """Whether writes of `session` are being deferred."""
+    return _KEY in session.info
+
+
+def write(session: Session, stmt: Any, params: dict[str, Any]) -> None:
+    """Execute `stmt` now, or queue it inside `deferred` (a statement built once: its identity
+    groups the batch). Only for writes whose result (rowcount, keys) nobody reads."""
+    batch: Deferred | None = session.info.get(_KEY)
+    if batch is None:
+        session.connection().execute(stmt, params)
+    else:
+        batch.queued.append((stmt, params))
+
+
+@contextlib.contextmanager
+def deferred(session: Session) -> Iterator[Deferred]:
+    """Queue the hot-path writes of the block; flushed at its end unless it raised."""
+    if session.info.get(_KEY) is not None:
+        raise RuntimeError("deferred writes do not nest")
+    batch = session.info[_KEY] = Deferred()
+    try:
+        yield batch
+        del session.info[_KEY]
+        batch.flush(session)
+    finally:
+        session.info.pop(_KEY, None)

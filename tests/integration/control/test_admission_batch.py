@@ -1,0 +1,181 @@
+"""Issue 17: the admission cycle persists its decisions with statements batched across jobs
+(broker.store.batch). The batch must write exactly what the per-job path writes, a job whose
+step fails is cut out of the batch alone, and a batch that fails as a whole is redone job by
+job."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from backends.sim.backend import SimBackend, SimClock, SimPoolSpec
+from broker import ledger
+from broker.config import IsthmusConfig
+from broker.control import admission, admission_writes
+from broker.control.plane import ControlParams, ControlPlane
+from broker.store import Database, open_database
+from broker.store import attempts as att
+from broker.store.records import EVENTS, JOBS
+from tests.builders import spec
+from tests.harness.sim import Sim, consistent, state, submit
+from tests.integration.control.poison import events
+
+
+def _sim(db: Database, config: IsthmusConfig) -> Sim:
+    """The same federation as the `sim` fixture, on `db`."""
+    clock = SimClock(datetime(2026, 11, 29, tzinfo=UTC))
+    backends = {
+        "sim-slurm": SimBackend(
+            "sim-slurm", "slurm",
+            [SimPoolSpec("slurm-h100", "h100-80g", racks_per_block=2, nodes_per_rack=2)],
+            clock, seed=1,
+        ),
+        "sim-k8s": SimBackend(
+            "sim-k8s", "k8s",
+            [SimPoolSpec("k8s-a100", "a100-80g", racks_per_block=2, nodes_per_rack=4)],
+            clock, seed=2,
+        ),
+    }
+    plane = ControlPlane(db, config, backends, clock=lambda: clock.now,
+                         params=ControlParams(lost_grace_s=60))
+    return Sim(plane, clock, backends)
+
+
+def _workload(sim: Sim) -> tuple[list[str], list[str]]:
+    """Admissions on both backends (returned first), and jobs that wait with a new reason
+    (QUEUED -> QUEUED, returned second)."""
+    builders = [
+        *(spec().name(f"small-{i}").flavors("a100-80g").replicas(1).gpus(2).topology(None)
+          .backend("k8s") for i in range(6)),
+        *(spec().name(f"h100-{i}").flavors("h100-80g").replicas(1).gpus(8).topology(None)
+          for i in range(3)),
+        *(spec().name(f"lang-{i}").team("language").flavors("a100-80g").replicas(2).gpus(8)
+          .topology(None) for i in range(3)),
+    ]
+    waiting = [spec().name(f"big-{i}").flavors("h100-80g").replicas(4).gpus(8).topology(None)
+               for i in range(2)]  # the h100 pool has one free node left
+    return [submit(sim, b, 600) for b in builders], [submit(sim, b, 600) for b in waiting]
+
+
+def _written(db: Database) -> dict[str, Any]:
+    """Everything admission writes, with job ids replaced by job names (ids are random)."""
+    with db.read() as s:
+        conn = s.connection()
+        names: dict[str, str] = {row[0]: row[1] for row in conn.execute(
+            sa.select(JOBS.c.id, JOBS.c.name))}
+
+        def plain(value: object) -> object:
+            if isinstance(value, str):
+                for jid, name in names.items():
+                    value = value.replace(jid, name)
+            return value
+
+        def rows(table: sa.Table, *skip: str) -> list[tuple[object, ...]]:
+            cols = [c for c in table.c if c.name not in ("id", *skip)]
+            return sorted(
+                (tuple(plain(v) for v in r) for r in conn.execute(sa.select(*cols))), key=repr
+            )
+
+        return {
+            "jobs": rows(JOBS, "created_at", "updated_at", "spec_json", "spec_hash"),
+            "events": rows(EVENTS, "at"),
+            "attempts": rows(att.ATTEMPTS, "created_at", "spec_hash"),
+            "ledger": rows(ledger.ENTRIES, "at"),
+            "usage": rows(ledger.USAGE),
+            "explanations": rows(att.EXPLANATIONS, "at"),
+        }
+
+
+@pytest.fixture
+def other_db(db_url: str, request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """A second, empty database of the same kind as `db`."""
+    if db_url.startswith("sqlite"):
+        url = f"sqlite:///{tmp_path / 'per-job.db'}"
+    else:
+        server = request.getfixturevalue("pg_server")
+        url = str(server.url(server.new_database(request.getfixturevalue("pg_template"))))
+    database = open_database(url, sqlite_synchronous="NORMAL")
+    yield database
+    database.dispose()
+
+
+def test_the_batch_writes_what_the_per_job_path_writes(
+    sim: Sim, other_db: Database, sim_config: IsthmusConfig, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    per_job = _sim(other_db, sim_config)
+    for one in (sim, per_job):
+        _workload(one)
+    calls = {"batched": 0}
+    original = admission_writes._persist_batched
+
+    def counted(*args: Any) -> None:
+        calls["batched"] += 1
+        original(*args)
+
+    monkeypatch.setattr(admission_writes, "_persist_batched", counted)
+    admission.run_admission(sim.plane)
+    assert calls["batched"] == 1  # the batch ran (and did not fall back)
+    monkeypatch.setattr(admission_writes, "BATCH", False)
+    admission.run_admission(per_job.plane)
+    assert calls["batched"] == 1
+    batched, each = _written(sim.plane.db), _written(other_db)
+    assert any(e[3] == "ADMITTED" for e in batched["events"])  # (job, seq, from, to, ...)
+    assert any(e[2] == "QUEUED" and e[3] == "QUEUED" for e in batched["events"])
+    for table in batched:
+        assert batched[table] == each[table], table
+    consistent(sim)
+
+
+def test_a_job_that_fails_in_the_batch_is_cut_out_alone(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    jobs, _ = _workload(sim)
+    bad = jobs[1]
+    original = att.insert_attempt
+
+    def insert_or_fail(s: Any, rec: att.AttemptRecord) -> None:
+        if rec.job_id == bad:  # after its state, event and reservation were queued
+            raise RuntimeError("a bug met only by this job")
+        original(s, rec)
+
+    monkeypatch.setattr(att, "insert_attempt", insert_or_fail)
+    admission.run_admission(sim.plane)
+    assert state(sim, bad) == ("QUEUED", "InternalError")
+    assert "admission persist (RuntimeError)" in events(sim, bad)[-1][2]
+    assert [e[0] for e in events(sim, bad)].count("ADMITTED") == 0
+    for j in jobs:
+        if j != bad:
+            assert state(sim, j) == ("ADMITTED", "Admitted")
+    with sim.plane.db.read() as s:
+        assert att.attempts_of(s, bad) == []
+        assert s.connection().execute(
+            sa.select(sa.func.count()).select_from(ledger.ENTRIES)
+            .where(ledger.ENTRIES.c.job_id == bad)
+        ).scalar_one() == 0
+    consistent(sim)  # its reservation was dropped with its other writes
+
+
+def test_a_batch_that_fails_as_a_whole_is_redone_job_by_job(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    jobs, waiting = _workload(sim)
+    from broker.store import batch
+
+    def broken_flush(self: batch.Deferred, session: Any) -> None:
+        raise sa.exc.IntegrityError("INSERT ...", {}, Exception("a constraint"))
+
+    monkeypatch.setattr(batch.Deferred, "flush", broken_flush)
+    with caplog.at_level(logging.WARNING, logger="isthmus.control"):
+        admission.run_admission(sim.plane)
+    assert any("per job instead" in r.getMessage() for r in caplog.records)
+    for j in jobs:
+        assert state(sim, j) == ("ADMITTED", "Admitted")
+    for j in waiting:
+        assert state(sim, j)[0] == "QUEUED"
+        assert [e[0] for e in events(sim, j)][-2:] == ["QUEUED", "QUEUED"]
+    consistent(sim)
