@@ -3,17 +3,20 @@ with: one control cycle, a job's state, a submission, the consistency checks."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
-from backends.sim.backend import DURATION_ENV, SimBackend, SimClock
+from backends.sim.backend import DURATION_ENV, SimBackend, SimClock, SimPoolSpec
 from broker import ledger
+from broker.config import IsthmusConfig
 from broker.control.admission import run_admission
 from broker.control.dispatch import run_dispatch
-from broker.control.plane import ControlPlane
+from broker.control.plane import ControlParams, ControlPlane
 from broker.control.reconcile import reconcile
 from broker.orchestration.replay import check_all
 from broker.orchestration.submission import submit_job
 from broker.store import attempts as att
+from broker.store.db import Database
 from broker.store.queries import get_job, list_jobs
 from tests.builders import SpecBuilder
 
@@ -96,3 +99,23 @@ def run_until(sim: Sim, job_id: str, wanted: str, cycles: int = 30, step: float 
             return
         cycle(sim, step)
     raise AssertionError(f"job stayed {state(sim, job_id)}, wanted {wanted}")
+
+
+def make_sim(db: Database, config: IsthmusConfig) -> Sim:
+    """A control plane on `db` over two simulated backends (one of each kind), as `sim`."""
+    clock = SimClock(datetime(2026, 11, 29, tzinfo=UTC))
+    backends = {
+        "sim-slurm": SimBackend(
+            "sim-slurm", "slurm",
+            [SimPoolSpec("slurm-h100", "h100-80g", racks_per_block=2, nodes_per_rack=2)],
+            clock, seed=1,
+        ),
+        "sim-k8s": SimBackend(
+            "sim-k8s", "k8s",
+            [SimPoolSpec("k8s-a100", "a100-80g", racks_per_block=2, nodes_per_rack=4)],
+            clock, seed=2,
+        ),
+    }
+    plane = ControlPlane(db, config, backends, clock=lambda: clock.now,
+                         params=ControlParams(lost_grace_s=60))
+    return Sim(plane, clock, backends)

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime
 
 import pytest
 
-from backends.sim.backend import SimBackend, SimClock, SimPoolSpec
+from backends.sim.backend import SimBackend
 from broker.config import IsthmusConfig, parse_config
-from broker.control.plane import ControlParams, ControlPlane
 from broker.store import Database
-from tests.harness.sim import CONFIG, Sim
+from tests.harness.sim import CONFIG, Sim, make_sim
 
 
 @pytest.fixture
@@ -22,22 +20,7 @@ def sim_config() -> IsthmusConfig:
 
 @pytest.fixture
 def sim(db: Database, sim_config: IsthmusConfig) -> Iterator[Sim]:
-    clock = SimClock(datetime(2026, 11, 29, tzinfo=UTC))
-    backends = {
-        "sim-slurm": SimBackend(
-            "sim-slurm", "slurm",
-            [SimPoolSpec("slurm-h100", "h100-80g", racks_per_block=2, nodes_per_rack=2)],
-            clock, seed=1,
-        ),
-        "sim-k8s": SimBackend(
-            "sim-k8s", "k8s",
-            [SimPoolSpec("k8s-a100", "a100-80g", racks_per_block=2, nodes_per_rack=4)],
-            clock, seed=2,
-        ),
-    }
-    plane = ControlPlane(db, sim_config, backends, clock=lambda: clock.now,
-                         params=ControlParams(lost_grace_s=60))
-    yield Sim(plane, clock, backends)
+    yield make_sim(db, sim_config)
 
 
 class Locked:

@@ -6,44 +6,26 @@ job."""
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from backends.sim.backend import SimBackend, SimClock, SimPoolSpec
 from broker import ledger
 from broker.config import IsthmusConfig
 from broker.control import admission, admission_writes
-from broker.control.plane import ControlParams, ControlPlane
 from broker.store import Database, open_database
 from broker.store import attempts as att
 from broker.store.records import EVENTS, JOBS
 from tests.builders import spec
-from tests.harness.sim import Sim, consistent, state, submit
+from tests.harness.sim import Sim, consistent, make_sim, state, submit
 from tests.integration.control.poison import events
 
 
 def _sim(db: Database, config: IsthmusConfig) -> Sim:
     """The same federation as the `sim` fixture, on `db`."""
-    clock = SimClock(datetime(2026, 11, 29, tzinfo=UTC))
-    backends = {
-        "sim-slurm": SimBackend(
-            "sim-slurm", "slurm",
-            [SimPoolSpec("slurm-h100", "h100-80g", racks_per_block=2, nodes_per_rack=2)],
-            clock, seed=1,
-        ),
-        "sim-k8s": SimBackend(
-            "sim-k8s", "k8s",
-            [SimPoolSpec("k8s-a100", "a100-80g", racks_per_block=2, nodes_per_rack=4)],
-            clock, seed=2,
-        ),
-    }
-    plane = ControlPlane(db, config, backends, clock=lambda: clock.now,
-                         params=ControlParams(lost_grace_s=60))
-    return Sim(plane, clock, backends)
+    return make_sim(db, config)
 
 
 def _workload(sim: Sim) -> tuple[list[str], list[str]]:
