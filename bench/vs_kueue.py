@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
 import subprocess
@@ -49,6 +48,10 @@ from typing import Any
 
 import httpx
 import yaml
+
+from tests.fixtures.k8s import (
+    kueue_env,  # the Kueue cluster the tests start, the same dirs and ports
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 UP = ROOT / "deploy" / "testenv" / "k8s" / "up"
@@ -101,18 +104,9 @@ def workload(n: int, seed: int) -> list[Gang]:
 
 
 # -- cluster -------------------------------------------------------------------------------
-def cluster_env() -> dict[str, str]:
-    env = dict(os.environ)
-    state = os.environ.get("ISTHMUS_K8S_STATE", "/tmp/isthmus-k8s")
-    base = int(os.environ.get("ISTHMUS_K8S_PORT_BASE", "16400"))
-    env["ISTHMUS_K8S_STATE"] = os.environ.get("ISTHMUS_K8S_KUEUE_STATE", f"{state}-kueue")
-    env["ISTHMUS_K8S_PORT_BASE"] = os.environ.get("ISTHMUS_K8S_KUEUE_PORT_BASE", str(base + 200))
-    return env
-
-
 def cluster() -> dict[str, str]:
     out = subprocess.run(["bash", str(UP), "--with-kueue"], capture_output=True, text=True,
-                         check=True, timeout=1800, env=cluster_env()).stdout
+                         check=True, timeout=1800, env=kueue_env()).stdout
     return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
 
 
