@@ -8,8 +8,9 @@ they change, derive, transitions through set_state, retries decided and applied.
 - one attempt never stops the pass: each is handled in its own guard (broker.control.guard),
   its changes applied in its own savepoint of a transaction shared by a chunk of attempts
   (broker.control.reconcile_apply); an attempt that fails is marked InternalError where its
-  state allows and looked at again next pass; an unexpected error of `observe` is the backend's, shown on its jobs like an
-  unreachable backend (with the correlation id), never a job failure.
+  state allows and looked at again next pass; an unexpected error of `observe` is the
+  backend's, shown on its jobs like an unreachable backend (with the correlation id), never a
+  job failure.
 """
 
 from __future__ import annotations
@@ -53,12 +54,16 @@ def _cancel(plane: ControlPlane, backend: Backend, a: att.AttemptRecord, grace: 
     log.info("cancel %s: %s", a.backend_name, result.message or "sent")
 
 
-def _unchanged(b: att.Brief, fact: Fact | None) -> bool:
-    """What `_one` would leave alone: the backend says what was stored (phase and reason) of
-    a live attempt of a job that is not cancelled."""
-    return (fact is not None and fact.phase is not Phase.LOST and b.job_state is not None
-            and b.job_state != JobState.CANCELLED and b.phase == fact.phase.value
-            and b.job_reason == fact.reason.value)
+def _changed(brief: list[att.Brief], by_name: dict[str, Fact]) -> list[tuple[str, int]]:
+    """The attempts `_one` would not leave alone, as (job id, number): all but the live
+    attempts of jobs not cancelled whose stored phase and reason are what the backend says
+    (one tuple comparison per attempt: this runs over every live attempt on every pass)."""
+    said = {name: (f.phase.value, f.reason.value)
+            for name, f in by_name.items() if f.phase is not Phase.LOST}
+    cancelled = JobState.CANCELLED.value
+    return [(b.job_id, b.number) for b in brief
+            if b.job_state is None or b.job_state == cancelled
+            or said.get(b.backend_name) != (b.phase, b.job_reason)]
 
 
 def reconcile(plane: ControlPlane, backend_name: str) -> ReconcileReport:
@@ -89,7 +94,7 @@ def reconcile(plane: ControlPlane, backend_name: str) -> ReconcileReport:
     by_name = {f.backend_name: f for f in facts}
     report.observed = len(facts)
     live_names = {b.backend_name for b in brief}
-    todo = [(b.job_id, b.number) for b in brief if not _unchanged(b, by_name.get(b.backend_name))]
+    todo = _changed(brief, by_name)
     with plane.db.read() as s:
         live = [a for a in att.by_keys(s, todo)  # still live (the read above was earlier)
                 if a.ended_at is None and a.dispatch == att.CREATED]

@@ -65,7 +65,55 @@ class Deferred:
         self.queued.clear()
         conn = session.connection()
         for stmt, many in groups.values():
-            conn.execute(stmt, many)
+            if not _executemany_plain(conn, stmt, many):
+                conn.execute(stmt, many)
+
+
+_NO_PLAN = ("", ())
+_PLANS: dict[tuple[int, str, tuple[str, ...]], tuple[str, tuple[tuple[str, Any], ...]]] = {}
+
+
+def _plan(stmt: Any, keys: tuple[str, ...], dialect: Any) -> tuple[str, tuple[Any, ...]]:
+    """The SQL text of `stmt` for parameter sets with exactly `keys`, and for each of its
+    positional parameters its key and the type's bind processor (None: sent as it is); the
+    empty plan when the statement needs more than that (a default computed in Python, a
+    parameter expanded at execution)."""
+    compiled = stmt.compile(dialect=dialect, column_keys=list(keys))
+    names = compiled.positiontup
+    if (names is None or not set(names) <= set(keys) or compiled.literal_execute_params
+            or compiled.post_compile_params):
+        return _NO_PLAN
+    binds = tuple(
+        (name, compiled.binds[name].type.dialect_impl(dialect).bind_processor(dialect))
+        for name in names
+    )
+    return compiled.string, binds
+
+
+def _executemany_plain(conn: Any, stmt: Any, many: list[dict[str, Any]]) -> bool:
+    """On SQLite (qmark parameters), send `stmt` with `many` as the driver's executemany of
+    tuples converted by the columns' own bind processors: what SQLAlchemy sends, without its
+    per-row, per-column bookkeeping (most of the flush's time for wide rows such as the
+    attempts'). False (nothing sent) when the plain path does not apply; the caller then
+    executes through SQLAlchemy as before."""
+    dialect = conn.dialect
+    if dialect.name != "sqlite" or dialect.paramstyle != "qmark":
+        return False
+    keys = tuple(many[0])
+    key = (id(stmt), dialect.name, keys)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _PLANS[key] = _plan(stmt, keys, dialect)
+    sql, binds = plan
+    if not sql or any(len(params) != len(keys) for params in many):
+        return False
+    try:
+        rows = [tuple([params[name] if proc is None else proc(params[name])
+                       for name, proc in binds]) for params in many]
+    except KeyError:  # parameter sets with other keys: SQLAlchemy's path
+        return False
+    conn.exec_driver_sql(sql, rows)
+    return True
 
 
 def active(session: Session) -> bool:
