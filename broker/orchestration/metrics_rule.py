@@ -3,18 +3,36 @@ transition; the metrics themselves live in broker/metrics.py, which knows nothin
 
 from __future__ import annotations
 
+from typing import Any
+
 from broker.domain import JobState
 from broker.metrics import QUEUE_WAIT, TIME_TO_RUNNING, TRANSITIONS
 from broker.orchestration.rules import Rule, TransitionContext
 from broker.store import batch
 
+# The labelled children, looked up once (`labels` takes a lock and checks its labels on every
+# call: most of a count's cost on the batched hot paths). Bounded: states x states, and teams
+# from the configuration; emptied should it ever grow past that.
+_CHILDREN: dict[tuple[object, ...], Any] = {}
+_MAX_CHILDREN = 4096
+
+
+def _child(metric: Any, *labels: str) -> Any:
+    key = (metric, *labels)
+    child = _CHILDREN.get(key)
+    if child is None:
+        if len(_CHILDREN) >= _MAX_CHILDREN:
+            _CHILDREN.clear()
+        child = _CHILDREN[key] = metric.labels(*labels)
+    return child
+
 
 def _count(src: JobState, dst: JobState, team: str, waited: float) -> None:
-    TRANSITIONS.labels(src.value, dst.value).inc()
+    _child(TRANSITIONS, src.value, dst.value).inc()
     if dst is JobState.ADMITTED and src is not JobState.ADMITTED:
-        QUEUE_WAIT.labels(team).observe(waited)
+        _child(QUEUE_WAIT, team).observe(waited)
     elif dst is JobState.RUNNING and src is not JobState.RUNNING:
-        TIME_TO_RUNNING.labels(team).observe(waited)
+        _child(TIME_TO_RUNNING, team).observe(waited)
 
 
 class MetricsRule(Rule):
