@@ -69,7 +69,8 @@ def foreign(slurm_cluster: SlurmCluster) -> Iterator[Foreign]:
         jobs.cancel()
 
 
-def _place(slurm: SlurmCluster, tmp_path: Path, run: str) -> tuple[str, dict[str, object]]:
+def _place(slurm: SlurmCluster, tmp_path: Path,
+           run: str) -> tuple[str, dict[str, tuple[int, int]]]:
     """A fresh broker over the real cluster admits one 1 x 8 GPU gang; where did it go, and
     what did the inventory say about each pool's queue?"""
     work = tmp_path / f"work-{run}"
@@ -81,8 +82,7 @@ def _place(slurm: SlurmCluster, tmp_path: Path, run: str) -> tuple[str, dict[str
                                            "quotas": {FLAVOR: {"nominal": 64}}}],
                                    cohorts=[]))
     db = open_database(f"sqlite:///{tmp_path / f'{run}.db'}")
-    backends = build_backends(cfg)
-    plane = ControlPlane(db, cfg, backends, params=control_params(cfg))
+    plane = ControlPlane(db, cfg, build_backends(cfg), params=control_params(cfg))
     try:
         pools = {p.name: p for p in plane.inventory().pools}
         seen = {name: (p.free_gpus, p.queue.foreign_pending_gpus) for name, p in pools.items()}
@@ -93,8 +93,6 @@ def _place(slurm: SlurmCluster, tmp_path: Path, run: str) -> tuple[str, dict[str
             [attempt] = att.attempts_of(s, job.id)
         return attempt.pool, seen
     finally:
-        for backend in backends.values():
-            backend.close()
         db.dispose()
 
 
