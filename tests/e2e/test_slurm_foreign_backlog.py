@@ -80,7 +80,10 @@ def _place(slurm: SlurmCluster, tmp_path: Path,
                                              "gpu_memory_gb": 80}],
                                    teams=[{"name": "vision",
                                            "quotas": {FLAVOR: {"nominal": 64}}}],
-                                   cohorts=[]))
+                                   cohorts=[],
+                                   # a loaded machine answers sinfo/squeue slowly: wait for
+                                   # the inventory rather than see the pools unavailable
+                                   control={"inventory_wait": 60}))
     db = open_database(f"sqlite:///{tmp_path / f'{run}.db'}")
     plane = ControlPlane(db, cfg, build_backends(cfg), params=control_params(cfg))
     try:
