@@ -9,6 +9,7 @@ import pwd
 import shutil
 import stat
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 
 from backends.base import SubmitRequest
 from backends.slurm import SlurmBackend
+from backends.slurm.owner_tokens import OwnerTokens, read_key
 from backends.slurm.transport import SubmitRefused
 from broker.config import Backend as BackendConfig
 from broker.config import Pool
@@ -173,3 +175,20 @@ def test_over_rest_a_job_is_cancelled_as_its_owner(
     assert backend.cancel(req.name, 0).found
     wait_until(lambda: _phase(backend, req.name, Phase.CANCELLED), timeout=90,
                what="alice's job to be cancelled")
+
+
+def test_slurmrestd_takes_a_signed_owner_token_only_while_it_lives_and_only_from_the_key(
+    slurm_cluster: SlurmCluster, unix_users: Any
+) -> None:
+    key = read_key(str(slurm_cluster.slurm_conf.parent / "jwt_hs256.key"))
+    now = time.time()
+
+    def diag(tokens: OwnerTokens) -> httpx.Response:
+        return httpx.get(slurm_cluster.rest_path("diag"), headers=tokens.headers("isthmus-t1"),
+                         timeout=30)
+
+    assert diag(OwnerTokens(key, 60)).status_code == 200
+    expired = diag(OwnerTokens(key, 60, clock=lambda: now - 120))
+    forged = diag(OwnerTokens(b"not-the-cluster-key-" * 2, 60))
+    for resp in (expired, forged):
+        assert resp.status_code != 200 and resp.json().get("errors"), resp.text
