@@ -135,7 +135,8 @@ class _Cycle:
             return self._admit(job, result, verdicts[result.placement.flavor], position)
         if self.holds:  # starting now on held GPUs beats waiting, here or in a backend queue
             short = {v.pool for v in result.verdicts if v.reason in _CAPACITY or v.queued}
-            bf = try_backfill(job, [p for p in cands if p.name in short], self.holds, self.now)
+            bf = try_backfill(job, [p for p in cands if p.name in short], self.holds, self.now,
+                              self.params.ordering.backfill_factor)
             if bf is not None:
                 return self._backfilled(job, bf, result, verdicts, position)
         if result.placement is not None:

@@ -129,10 +129,12 @@ def _choose(job: PendingJob, h: Held) -> tuple[str, list[tuple[NodeSlot, int]]] 
 
 
 def try_backfill(
-    job: PendingJob, pools: Iterable[PoolIndex], holds: dict[str, list[Held]], now: datetime
+    job: PendingJob, pools: Iterable[PoolIndex], holds: dict[str, list[Held]], now: datetime,
+    factor: float = 1.0,
 ) -> Backfill | None:
-    """Place `job` on GPUs held in `pools` without delaying any hold's gang, or None."""
-    end = now.astimezone(UTC) + _seconds(job.max_runtime_s)
+    """Place `job` on GPUs held in `pools` without delaying any hold's gang, or None. The
+    job's time limit counts `factor` times (>= 1: a margin for limits looser than others')."""
+    end = now.astimezone(UTC) + _seconds(math.ceil(job.max_runtime_s * max(1.0, factor)))
     g = job.gpus_per_replica
     for pool in pools:
         for h in holds.get(pool.name, ()):

@@ -35,6 +35,8 @@ class OrderingParams:
     backfill: bool = True
     """Later jobs may use held GPUs where, by their time limits, they do not delay the
     gang's expected start (policies/backfill.py)."""
+    backfill_factor: float = 1.0
+    """A backfilled job's time limit counts this many times (a safety margin, >= 1)."""
 
 
 class FairShare:

@@ -102,3 +102,14 @@ def test_backfill_off_keeps_held_gpus_idle() -> None:
     got = decide(held_rack(), starving_gang(), small(30), params=params)
     assert got["gang"].reservation is not None
     assert not got["small-30"].admitted
+
+
+def test_a_safety_factor_counts_the_backfilled_jobs_limit_several_times() -> None:
+    # 30 min x 3 = 90 min: past the gang's start at 60 min, and r00 has nothing to spare
+    params = AdmissionParams(
+        ordering=OrderingParams(starvation_after_s=3600, backfill_factor=3.0)
+    )
+    got = decide(held_rack(), starving_gang(), small(30), params=params)
+    assert not got["small-30"].admitted
+    got = decide(held_rack(), starving_gang(), small(19), params=params)
+    assert got["small-19"].admitted
