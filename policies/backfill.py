@@ -53,7 +53,7 @@ class Held:
                       (*n.releases, *self.returns.get(n.name, ()),
                        *(((end, lend[n.name]),) if lend.get(n.name) else ())))
                 for n in self.nodes]
-        return fit_time(view, self.g, self.replicas)  # type: ignore[arg-type]
+        return fit_time(view, self.g, self.replicas)
 
     def lend(self, lend: dict[str, int], end: datetime) -> None:
         for name, gpus in lend.items():
