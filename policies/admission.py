@@ -10,7 +10,9 @@ Phases (Kueue's, numbered in the decision record):
                capacity and the quota are reserved at once so later jobs see them taken; a
                starving gang that does not fit holds capacity in one domain (reservation:
                where it would fit soonest by the nodes' expected releases, else the most
-               free) so smaller jobs may backfill elsewhere but not in front of it; a job that may
+               free) so smaller jobs may backfill elsewhere but not in front of it; a later job
+               that does not fit otherwise may run on held GPUs where, by its time limit, it
+               does not delay the gang's expected start (policies/backfill.py); a job that may
                preempt (lower priority work in its pool, or of its own team when its quota
                is full) or reclaim lent quota asks the preemption oracle; for priority
                preemption it passes the pool's node-level room (free GPUs per node and the
