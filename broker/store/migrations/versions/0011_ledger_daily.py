@@ -1,4 +1,6 @@
-"""ledger_daily: the usage and waste entries of the ledger summed per UTC day, kind and group
+"""ledger_daily and explanations.queue_position
+
+ledger_daily: the usage and waste entries of the ledger summed per UTC day, kind and group
 (team; team and pool; team and flavor; team and user), kept by a trigger on every insert into
 ledger_entries, so that usage reports over long windows read the sums of whole days instead
 of every entry (broker/store/reports.py adds the raw entries of partial days at the edges).
@@ -8,6 +10,12 @@ a migration, a bulk load) updates it in the same transaction, and the ledger is 
 so inserts are the only change to follow. An entry without a pool or submitter (booked before
 revision 0010) is summed under its attempt's pool and its job's submitter, looked up as the
 report did ('' when there is none). Existing entries are summed once here.
+
+explanations.queue_position: the admission position stored inside each job's verdicts (JSON),
+as a column the database computes and stores when a verdict is written, so that the dashboard's
+queue sorts 3,000 waiting jobs without parsing 3,000 verdicts. NULL unless the position is a
+JSON number, whole, from 0 to 999,999,999 (a verdict without one is stored, and sorts last); on
+PostgreSQL text that is not JSON at all is refused (verdicts are written by json.dumps).
 
 Revision ID: 0011
 Revises: 0010
@@ -69,6 +77,35 @@ def _backfill(day: str) -> None:
         )
 
 
+PG_POSITION = (
+    "ALTER TABLE explanations ADD COLUMN queue_position integer GENERATED ALWAYS AS ("
+    "CASE WHEN json_typeof(payload_json::json -> 'position') = 'number' "
+    "AND (payload_json::json ->> 'position') ~ '^[0-9]{1,9}$' "
+    "THEN (payload_json::json ->> 'position')::integer END) STORED"
+)
+SQLITE_POSITION = (
+    "CASE WHEN json_valid(payload_json) THEN CASE WHEN json_type(payload_json, '$.position') "
+    "= 'integer' AND json_extract(payload_json, '$.position') BETWEEN 0 AND 999999999 "
+    "THEN json_extract(payload_json, '$.position') END END"
+)
+
+
+def _sqlite_position() -> None:
+    """SQLite adds only virtual generated columns to a table (computed again on every read):
+    the table is copied into one with a stored column instead."""
+    op.create_table(
+        "explanations_0011",
+        sa.Column("job_id", sa.String(16), sa.ForeignKey("jobs.id"), primary_key=True),
+        sa.Column("at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("payload_json", sa.Text, nullable=False),
+        sa.Column("queue_position", sa.Integer, sa.Computed(SQLITE_POSITION, persisted=True)),
+    )
+    op.execute("INSERT INTO explanations_0011 (job_id, at, payload_json) "
+               "SELECT job_id, at, payload_json FROM explanations")
+    op.drop_table("explanations")
+    op.rename_table("explanations_0011", "explanations")
+
+
 def upgrade() -> None:
     op.create_table(
         "ledger_daily",
@@ -84,6 +121,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("dim", "day", "team", "value", "kind", name="pk_ledger_daily"),
     )
     if op.get_bind().dialect.name == "postgresql":
+        op.execute(PG_POSITION)
         _backfill(PG_DAY.format(row="l"))
         op.execute(
             "CREATE FUNCTION isthmus_ledger_daily() RETURNS trigger AS $$ BEGIN "
@@ -97,6 +135,7 @@ def upgrade() -> None:
             f"WHEN (NEW.{HOURS}) EXECUTE FUNCTION isthmus_ledger_daily()"
         )
     else:
+        _sqlite_position()
         _backfill(SQLITE_DAY.format(row="l"))
         op.execute(
             "CREATE TRIGGER ledger_daily_rollup AFTER INSERT ON ledger_entries "
