@@ -150,6 +150,11 @@ def _flavors(req: SbatchRequest, compat: SlurmCompat | CompatTables) -> tuple[li
     return flavors, backend, partition
 
 
+def exported_env(req: SbatchRequest, environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables --export gives the job (values from `environ` where none is written)."""
+    return _env(req, environ)
+
+
 def _env(req: SbatchRequest, environ: Mapping[str, str]) -> dict[str, str]:
     env: dict[str, str] = {}
     export = req.extra.get("export")
