@@ -99,6 +99,9 @@ class BatchJob:
     memory_per_gpu_mb: int | None = None  # per GPU (GPUs asked per task)
     hold: bool = False
     begin: str | None = None  # e.g. "now+1day" (benchmarks keep jobs pending this way)
+    user_output: str | None = None  # sbatch's --output of a batch script (replaces `output`)
+    user_error: str | None = None  # sbatch's --error of a batch script
+    exclusive: bool = False  # whole nodes (sbatch --exclusive)
 
 
 def newest(records: Sequence[JobRecord]) -> JobRecord:

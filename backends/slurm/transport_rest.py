@@ -193,8 +193,13 @@ class RestTransport:
             "name": job.name, "comment": job.comment, "partition": job.partition,
             "tasks": shape.replicas, "time_limit": job.time_limit_min,
             "current_working_directory": job.output.rsplit("/", 1)[0],
-            "standard_output": job.output,
+            "standard_output": job.user_output or job.output,
         }
+        if job.user_error:
+            props["standard_error"] = job.user_error
+        if job.exclusive:
+            raise Unsupported("--exclusive: this backend's slurmrestd transport does not send "
+                              "it; use transport 'cli' for whole-node jobs")
         if shape.nodes is not None:
             # the v0.0.38 schema says [min, max]; 22.05 honours only an int
             props["nodes"] = shape.nodes if dialect.gres_key == "gres" else str(shape.nodes)

@@ -50,7 +50,7 @@ from broker.store.fence import Deposed
 
 log = get_logger(__name__)
 
-FOLLOW_UP_S = (0.25, 0.5, 1.0, 2.0, 4.0)
+FOLLOW_UP_S = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0)
 """After a dispatch created objects, the reconcilers are woken again this long after it: a
 backend reports a freshly created job as pending first and as running a moment later."""
 

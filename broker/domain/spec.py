@@ -185,6 +185,22 @@ class Topology(_Strict):
         return self
 
 
+BATCH_PATH = r"^/[A-Za-z0-9._/%+@=,~-]*$"
+
+
+class BatchOptions(_Strict):
+    """sbatch options of a batch script (launcher 'batch') that take effect on Slurm: the
+    output and error files (sbatch's patterns; %j, %x, %A and %a become the Isthmus job id, the
+    job's name, the array's id and the task's index, the other patterns are Slurm's) and whole
+    nodes (--exclusive). Kubernetes keeps them in the spec only (README, HPC section)."""
+
+    output: str | None = Field(default=None, max_length=1024, pattern=BATCH_PATH,
+                               description="absolute path pattern of the script's stdout")
+    error: str | None = Field(default=None, max_length=1024, pattern=BATCH_PATH,
+                              description="absolute path pattern of the script's stderr")
+    exclusive: bool = Field(default=False, description="the job's nodes are its alone")
+
+
 class Entrypoint(_Strict):
     model_config = ConfigDict(
         json_schema_extra={
@@ -210,6 +226,9 @@ class Entrypoint(_Strict):
         "runs as sbatch runs it (once, on the first node on Slurm; its own srun starts the ranks)",
     )
 
+    batch: BatchOptions | None = Field(
+        default=None, description="sbatch's output, error and exclusive (launcher 'batch')")
+
     @model_validator(mode="after")
     def _one_kind(self) -> Entrypoint:
         if self.command is None and self.script is None:
@@ -218,6 +237,8 @@ class Entrypoint(_Strict):
             raise ValueError("give 'command' or 'script', not both")
         if self.launcher == "batch" and self.script is None:
             raise ValueError("launcher 'batch' runs a batch 'script'; give 'script'")
+        if self.batch is not None and self.launcher != "batch":
+            raise ValueError("'batch' options belong to launcher 'batch'")
         return self
 
 

@@ -204,3 +204,40 @@ true
     assert isqueue.run(["--json", "-t", "CA", "-j", orphan_id], env) == 0
     (row,) = json.loads(capsys.readouterr().out)["jobs"]
     assert row["state_reason"] == "DependencyNeverSatisfied"
+
+
+def test_output_error_and_exclusive_reach_slurm(
+    server: Server, tmp_path: Path, workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--output/--error become the batch script's files with %j, %x, %A, %a as the user knows
+    them (the Isthmus id, the name; not in an array: the id and Slurm's 4294967294);
+    --exclusive reaches sbatch (scontrol shows OverSubscribe=NO); --mail-* are kept."""
+    script = _script(tmp_path / "files.sh", """#!/bin/bash
+#SBATCH -J e2e-files -N 1 --gres=gpu:a100:1 -t 5 -A isthmus
+#SBATCH --output=out-%j-%x-%A-%a.txt
+#SBATCH -e err-%j.txt
+#SBATCH --exclusive
+#SBATCH --mail-type=END
+#SBATCH --mail-user=ada@example.org
+echo to-stdout
+echo to-stderr >&2
+scontrol show job "$SLURM_JOB_ID" | grep -o 'OverSubscribe=[A-Z]*'
+""")
+    env = _env(server, tmp_path)
+    assert isbatch.run(["--parsable", f"--chdir={workdir}", str(script)], env) == 0
+    job_id = capsys.readouterr().out.strip()
+    done = wait_until(lambda: _acct_when(env, job_id, capsys, lambda st: st not in ENDLESS),
+                      DEADLINE, "isacct shows the job ended")
+    assert done[2:4] == ["COMPLETED", "0:0"], done
+    out = workdir / f"out-{job_id}-e2e-files-{job_id}-4294967294.txt"
+    assert out.read_text().split() == ["to-stdout", "OverSubscribe=NO"]
+    assert (workdir / f"err-{job_id}.txt").read_text().split() == ["to-stderr"]
+    import httpx
+
+    spec = httpx.get(f"{server.url}/v1/jobs/{job_id}", timeout=30).json()["spec"]
+    assert spec["entrypoint"]["batch"] == {
+        "output": f"{workdir}/out-%j-%x-%A-%a.txt", "error": f"{workdir}/err-%j.txt",
+        "exclusive": True}
+    request = json.loads(spec["annotations"]["sbatch.isthmus.io/request"])
+    assert request["options"]["mail_user"] == "ada@example.org"
+    assert request["options"]["mail_type"] == "END"
