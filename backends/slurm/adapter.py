@@ -381,6 +381,19 @@ class SlurmBackend:
         return CancelResult(name=name, found=True, signalled=signalled,
                             message="; ".join(messages))
 
+    def send_signal(self, name: str, signal: str) -> str:
+        """``scancel --signal=SIGNAL`` for the running job of this name: its steps get it (the
+        script's own srun ranks), as scancel sends it; Unsupported when none runs."""
+        if signal not in SIGNALS:
+            raise Unsupported(f"signal {signal!r}: one of {', '.join(sorted(SIGNALS))}")
+        running = [r for r in self.transport.find(name) if r.state == "RUNNING"]
+        if not running:
+            raise Unsupported(f"no running Slurm job named {name}")
+        sent = [r.job_id for r in running if self.transport.signal_steps(r.job_id, signal)]
+        if not sent:
+            raise Unsupported(f"Slurm did not signal {name}: it ended meanwhile")
+        return f"SIG{signal} sent to the steps of Slurm job {', '.join(sent)}"
+
     def _flush_kills(self) -> None:
         now = time.monotonic()
         for job_id, deadline in list(self._kill_at.items()):
@@ -393,6 +406,12 @@ class SlurmBackend:
 
     def close(self) -> None:
         self.transport.close()
+
+
+SIGNALS = frozenset({"HUP", "INT", "QUIT", "ABRT", "KILL", "USR1", "USR2", "TERM", "ALRM",
+                     "CONT", "STOP", "TSTP", "TTIN", "TTOU", "URG", "XCPU", "XFSZ", "VTALRM",
+                     "PROF", "WINCH"})
+"""Signals iscancel --signal may send, by name (as scancel takes them, without SIG)."""
 
 
 def _with_actor(rec: JobRecord, who: str) -> JobRecord:

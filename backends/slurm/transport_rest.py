@@ -265,6 +265,10 @@ class RestTransport:
     def signal(self, job_id: str, signal: str) -> bool:
         return self._delete(job_id, f"SIG{signal}" if not signal.startswith("SIG") else signal)
 
+    def signal_steps(self, job_id: str, signal: str) -> bool:
+        raise Unsupported("slurmrestd signals the whole job, batch shell included; use "
+                          "transport 'cli' to signal the steps as scancel --signal does")
+
     def cancel(self, job_id: str) -> bool:
         return self._delete(job_id, None)
 

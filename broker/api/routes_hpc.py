@@ -12,7 +12,7 @@ import asyncio
 import json
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Body, Depends, Query, Request
 
 from broker.api import routes_jobs
 from broker.api.auth import Principal, principal
@@ -106,3 +106,43 @@ async def batch(request: Request, caller: Caller) -> dict[str, Any]:
     if body.request.array:
         return {"id": array_id, "array_tasks": ids, "jobs": ids}
     return {"id": ids[0], "jobs": ids}
+
+
+@router.post("/jobs/{job_id}/signal", responses=problem_responses(404, 409, 503))
+def signal(job_id: str, request: Request, caller: Caller,
+           name: Annotated[str, Body(embed=True, alias="signal", pattern=r"^[A-Z0-9]{1,8}$",
+                                     description="e.g. USR1 (no SIG prefix)")]) -> dict[str, Any]:
+    """``iscancel --signal``: send a signal to a running job's processes, as ``scancel
+    --signal`` does on Slurm (to the job's steps). Kubernetes has no way to signal a
+    container's processes through its API: 409 there, saying so."""
+    from backends.base import BackendUnavailable, Unsupported
+    from broker.store import attempts as att
+
+    db: Database = request.app.state.db
+    job = routes_jobs._visible_job(db, job_id, caller)
+    with db.read() as s:
+        rows = att.attempts_of(s, job_id)
+    a = rows[-1] if rows else None
+    if job.state != JobState.RUNNING or a is None or a.dispatch != att.CREATED:
+        raise Problem(409, "not-running", "Job is not running",
+                      f"job {job_id} is {job.state}: only a running job can be signalled")
+    config: IsthmusConfig = request.app.state.config
+    backend = config.backend(a.backend)
+    if backend is not None and backend.kind == "k8s":
+        raise Problem(409, "signal-unsupported", "Signals do not reach Kubernetes pods",
+                      f"job {job_id} runs on Kubernetes, whose API cannot send a signal to a "
+                      "container's processes; cancel it instead (its pods get SIGTERM and the "
+                      "job's grace period)")
+    runtime = request.app.state.runtime
+    sender = (getattr(runtime.plane.gate(a.backend), "send_signal", None)
+              if runtime is not None and a.backend in runtime.plane.backends else None)
+    if sender is None:
+        raise Problem(503, "backend-not-reachable", "Backend cannot signal from here",
+                      f"this server cannot signal jobs on backend '{a.backend}'")
+    try:
+        message = sender(a.backend_name, name)
+    except Unsupported as exc:
+        raise Problem(409, "signal-unsupported", "Signal not sent", str(exc)) from None
+    except BackendUnavailable as exc:
+        raise Problem(503, "backend-unavailable", "Backend unavailable", str(exc)) from None
+    return {"job_id": job_id, "signal": name, "message": message}

@@ -93,7 +93,7 @@ def submit(parsed: sbatch_parse.Parsed, environ: Mapping[str, str]) -> int:
     except CompatError as exc:
         return _fail(str(exc))
     except ApiError as exc:
-        if exc.problem.get("type", "").endswith("/sbatch-not-mapped"):
+        if str(exc.problem.get("type", "")).endswith(":sbatch-not-mapped"):
             return _fail(str(exc))
         return _fail(f"{exc} (HTTP {exc.status})")
     except TransportError as exc:
