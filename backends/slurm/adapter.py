@@ -36,6 +36,7 @@ from backends.slurm.inventory import ISTHMUS_PREFIX, PoolBinding, pool_snapshots
 from backends.slurm.output import read_output
 from backends.slurm.records import TERMINAL, BatchJob, JobRecord, NodeRecord, newest
 from backends.slurm.settings import SlurmSettings
+from backends.slurm.signals import send_signal
 from backends.slurm.transport import Transport
 from broker.domain.facts import Fact, Phase
 from broker.domain.failures import FailureCategory
@@ -312,7 +313,7 @@ class SlurmBackend:
         for name, rec in latest.items():
             acc = accounted.get(name)
             if acc is not None and acc.job_id == rec.job_id and acc.cancelled_by:
-                rec = _with_actor(rec, acc.cancelled_by)
+                rec = replace(rec, cancelled_by=acc.cancelled_by)
             facts.append(self._fact(rec, now))
             self._last_seen[name] = rec
             self._known_ids[name] = rec.job_id
@@ -382,17 +383,8 @@ class SlurmBackend:
                             message="; ".join(messages))
 
     def send_signal(self, name: str, signal: str) -> str:
-        """``scancel --signal=SIGNAL`` for the running job of this name: its steps get it (the
-        script's own srun ranks), as scancel sends it; Unsupported when none runs."""
-        if signal not in SIGNALS:
-            raise Unsupported(f"signal {signal!r}: one of {', '.join(sorted(SIGNALS))}")
-        running = [r for r in self.transport.find(name) if r.state == "RUNNING"]
-        if not running:
-            raise Unsupported(f"no running Slurm job named {name}")
-        sent = [r.job_id for r in running if self.transport.signal_steps(r.job_id, signal)]
-        if not sent:
-            raise Unsupported(f"Slurm did not signal {name}: it ended meanwhile")
-        return f"SIG{signal} sent to the steps of Slurm job {', '.join(sent)}"
+        """iscancel --signal (signals.send_signal)."""
+        return send_signal(self.transport, name, signal)
 
     def _flush_kills(self) -> None:
         now = time.monotonic()
@@ -406,13 +398,3 @@ class SlurmBackend:
 
     def close(self) -> None:
         self.transport.close()
-
-
-SIGNALS = frozenset({"HUP", "INT", "QUIT", "ABRT", "KILL", "USR1", "USR2", "TERM", "ALRM",
-                     "CONT", "STOP", "TSTP", "TTIN", "TTOU", "URG", "XCPU", "XFSZ", "VTALRM",
-                     "PROF", "WINCH"})
-"""Signals iscancel --signal may send, by name (as scancel takes them, without SIG)."""
-
-
-def _with_actor(rec: JobRecord, who: str) -> JobRecord:
-    return replace(rec, cancelled_by=who)

@@ -36,6 +36,7 @@ import re
 from dataclasses import dataclass
 
 from backends.base import SubmitRequest, Unsupported
+from backends.slurm.batch_files import with_batch_options
 from backends.slurm.records import BatchJob
 from backends.slurm.shape import GangShape, gang_shape
 from broker.domain.topology import TopologyLevel
@@ -142,31 +143,6 @@ def _check_limit(field: str, value: int, most: int, unit: str) -> None:
         raise Unsupported(f"{field} is too large for Slurm: {shown} {unit}, at most {most}")
 
 
-_USER_PATH = re.compile(r"^/[A-Za-z0-9._/%+@=,~-]*$")
-_OUR_PATTERNS = re.compile(r"%%|%[jxAa]")
-NO_ARRAY_INDEX = "4294967294"  # what Slurm writes for %a of a job that is not in an array
-
-
-def user_path(pattern: str | None, request: SubmitRequest) -> str | None:
-    """sbatch's --output/--error pattern with %j, %x, %A and %a as the user knows them: the
-    Isthmus job id, the job's name, the array's id (else the job id) and the task's index
-    (else Slurm's 4294967294). Other patterns (%N, %u, %n, ...) and %% are Slurm's."""
-    if pattern is None:
-        return None
-    if not _USER_PATH.match(pattern):
-        raise Unsupported(f"output/error path {pattern!r} is not an absolute path of "
-                          "[A-Za-z0-9._/%+@=,~-]")
-    spec = request.snapshot.spec
-    array = spec.scheduling.array if spec.scheduling is not None else None
-    values = {"%j": request.job_id, "%x": spec.name,
-              "%A": array.id if array is not None else request.job_id,
-              "%a": str(array.index) if array is not None else NO_ARRAY_INDEX, "%%": "%%"}
-    path = _OUR_PATTERNS.sub(lambda m: values[m.group(0)], pattern)
-    if not _USER_PATH.match(path):
-        raise Unsupported(f"output/error path {path!r}: unsafe after expansion")
-    return path
-
-
 def rack_of(domain: str | None) -> str | None:
     """'spine/rack1' -> 'rack1' (the placement's topology domain at rack level)."""
     if not domain:
@@ -230,12 +206,7 @@ def batch_job(
         hold=hold,
         begin=_check_word("begin", begin) if begin else None,
     )
-    batch = spec.entrypoint.batch
-    if batch is not None:
-        job = dataclasses.replace(job, user_output=user_path(batch.output, request),
-                                  user_error=user_path(batch.error, request),
-                                  exclusive=batch.exclusive)
-    return _with_script(job, request, settings)
+    return _with_script(with_batch_options(job, request), request, settings)
 
 
 def _rack(request: SubmitRequest, settings: RenderSettings

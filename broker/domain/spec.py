@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from broker.domain import metadata_keys
+from broker.domain.batch_options import BatchOptions
 from broker.domain.scheduling import Scheduling
 from broker.domain.text import MultilineText, Text, TextKey
 from broker.domain.topology import TopologyLevel
@@ -183,22 +184,6 @@ class Topology(_Strict):
                 f"'{self.required}'; prefer a tighter level or drop 'preferred'"
             )
         return self
-
-
-BATCH_PATH = r"^/[A-Za-z0-9._/%+@=,~-]*$"
-
-
-class BatchOptions(_Strict):
-    """sbatch options of a batch script (launcher 'batch') that take effect on Slurm: the
-    output and error files (sbatch's patterns; %j, %x, %A and %a become the Isthmus job id, the
-    job's name, the array's id and the task's index, the other patterns are Slurm's) and whole
-    nodes (--exclusive). Kubernetes keeps them in the spec only (README, HPC section)."""
-
-    output: str | None = Field(default=None, max_length=1024, pattern=BATCH_PATH,
-                               description="absolute path pattern of the script's stdout")
-    error: str | None = Field(default=None, max_length=1024, pattern=BATCH_PATH,
-                              description="absolute path pattern of the script's stderr")
-    exclusive: bool = Field(default=False, description="the job's nodes are its alone")
 
 
 class Entrypoint(_Strict):

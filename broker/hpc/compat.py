@@ -276,6 +276,17 @@ def _batch_options(req: SbatchRequest, submit_dir: str | None) -> dict[str, Any]
     return out
 
 
+def _entrypoint(req: SbatchRequest, script: str, compat: SlurmCompat | CompatTables,
+                submit_dir: str | None) -> dict[str, Any]:
+    entrypoint: dict[str, Any] = {"script": script, "launcher": "batch"}
+    if compat.image:
+        entrypoint["image"] = compat.image
+    batch = _batch_options(req, submit_dir)
+    if batch:
+        entrypoint["batch"] = batch
+    return entrypoint
+
+
 def _slurm_only(backend: str, partition: str) -> str:
     """--exclusive reserves whole nodes, which Slurm does and Kubernetes pools do not."""
     if backend == "k8s":
@@ -325,14 +336,9 @@ def to_job_spec(
             raise CompatError(f"--signal={req.signal}: Isthmus sends SIGUSR1 before the end; "
                               "write --signal=B:USR1@SECONDS")
         spec["checkpoint"] = {"grace": max(seconds, 1)}
-    entrypoint: dict[str, Any] = {"script": script, "launcher": "batch"}
-    if compat.image:
-        entrypoint["image"] = compat.image
-    batch = _batch_options(req, submit_dir)
-    if batch:
-        entrypoint["batch"] = batch
-        spec["backend"] = _slurm_only(backend, partition) if req.exclusive else backend
-    spec["entrypoint"] = entrypoint
+    spec["entrypoint"] = _entrypoint(req, script, compat, submit_dir)
+    if req.exclusive:
+        spec["backend"] = _slurm_only(backend, partition)
     env = _env(req, environ or {})
     if submit_dir:
         env.setdefault("SLURM_SUBMIT_DIR", submit_dir)
