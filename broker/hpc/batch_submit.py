@@ -24,6 +24,8 @@ from broker.store.queries import list_jobs
 MAX_DEPENDENCY_SCAN = 10_000
 """Jobs of the caller's team read to resolve --dependency ids (newest first), as isbatch did."""
 _REQUEST_FIELDS = {f.name for f in fields(SbatchRequest)}
+_KINDS: dict[str, type] = {"replicas": int, "gpus_per_node": int, "time_limit_s": int,
+                           "cpus_per_task": int, "mem_mb": int, "exclusive": bool}
 _BODY = {"sbatch", "extra", "script", "script_path", "env", "submit_dir"}
 
 
@@ -54,11 +56,24 @@ def body_of(data: Any) -> BatchBody:
     if not isinstance(script, str) or not all(x is None or isinstance(x, str)
                                               for x in (path, cwd)):
         raise CompatError("script, script_path, submit_dir: strings")
+    for key, value in sbatch.items():
+        kind = _KINDS.get(key, str)
+        if value is not None and (type(value) is not kind):
+            raise CompatError(f"sbatch.{key}: {kind.__name__} or null")
+    if not isinstance(sbatch["exclusive"], bool):
+        raise CompatError("sbatch.exclusive: a boolean")
+    return BatchBody(SbatchRequest(**sbatch, extra=extra), script, path, dict(env), cwd)
+
+
+def specs_of_body(data: Any, compat: Any, caller_team: str | None,
+                  resolve: Callable[[str], list[str]], array_id: str) -> list[dict[str, Any]]:
+    """`specs_of` for a body as received; CompatError for anything malformed (a value of the
+    wrong type deep in ``extra`` too: isbatch never sends one)."""
+    body = body_of(data)
     try:
-        request = SbatchRequest(**sbatch, extra=extra)
-    except TypeError as exc:
-        raise CompatError(f"sbatch: {exc}") from exc
-    return BatchBody(request, script, path, dict(env), cwd)
+        return specs_of(body, compat, caller_team, resolve, array_id)
+    except (AttributeError, KeyError, TypeError) as exc:
+        raise CompatError(f"malformed sbatch request: {exc}") from None
 
 
 def resolver(db: Database, team: str | None) -> Callable[[str], list[str]]:

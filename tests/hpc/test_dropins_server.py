@@ -188,12 +188,21 @@ def test_one_api_call_per_submission(server: Server, script: Path, tmp_path: Pat
     assert iscancel.run([t["job_id"] for t in tasks] + [parent], env) == 0
 
 
-def test_the_batch_call_refuses_what_isbatch_would_not_send(server: Server) -> None:
+def test_the_batch_call_refuses_what_isbatch_would_not_send(server: Server,
+                                                           script: Path) -> None:
     import httpx
 
+    from broker.hpc.sbatch_parse import parse
+
+    parsed = parse([str(script)], {}, lambda path: SCRIPT)
+    good = isbatch.client_body(parsed.request, parsed.script, str(script), {}, "/home/u")
     headers = {"Authorization": f"Bearer {TOKENS['vision']}"}
     for body in ({"script": "x"}, {"sbatch": {"job_name": "x"}, "script": "x"},
-                 {"sbatch": {}, "script": "x", "shell": "rm -rf /"}):
+                 {"sbatch": {}, "script": "x", "shell": "rm -rf /"},
+                 {**good, "sbatch": {**good["sbatch"], "partition": 5}},
+                 {**good, "sbatch": {**good["sbatch"], "replicas": "2"}},
+                 {**good, "extra": {**good["extra"], "output": 5}},
+                 {**good, "extra": {**good["extra"], "ntasks_per_node": "x"}}, [good]):
         r = httpx.post(f"{server.url}/v1/hpc/batch", json=body, headers=headers, timeout=30)
         assert r.status_code == 422, r.text
 
