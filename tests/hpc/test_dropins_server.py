@@ -202,7 +202,7 @@ def test_the_batch_call_refuses_what_isbatch_would_not_send(server: Server,
                  {**good, "sbatch": {**good["sbatch"], "partition": 5}},
                  {**good, "sbatch": {**good["sbatch"], "replicas": "2"}},
                  {**good, "extra": {**good["extra"], "output": 5}},
-                 {**good, "extra": {**good["extra"], "ntasks_per_node": "x"}}, [good]):
+                 {**good, "extra": {**good["extra"], "cpus_per_gpu": "x"}}, [good]):
         r = httpx.post(f"{server.url}/v1/hpc/batch", json=body, headers=headers, timeout=30)
         assert r.status_code == 422, r.text
 
