@@ -383,8 +383,7 @@ class SlurmBackend:
         return CancelResult(name=name, found=True, signalled=signalled,
                             message="; ".join(messages))
 
-    def send_signal(self, name: str, signal: str) -> str:
-        """iscancel --signal (signals.send_signal)."""
+    def send_signal(self, name: str, signal: str) -> str:  # iscancel --signal
         return send_signal(self.transport, name, signal)
 
     def _flush_kills(self) -> None:
