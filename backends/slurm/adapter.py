@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import pwd
 import time
@@ -126,8 +125,14 @@ class SlurmBackend:
         if account:  # the team's Slurm account (fair share and limits of the site)
             render = replace(
                 render, extra_directives=(*render.extra_directives, f"--account={account}"))
-        return functools.partial(script.batch_job, settings=render, partition=partition,
-                                 gpu_type=self._gpu_type(partition), hold=hold, begin=begin)
+        gpu_type = self._gpu_type(partition)
+
+        def build(r: SubmitRequest) -> BatchJob:
+            job = script.batch_job(r, render, partition=partition, gpu_type=gpu_type,
+                                   hold=hold, begin=begin)
+            return replace(job, account=account) if account else job
+
+        return build
 
     def render(self, request: SubmitRequest) -> str:
         """The exact batch script submit() would send (for `isthmus render`)."""
