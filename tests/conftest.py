@@ -1,4 +1,6 @@
-"""Shared fixtures. Every database test runs on SQLite and on a real PostgreSQL server."""
+"""Shared fixtures. Every database test runs on SQLite and on a real PostgreSQL server.
+`slow` and `ui` tests are left out of an ``-m`` selection that does not name them (the fast
+tier), never out of the full suite: see tests/harness/tiers.py."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import pytest
 from broker.config import IsthmusConfig, load_config
 from broker.store import Database, open_database
 from tests.harness.paths import EXAMPLE_CONFIG
+from tests.harness.tiers import left_out_by
 
 _HERE = Path(__file__).parent
 pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.workdir"] + [
@@ -18,6 +21,20 @@ pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.workdir"] + [
     if (_HERE / "fixtures" / f"{name}.py").exists()
 ]
 
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselects the `slow` and `ui` tests of an ``-m`` that does not name them."""
+    left_out = left_out_by(str(config.getoption("markexpr") or ""))
+    if not left_out:
+        return
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        marked = {m.name for m in item.iter_markers()}
+        (dropped if marked & left_out else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
