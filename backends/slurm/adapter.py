@@ -36,6 +36,7 @@ from backends.slurm.inventory import ISTHMUS_PREFIX, PoolBinding, pool_snapshots
 from backends.slurm.output import read_output
 from backends.slurm.records import TERMINAL, BatchJob, JobRecord, NodeRecord, newest
 from backends.slurm.settings import SlurmSettings
+from backends.slurm.signals import send_signal
 from backends.slurm.transport import Transport
 from broker.domain.facts import Fact, Phase
 from broker.domain.failures import FailureCategory
@@ -313,7 +314,7 @@ class SlurmBackend:
         for name, rec in latest.items():
             acc = accounted.get(name)
             if acc is not None and acc.job_id == rec.job_id and acc.cancelled_by:
-                rec = _with_actor(rec, acc.cancelled_by)
+                rec = replace(rec, cancelled_by=acc.cancelled_by)
             facts.append(self._fact(rec, now))
             self._last_seen[name] = rec
             self._known_ids[name] = rec.job_id
@@ -382,6 +383,9 @@ class SlurmBackend:
         return CancelResult(name=name, found=True, signalled=signalled,
                             message="; ".join(messages))
 
+    def send_signal(self, name: str, signal: str) -> str:  # iscancel --signal
+        return send_signal(self.transport, name, signal)
+
     def _flush_kills(self) -> None:
         now = time.monotonic()
         for job_id, deadline in list(self._kill_at.items()):
@@ -394,7 +398,3 @@ class SlurmBackend:
 
     def close(self) -> None:
         self.transport.close()
-
-
-def _with_actor(rec: JobRecord, who: str) -> JobRecord:
-    return replace(rec, cancelled_by=who)
