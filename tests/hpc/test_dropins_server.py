@@ -10,6 +10,7 @@ import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -207,7 +208,7 @@ def test_the_batch_call_refuses_what_isbatch_would_not_send(server: Server,
         assert r.status_code == 422, r.text
 
 
-def _spec_of(server: Server, job_id: str) -> dict[str, object]:
+def _spec_of(server: Server, job_id: str) -> dict[str, Any]:
     import httpx
 
     r = httpx.get(f"{server.url}/v1/jobs/{job_id}", timeout=30,

@@ -37,7 +37,7 @@ def test_kubernetes_jobs_and_waiting_jobs_are_not_signalled(
     def local(url: str, token: str | None = None) -> Client:
         c = Client(url, token)
         c._http.close()
-        c._http = TestClient(app)  # type: ignore[assignment]
+        c._http = TestClient(app)
         return c
 
     monkeypatch.setattr(common, "Client", local)

@@ -40,7 +40,7 @@ def test_start_shows_the_estimated_start(db: Database, monkeypatch: pytest.Monke
     def local(url: str, token: str | None = None) -> Client:
         c = Client(url, token)
         c._http.close()
-        c._http = TestClient(app)  # type: ignore[assignment]
+        c._http = TestClient(app)
         return c
 
     monkeypatch.setattr(common, "Client", local)

@@ -17,6 +17,7 @@ from broker.config import IsthmusConfig
 from broker.control import admission, admission_writes
 from broker.store import Database, open_database
 from broker.store import attempts as att
+from broker.store.ledger_tables import ENTRIES
 from broker.store.records import EVENTS, JOBS
 from tests.builders import spec
 from tests.harness.sim import Sim, consistent, make_sim, state, submit
@@ -67,7 +68,7 @@ def _written(db: Database) -> dict[str, Any]:
             "jobs": rows(JOBS, "created_at", "updated_at", "spec_json", "spec_hash"),
             "events": rows(EVENTS, "at"),
             "attempts": rows(att.ATTEMPTS, "created_at", "spec_hash"),
-            "ledger": rows(ledger.ENTRIES, "at"),
+            "ledger": rows(ENTRIES, "at"),
             "usage": rows(ledger.USAGE),
             "explanations": rows(att.EXPLANATIONS, "at"),
         }
@@ -136,8 +137,8 @@ def test_a_job_that_fails_in_the_batch_is_cut_out_alone(
     with sim.plane.db.read() as s:
         assert att.attempts_of(s, bad) == []
         assert s.connection().execute(
-            sa.select(sa.func.count()).select_from(ledger.ENTRIES)
-            .where(ledger.ENTRIES.c.job_id == bad)
+            sa.select(sa.func.count()).select_from(ENTRIES)
+            .where(ENTRIES.c.job_id == bad)
         ).scalar_one() == 0
     consistent(sim)  # its reservation was dropped with its other writes
 

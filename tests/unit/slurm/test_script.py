@@ -164,7 +164,7 @@ def test_values_slurm_cannot_hold_are_refused_not_overflowed(
 def test_batch_options_of_an_array_task() -> None:
     """sbatch's --output/--error patterns: %j %x %A %a as the user knows them, Slurm's own
     patterns (%N, %u, %%) left to Slurm; --exclusive passed on."""
-    entry = {"script": "#!/bin/bash\nsrun true", "launcher": "batch",
+    entry: dict[str, object] = {"script": "#!/bin/bash\nsrun true", "launcher": "batch",
              "batch": {"output": "/w/%x_%A_%a_%j_%N_%%.out", "error": "/w/%u.err",
                        "exclusive": True}}
     array = {"array": {"id": "06harrayid000001", "index": 4, "count": 6}}
