@@ -12,6 +12,7 @@ import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from broker.hpc import jobview
@@ -75,56 +76,88 @@ def _when(text: str | None, default: datetime | None) -> datetime | None:
     raise SystemExit(f"{PROG}: error: Invalid time specification: {text}")
 
 
+@dataclass(frozen=True)
+class _Selection:
+    """Which jobs to account for; empty sets and None bounds select all."""
+
+    ids: list[str]
+    users: set[str]
+    accounts: set[str]
+    states: set[str]
+    start: datetime | None
+    end: datetime | None
+    now: datetime
+
+    @classmethod
+    def of(cls, args: argparse.Namespace, now: datetime) -> _Selection:
+        midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+        return cls(
+            # sacct's default window: since midnight, unless jobs are named.
+            start=_when(args.starttime, None if args.jobs else midnight),
+            end=_when(args.endtime, None),
+            states={jobview.CODES.get(s, s) for s in (args.state or "").upper().split(",") if s},
+            ids=[i for i in (args.jobs or "").split(",") if i],
+            users={u for u in (args.user or "").split(",") if u},
+            accounts={a for a in (args.accounts or "").split(",") if a},
+            now=now,
+        )
+
+    def keeps(self, job: JobView) -> bool:
+        if self.ids and not any(job.matches_id(i) for i in self.ids):
+            return False
+        if self.users and job.user not in self.users:
+            return False
+        if self.accounts and job.account not in self.accounts:
+            return False
+        if self.states and job.long_state not in self.states:
+            return False
+        if self.start and (job.end or self.now) < self.start:
+            return False
+        return not (self.end and job.submitted > self.end)
+
+
+def _print_parsable(table: list[list[str]], names: list[str], args: argparse.Namespace) -> None:
+    end_mark = "|" if args.parsable else ""
+    if not args.noheader:
+        print("|".join(names) + end_mark)
+    for r in table:
+        print("|".join(r) + end_mark)
+
+
+def _print_columns(table: list[list[str]], names: list[str], args: argparse.Namespace) -> None:
+    widths = [WIDTHS.get(n.lower(), 10) for n in names]
+    if not args.noheader:
+        print(" ".join(n[:w].rjust(w) for n, w in zip(names, widths, strict=True)))
+        print(" ".join("-" * w for w in widths))
+    for r in table:
+        print(" ".join(v[:w].rjust(w) for v, w in zip(r, widths, strict=True)))
+
+
+def _print_jobs(rows: list[JobView], names: list[str], args: argparse.Namespace,
+                now: datetime) -> None:
+    if args.json:
+        out = [{n: field(j, n, now) for n in [*names, "JobIDRaw", "FailureCategory"]}
+               for j in rows]
+        print(json.dumps({"jobs": out}, indent=2))
+        return
+    table = [[field(j, n, now) for n in names] for j in rows]
+    if args.parsable2 or args.parsable:
+        _print_parsable(table, names, args)
+    else:
+        _print_columns(table, names, args)
+
+
 def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     args = parser().parse_args(argv)
     now = datetime.now(UTC)
-    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    # sacct's default window: since midnight, unless jobs are named.
-    start = _when(args.starttime, None if args.jobs else midnight)
-    end = _when(args.endtime, None)
-    states = {jobview.CODES.get(s, s) for s in (args.state or "").upper().split(",") if s}
-    ids = [i for i in (args.jobs or "").split(",") if i]
-    users = {u for u in (args.user or "").split(",") if u}
-    accounts = {a for a in (args.accounts or "").split(",") if a}
+    selection = _Selection.of(args, now)
     names = [f for f in args.format.split(",") if f]
 
     def body() -> int:
-        rows: list[JobView] = []
         with connect(environ) as api:
-            for job in all_jobs(api):
-                if ids and not any(job.matches_id(i) for i in ids):
-                    continue
-                if users and job.user not in users:
-                    continue
-                if accounts and job.account not in accounts:
-                    continue
-                if states and job.long_state not in states:
-                    continue
-                if start and (job.end or now) < start:
-                    continue
-                if end and job.submitted > end:
-                    continue
-                rows.append(job)
+            rows = [job for job in all_jobs(api) if selection.keeps(job)]
         rows.reverse()
-        if args.json:
-            out = [{n: field(j, n, now) for n in [*names, "JobIDRaw", "FailureCategory"]}
-                   for j in rows]
-            print(json.dumps({"jobs": out}, indent=2))
-            return 0
-        table = [[field(j, n, now) for n in names] for j in rows]
-        if args.parsable2 or args.parsable:
-            end_mark = "|" if args.parsable else ""
-            if not args.noheader:
-                print("|".join(names) + end_mark)
-            for r in table:
-                print("|".join(r) + end_mark)
-            return 0
-        widths = [WIDTHS.get(n.lower(), 10) for n in names]
-        if not args.noheader:
-            print(" ".join(n[:w].rjust(w) for n, w in zip(names, widths, strict=True)))
-            print(" ".join("-" * w for w in widths))
-        for r in table:
-            print(" ".join(v[:w].rjust(w) for v, w in zip(r, widths, strict=True)))
+        _print_jobs(rows, names, args, now)
         return 0
 
     return main_guard(PROG, body)

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from broker.client import ApiError, Client
 from broker.hpc import jobview
 from broker.hpc.common import all_jobs, connect, main_guard
+from broker.hpc.jobview import JobView
 
 PROG = "iscancel"
 
@@ -38,53 +39,71 @@ def parser() -> argparse.ArgumentParser:
 
 def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     args = parser().parse_args(argv)
-    sig = None
-    if args.signal:
-        sig = signal_name(args.signal)
-        if sig is None:
-            print(f"{PROG}: error: Invalid job signal: {args.signal}", file=sys.stderr)
-            return 1
+    sig = signal_name(args.signal) if args.signal else None
     filters = any((args.user, args.name, args.state, args.partition, args.account, args.me))
-    if not args.job_ids and not filters:
-        print(f"{PROG}: error: No job identification provided", file=sys.stderr)
+    error = _usage_error(args, sig, filters)
+    if error is not None:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
         return 1
+    return main_guard(PROG, lambda: _cancel_selected(environ, args, sig, filters))
 
-    def body() -> int:
-        code = 0
-        with connect(environ) as api:
-            direct = [i for i in args.job_ids if "_" not in i and len(i) == 16 and not filters]
-            if direct and len(direct) == len(args.job_ids):
-                for job_id in direct:
-                    code |= _cancel(api, job_id, job_id, args.verbose, sig)
-                return code
-            users = {api.whoami()["name"]} if args.me else _split(args.user)
-            states = {jobview.CODES.get(s, s) for s in (_split(args.state.upper())
-                                                         if args.state else set())}
-            found = []
-            for job in all_jobs(api, states=list(jobview.ACTIVE_STATES)):
-                if args.job_ids and not any(job.matches_id(i) for i in args.job_ids):
-                    continue
-                if users and job.user not in users:
-                    continue
-                if args.name and job.name not in _split(args.name):
-                    continue
-                if states and job.long_state not in states:
-                    continue
-                if args.partition and not _split(args.partition) & set(job.partition.split(",")):
-                    continue
-                if args.account and job.account not in _split(args.account):
-                    continue
-                found.append(job)
-            for wanted in args.job_ids:
-                if not any(j.matches_id(wanted) for j in found):
-                    print(f"{PROG}: error: Kill job error on job id {wanted}: "
-                          "Invalid job id specified", file=sys.stderr)
-                    code = 1
-            for job in found:
-                code |= _cancel(api, job.id, job.display_id, args.verbose, sig)
-        return code
 
-    return main_guard(PROG, body)
+def _usage_error(args: argparse.Namespace, sig: str | None, filters: bool) -> str | None:
+    if args.signal and sig is None:
+        return f"Invalid job signal: {args.signal}"
+    if not args.job_ids and not filters:
+        return "No job identification provided"
+    return None
+
+
+def _cancel_selected(environ: Mapping[str, str], args: argparse.Namespace, sig: str | None,
+                     filters: bool) -> int:
+    code = 0
+    with connect(environ) as api:
+        direct = [i for i in args.job_ids if "_" not in i and len(i) == 16 and not filters]
+        if direct and len(direct) == len(args.job_ids):
+            for job_id in direct:
+                code |= _cancel(api, job_id, job_id, args.verbose, sig)
+            return code
+        found = _matching(api, args)
+        code = _report_unmatched(args.job_ids, found)
+        for job in found:
+            code |= _cancel(api, job.id, job.display_id, args.verbose, sig)
+    return code
+
+
+def _matching(api: Client, args: argparse.Namespace) -> list[JobView]:
+    """The active jobs the ids and filters select."""
+    users = {api.whoami()["name"]} if args.me else _split(args.user)
+    states = {jobview.CODES.get(s, s) for s in (_split(args.state.upper())
+                                                 if args.state else set())}
+    return [job for job in all_jobs(api, states=list(jobview.ACTIVE_STATES))
+            if _keeps(job, args, users, states)]
+
+
+def _keeps(job: JobView, args: argparse.Namespace, users: set[str], states: set[str]) -> bool:
+    if args.job_ids and not any(job.matches_id(i) for i in args.job_ids):
+        return False
+    if users and job.user not in users:
+        return False
+    if args.name and job.name not in _split(args.name):
+        return False
+    if states and job.long_state not in states:
+        return False
+    if args.partition and not _split(args.partition) & set(job.partition.split(",")):
+        return False
+    return not (args.account and job.account not in _split(args.account))
+
+
+def _report_unmatched(job_ids: Sequence[str], found: Sequence[JobView]) -> int:
+    """Slurm's error for each id that selects no job; 1 when there was one."""
+    code = 0
+    for wanted in job_ids:
+        if not any(j.matches_id(wanted) for j in found):
+            print(f"{PROG}: error: Kill job error on job id {wanted}: "
+                  "Invalid job id specified", file=sys.stderr)
+            code = 1
+    return code
 
 
 def _split(text: str | None) -> set[str]:

@@ -12,7 +12,8 @@ import json
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from broker.hpc import jobview
@@ -37,47 +38,40 @@ LONG["jobid"] = "i"
 _SPEC = re.compile(r"%(\.)?(-)?(\d+)?([A-Za-z])")
 
 
-def value(job: JobView, letter: str, now: datetime) -> str:
-    if letter in ("i", "A"):
-        return job.display_id
-    if letter == "P":
-        return job.partition
-    if letter == "j":
-        return job.name
-    if letter == "u":
-        return job.user
-    if letter == "t":
-        return job.code
-    if letter == "T":
-        return job.long_state
-    if letter == "M":
-        return jobview.duration(job.elapsed_s(now))
-    if letter == "l":
-        return jobview.duration(job.time_limit_s)
-    if letter == "D":
-        return str(job.num_nodes)
-    if letter == "C":
-        return str(job.cpus)
-    if letter == "N":
+def _reason_list(job: JobView, _now: datetime) -> str:
+    """squeue's %R: a running job's nodes, otherwise its reason in parentheses."""
+    if job.state == "RUNNING" and job.nodes:
         return jobview.compress(job.nodes)
-    if letter == "R":
-        if job.state == "RUNNING" and job.nodes:
-            return jobview.compress(job.nodes)
-        return f"({job.reason})"
-    if letter == "r":
-        return job.reason
-    if letter == "a":
-        return job.account
-    if letter == "q":
-        return job.qos
-    if letter == "S":  # squeue: the start, or a pending job's expected start
-        at = job.start or (job.estimated_start if job.long_state == "PENDING" else None)
-        return jobview.timestamp(at) if at else "N/A"
-    if letter == "V":
-        return jobview.timestamp(job.submitted)
-    if letter == "b":
-        return f"gres/gpu:{job.gpus_per_node}"
-    raise ValueError(letter)
+    return f"({job.reason})"
+
+
+def _start_time(job: JobView, _now: datetime) -> str:
+    """squeue's %S: the start, or a pending job's expected start."""
+    at = job.start or (job.estimated_start if job.long_state == "PENDING" else None)
+    return jobview.timestamp(at) if at else "N/A"
+
+
+_VALUES: dict[str, Callable[[JobView, datetime], str]] = {  # % letter -> the field's text
+    "i": lambda job, _now: job.display_id, "A": lambda job, _now: job.display_id,
+    "P": lambda job, _now: job.partition, "j": lambda job, _now: job.name,
+    "u": lambda job, _now: job.user, "t": lambda job, _now: job.code,
+    "T": lambda job, _now: job.long_state,
+    "M": lambda job, now: jobview.duration(job.elapsed_s(now)),
+    "l": lambda job, _now: jobview.duration(job.time_limit_s),
+    "D": lambda job, _now: str(job.num_nodes), "C": lambda job, _now: str(job.cpus),
+    "N": lambda job, _now: jobview.compress(job.nodes), "R": _reason_list,
+    "r": lambda job, _now: job.reason, "a": lambda job, _now: job.account,
+    "q": lambda job, _now: job.qos, "S": _start_time,
+    "V": lambda job, _now: jobview.timestamp(job.submitted),
+    "b": lambda job, _now: f"gres/gpu:{job.gpus_per_node}",
+}
+
+
+def value(job: JobView, letter: str, now: datetime) -> str:
+    get = _VALUES.get(letter)
+    if get is None:
+        raise ValueError(letter)
+    return get(job, now)
 
 
 def render(jobs: Sequence[JobView], fmt: str, now: datetime, header: bool) -> list[str]:
@@ -146,46 +140,70 @@ def _split(text: str | None) -> set[str] | None:
     return {t for t in text.split(",") if t} if text else None
 
 
+@dataclass(frozen=True)
+class _Selection:
+    """Which jobs to list: ``states`` None means the active ones; empty sets select all."""
+
+    states: set[str] | None
+    users: set[str] | None
+    parts: set[str] | None
+    ids: set[str] | None
+    names: set[str] | None
+    accounts: set[str] | None
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> _Selection:
+        states = _states(args.states) if args.states else None
+        if args.start:
+            states = {"PENDING"}
+        return cls(states=states, users=_split(args.user), parts=_split(args.partition),
+                   ids=_split(args.jobs), names=_split(args.name), accounts=_split(args.account))
+
+    def wire_states(self) -> list[str] | None:
+        """The states to ask the broker for: the active ones unless others are wanted."""
+        if self.states and not self.states <= {"PENDING", "RUNNING"}:
+            return None
+        return list(jobview.ACTIVE_STATES)
+
+    def keeps(self, job: JobView) -> bool:
+        if self.states is None and job.state not in jobview.ACTIVE_STATES:
+            return False
+        if self.states is not None and job.long_state not in self.states:
+            return False
+        if self.users and job.user not in self.users:
+            return False
+        if self.parts and not self.parts & set(job.partition.split(",")):
+            return False
+        if self.ids and not any(job.matches_id(i) for i in self.ids):
+            return False
+        if self.names and job.name not in self.names:
+            return False
+        return not (self.accounts and job.account not in self.accounts)
+
+
+def _print_jobs(jobs: Sequence[JobView], args: argparse.Namespace, now: datetime) -> None:
+    if args.json:
+        print(json.dumps({"jobs": [_as_json(j, now) for j in jobs]}, indent=2))
+        return
+    fmt = args.format or (_long_format(args.long_format) if args.long_format else None)
+    fmt = fmt or (START_FORMAT if args.start else DEFAULT_FORMAT)
+    for line in render(jobs, fmt, now, header=not args.noheader):
+        print(line)
+
+
 def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     args = parser().parse_args(argv)
 
     def body() -> int:
         now = datetime.now(UTC)
-        states = _states(args.states) if args.states else None
-        if args.start:
-            states = {"PENDING"}
-        users, parts = _split(args.user), _split(args.partition)
-        ids, names, accounts = _split(args.jobs), _split(args.name), _split(args.account)
+        selection = _Selection.of(args)
         with connect(environ) as api:
             if args.me:
-                users = {api.whoami()["name"]}
-            wire_states = None if states and not states <= {"PENDING", "RUNNING"} else list(
-                jobview.ACTIVE_STATES)
-            jobs = []
-            for job in all_jobs(api, states=wire_states):
-                if states is None and job.state not in jobview.ACTIVE_STATES:
-                    continue
-                if states is not None and job.long_state not in states:
-                    continue
-                if users and job.user not in users:
-                    continue
-                if parts and not parts & set(job.partition.split(",")):
-                    continue
-                if ids and not any(job.matches_id(i) for i in ids):
-                    continue
-                if names and job.name not in names:
-                    continue
-                if accounts and job.account not in accounts:
-                    continue
-                jobs.append(job)
+                selection = replace(selection, users={api.whoami()["name"]})
+            jobs = [job for job in all_jobs(api, states=selection.wire_states())
+                    if selection.keeps(job)]
         jobs.reverse()  # oldest first, as squeue lists by priority/submission
-        if args.json:
-            print(json.dumps({"jobs": [_as_json(j, now) for j in jobs]}, indent=2))
-            return 0
-        fmt = args.format or (_long_format(args.long_format) if args.long_format else None)
-        fmt = fmt or (START_FORMAT if args.start else DEFAULT_FORMAT)
-        for line in render(jobs, fmt, now, header=not args.noheader):
-            print(line)
+        _print_jobs(jobs, args, now)
         return 0
 
     return main_guard(PROG, body)
