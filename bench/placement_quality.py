@@ -3,9 +3,11 @@
 Replays one synthetic trace shaped like public GPU cluster traces (backends/sim/trace.py:
 heavy-tailed run times, mostly 1-GPU jobs, a few large rack-bound gangs) on two simulated
 backends (one Slurm-like, one Kubernetes-like, same pool shapes), offered at ~95% of capacity,
-under five strategies in the same process:
+under six strategies in the same process:
 - isthmus: the admission cycle (priority, fair share, quota, topology-aware gang placement
-  across both backends, backend queueing bounded per pool, reservations for starving gangs);
+  across both backends, backend queueing bounded per pool, reservations for starving gangs,
+  backfill into held GPUs where it does not delay the gang: policies/backfill.py);
+- isthmus-nobf: the same cycle without that backfill (the "before", same run, for reference);
 - static:  the same cycle, but each team pinned to one backend (the usual split estate);
 - firstfit: FIFO with skipping, first pool and first nodes with room, topology ignored.
   A gang that asked for one rack but got spread over several runs 25% longer (the all-reduce
@@ -18,9 +20,11 @@ Reports p50/p95 queue wait (submit to start), GPU allocation while saturated (jo
 during the arrival window),
 fragmentation (share of free GPUs on partly used nodes), and starvation (max wait of the
 largest gangs), mean wait and the p95 wait of the largest gangs. Last lines:
-`placement: p95 wait ratio vs static <X>`, then `placement: p95 wait ratio vs best baseline
-<X> (<name>)` over static, greedy and kueue (firstfit breaks the rack requirement, so it is not
-a fair baseline). Lower is better.
+per load `placement: p95 wait ratio vs static <X>`; at the end, for every load of `--load`
+(default 1.0,1.3, all in one run) a table of p95 and mean wait, large-gang p95 wait and
+allocation per strategy, the ratio per load, and last `placement: p95 wait ratio vs best
+baseline <X> (<name>)` at the highest load, over static, greedy and kueue (firstfit breaks the
+rack requirement, so it is not a fair baseline; isthmus-nobf is Isthmus). Lower is better.
 
 Every trace job declares a time limit (max_runtime, an over-estimate; trace.py); the simulated
 backends report when busy GPUs are due back from those limits, never from true run times, and
@@ -47,6 +51,7 @@ from broker.domain.inventory import InventorySnapshot
 from broker.domain.spec import JobSpec
 from broker.domain.topology import TopologyLevel
 from policies.admission import AdmissionParams, admission_cycle
+from policies.ordering import OrderingParams
 from policies.placement import PlacementParams
 from policies.types import FlavorQuota, PendingJob, QuotaConfig, TeamQuota, Usage, decay_usage
 
@@ -160,8 +165,11 @@ Strategy = Callable[
 ]
 
 
-def isthmus_strategy(quotas: QuotaConfig) -> Strategy:
-    params = AdmissionParams(placement=PlacementParams(default_max_isthmus_pending=0))
+def isthmus_strategy(quotas: QuotaConfig, backfill: bool = True) -> Strategy:
+    params = AdmissionParams(
+        placement=PlacementParams(default_max_isthmus_pending=0),
+        ordering=OrderingParams(backfill=backfill),
+    )
 
     def run(
         pending: list[PendingJob], inv: InventorySnapshot, usage: Usage, now: datetime
@@ -313,19 +321,10 @@ def clock_at(b: SimBackend, name: str) -> float:
     return (fact.started_at - T0).total_seconds()
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--jobs", type=int, default=3000)
-    ap.add_argument("--seed", type=int, default=3)
-    ap.add_argument("--load", type=float, default=1.0)
-    ap.add_argument(
-        "--no-releases",
-        action="store_true",
-        help="backends report no expected ends of running work (reservations by free GPUs)",
-    )
-    ap.add_argument("--only", default="", help="baselines besides isthmus, e.g. kueue,greedy")
-    args = ap.parse_args()
-    trace = make_trace(args.jobs, args.seed, args.load)
+def run_load(args: argparse.Namespace, load: float) -> tuple[str, float, str]:
+    """Every strategy on the trace offered at `load`; returns (best baseline, ratio, row
+    lines of the summary table)."""
+    trace = make_trace(args.jobs, args.seed, load)
     nominal = capacity_gpus()
     quotas = QuotaConfig(
         teams={t: TeamQuota(t, "all", {f: FlavorQuota(nominal) for f in FLAVORS}) for t in TEAMS},
@@ -337,12 +336,14 @@ def main() -> None:
     print(
         f"trace: {len(trace)} jobs over {trace[-1].submit_s / 3600:.1f} h, "
         f"{sum(g == 1 for g in gpus) / len(gpus):.0%} 1-GPU, max {max(gpus)} GPUs; "
-        f"capacity {capacity_gpus()} GPUs; offered load {args.load:.0%}; "
+        f"capacity {capacity_gpus()} GPUs; offered load {load:.0%}; "
         f"release data {'off' if args.no_releases else 'on'}"
     )
     results = {}
     strategies: list[tuple[str, Strategy, dict[str, str] | None]] = [
         ("isthmus", isthmus_strategy(quotas), None),
+        # the same cycle without backfill into held GPUs: the "before" of the same run
+        ("isthmus-nobf", isthmus_strategy(quotas, backfill=False), None),
         ("static", isthmus_strategy(quotas), pin),
         ("firstfit", firstfit, None),
         ("greedy", greedy_strategy(quotas), None),
@@ -356,15 +357,14 @@ def main() -> None:
             name, trace, strat, quotas, p, seed=args.seed, releases=not args.no_releases
         )
         print(results[name].line(trace), flush=True)
-    if "static" not in results:
-        results["static"] = results["isthmus"]
-    ratio = results["isthmus"].pct(0.95) / max(1.0, results["static"].pct(0.95))
-    alloc_i = statistics.fmean(results["isthmus"].alloc)
-    alloc_s = statistics.fmean(results["static"].alloc)
-    print(f"allocation isthmus {alloc_i:.1%} vs static {alloc_s:.1%}")
-    print(f"placement: p95 wait ratio vs static {ratio:.2f}")
+    if "static" in results:
+        ratio = results["isthmus"].pct(0.95) / max(1.0, results["static"].pct(0.95))
+        alloc_i = statistics.fmean(results["isthmus"].alloc)
+        alloc_s = statistics.fmean(results["static"].alloc)
+        print(f"allocation isthmus {alloc_i:.1%} vs static {alloc_s:.1%}")
+        print(f"placement: p95 wait ratio vs static {ratio:.2f}")
     # firstfit spreads rack-bound gangs over racks (other gang semantics): not a fair baseline
-    fair = [n for n in ("static", "greedy", "kueue") if n in results]
+    fair: list[str] = [n for n in ("static", "greedy", "kueue") if n in results] or ["isthmus"]
     best = min(fair, key=lambda n: (results[n].pct(0.95), -results[n].alloc_mean()))
     b = results[best]
     print(
@@ -373,6 +373,43 @@ def main() -> None:
         f"{b.mean() / 60:.1f} min"
     )
     ratio = results["isthmus"].pct(0.95) / max(1.0, b.pct(0.95))
+    rows = "".join(
+        f"| {load:.0%} | {n} | {m.pct(0.95) / 60:.1f} min | {m.mean() / 60:.1f} min | "
+        f"{_big95(m, trace) / 3600:.1f} h | {m.alloc_mean():.1%} |\n"
+        for n, m in results.items()
+    )
+    return best, ratio, rows
+
+
+def _big95(m: Metrics, trace: list[TraceJob]) -> float:
+    w = m.big_waits(trace)
+    return w[min(len(w) - 1, int(0.95 * len(w)))] if w else 0.0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--jobs", type=int, default=3000)
+    ap.add_argument("--seed", type=int, default=3)
+    ap.add_argument(
+        "--load", default="1.0,1.3", help="offered load(s), comma-separated, all in one run"
+    )
+    ap.add_argument(
+        "--no-releases",
+        action="store_true",
+        help="backends report no expected ends of running work (reservations by free GPUs)",
+    )
+    ap.add_argument(
+        "--only", default="", help="strategies besides isthmus, e.g. kueue,greedy,isthmus-nobf"
+    )
+    args = ap.parse_args()
+    out = [(float(x), *run_load(args, float(x))) for x in args.load.split(",")]
+    print("\n| load | strategy | p95 wait | mean wait | large-gang p95 wait | allocation |")
+    print("|---|---|---|---|---|---|")
+    print("".join(rows for *_, rows in out), end="")
+    for load, best, ratio, _ in out:
+        print(f"load {load:.0%}: p95 wait ratio vs best baseline {ratio:.2f} ({best})")
+    # the last line: the highest load, where the strategies differ most
+    _, best, ratio, _ = max(out)
     print(f"placement: p95 wait ratio vs best baseline {ratio:.2f} ({best})")
 
 

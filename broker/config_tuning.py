@@ -73,6 +73,8 @@ class OrderingTuning(Strict):
     """Seconds a gang waits before it gets a capacity reservation."""
     reservation_min_gpus: int = Field(default=8, ge=1, le=100_000)
     max_reservations: int = Field(default=4, ge=0, le=1000)
+    backfill: bool = True
+    """Later jobs may use held GPUs where, by their time limits, they do not delay the gang."""
 
 
 class FairShareTuning(Strict):

@@ -10,7 +10,9 @@ Phases (Kueue's, numbered in the decision record):
                capacity and the quota are reserved at once so later jobs see them taken; a
                starving gang that does not fit holds capacity in one domain (reservation:
                where it would fit soonest by the nodes' expected releases, else the most
-               free) so smaller jobs may backfill elsewhere but not in front of it; a job that may
+               free) so smaller jobs may backfill elsewhere but not in front of it; a later job
+               that does not fit otherwise may run on held GPUs where, by its time limit, it
+               does not delay the gang's expected start (policies/backfill.py); a job that may
                preempt (lower priority work in its pool, or of its own team when its quota
                is full) or reclaim lent quota asks the preemption oracle; for priority
                preemption it passes the pool's node-level room (free GPUs per node and the
@@ -34,7 +36,8 @@ from typing import Protocol
 
 from broker.domain.inventory import InventorySnapshot
 from broker.domain.reasons import Reason
-from policies.capacity import LEVEL_NAMES, CapacityIndex, PoolIndex, domain_name
+from policies.backfill import Backfill, Held, try_backfill
+from policies.capacity import CapacityIndex, PoolIndex
 from policies.decisions import CycleRecord, CycleResult, Decision, inputs_digest
 from policies.ordering import FairQueue, FairShare, OrderingParams, is_starving
 from policies.placement import (
@@ -47,6 +50,7 @@ from policies.placement import (
 )
 from policies.preemption import Mode, PreemptionPlan, Victim
 from policies.quota import QuotaState, QuotaVerdict
+from policies.room import node_domains, pool_room
 from policies.types import PendingJob, PoolRoom, QuotaConfig, Usage
 
 __all__ = ["AdmissionParams", "CycleRecord", "CycleResult", "Decision", "PreemptionOracle",
@@ -99,6 +103,8 @@ class _Cycle:
         self.admitted = 0
         self._cands: dict[tuple[tuple[str, ...], str], list[PoolIndex]] = {}
         self._domains: dict[tuple[str, int], dict[str, str]] = {}
+        self.holds: dict[str, list[Held]] = {}
+        """Capacity held for starving gangs this cycle, by pool (policies/backfill.py)."""
 
     def candidates(self, job: PendingJob) -> list[PoolIndex]:
         key = (job.flavors, job.backend)
@@ -127,9 +133,35 @@ class _Cycle:
             if not qv.ok:
                 blocked[flavor] = (qv.reason, qv.message)
         result = place(job, self.index, self.params.placement, blocked, cands)
+        if result.placement is not None and not result.queued:
+            return self._admit(job, result, verdicts[result.placement.flavor], position)
+        if self.holds:  # starting now on held GPUs beats waiting, here or in a backend queue
+            short = {v.pool for v in result.verdicts if v.reason in _CAPACITY or v.queued}
+            bf = try_backfill(job, [p for p in cands if p.name in short], self.holds, self.now,
+                              self.params.ordering.backfill_factor)
+            if bf is not None:
+                return self._backfilled(job, bf, result, verdicts, position)
         if result.placement is not None:
             return self._admit(job, result, verdicts[result.placement.flavor], position)
         return self._wait(job, result, verdicts, cands, position)
+
+    def _backfilled(self, job: PendingJob, bf: Backfill, result: PlacementResult,
+                    verdicts: dict[str, QuotaVerdict], position: int) -> Decision:
+        pl, qv = bf.placement, verdicts[bf.placement.flavor]
+        self.quota.reserve(job.team, pl.flavor, job.total_gpus)
+        self.share.charge(job.team, pl.flavor, job.total_gpus)
+        self.admitted += 1
+        pool = self.index.pools[pl.pool]
+        pool.admitted += 1
+        if pool.admitted_max_priority is None or job.priority > pool.admitted_max_priority:
+            pool.admitted_max_priority = job.priority
+        msg = (f"{pl.pool}: backfilled, {bf.lent} of its GPUs held for starving gang "
+               f"{bf.held.job_id} in {bf.held.domain or '*'}; by its time limit it does not "
+               "delay that gang's expected start")
+        if qv.borrowed:
+            msg = f"{msg}; {qv.message}"
+        return Decision(job.id, True, Reason.Admitted, msg, pl, result.verdicts, qv.borrowed,
+                        position=position)
 
     def _admit(
         self, job: PendingJob, result: PlacementResult, qv: QuotaVerdict, position: int
@@ -236,14 +268,18 @@ class _Cycle:
         # within a flavor, the pool whose domain drains soonest; without release data every
         # pool is inf and the most free GPUs decide, as before
         pool = min(pools, key=lambda p: (rank.get(p.flavor, 99), ready(p), -p.free, p.name))
-        held = pool.hold(g, job.replicas, level, targets[pool.name])
-        if held is None:
+        target = targets[pool.name]
+        held = pool.hold(g, job.replicas, level, target)
+        if held is None or target is None:
             return None
         self.reservations += 1
         if pool.admitted_max_priority is None or job.priority > pool.admitted_max_priority:
             pool.admitted_max_priority = job.priority
-        domain, gpus = held
-        return f"{pool.name}:{domain or '*'} ({gpus} GPUs)"
+        domain, per_node = held
+        if self.params.ordering.backfill:
+            self.holds.setdefault(pool.name, []).append(
+                Held(job.id, domain, g, job.replicas, target.ready, target.nodes, per_node))
+        return f"{pool.name}:{domain or '*'} ({sum(per_node.values())} GPUs)"
 
     def _preempt(
         self, job: PendingJob, result: PlacementResult, quotas: dict[str, QuotaVerdict]
@@ -295,28 +331,6 @@ class _Cycle:
         if domains is None:  # topology does not change within a cycle
             domains = self._domains[(pool.name, level)] = node_domains(pool, level)
         return pool_room(pool, level, job.exclude_nodes, domains)
-
-
-def node_domains(pool: PoolIndex, level: int) -> dict[str, str]:
-    return {n: domain_name(s, level) for n, s in pool.nodes.items()}
-
-
-def pool_room(
-    pool: PoolIndex,
-    level: int,
-    exclude: frozenset[str] = frozenset(),
-    domains: dict[str, str] | None = None,
-) -> PoolRoom:
-    """The pool as priority preemption sees it for a job: the free GPUs now (the working copy,
-    after this cycle's admissions and holds) of each schedulable node not in `exclude`, and
-    the domain of each node at `level`."""
-    usable = [s for s in pool.nodes.values() if s.total and s.name not in exclude]
-    return PoolRoom(
-        LEVEL_NAMES[level],
-        node_domains(pool, level) if domains is None else domains,
-        {s.name: s.free for s in usable},
-        {s.name: s.total for s in usable},
-    )
 
 
 def admission_cycle(

@@ -337,27 +337,33 @@ class PoolIndex:
             return [(b, [n for r in rs for n in r.nodes]) for b, rs in self.blocks.items()]
         return [("", list(self.nodes.values()))]
 
+    def take(self, node: NodeSlot, gpus: int) -> None:
+        """Take `gpus` free GPUs of `node` (policies/backfill.py)."""
+        if gpus:
+            self._take(node, gpus)
+
     def hold(
         self, g: int, replicas: int, level: int, target: HoldTarget | None = None
-    ) -> tuple[str, int] | None:
+    ) -> tuple[str, dict[str, int]] | None:
         """Reserve free GPUs for a starving gang in `target` (default: `hold_target`), up to
-        the gang's size, largest free nodes first. Returns (domain, GPUs held)."""
+        the gang's size, largest free nodes first. Returns (domain, GPUs held per node)."""
         if target is None:
             target = self.hold_target(g, replicas, level)
         if target is None:
             return None
         need = replicas * g
         held = 0
+        per_node: dict[str, int] = {}
         if self.has_releases:  # a later gang must not wait for the same releases
             self.claimed.update(n.name for n in target.nodes)
         for n in sorted(target.nodes, key=lambda n: (-n.free, n.name)):
             if held >= need or n.free == 0:
                 break
-            take = min(n.free, need - held)
+            take = per_node[n.name] = min(n.free, need - held)
             self._take(n, take)
             held += take
         self.held += held
-        return target.domain, held
+        return target.domain, per_node
 
 
 class CapacityIndex:

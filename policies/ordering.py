@@ -32,6 +32,11 @@ class OrderingParams:
     """Smaller jobs never need a reservation: they fit in the gaps backfill leaves."""
     max_reservations: int = 4
     """Reservations per cycle: each holds capacity idle, so their number is bounded."""
+    backfill: bool = True
+    """Later jobs may use held GPUs where, by their time limits, they do not delay the
+    gang's expected start (policies/backfill.py)."""
+    backfill_factor: float = 1.0
+    """A backfilled job's time limit counts this many times (a safety margin, >= 1)."""
 
 
 class FairShare:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
 
 from policies.slots import NodeSlot
 
@@ -20,8 +22,21 @@ class HoldTarget:
     """When the gang would fit there (POSIX seconds): -inf now, inf not as far as known."""
 
 
+class NodeView(Protocol):
+    """What `fit_time` reads of a node (a NodeSlot, or backfill's view of a held one)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def free(self) -> int: ...
+    @property
+    def total(self) -> int: ...
+    @property
+    def releases(self) -> Sequence[tuple[datetime, int]]: ...
+
+
 def fit_time(
-    nodes: Sequence[NodeSlot], g: int, replicas: int, claimed: Collection[str] = ()
+    nodes: Sequence[NodeView], g: int, replicas: int, claimed: Collection[str] = ()
 ) -> float:
     """The earliest time (POSIX seconds) at which `replicas` replicas of `g` GPUs fit on
     `nodes`: each node's free GPUs now plus the GPUs it releases by then, each replica on one

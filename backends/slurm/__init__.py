@@ -17,13 +17,18 @@ from backends.slurm.versions import UnsupportedSlurmVersion
 
 def make_transport(settings: SlurmSettings) -> Transport:
     if settings.transport == "rest":
+        from backends.slurm.owner_tokens import OwnerTokens
         from backends.slurm.transport_rest import RestTransport
 
+        owners = None
+        if settings.submit_as_owner and settings.rest_jwt_key_file:
+            owners = OwnerTokens.from_file(settings.rest_jwt_key_file,
+                                           settings.owner_token_lifespan_s)
         return RestTransport(
             url=settings.rest_url or "", user=settings.rest_user or "",
             token=settings.token() or "", timeout=settings.timeout,
             version=settings.rest_version,
-            allow_untested_version=settings.allow_untested_version,
+            allow_untested_version=settings.allow_untested_version, owner_tokens=owners,
         )
     from backends.slurm.transport_cli import CliTransport
 

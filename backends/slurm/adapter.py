@@ -130,8 +130,9 @@ class SlurmBackend:
         if account:  # the team's Slurm account (fair share and limits of the site)
             render = replace(
                 render, extra_directives=(*render.extra_directives, f"--account={account}"))
-        return script.batch_job(request, render, partition=partition,
-                                gpu_type=self._gpu_type(partition), hold=hold, begin=begin)
+        job = script.batch_job(request, render, partition=partition,
+                               gpu_type=self._gpu_type(partition), hold=hold, begin=begin)
+        return replace(job, account=account) if account else job
 
     def render(self, request: SubmitRequest) -> str:
         """The exact batch script submit() would send (for `isthmus render`)."""

@@ -20,6 +20,10 @@ UNSCHEDULABLE_STATES = {"down", "drained", "draining", "fail", "failing", "futur
 UNSCHEDULABLE_FLAGS = {"DRAIN", "DRAINED", "DRAINING", "NOT_RESPONDING", "FAIL", "MAINTENANCE",
                        "POWERED_DOWN", "POWER_DOWN", "POWERING_DOWN", "REBOOT_REQUESTED",
                        "REBOOT_ISSUED", "INVALID_REG", "FUTURE"}
+# Pending jobs that are not demand: held or deferred work (not yet), and work that can never
+# run as given (e.g. DependencyNeverSatisfied stays in the queue for good without
+# kill_invalid_depend): counted, either would make a pool look busy for ever.
+NOT_DEMAND = frozenset({PendingCategory.HELD, PendingCategory.NEVER})
 DEFAULT_RUNTIME_S = 3600.0  # for the wait estimate when nothing runs that we could measure
 
 
@@ -111,8 +115,8 @@ def queue_depth(partition: str, jobs: Iterable[JobRecord], total_gpus: int,
         if partition not in job.partition.split(","):
             continue
         if job.state == "PENDING":
-            if pending_category(job.reason) is PendingCategory.HELD:
-                continue  # held or deferred work is not demand yet
+            if pending_category(job.reason) in NOT_DEMAND:
+                continue
             if is_isthmus(job):
                 ours += job.gpus
                 ours_jobs += 1

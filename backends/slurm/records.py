@@ -99,6 +99,7 @@ class BatchJob:
     memory_per_gpu_mb: int | None = None  # per GPU (GPUs asked per task)
     hold: bool = False
     begin: str | None = None  # e.g. "now+1day" (benchmarks keep jobs pending this way)
+    account: str | None = None  # the team's Slurm account (also an #SBATCH line)
 
 
 def newest(records: Sequence[JobRecord]) -> JobRecord:

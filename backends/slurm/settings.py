@@ -11,10 +11,25 @@ from typing import Any, Literal
 from pydantic import ConfigDict
 
 from backends.base import SettingsError, parse_settings
+from backends.slurm.owner_tokens import MAX_LIFESPAN_S, MIN_LIFESPAN_S
 from backends.slurm.script import RenderSettings
 
 _ACCOUNT = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 _UNIX_USER = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
+
+
+def _owner_token_problems(settings: SlurmSettings) -> list[tuple[str, str]]:
+    problems: list[tuple[str, str]] = []
+    key = settings.rest_jwt_key_file
+    if key is not None and not os.path.isabs(key):
+        problems.append(("rest_jwt_key_file", "must be an absolute path"))
+    if settings.submit_as_owner and settings.transport == "rest" and not key:
+        problems.append(("submit_as_owner", "with transport 'rest' needs rest_jwt_key_file "
+                         "(the cluster's JWT key, to sign a token per job owner)"))
+    if not MIN_LIFESPAN_S <= settings.owner_token_lifespan_s <= MAX_LIFESPAN_S:
+        problems.append(("owner_token_lifespan_s",
+                         f"must be {MIN_LIFESPAN_S} to {MAX_LIFESPAN_S} seconds"))
+    return problems
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +47,10 @@ class SlurmSettings:
     rest_token: str | None = None  # X-SLURM-USER-TOKEN (prefer rest_token_env)
     rest_token_env: str | None = None  # name of an environment variable holding the token
     rest_version: str | None = None  # force an OpenAPI version, e.g. "v0.0.38"
+    # submit_as_owner over REST: the cluster's JWT HS256 key (slurm.conf AuthAltParameters
+    # jwt_key=), mode 600; the broker signs a token per job owner, valid this many seconds
+    rest_jwt_key_file: str | None = None
+    owner_token_lifespan_s: int = 60
     # scripts
     work_dir: str = "/var/tmp/isthmus-slurm-jobs"  # noqa: S108 - a default; set per site
     python: str = "python3"  # interpreter for the launcher on compute nodes
@@ -47,8 +66,10 @@ class SlurmSettings:
     accounting_lookback_s: int = 7 * 86400
     allow_untested_version: bool = False
     user: str | None = None  # the user Isthmus submits as (default: this process / rest_user)
-    # tenancy: the broker runs as root and sbatch runs as the job's owner (its API user, mapped
-    # through unix_users, else the same name), so each job's files are its owner's (cli only)
+    # tenancy: each job is submitted as its owner (its API user, mapped through unix_users,
+    # else the same name), so each job's files are its owner's. cli: the broker runs as root
+    # and runs sbatch as the owner; rest: it signs a short-lived token for the owner with
+    # rest_jwt_key_file
     submit_as_owner: bool = False
     unix_users: Mapping[str, str] = field(default_factory=dict)  # API user -> Unix user
     accounts: Mapping[str, str] = field(default_factory=dict)  # team -> --account
@@ -64,9 +85,7 @@ class SlurmSettings:
             problems.append(("timeout", "must be > 0 seconds"))
         if not 1 <= settings.master_port <= 65535:
             problems.append(("master_port", "must be a TCP port (1-65535)"))
-        if settings.submit_as_owner and settings.transport != "cli":
-            problems.append(("submit_as_owner", "needs transport 'cli' (slurmrestd would need "
-                             "a token per user)"))
+        problems += _owner_token_problems(settings)
         for team, account in settings.accounts.items():
             if not _ACCOUNT.match(str(account)):
                 problems.append((f"accounts.{team}", f"{account!r} is not a Slurm account name"))

@@ -18,6 +18,7 @@ import httpx
 
 from backends.base import BackendUnavailable, Unsupported
 from backends.slurm import parse
+from backends.slurm.owner_tokens import OwnerTokenError, OwnerTokens
 from backends.slurm.records import BatchJob, JobRecord, NodeEvent, NodeRecord, Switch
 from backends.slurm.script import gpu_count
 from backends.slurm.transport import SubmitRefused
@@ -27,6 +28,7 @@ from broker.logs import get_logger
 log = get_logger(__name__)
 DB_STATES = "CA,CD,F,TO,NF,PR,OOM,BF,DL,R,PD"
 JOB_PATH = "/usr/local/bin:/usr/bin:/bin"
+JOB_UMASK = "0077"
 _HELD = 2042  # "Job is in held state, pending scheduler release": a warning, the job exists
 _NOTHING_FOUND = 9003
 _INVALID_JOB = 2017
@@ -38,7 +40,8 @@ class RestTransport:
 
     def __init__(self, *, url: str, user: str, token: str, timeout: float = 30.0,
                  version: str | None = None, allow_untested_version: bool = False,
-                 rack_prefix: str = "rack", client: httpx.Client | None = None) -> None:
+                 rack_prefix: str = "rack", client: httpx.Client | None = None,
+                 owner_tokens: OwnerTokens | None = None) -> None:
         if not url:
             raise Unsupported("rest_url: required for the slurmrestd transport")
         self.url = url.rstrip("/")
@@ -49,14 +52,16 @@ class RestTransport:
         headers = {"X-SLURM-USER-NAME": user, "X-SLURM-USER-TOKEN": token}
         self.client = client or httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
         self._dialect: Dialect | None = None
+        self.owner_tokens = owner_tokens  # submit_as_owner: signs a token per job owner
 
     # -- plumbing -----------------------------------------------------------------------------
 
     def request(self, method: str, path: str, *, query: str = "",
-                body: dict[str, Any] | None = None) -> dict[str, Any]:
+                body: dict[str, Any] | None = None,
+                headers: dict[str, str] | None = None) -> dict[str, Any]:
         target = f"{path}?{query}" if query else path
         try:
-            resp = self.client.request(method, target, json=body)
+            resp = self.client.request(method, target, json=body, headers=headers)
         except httpx.HTTPError as exc:
             raise BackendUnavailable(f"slurmrestd {self.url}: {exc}") from exc
         if resp.status_code in (401, 403):
@@ -188,7 +193,8 @@ class RestTransport:
         if shape.nodelist:
             log.warning("slurmrestd %s cannot pin nodes; %s may land on other nodes of %s",
                         dialect.openapi, job.name, job.partition)
-        env = {"PATH": JOB_PATH}
+        # SLURM_UMASK: the output file is private from the start, as sbatch makes it
+        env = {"PATH": JOB_PATH, "SLURM_UMASK": JOB_UMASK}
         props: dict[str, Any] = {
             "name": job.name, "comment": job.comment, "partition": job.partition,
             "tasks": shape.replicas, "time_limit": job.time_limit_min,
@@ -204,7 +210,7 @@ class RestTransport:
         signal = job.signal
         if signal and signal.startswith("B:") and not dialect.rest_signal_batch:
             signal = signal[2:]  # v0.0.38 refuses "B:"; without it Slurm signals every rank
-        optional = {"signal": signal, "constraints": job.constraint,
+        optional = {"signal": signal, "constraints": job.constraint, "account": job.account,
                     "cpus_per_task": job.cpus_per_task, "memory_per_node": job.memory_mb,
                     "memory_per_gpu": job.memory_per_gpu_mb}
         props.update({k: v for k, v in optional.items() if v})
@@ -238,24 +244,67 @@ class RestTransport:
         return fields
 
     def submit(self, job: BatchJob, *, as_user: str | None = None) -> str:
-        if as_user is not None:
-            raise Unsupported("submitting as the job's owner needs the cli transport")
-        data = self.request("POST", self._p("job/submit"), body=self.submit_body(job))
+        headers = self._owner_headers(as_user) if as_user is not None else None
+        data = self.request("POST", self._p("job/submit"), body=self.submit_body(job),
+                            headers=headers)
         job_id = data.get("job_id")
         errors = [e for e in self.errors(data) if e.get("error_code") != _HELD]
         if job_id is None or errors:
             text = "; ".join(str(e.get("error") or e.get("description")) for e in errors)
             raise SubmitRefused(f"slurmrestd refused {job.name}: {text or data}")
+        if as_user is not None:
+            self._check_owner(str(job_id), as_user)
         return str(job_id)
 
-    def _delete(self, job_id: str, signal: str | None) -> bool:
+    def _owner_headers(self, user: str) -> dict[str, str]:
+        if self.owner_tokens is None:
+            raise Unsupported("submitting as the job's owner over slurmrestd needs the "
+                              "backend setting rest_jwt_key_file")
+        try:
+            return self.owner_tokens.headers(user)
+        except OwnerTokenError as exc:
+            raise SubmitRefused(str(exc)) from None
+
+    def _job(self, job_id: str) -> dict[str, Any] | None:
+        data = self.request("GET", self._p(f"job/{quote(job_id, safe='')}"))
+        jobs = [j for j in data.get("jobs") or () if isinstance(j, dict)]
+        return jobs[0] if jobs else None
+
+    def _check_owner(self, job_id: str, user: str) -> None:
+        """slurmrestd accepts a token for a name the cluster does not know and queues the job
+        as 'nobody', where it never runs: such a job is cancelled and the submission refused."""
+        job = self._job(job_id)
+        got = str((job or {}).get("user_name") or "")
+        if got == user and (job or {}).get("user_id") != 0:
+            return
+        self._delete(job_id, None, headers=self._owner_headers(user))
+        raise SubmitRefused(f"no Unix user '{user}' on the cluster to submit the job as "
+                            f"(Slurm queued it as '{got or 'unknown'}'; cancelled)")
+
+    def _delete(self, job_id: str, signal: str | None,
+                headers: dict[str, str] | None = None) -> bool:
+        if headers is None and self.owner_tokens is not None:
+            headers = self._headers_of_owner(job_id)
         query = f"signal={quote(signal, safe='')}" if signal else ""
-        data = self.request("DELETE", self._p(f"job/{quote(job_id, safe='')}"), query=query)
+        data = self.request("DELETE", self._p(f"job/{quote(job_id, safe='')}"), query=query,
+                            headers=headers)
         codes = {e.get("error_number") for e in self.errors(data)}
         if _INVALID_JOB in codes:
             return False
         self._check(data, "cancel")
         return True
+
+    def _headers_of_owner(self, job_id: str) -> dict[str, str] | None:
+        """With owner tokens, a job is signalled and cancelled as its owner: the broker's own
+        token need not be an operator's. None (the broker's token) for root's or unknown jobs."""
+        job = self._job(job_id)
+        user = str((job or {}).get("user_name") or "")
+        if not user or (job or {}).get("user_id") == 0:
+            return None
+        try:
+            return self.owner_tokens.headers(user) if self.owner_tokens else None
+        except OwnerTokenError:
+            return None
 
     def signal(self, job_id: str, signal: str) -> bool:
         return self._delete(job_id, f"SIG{signal}" if not signal.startswith("SIG") else signal)

@@ -113,6 +113,7 @@ def policy_params(p: Policies, control: Control | None = None) -> dict[str, Any]
                 starvation_after_s=o.starvation_after,
                 reservation_min_gpus=o.reservation_min_gpus,
                 max_reservations=o.max_reservations,
+                backfill=o.backfill,
             ),
             max_admissions=p.admission.max_admissions,
         ),

@@ -9,15 +9,18 @@ import pwd
 import shutil
 import stat
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from backends.base import SubmitRequest
 from backends.slurm import SlurmBackend
+from backends.slurm.owner_tokens import OwnerTokens, read_key
 from backends.slurm.transport import SubmitRefused
 from broker.config import Backend as BackendConfig
 from broker.config import Pool
@@ -49,11 +52,26 @@ def unix_users() -> dict[str, pwd.struct_passwd]:
     return {api: pwd.getpwnam(unix) for api, unix in USERS.items()}
 
 
-@pytest.fixture
-def backend(slurm_cluster: SlurmCluster, unix_users: Any) -> Iterator[SlurmBackend]:
+def _transport(slurm: SlurmCluster, kind: str, work: Path) -> dict[str, Any]:
+    if kind == "cli":
+        return {"transport": "cli", "slurm_conf": str(slurm.slurm_conf)}
+    # over REST the broker cannot create work_dir on the cluster: the site does, mode 1777
+    work.mkdir(parents=True)
+    work.chmod(0o1777)
+    # the broker's own token is the unprivileged user's: it cannot act on others' jobs, so
+    # whatever the owners' jobs see was done with the token signed for their owner
+    return {"transport": "rest", "rest_url": slurm.rest_url, "rest_user": slurm.user_name,
+            "rest_token": slurm.user_jwt,
+            "rest_jwt_key_file": str(slurm.slurm_conf.parent / "jwt_hs256.key"),
+            "owner_token_lifespan_s": 30}
+
+
+@pytest.fixture(params=["cli", "rest"])
+def backend(request: pytest.FixtureRequest, slurm_cluster: SlurmCluster,
+            unix_users: Any) -> Iterator[SlurmBackend]:
     work = slurm_cluster.work_dir / f"tenancy-{uuid.uuid4().hex[:8]}"
     settings: dict[str, Any] = {
-        "transport": "cli", "slurm_conf": str(slurm_cluster.slurm_conf),
+        **_transport(slurm_cluster, request.param, work),
         "work_dir": str(work), "python": "/usr/bin/python3", "timeout": 30,
         "submit_as_owner": True, "unix_users": USERS, "accounts": {"vision": ACCOUNT},
     }
@@ -131,7 +149,46 @@ def test_jobs_run_as_their_owner_and_cannot_read_each_others_directory(
                what="alice's job to succeed")
 
 
-def test_an_owner_without_a_unix_user_is_refused(backend: SlurmBackend) -> None:
+def test_an_owner_without_a_unix_user_is_refused(backend: SlurmBackend,
+                                                 slurm_cluster: SlurmCluster) -> None:
     req = _request(backend, "mallory-has-no-account", ["/bin/true"], {})
     with pytest.raises(SubmitRefused, match="no Unix user"):
         backend.submit(req)
+    # over REST Slurm queued it as 'nobody' first: nothing of it may stay in the queue
+    assert slurm_cluster.run(["squeue", "-h", "-t", "PD,R", "-n", req.name]).stdout == ""
+
+
+@pytest.mark.parametrize("backend", ["rest"], indirect=True)
+def test_over_rest_a_job_is_cancelled_as_its_owner(
+    backend: SlurmBackend, slurm_cluster: SlurmCluster
+) -> None:
+    req = _request(backend, "alice", ["/bin/bash", "-c", "sleep 600"], {})
+    job_id = backend.submit(req).backend_id
+    wait_until(lambda: _phase(backend, req.name, Phase.RUNNING), timeout=90,
+               what="alice's job to run")
+    # the broker's own (unprivileged) token may not cancel alice's job ...
+    resp = httpx.delete(slurm_cluster.rest_path(f"job/{job_id}"),
+                        headers=slurm_cluster.rest_headers(slurm_cluster.user_name))
+    assert any("denied" in str(e).lower() for e in resp.json().get("errors") or ()), resp.text
+    assert _phase(backend, req.name, Phase.RUNNING)
+    # ... the backend does, with a token signed for alice
+    assert backend.cancel(req.name, 0).found
+    wait_until(lambda: _phase(backend, req.name, Phase.CANCELLED), timeout=90,
+               what="alice's job to be cancelled")
+
+
+def test_slurmrestd_takes_a_signed_owner_token_only_while_it_lives_and_only_from_the_key(
+    slurm_cluster: SlurmCluster, unix_users: Any
+) -> None:
+    key = read_key(str(slurm_cluster.slurm_conf.parent / "jwt_hs256.key"))
+    now = time.time()
+
+    def diag(tokens: OwnerTokens) -> httpx.Response:
+        return httpx.get(slurm_cluster.rest_path("diag"), headers=tokens.headers("isthmus-t1"),
+                         timeout=30)
+
+    assert diag(OwnerTokens(key, 60)).status_code == 200
+    expired = diag(OwnerTokens(key, 60, clock=lambda: now - 120))
+    forged = diag(OwnerTokens(b"not-the-cluster-key-" * 2, 60))
+    for resp in (expired, forged):
+        assert resp.status_code != 200 and resp.json().get("errors"), resp.text

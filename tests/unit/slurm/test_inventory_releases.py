@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from backends.slurm.inventory import PoolBinding, node_releases, pool_snapshots
+from backends.slurm.inventory import PoolBinding, node_releases, pool_snapshots, queue_depth
 from backends.slurm.records import JobRecord, NodeRecord
 
 T0 = datetime(2026, 11, 29, 10, tzinfo=UTC)
@@ -49,3 +49,17 @@ def test_an_absurd_time_limit_saturates_instead_of_overflowing() -> None:
 
     got = node_releases([job(1, ("n1",), 8, limit=10**12 * 60)])
     assert got == {"n1": [(FAR_FUTURE.replace(tzinfo=UTC), 8)]}
+
+
+def test_foreign_backlog_counts_waiting_work_but_not_held_or_never_runnable_jobs() -> None:
+    def pending(i: int, gpus: int, reason: str, name: str = "train") -> JobRecord:
+        return JobRecord(job_id=str(i), name=name, state="PENDING", partition="a100",
+                         gpus=gpus, reason=reason)
+
+    depth = queue_depth("a100", [
+        pending(1, 8, "Resources"), pending(2, 4, "Priority"), pending(3, 2, "Dependency"),
+        pending(4, 16, "JobHeldUser"), pending(5, 16, "BeginTime"),
+        pending(6, 16, "DependencyNeverSatisfied"), pending(7, 16, "PartitionTimeLimit"),
+        pending(8, 8, "Resources", name="isthmus-abc-1"),
+    ], 24, T0)
+    assert (depth.foreign_pending_gpus, depth.isthmus_pending_gpus) == (14, 8)
