@@ -34,9 +34,9 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from broker.store import batch
-from broker.store.tables import AttemptRow, JobRow, LedgerEntryRow, QuotaUsageRow
+from broker.store.ledger_tables import ENTRIES
+from broker.store.tables import AttemptRow, JobRow, QuotaUsageRow
 
-ENTRIES: sa.Table = LedgerEntryRow.__table__  # type: ignore[attr-defined]
 USAGE: sa.Table = QuotaUsageRow.__table__  # type: ignore[attr-defined]
 ATTEMPTS: sa.Table = AttemptRow.__table__  # type: ignore[attr-defined]
 JOBS: sa.Table = JobRow.__table__  # type: ignore[attr-defined]

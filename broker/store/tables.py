@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -146,6 +146,24 @@ class LedgerEntryRow(SQLModel, table=True):
     # the job's submitter, so that reports group without joins
     pool: str | None = Field(default=None, max_length=63)
     submitted_by: str | None = Field(default=None, max_length=255)
+
+
+class LedgerDailyRow(SQLModel, table=True):
+    """The ledger's usage and waste entries summed per UTC day, group and kind (revision
+    0011, kept by a trigger on ledger_entries). `dim` names the grouping (team, pool, flavor,
+    user) and `value` the group; `team` is on every row, for team-scoped reports."""
+
+    __tablename__ = "ledger_daily"
+
+    dim: str = Field(primary_key=True, max_length=8)
+    day: date = Field(primary_key=True)
+    team: str = Field(primary_key=True, max_length=63)
+    value: str = Field(primary_key=True, max_length=255)
+    kind: str = Field(primary_key=True, max_length=16)
+    gpu_hours: float
+    cost: float
+    unpriced_gpu_hours: float
+    entries: int
 
 
 class QuotaUsageRow(SQLModel, table=True):

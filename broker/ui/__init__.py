@@ -15,6 +15,7 @@ from fastapi.staticfiles import StaticFiles
 from broker.api.guards import plain_query
 from broker.ui.assets import HERE
 from broker.ui.session import NeedsSignIn, signin_url
+from broker.ui.timing import ServerTiming
 
 
 def mount(app: FastAPI) -> None:
@@ -27,6 +28,7 @@ def mount(app: FastAPI) -> None:
     for router in (base_router, fleet_router, jobs_router, decisions_router):
         app.include_router(router, dependencies=[Depends(plain_query)])
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
+    app.add_middleware(ServerTiming, prefix="/ui")  # outermost: the whole time in the server
 
     @app.exception_handler(NeedsSignIn)
     async def _sign_in(request: Request, exc: NeedsSignIn) -> Response:

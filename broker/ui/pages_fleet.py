@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, time, timedelta
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -19,7 +19,7 @@ from broker.ui.render import page
 from broker.ui.session import scope, ui_principal
 from broker.views.pools import PoolView, read_pools
 from broker.views.quotas import quota_views
-from broker.views.usage import UsageLine, UsageReport, read_usage
+from broker.views.usage import UsageLine, UsageReport, read_usage_series
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 Caller = Annotated[Principal, Depends(ui_principal)]
@@ -90,15 +90,19 @@ def overview(request: Request, caller: Caller) -> Response:
 Range = Literal["hour", "day", "week", "month"]
 RANGES: dict[str, tuple[timedelta, int]] = {
     "hour": (timedelta(hours=1), 12), "day": (timedelta(days=1), 12),
-    "week": (timedelta(days=7), 14), "month": (timedelta(days=30), 15),
+    "week": (timedelta(days=7), 7), "month": (timedelta(days=30), 15),
 }
-"""Each range and its number of bars: one usage report per bar (bench/ui.py times them)."""
+"""Each range and its number of bars, all read in one statement (bench/ui.py times them)."""
 
 
-def _buckets(now: datetime, span: timedelta, n: int) -> list[tuple[datetime, datetime]]:
+def _bounds(now: datetime, span: timedelta, n: int) -> list[datetime]:
+    """The bars' n + 1 bounds: the last `span` up to now; bars of whole days (week, month)
+    are whole UTC days up to the end of today, which the ledger's daily sums answer."""
     step = span / n
-    start = now - span
-    return [(start + i * step, start + (i + 1) * step) for i in range(n)]
+    end = now
+    if step >= timedelta(days=1):
+        end = datetime.combine(now.astimezone(UTC).date() + timedelta(days=1), time(), UTC)
+    return [end - span + i * step for i in range(n + 1)]
 
 
 def _label(at: datetime, span: timedelta) -> str:
@@ -133,10 +137,9 @@ def reports(request: Request, caller: Caller, range_: Annotated[
     db = request.app.state.db
     team = scope(caller)
     span, n = RANGES[range_]
-    now = datetime.now(UTC)
-    buckets = _buckets(now, span, n)
-    per_bucket = [read_usage(db, "team", a, b, team) for a, b in buckets]
-    labels = [_label(a, span) for a, _ in buckets]
+    bounds = _bounds(datetime.now(UTC), span, n)
+    per_bucket = read_usage_series(db, "team", bounds, team)
+    labels = [_label(a, span) for a in bounds[:-1]]
     return page(request, caller, "reports.html", active="reports", range_=range_,
                 ranges=list(RANGES), labels=labels, whole=totals(per_bucket),
                 cost=_series(per_bucket, "cost"),

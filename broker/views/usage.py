@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from broker.ledger import LedgerKind
 from broker.store.db import Database
-from broker.store.reports import GroupBy, HoursRow, hours_by
+from broker.store.reports import GroupBy, HoursRow, hours_by, hours_series
 
 WASTE_FIELDS: dict[str, str] = {
     LedgerKind.WASTE_PREPARING.value: "waste_preparing",
@@ -95,6 +95,15 @@ def read_usage(db: Database, by: GroupBy, start: datetime | None, end: datetime 
     with db.read() as s:
         rows = list(hours_by(s, by, start, end, team))
     return usage_report(rows, by, start, end, team)
+
+
+def read_usage_series(db: Database, by: GroupBy, bounds: list[datetime],
+                      team: str | None = None) -> list[UsageReport]:
+    """The reports of the consecutive windows [bounds[i], bounds[i + 1]), read at once."""
+    with db.read() as s:
+        rows = hours_series(s, by, bounds, team)
+    return [usage_report(r, by, a, b, team)
+            for r, a, b in zip(rows, bounds, bounds[1:], strict=False)]
 
 
 def _cell(text: str) -> str:

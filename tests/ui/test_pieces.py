@@ -1,5 +1,5 @@
 """Small parts of the dashboard without a browser: escaping in charts, where sign-in may send
-the browser, the queue page's admission order."""
+the browser, the queue page's admission order, the pages' Server-Timing."""
 
 from __future__ import annotations
 
@@ -63,5 +63,21 @@ def test_sign_in_refuses_posts_from_other_sites(tmp_path: Path) -> None:
         assert ok.status_code == 303 and ok.headers["location"] == "/ui/jobs"
         assert "HttpOnly" in ok.headers["set-cookie"]
         assert c.get("/ui/jobs").status_code == 200  # the cookie signs the next page in
+    finally:
+        db.dispose()
+
+
+def test_pages_say_their_server_time_and_the_api_does_not(tmp_path: Path) -> None:
+    """bench/ui.py reads a page's server time from Server-Timing (broker/ui/timing.py)."""
+    db = open_database(f"sqlite:///{tmp_path / 'ui.db'}")
+    try:
+        c = TestClient(build_app(load_config(ui_config(tmp_path / "isthmus.yaml")), db),
+                       follow_redirects=False)
+        page = c.get("/ui/signin")
+        assert page.status_code == 200
+        name, dur = page.headers["server-timing"].split(";")
+        assert name == "app" and float(dur.removeprefix("dur=")) > 0
+        assert "server-timing" in c.get("/ui/jobs").headers  # the redirect to sign in, too
+        assert "server-timing" not in c.get("/v1/jobs").headers
     finally:
         db.dispose()
