@@ -4,9 +4,11 @@ Replays the Helios-shaped trace of bench/placement_quality.py (backends/sim/trac
 same two simulated backends with the isthmus admission cycle. Each cycle also runs the queue
 estimate (policies/eta.py) exactly as the broker's admission does; the first estimate a job
 gets (the cycle after its submission) is kept and compared with when the simulator really
-starts it. The estimate knows only what the broker knows: the backends' expected releases
-and the jobs' declared time limits (over-estimates, trace.py), scaled as the broker scales them
-(by the median true/declared run time of the last 200 ended jobs); never true run times.
+starts it. The estimate knows only what the broker knows: the backends' expected releases,
+the jobs' declared time limits (over-estimates, trace.py), the run-time model learnt from the
+last 1,000 ended jobs (team, declared limit, true run; policies/runtime.py), and its running
+jobs' nodes, starts and limits (broker/control/eta_inputs.py); never a job's true run time
+before it ended, nor jobs not yet submitted.
 
 Error of a job: |first estimate - real start| / real wait, over jobs that waited at least
 `--min-wait` seconds (a job that starts in the next cycle has no wait to be wrong about);

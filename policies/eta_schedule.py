@@ -18,6 +18,7 @@ Pure: the same inputs give the same schedule. Bounded by a work budget (node che
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -117,7 +118,7 @@ class PoolState:
                 break
         return picked
 
-    def hold(self, w: Wanted, budget: list[int]) -> list[tuple[Slot, int]]:
+    def hold(self, w: Wanted, budget: list[int]) -> tuple[list[tuple[Slot, int]], list[Slot]]:
         """A starving gang's reservation, as admission makes it (policies.capacity): in the
         tightest level that could ever hold the gang, the domain closest to holding it now;
         free GPUs up to the gang's size, the nodes with the most free first. Returns what was
@@ -125,7 +126,7 @@ class PoolState:
         budget[0] -= 2 * len(self.slots) + 1
         groups = self._domains(w)
         if not groups:
-            return []
+            return [], []
         domain = max(groups, key=lambda d: (sum(s.free // w.g for s in groups[d]),
                                             sum(s.free for s in groups[d]), d))
         need = w.replicas * w.g
@@ -137,7 +138,7 @@ class PoolState:
             out.append((s, take))
             self.set_free(s, s.free - take)
             need -= take
-        return out
+        return out, groups[domain]
 
     def _domains(self, w: Wanted) -> dict[str, list[Slot]]:
         """The domains (with their nodes) of the tightest level up to the gang's that could
@@ -217,8 +218,7 @@ class Projection:
         starving = sorted((w for w in left if w.starving_at <= t),
                           key=lambda w: (w.submitted, w.id))
         order = starving + [w for w in left if w.starving_at > t]
-        held: list[tuple[PoolState, Slot, int]] = []  # (pool, node, GPUs held)
-        holds = 0
+        held: list[_Hold] = []
         failed: set[tuple[int, int, int, tuple[str, ...]]] = set()
         still: list[Wanted] = []
         for w in order:
@@ -232,16 +232,38 @@ class Projection:
                 out[w.id] = Start(t, pool.name, tuple(s.name for s, k in picked
                                                       for _ in range(k)))
                 continue
+            if w.starving_at > t and self._borrow(t, w, held, out):
+                continue
             if not w.exclude:
                 failed.add(w.shape)
-            if w.starving_at <= t and holds < self.max_holds:
-                held.extend(self._hold(w))
-                holds += 1
+            if w.starving_at <= t and len(held) < self.max_holds:
+                h = self._hold(t, w)
+                if h is not None:
+                    held.append(h)
                 failed.clear()  # a hold changes what fits; shapes are checked again
             still.append(w)
-        for p, s, free in held:  # holds last one step: the gang looks again at the next
-            p.set_free(s, s.free + free)
+        for h in held:  # holds last one step: the gang looks again at the next
+            for name, k in h.gpus.items():
+                node = h.pool.slots[name]
+                h.pool.set_free(node, node.free + k)
         return still
+
+    def _borrow(self, t: float, w: Wanted, held: list[_Hold], out: dict[str, Start]) -> bool:
+        """Backfill into a hold (policies/backfill.py): a job that ends before the gang could
+        start there may use the GPUs held for it."""
+        for h in held:
+            if h.pool.name not in w.pools or t + w.run_s > h.ready:
+                continue
+            h.release()
+            picked = h.pool.fit(w, self.budget)
+            if picked is not None:
+                self.take(t, w.run_s, h.pool, w.g, picked)
+                out[w.id] = Start(t, h.pool.name, tuple(s.name for s, k in picked
+                                                        for _ in range(k)))
+            h.retake()
+            if picked is not None:
+                return True
+        return False
 
     def _place(self, w: Wanted) -> tuple[PoolState, list[tuple[Slot, int]]] | None:
         for name in w.pools:
@@ -253,12 +275,49 @@ class Projection:
                 return pool, picked
         return None
 
-    def _hold(self, w: Wanted) -> list[tuple[PoolState, Slot, int]]:
+    def _hold(self, t: float, w: Wanted) -> _Hold | None:
         for name in w.pools:
             pool = self.pools.get(name)
             if pool is None:
                 continue
-            taken = pool.hold(w, self.budget)
+            taken, domain = pool.hold(w, self.budget)
             if taken:
-                return [(pool, s, k) for s, k in taken]
-        return []
+                gpus = {s.name: k for s, k in taken}
+                return _Hold(pool, gpus, self._ready(t, pool, w, domain, gpus))
+        return None
+
+    def _ready(self, t: float, pool: PoolState, w: Wanted, domain: list[Slot],
+               gpus: dict[str, int]) -> float:
+        """When the gang fits on `domain` by the projected releases (inf: not known)."""
+        avail = {s.name: s.free + gpus.get(s.name, 0) for s in domain}
+        cap = sum(v // w.g for v in avail.values())
+        self.budget[0] -= len(self.events) + 1
+        ups = sorted((e[0], e[3], e[4]) for e in self.events
+                     if e[2] == pool.name and e[3] in avail)
+        for at, node, k in ups:
+            if cap >= w.replicas:
+                break
+            old = avail[node]
+            avail[node] = min(pool.slots[node].total, old + k)
+            cap += avail[node] // w.g - old // w.g
+            t = at
+        return t if cap >= w.replicas else math.inf
+
+
+@dataclass(slots=True)
+class _Hold:
+    pool: PoolState
+    gpus: dict[str, int]
+    """GPUs held per node."""
+    ready: float
+
+    def release(self) -> None:
+        for name, k in self.gpus.items():
+            s = self.pool.slots[name]
+            self.pool.set_free(s, s.free + k)
+
+    def retake(self) -> None:
+        for name, k in self.gpus.items():
+            s = self.pool.slots[name]
+            self.gpus[name] = min(k, s.free)
+            self.pool.set_free(s, s.free - self.gpus[name])

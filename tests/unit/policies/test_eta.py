@@ -160,24 +160,27 @@ def test_a_job_admitted_to_a_backend_queue_takes_the_next_release_first() -> Non
 
 
 def test_a_reservation_holds_the_free_gpus_of_its_gang_until_it_starts() -> None:
-    """Admission holds the free GPUs of a starving gang's domain (no backfill in front of it):
-    4 of n0's GPUs are free, 4 come back at minute 60. The 8-GPU gang with a reservation starts
-    at 60; a 4-GPU, 30-minute job behind it fits in the free 4 now only if nothing holds them,
-    so with the reservation it starts after the gang's declared hour, at 120."""
+    """Admission holds the free GPUs of a starving gang's domain: 4 of n0's GPUs are free, 4
+    come back at minute 60. The 8-GPU gang with a reservation starts at 60; a 4-GPU job of 90
+    minutes behind it would end after that, so it may not use the held 4 (backfill,
+    policies/backfill.py) and starts after the gang's declared hour, at 120; a 30-minute job
+    ends before 60 and starts now in the held GPUs."""
     pool = make_pool().shape(racks=1, nodes=1).release("n0", (60, 4))
-    big, small = _job(8, runtime_min=60), _job(4, runtime_min=30)
+    big = _job(8, runtime_min=60)
     inv = inventory(pool)
-    result = admission_cycle([big, small], inv, QUOTAS, quota_usage(), T0)
-    by = result.by_job()
-    jobs = {big.id: big, small.id: small}
     from broker.domain.reasons import Reason
 
-    free = [by[big.id], replace(by[small.id], admitted=False, placement=None,
-                                reason=Reason.InsufficientCapacity)]
-    held = [replace(by[big.id], reservation=f"{inv.pools[0].name}:* (4 GPUs)"), free[1]]
-    assert estimate(free, jobs, inv, T0)[small.id].at == T0
-    est = estimate(held, jobs, inv, T0)
-    assert est[big.id].at == at(60) and est[small.id].at == at(120), est
+    for small, start in ((_job(4, runtime_min=90), at(120)), (_job(4, runtime_min=30), T0)):
+        result = admission_cycle([big, small], inv, QUOTAS, quota_usage(), T0)
+        by = result.by_job()
+        jobs = {big.id: big, small.id: small}
+        waiting = replace(by[small.id], admitted=False, placement=None,
+                          reason=Reason.InsufficientCapacity)
+        free = [by[big.id], waiting]
+        held = [replace(by[big.id], reservation=f"{inv.pools[0].name}:* (4 GPUs)"), waiting]
+        assert estimate(free, jobs, inv, T0)[small.id].at == T0
+        est = estimate(held, jobs, inv, T0)
+        assert est[big.id].at == at(60) and est[small.id].at == start, est
 
 
 def test_a_later_job_that_fits_first_starts_first_as_in_the_real_loop() -> None:
