@@ -229,7 +229,7 @@ def _wanted(
     not_before = _ts(job.not_before) if job.not_before is not None else now
     return Wanted(job.id, job.gpus_per_replica, job.replicas, rank_of(job.topology_required),
                   runs.run_s(job), pools, not_before, starving, submitted,
-                  job.exclude_nodes), (None, "")
+                  job.exclude_nodes, float(job.max_runtime_s)), (None, "")
 
 
 def _results(

@@ -51,6 +51,8 @@ class Wanted:
     """When it counts as starving (inf: never): it goes first and holds a domain."""
     submitted: float
     exclude: frozenset[str] = frozenset()
+    declared_s: float = 0.0
+    """Its declared limit: what admission's backfill rule counts (policies/backfill.py)."""
 
     @property
     def shape(self) -> tuple[int, int, int, tuple[str, ...]]:
@@ -249,10 +251,10 @@ class Projection:
         return still
 
     def _borrow(self, t: float, w: Wanted, held: list[_Hold], out: dict[str, Start]) -> bool:
-        """Backfill into a hold (policies/backfill.py): a job that ends before the gang could
-        start there may use the GPUs held for it."""
+        """Backfill into a hold (policies/backfill.py): a job whose declared limit ends before
+        the gang could start there may use the GPUs held for it."""
         for h in held:
-            if h.pool.name not in w.pools or t + w.run_s > h.ready:
+            if h.pool.name not in w.pools or t + max(w.run_s, w.declared_s) > h.ready:
                 continue
             h.release()
             picked = h.pool.fit(w, self.budget)
