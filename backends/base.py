@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from enum import Flag, auto
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -81,11 +81,29 @@ class SubmitRequest:
     owner: str | None = None  # who submitted the job (the API caller's name)
 
 
+Rendering = str | list[dict[str, Any]] | None
+"""A batch script, a list of manifests, or None for a backend that sends no such text (the
+simulator)."""
+
+MASK = "********"
+SECRET_ENV = ("ISTHMUS_PROGRESS_TOKEN",)
+"""Request env values that are nobody's business to read in a rendering kept for people."""
+
+
+def masked(request: SubmitRequest) -> SubmitRequest:
+    """`request` with the values of SECRET_ENV masked: what renderings for people are made of."""
+    hidden = {k: MASK for k in SECRET_ENV if k in request.env}
+    return replace(request, env={**request.env, **hidden}) if hidden else request
+
+
 @dataclass(frozen=True, slots=True)
 class SubmitResult:
     name: str
     backend_id: str
     adopted: bool  # True when the object already existed (a retried submit after a crash)
+    rendered: Rendering = None
+    """What submit rendered and sent, as `render` of the `masked` request shows it (the
+    attempt's record, so that a dispatch renders once)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,11 +112,6 @@ class CancelResult:
     found: bool
     signalled: bool  # a grace signal was sent before the kill
     message: str = ""
-
-
-Rendering = str | list[dict[str, Any]] | None
-"""A batch script, a list of manifests, or None for a backend that sends no such text (the
-simulator)."""
 
 
 @runtime_checkable
@@ -116,7 +129,8 @@ class Backend(Protocol):
 
     def submit(self, request: SubmitRequest) -> SubmitResult:
         """Create the object named `request.name`; idempotent by name: an existing object of
-        that name is adopted (`adopted`)."""
+        that name is adopted (`adopted`). The result carries what was rendered (`rendered`,
+        secrets masked), so the caller need not render again."""
         ...
 
     def lookup(self, name: str) -> Fact | None: ...

@@ -59,8 +59,9 @@ def main() -> None:
                     "1: the figures before 2026-12-01, when only the first 500 were, so the "
                     "pass observed 500 attempts and each cycle re-read the other intents)")
     ap.add_argument("--profile", default=None,
-                    help="write cProfile stats of the pass with changes and of part 2's "
-                    "admission cycles to PREFIX.reconcile / PREFIX.admission")
+                    help="write cProfile stats of an idle pass, of the pass with changes and "
+                    "of part 2's admission cycles to PREFIX.idle / PREFIX.reconcile / "
+                    "PREFIX.admission")
     args = ap.parse_args()
     url = args.db or f"sqlite:///{Path(tempfile.mkdtemp()) / 'bench.db'}"
     db = open_database(url, sqlite_synchronous="NORMAL")
@@ -94,6 +95,8 @@ def main() -> None:
         t0 = time.perf_counter()
         reconcile(plane, "sim")
         idle.append(time.perf_counter() - t0)
+    if args.profile:
+        cProfile.runctx('reconcile(plane, "sim")', globals(), locals(), f"{args.profile}.idle")
     clock.advance(3600 + 60)  # ~1% of the jobs finish (durations spread over 100 minutes)
     sim.sync()
     prof = cProfile.Profile() if args.profile else None

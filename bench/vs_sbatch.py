@@ -112,6 +112,7 @@ def main() -> None:
         ours: list[float] = []
         theirs: list[float] = []
         command: list[float] = []
+        phases: list[dict[str, float]] = []
         try:
             wait(lambda: _up(http), 60)
             for _ in range(args.jobs):
@@ -121,6 +122,7 @@ def main() -> None:
                 command.append((time.monotonic() - t0) * 1000)
                 wait(lambda j=job_id: http.get(f"/v1/jobs/{j}").json()["state"] == "RUNNING")
                 ours.append((time.monotonic() - t0) * 1000)
+                phases.append(_phases(http, job_id))
 
                 t0 = time.monotonic()
                 slurm_id = subprocess.run(["sbatch", "--parsable", str(script)],
@@ -142,6 +144,9 @@ def main() -> None:
           f"({args.jobs} jobs each)")
     print(f"the isbatch command alone (start to exit): p50 {statistics.median(command):.0f} ms, "
           f"p90 {q(command, n=10)[-1]:.0f} ms")
+    print("broker phases, p50 ms after the submission was stored: " + " ".join(
+        f"{k}+{statistics.median(p[k] for p in phases if k in p):.0f}"
+        for k in ("ADMITTED", "PREPARING", "RUNNING")))
     print(f"vs-sbatch: isbatch p50 {a:.0f} ms sbatch p50 {b:.0f} ms extra p50 {a - b:.0f} ms")
 
 
@@ -152,6 +157,17 @@ def _timeline(http: httpx.Client, job_id: str) -> None:
     steps = [f"{e['to_state']}+{(datetime.fromisoformat(e['at']) - t0).total_seconds() * 1000:.0f}"
              for e in events]
     print("last isbatch job, ms after submission: " + " ".join(steps))
+
+
+def _phases(http: httpx.Client, job_id: str) -> dict[str, float]:
+    """ms from the job's first event (stored) to its first event in each later state."""
+    events = http.get(f"/v1/jobs/{job_id}/events").json()
+    t0 = datetime.fromisoformat(events[0]["at"])
+    out: dict[str, float] = {}
+    for e in events:
+        out.setdefault(e["to_state"],
+                       (datetime.fromisoformat(e["at"]) - t0).total_seconds() * 1000)
+    return out
 
 
 def _up(http: httpx.Client) -> bool:

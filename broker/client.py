@@ -100,6 +100,11 @@ class Client:
             "GET", f"/v1/jobs/{job_id}/attempts/{number}/snapshot")
         return result
 
+    def signal(self, job_id: str, signal: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", f"/v1/hpc/jobs/{job_id}/signal",
+                                            json={"signal": signal})
+        return result
+
     def cancel(self, job_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self._call("POST", f"/v1/jobs/{job_id}/cancel")
         return result

@@ -299,19 +299,37 @@ class IsthmusConfig(_Strict):
 
     @model_validator(mode="after")
     def _references(self) -> IsthmusConfig:
-        problems: list[str] = []
+        problems = [*self._duplicates(), *self._dangling()]
+        if self.auth.mode == "none" and not is_loopback(self.server.host):
+            problems.append(
+                f"auth.mode: 'none' is allowed only on a loopback listener, and server.host is "
+                f"'{self.server.host}'; use host 127.0.0.1 or set auth.mode: token"
+            )
+        if self.slurm_compat is not None:
+            problems += self.slurm_compat.problems(
+                {f.name for f in self.flavors}, {t.name for t in self.teams},
+                {p.name for p in self.priority_classes}
+            )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def _duplicates(self) -> list[str]:
+        problems = []
         for label, items in (
-            ("flavors", self.flavors),
-            ("backends", self.backends),
-            ("pools", self.pools),
-            ("cohorts", self.cohorts),
-            ("teams", self.teams),
+            ("flavors", self.flavors), ("backends", self.backends), ("pools", self.pools),
+            ("cohorts", self.cohorts), ("teams", self.teams),
             ("priority_classes", self.priority_classes),
         ):
             names = [i.name for i in items]
             dup = sorted({n for n in names if names.count(n) > 1})
             if dup:
                 problems.append(f"{label}: duplicate name(s) {dup}")
+        return problems
+
+    def _dangling(self) -> list[str]:
+        """References to a flavor, backend, cohort or team that is not defined."""
+        problems = []
         flavors = {f.name for f in self.flavors}
         backends = {b.name for b in self.backends}
         cohorts = {c.name for c in self.cohorts}
@@ -324,27 +342,14 @@ class IsthmusConfig(_Strict):
         for i, t in enumerate(self.teams):
             if t.cohort is not None and t.cohort not in cohorts:
                 problems.append(f"teams[{i}].cohort: '{t.cohort}' is not in cohorts")
-            for f in t.quotas:
-                if f not in flavors:
-                    problems.append(f"teams[{i}].quotas.{f}: '{f}' is not in flavors")
-        for team in self.tenancy.mounts:
-            if team not in teams:
-                problems.append(f"tenancy.mounts.{team}: '{team}' is not in teams")
-        for i, tok in enumerate(self.auth.tokens):
-            if tok.team is not None and tok.team not in teams:
-                problems.append(f"auth.tokens[{i}].team: '{tok.team}' is not in teams")
-        if self.auth.mode == "none" and not is_loopback(self.server.host):
-            problems.append(
-                f"auth.mode: 'none' is allowed only on a loopback listener, and server.host is "
-                f"'{self.server.host}'; use host 127.0.0.1 or set auth.mode: token"
-            )
-        if self.slurm_compat is not None:
-            problems += self.slurm_compat.problems(
-                flavors, teams, {p.name for p in self.priority_classes}
-            )
-        if problems:
-            raise ValueError("; ".join(problems))
-        return self
+            problems += [f"teams[{i}].quotas.{f}: '{f}' is not in flavors"
+                         for f in t.quotas if f not in flavors]
+        problems += [f"tenancy.mounts.{team}: '{team}' is not in teams"
+                     for team in self.tenancy.mounts if team not in teams]
+        problems += [f"auth.tokens[{i}].team: '{tok.team}' is not in teams"
+                     for i, tok in enumerate(self.auth.tokens)
+                     if tok.team is not None and tok.team not in teams]
+        return problems
 
     # look-ups used on every request; the lists are short
     def team(self, name: str) -> Team | None:

@@ -9,8 +9,9 @@ talks to the API server, so importing this package needs neither the client nor 
 from __future__ import annotations
 
 from backends.k8s.adapter import K8sBackend
-from backends.k8s.classify import ClassifyPolicy, judge
+from backends.k8s.classify import judge
 from backends.k8s.manifests import render
+from backends.k8s.pod_evidence import ClassifyPolicy
 from backends.k8s.settings import K8sSettings, PoolBinding
 
 __all__ = [

@@ -25,8 +25,9 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from backends.k8s.classify import TEARDOWN_ANNOTATION, Verdict, parse_teardown, parse_time
-from broker.domain.facts import Phase
+from backends.k8s.classify import TEARDOWN_ANNOTATION, parse_teardown
+from backends.k8s.pod_evidence import parse_time
+from broker.domain.facts import Finding, Phase
 from broker.domain.failures import FailureCategory
 from broker.domain.reasons import Reason
 
@@ -109,8 +110,8 @@ def _evicted(workload: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return evicted
 
 
-def refine(job: Mapping[str, Any], workload: Mapping[str, Any] | None, v: Verdict,
-           now: datetime) -> Verdict:
+def refine(job: Mapping[str, Any], workload: Mapping[str, Any] | None, v: Finding,
+           now: datetime) -> Finding:
     """The verdict of classify.judge on a Job sent to Kueue, refined by its Workload."""
     meta = job.get("metadata") or {}
     teardown = str((meta.get("annotations") or {}).get(TEARDOWN_ANNOTATION) or "")
@@ -151,7 +152,7 @@ def refine(job: Mapping[str, Any], workload: Mapping[str, Any] | None, v: Verdic
                  f"(LocalQueue {queue})")
 
 
-def _held(v: Verdict, raw_reason: str, message: str) -> Verdict:
+def _held(v: Finding, raw_reason: str, message: str) -> Finding:
     return dataclasses.replace(v, phase=Phase.PENDING, reason=Reason.HeldByKueue,
                                raw_state="HeldByKueue", raw_reason=_text(raw_reason),
                                message=message)

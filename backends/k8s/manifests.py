@@ -209,29 +209,77 @@ def render(
     settings = settings or K8sSettings()
     check_name(request.name)
     spec = request.snapshot.spec
-    gang = spec.gang
-    mode = settings.mode(pool.name)
-    ns = settings.namespace_for(spec.team)
+    ns = team_namespace(settings, spec.team)
+    labels = {**spec.labels, **labels_for(request)}  # the user's, then ours (never overridden)
+    manifests: list[dict[str, Any]] = [job_manifest(request, pool, settings, ns, labels),
+                                       service_manifest(request.name, ns, labels, settings)]
+    if settings.mode(pool.name) == "volcano":
+        manifests.append(podgroup_manifest(request, pool, settings, ns, labels))
+    token = request.env.get(TOKEN_ENV)
+    if token is not None:
+        manifests.append(token_secret(request, ns, dict(labels), token))
+    return manifests
+
+
+def team_namespace(settings: K8sSettings, team: str) -> str:
+    """The namespace of a team's gangs, checked to be a DNS label."""
+    ns = settings.namespace_for(team)
     if not _DNS_LABEL.match(ns) or len(ns) > 63:
         raise Unsupported(f"namespace '{ns}' (setting namespace: {settings.namespace}) is not "
                           "a DNS label of at most 63 characters")
-    name = request.name
-    labels = {**spec.labels, **labels_for(request)}  # the user's, then ours (never overridden)
-    annotations = {ANN_POOL: pool.name, ANN_SPEC_HASH: request.snapshot.spec_hash}
-    # the user's, then the admin's (pod_labels/pod_annotations: a tenant must not opt out of
-    # e.g. `sidecar.istio.io/inject`), then ours
+    return ns
+
+
+def job_manifest(request: SubmitRequest, pool: PoolBinding, settings: K8sSettings, ns: str,
+                 labels: dict[str, str]) -> dict[str, Any]:
+    """The Indexed Job of the gang (suspended for Kueue, which admits it)."""
+    spec = request.snapshot.spec
+    mode = settings.mode(pool.name)
+    job_labels = dict(labels)
+    if mode == "kueue":
+        job_labels[KUEUE_QUEUE] = settings.kueue_queues[pool.name]
+    job_spec: dict[str, Any] = {
+        "completions": spec.gang.replicas,
+        "parallelism": spec.gang.replicas,
+        "completionMode": "Indexed",
+        "backoffLimit": 0,
+        "podFailurePolicy": pod_failure_policy(settings),
+        # max_runtime counts from the start of the Job; the gang gets its start-up slack
+        "activeDeadlineSeconds": spec.max_runtime + int(settings.all_ranks_timeout_s + 0.999),
+        "template": pod_template(request, pool, settings),
+    }
+    if mode == "kueue":
+        job_spec["suspend"] = True
+    if settings.ttl_after_finished_s is not None:
+        job_spec["ttlSecondsAfterFinished"] = settings.ttl_after_finished_s
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": request.name, "namespace": ns, "labels": job_labels,
+                     "annotations": {ANN_POOL: pool.name,
+                                     ANN_SPEC_HASH: request.snapshot.spec_hash}},
+        "spec": job_spec,
+    }
+
+
+def pod_template(request: SubmitRequest, pool: PoolBinding,
+                 settings: K8sSettings) -> dict[str, Any]:
+    """The pod of every rank: labels and annotations (the user's, then the admin's
+    pod_labels/pod_annotations: a tenant must not opt out of e.g. `sidecar.istio.io/inject`,
+    then ours), the container, placement and volumes."""
+    spec = request.snapshot.spec
+    mode = settings.mode(pool.name)
     pod_labels = {**spec.labels, **settings.pod_labels, **labels_for(request)}
     pod_annotations: dict[str, str] = {**spec.annotations, **settings.pod_annotations,
                                        ANN_MAX_RUNTIME: str(spec.max_runtime)}
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        "subdomain": name,
+        "subdomain": request.name,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": spec.checkpoint.grace,
         "tolerations": tolerations_for(pool, settings),
         "containers": [container_for(request, settings)],
     }
-    level = request.placement.topology_level
     affinity = node_affinity(request, pool, settings, pin_domain=mode != "kueue")
     if affinity:
         pod_spec["affinity"] = affinity
@@ -241,42 +289,33 @@ def render(
              "persistentVolumeClaim": {"claimName": m.name, "readOnly": m.read_only}}
             for i, m in enumerate(spec.mounts)
         ]
-    job_labels = dict(labels)
+    _scheduler_marks(request, mode, settings, pod_spec, pod_annotations)
+    return {
+        "metadata": {"labels": pod_labels,
+                     **({"annotations": pod_annotations} if pod_annotations else {})},
+        "spec": pod_spec,
+    }
+
+
+def _scheduler_marks(request: SubmitRequest, mode: str, settings: K8sSettings,
+                     pod_spec: dict[str, Any], pod_annotations: dict[str, str]) -> None:
+    """What Kueue (the topology a gang must stay inside) or Volcano (its scheduler and the
+    gang's PodGroup) read on each pod."""
+    level = request.placement.topology_level
     if mode == "kueue":
-        job_labels[KUEUE_QUEUE] = settings.kueue_queues[pool.name]
         if level is TopologyLevel.RACK:
             pod_annotations[KUEUE_TAS_REQUIRED] = settings.rack_label
         elif level is TopologyLevel.BLOCK:
             pod_annotations[KUEUE_TAS_REQUIRED] = settings.block_label
     if mode == "volcano":
         pod_spec["schedulerName"] = "volcano"
-        pod_annotations[VOLCANO_GROUP] = name
-    job_spec: dict[str, Any] = {
-        "completions": gang.replicas,
-        "parallelism": gang.replicas,
-        "completionMode": "Indexed",
-        "backoffLimit": 0,
-        "podFailurePolicy": pod_failure_policy(settings),
-        # max_runtime counts from the start of the Job; the gang gets its start-up slack
-        "activeDeadlineSeconds": spec.max_runtime + int(settings.all_ranks_timeout_s + 0.999),
-        "template": {
-            "metadata": {"labels": pod_labels,
-                         **({"annotations": pod_annotations} if pod_annotations else {})},
-            "spec": pod_spec,
-        },
-    }
-    if mode == "kueue":
-        job_spec["suspend"] = True
-    if settings.ttl_after_finished_s is not None:
-        job_spec["ttlSecondsAfterFinished"] = settings.ttl_after_finished_s
-    job = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": ns, "labels": job_labels,
-                     "annotations": annotations},
-        "spec": job_spec,
-    }
-    service = {
+        pod_annotations[VOLCANO_GROUP] = request.name
+
+
+def service_manifest(name: str, ns: str, labels: dict[str, str],
+                     settings: K8sSettings) -> dict[str, Any]:
+    """The headless Service that makes rank i reachable as <name>-<i>.<name>."""
+    return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": name, "namespace": ns, "labels": dict(labels)},
@@ -287,25 +326,25 @@ def render(
             "ports": [{"name": "rendezvous", "port": settings.master_port}],
         },
     }
-    manifests: list[dict[str, Any]] = [job, service]
-    if mode == "volcano":
-        pg_spec: dict[str, Any] = {
-            "minMember": gang.replicas,
-            "minResources": {settings.gpu_resource: str(gang.total_gpus)},
-        }
-        queue = settings.volcano_queues.get(pool.name)
-        if queue:
-            pg_spec["queue"] = queue
-        manifests.append({
-            "apiVersion": PODGROUP_API,
-            "kind": "PodGroup",
-            "metadata": {"name": name, "namespace": ns, "labels": dict(labels)},
-            "spec": pg_spec,
-        })
-    token = request.env.get(TOKEN_ENV)
-    if token is not None:
-        manifests.append(token_secret(request, ns, dict(labels), token))
-    return manifests
+
+
+def podgroup_manifest(request: SubmitRequest, pool: PoolBinding, settings: K8sSettings,
+                      ns: str, labels: dict[str, str]) -> dict[str, Any]:
+    """Volcano's PodGroup: the gang starts whole (minMember = replicas) or not at all."""
+    gang = request.snapshot.spec.gang
+    pg_spec: dict[str, Any] = {
+        "minMember": gang.replicas,
+        "minResources": {settings.gpu_resource: str(gang.total_gpus)},
+    }
+    queue = settings.volcano_queues.get(pool.name)
+    if queue:
+        pg_spec["queue"] = queue
+    return {
+        "apiVersion": PODGROUP_API,
+        "kind": "PodGroup",
+        "metadata": {"name": request.name, "namespace": ns, "labels": dict(labels)},
+        "spec": pg_spec,
+    }
 
 
 def token_secret(request: SubmitRequest, namespace: str, labels: dict[str, str],

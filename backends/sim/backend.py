@@ -32,7 +32,7 @@ from backends.sim import faults, foreign, views
 from backends.sim.clock import SimClock
 from backends.sim.model import ExternalLoad, Job, Node, SimFailures, SimPoolSpec, fit_nodes
 from backends.sim.progress import PROGRESS_TOKEN_ENV, Report, Reporter, Reporting
-from broker.domain.facts import Fact, Phase
+from broker.domain.facts import Fact, Finding, Phase
 from broker.domain.failures import FailureCategory
 from broker.domain.inventory import InventorySnapshot, TopologyPath
 from broker.domain.reasons import FAILURE_REASON, Reason
@@ -216,16 +216,9 @@ class SimBackend:
         facts = [views.fact(self, j) for j in self.jobs.values() if j.isthmus]
         for n in names or ():
             if n not in self.jobs:
-                facts.append(
-                    Fact(
-                        backend=self.name,
-                        backend_name=n,
-                        phase=Phase.LOST,
-                        reason=Reason.Orchestration,
-                        observed_at=self.clock.now,
-                        message="unknown to the simulated backend",
-                    )
-                )
+                facts.append(Finding(
+                    Phase.LOST, Reason.Orchestration, message="unknown to the simulated backend",
+                ).fact(backend=self.name, backend_name=n, observed_at=self.clock.now))
         return facts
 
     # ---- time ---------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from typing import Protocol
 from backends.base import RankLog, tail_lines
 from backends.sim.clock import SimClock
 from backends.sim.model import ExternalLoad, Job, Node, SimFailures, SimPoolSpec
-from broker.domain.facts import Fact, Phase
+from broker.domain.facts import Fact, Finding, Phase
 from broker.domain.inventory import InventorySnapshot, NodeSnapshot, PoolSnapshot, QueueDepth
 from broker.domain.reasons import Reason
 from broker.domain.spec import BackendKind
@@ -106,12 +106,7 @@ def fact(b: SimView, job: Job) -> Fact:
     if phase is Phase.RUNNING and started is not None:
         phase = Phase.STARTING if b.synced_t < started + b.failures.start_delay_s else phase
     reason = Reason.WaitingForAllRanks if phase is Phase.STARTING else job.reason
-    return Fact(
-        backend=b.name,
-        backend_name=job.name,
-        backend_id=job.backend_id,
-        job_id=job.job_id,
-        attempt=job.attempt,
+    return Finding(
         phase=phase,
         reason=reason,
         failure=job.failure,
@@ -122,8 +117,8 @@ def fact(b: SimView, job: Job) -> Fact:
         submitted_at=b.clock.at(job.submitted),
         started_at=b.clock.at(job.started) if job.started is not None else None,
         ended_at=b.clock.at(job.ended) if job.ended is not None else None,
-        observed_at=b.clock.now,
-    )
+    ).fact(backend=b.name, backend_name=job.name, backend_id=job.backend_id,
+           job_id=job.job_id, attempt=job.attempt, observed_at=b.clock.now)
 
 
 def share(total: int, node: Node) -> int:

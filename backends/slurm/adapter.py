@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import pwd
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -16,6 +16,7 @@ from backends.base import (
     SubmitRequest,
     SubmitResult,
     Unsupported,
+    masked,
 )
 from backends.slurm import script
 from backends.slurm.classify import (
@@ -23,21 +24,15 @@ from backends.slurm.classify import (
     Evidence,
     NodeCondition,
     classify,
-    event_in_run,
-    node_fault,
 )
-from backends.slurm.evidence import (
-    END_EVIDENCE_WAIT,
-    NODE_EVENT_SLACK,
-    NODE_EVIDENCE_STATES,
-    NODE_EVIDENCE_WINDOW,
-)
+from backends.slurm.evidence import NODE_EVIDENCE_STATES, EndEvidence
 from backends.slurm.inventory import ISTHMUS_PREFIX, PoolBinding, pool_snapshots, split_name
 from backends.slurm.output import read_output
 from backends.slurm.records import TERMINAL, BatchJob, JobRecord, NodeRecord, newest
 from backends.slurm.settings import SlurmSettings
+from backends.slurm.signals import send_signal
 from backends.slurm.transport import Transport
-from broker.domain.facts import Fact, Phase
+from broker.domain.facts import Fact, Finding, Phase
 from broker.domain.failures import FailureCategory
 from broker.domain.inventory import InventorySnapshot
 from broker.domain.reasons import Reason
@@ -82,12 +77,7 @@ class SlurmBackend:
         a name up right before it submits it, so submit need not ask Slurm again. Lost on a
         restart at no cost: submit then checks for itself."""
         self._kill_at: dict[str, float] = {}  # Slurm job id -> monotonic deadline
-        # Slurm job id -> its nodes' conditions when its failed end was first seen
-        self._end_nodes: dict[str, dict[str, tuple[NodeCondition, ...]]] = {}
-        # Slurm job id -> the steps accounting recorded for it, for jobs that ended FAILED
-        self._end_steps: dict[str, tuple[str, ...]] = {}
-        # Slurm job id -> when its end was first seen, while the evidence is incomplete
-        self._end_first_seen: dict[str, datetime] = {}
+        self._end = EndEvidence(name, transport, self.policy)
 
     # -- inventory ----------------------------------------------------------------------------
 
@@ -124,15 +114,26 @@ class SlurmBackend:
 
     def batch_job(self, request: SubmitRequest, *, hold: bool = False,
                   begin: str | None = None) -> BatchJob:
+        return self._builder(request, hold=hold, begin=begin)(request)
+
+    def _builder(self, request: SubmitRequest, *, hold: bool = False,
+                 begin: str | None = None) -> Callable[[SubmitRequest], BatchJob]:
+        """Builds the batch job of `request` (or of its masked copy, as `render` shows it)
+        from one look at the partition and its GPU type."""
         partition = self._partition(request.placement.pool)
         render = self.settings.render_settings()
         account = self.settings.accounts.get(request.snapshot.spec.team)
         if account:  # the team's Slurm account (fair share and limits of the site)
             render = replace(
                 render, extra_directives=(*render.extra_directives, f"--account={account}"))
-        job = script.batch_job(request, render, partition=partition,
-                               gpu_type=self._gpu_type(partition), hold=hold, begin=begin)
-        return replace(job, account=account) if account else job
+        gpu_type = self._gpu_type(partition)
+
+        def build(r: SubmitRequest) -> BatchJob:
+            job = script.batch_job(r, render, partition=partition, gpu_type=gpu_type,
+                                   hold=hold, begin=begin)
+            return replace(job, account=account) if account else job
+
+        return build
 
     def render(self, request: SubmitRequest) -> str:
         """The exact batch script submit() would send (for `isthmus render`)."""
@@ -150,14 +151,16 @@ class SlurmBackend:
         """Idempotent by name: an object of that name (queued or in accounting) is adopted.
         Right after a `lookup` that found the name nowhere, that look is the check (one
         existence check per dispatch, not two)."""
-        job = self.batch_job(request)
+        build = self._builder(request)
+        job, shown = build(request), build(masked(request)).script
         looked = self._looked_up_absent.pop(request.name, None)
         fresh = looked is not None and time.monotonic() - looked < ABSENT_CHECK_TTL_S
         existing = None if fresh else self._existing(request.name)
         if existing is not None:
             self._known_ids[request.name] = existing.job_id
             log.info("slurm %s: adopted %s as job %s", self.name, request.name, existing.job_id)
-            return SubmitResult(name=request.name, backend_id=existing.job_id, adopted=True)
+            return SubmitResult(name=request.name, backend_id=existing.job_id, adopted=True,
+                                rendered=shown)
         try:
             as_user = self.settings.unix_user(request.owner)
         except ValueError as exc:
@@ -165,76 +168,14 @@ class SlurmBackend:
         job_id = (self.transport.submit(job) if as_user is None
                   else self.transport.submit(job, as_user=as_user))
         self._known_ids[request.name] = job_id
-        return SubmitResult(name=request.name, backend_id=job_id, adopted=False)
+        return SubmitResult(name=request.name, backend_id=job_id, adopted=False,
+                            rendered=shown)
 
     # -- observe ------------------------------------------------------------------------------
 
-    def _note_end_evidence(self, recs: Iterable[JobRecord], now: datetime) -> None:
-        """Record the evidence for judging jobs that newly ended in a state their nodes' health
-        can explain: the steps accounting recorded for them (one query; it also tells whether
-        accounting has recorded their end yet), the nodes' current state (one node listing)
-        and the down / drain / fail events that accounting recorded for them around the job's
-        own run (one query, see classify.event_in_run), for all such jobs at once and never in
-        a cycle without one. Kept per job once complete, so the classification is that of the
-        moment the evidence was complete and does not flip once an admin resumes the node.
-
-        Complete means: accounting has recorded the job's end, and, when Slurm says that a
-        node of the job failed (NODE_FAIL, or the reason NodeDown) but no node of the
-        allocation shows it, the failed node's event has arrived. slurmctld hands both to
-        slurmdbd asynchronously (seen: the event of a node set DOWN arrived after the job's
-        NODE_FAIL end, and seconds late on a busy machine), while its node may already be back
-        in service. Until then the job is reported as still ending; after END_EVIDENCE_WAIT
-        it is judged with what is known."""
-        fresh = [r for r in recs if r.state in NODE_EVIDENCE_STATES and r.nodes
-                 and r.job_id not in self._end_nodes]
-        if not fresh:
-            return
-        for rec in fresh:
-            self._end_first_seen.setdefault(rec.job_id, now)
-        # did the ranks start at all? (no srun step: the job's code never ran)
-        recorded = self.transport.steps([r.job_id for r in fresh])
-        self._end_steps.update(recorded)
-        listed = {n.name: n for n in self.transport.nodes()}
-        names = sorted({n for r in fresh for n in r.nodes})
-        since = min(r.started_at or r.submitted_at or now for r in fresh)
-        events = self.transport.node_events(names, since=since)
-        for rec in fresh:
-            start = rec.started_at or rec.submitted_at or since
-            end = rec.ended_at or now
-            seen: dict[str, list[NodeCondition]] = {n: [] for n in rec.nodes}
-            for name in rec.nodes:
-                node = listed.get(name)
-                if node is not None and now <= end + NODE_EVIDENCE_WINDOW:
-                    seen[name].append(NodeCondition(node.state, node.flags, node.reason))
-            for ev in events:
-                if ev.node in seen and event_in_run(ev.start, ev.end, start, end,
-                                                    NODE_EVENT_SLACK):
-                    at = f"recorded {ev.start:%Y-%m-%dT%H:%M:%SZ}" if ev.start else "recorded"
-                    seen[ev.node].append(NodeCondition(ev.state, ev.flags, ev.reason, at))
-            conditions = {n: tuple(c) for n, c in seen.items() if c}
-            missing = self._evidence_missing(rec, recorded, conditions)
-            if missing and now - self._end_first_seen[rec.job_id] < END_EVIDENCE_WAIT:
-                continue  # asked again next cycle
-            if missing:
-                log.warning("slurm %s: judging job %s (%s) without %s after %ss", self.name,
-                            rec.job_id, rec.state, missing,
-                            int(END_EVIDENCE_WAIT.total_seconds()))
-            self._end_nodes[rec.job_id] = conditions
-
-    def _evidence_missing(self, rec: JobRecord, recorded: Mapping[str, tuple[str, ...]],
-                          conditions: Mapping[str, Sequence[NodeCondition]]) -> str:
-        """What the evidence for judging this ended job still lacks ("" if nothing)."""
-        if rec.source != "accounting" and rec.job_id not in recorded:
-            return "its end in accounting"
-        node_failed = rec.state == "NODE_FAIL" or rec.reason == "NodeDown"
-        if (node_failed and getattr(self.transport, "serves_node_events", True)
-                and not any(node_fault(c, self.policy)
-                            for cs in conditions.values() for c in cs)):
-            return "the failed node's event"
-        return ""
-
     def _fact(self, rec: JobRecord, now: datetime) -> Fact:
-        if rec.state in NODE_EVIDENCE_STATES and rec.nodes and rec.job_id not in self._end_nodes:
+        if (rec.state in NODE_EVIDENCE_STATES and rec.nodes
+                and not self._end.complete(rec.job_id)):
             return self._ending(rec, now)
         cached = self._last_seen.get(rec.name)
         exit_code, signal = rec.exit_code, rec.signal
@@ -242,46 +183,44 @@ class SlurmBackend:
                 and cached.job_id == rec.job_id and cached.state in TERMINAL):
             exit_code, signal = cached.exit_code, cached.signal  # seen before it left the queue
         requested = rec.node_count
-        conditions: Mapping[str, Sequence[NodeCondition]] = self._end_nodes.get(rec.job_id, {})
+        conditions: Mapping[str, Sequence[NodeCondition]] = self._end.nodes.get(rec.job_id, {})
         got = classify(Evidence(state=rec.state, reason=rec.reason, exit_code=exit_code,
                                 signal=signal, cancelled_by=rec.cancelled_by,
                                 own_user=self.own_user, nodes_allocated=len(rec.nodes),
                                 nodes_requested=requested, nodes=rec.nodes,
                                 node_conditions=conditions,
-                                steps=self._end_steps.get(rec.job_id)), self.policy)
+                                steps=self._end.steps.get(rec.job_id)), self.policy)
         job_id, attempt = split_name(rec.name)
-        return Fact(
+        timed = replace(got, submitted_at=rec.submitted_at, started_at=rec.started_at,
+                        ended_at=rec.ended_at)
+        return timed.fact(
             backend=self.name, backend_name=rec.name, backend_id=rec.job_id, job_id=job_id,
-            attempt=attempt, phase=got.phase, reason=got.reason, failure=got.failure,
-            raw_state=rec.state, raw_reason=rec.reason, message=got.message,
-            exit_code=exit_code, signal=signal, nodes=rec.nodes, bad_nodes=got.bad_nodes,
-            submitted_at=rec.submitted_at, started_at=rec.started_at, ended_at=rec.ended_at,
-            observed_at=now, actor=got.actor,
+            attempt=attempt, observed_at=now,
             gpu_models=tuple(sorted({self._node_gpu_types[n] for n in rec.nodes
                                      if n in self._node_gpu_types})),
         )
 
     def _ending(self, rec: JobRecord, now: datetime) -> Fact:
         """A job that ended while the evidence to judge its end is incomplete: still ending,
-        like a COMPLETING one (see _note_end_evidence)."""
+        like a COMPLETING one (see EndEvidence.note)."""
         job_id, attempt = split_name(rec.name)
-        return Fact(
-            backend=self.name, backend_name=rec.name, backend_id=rec.job_id, job_id=job_id,
-            attempt=attempt, phase=Phase.RUNNING if rec.started_at else Phase.STARTING,
+        return Finding(
+            phase=Phase.RUNNING if rec.started_at else Phase.STARTING,
             reason=Reason.Running if rec.started_at else Reason.WaitingForAllRanks,
             raw_state=rec.state, raw_reason=rec.reason,
             message=f"ended {rec.state} in Slurm; waiting for accounting to record its end "
             "and its nodes' events before judging it",
             nodes=rec.nodes, submitted_at=rec.submitted_at, started_at=rec.started_at,
-            observed_at=now)
+        ).fact(backend=self.name, backend_name=rec.name, backend_id=rec.job_id,
+               job_id=job_id, attempt=attempt, observed_at=now)
 
     def _lost(self, name: str, now: datetime) -> Fact:
         job_id, attempt = split_name(name)
-        return Fact(backend=self.name, backend_name=name, backend_id=self._known_ids.get(name),
-                    job_id=job_id, attempt=attempt, phase=Phase.LOST,
-                    reason=Reason.Orchestration, failure=FailureCategory.ORCHESTRATION,
-                    message="neither the Slurm queue nor its accounting knows this job",
-                    observed_at=now)
+        return Finding(
+            phase=Phase.LOST, reason=Reason.Orchestration, failure=FailureCategory.ORCHESTRATION,
+            message="neither the Slurm queue nor its accounting knows this job",
+        ).fact(backend=self.name, backend_name=name, backend_id=self._known_ids.get(name),
+               job_id=job_id, attempt=attempt, observed_at=now)
 
     def observe(self, names: Sequence[str] | None = None) -> list[Fact]:
         """One queue call for every Isthmus job, plus one accounting call for expected jobs
@@ -308,12 +247,12 @@ class SlurmBackend:
                     accounted[rec.name] = rec if prev is None else newest([prev, rec])
         gone = {name: accounted[name] for name in missing if name in accounted}
         in_view = [*latest.values(), *gone.values()]
-        self._note_end_evidence(in_view, now)
+        self._end.note(in_view, now)
         facts = []
         for name, rec in latest.items():
             acc = accounted.get(name)
             if acc is not None and acc.job_id == rec.job_id and acc.cancelled_by:
-                rec = _with_actor(rec, acc.cancelled_by)
+                rec = replace(rec, cancelled_by=acc.cancelled_by)
             facts.append(self._fact(rec, now))
             self._last_seen[name] = rec
             self._known_ids[name] = rec.job_id
@@ -321,10 +260,7 @@ class SlurmBackend:
             facts.append(self._fact(gone[name], now) if name in gone else self._lost(name, now))
         # forget jobs out of view: the broker stops asking once it has acted on their end
         seen = {r.job_id for r in in_view}
-        self._end_nodes = {k: v for k, v in self._end_nodes.items() if k in seen}
-        self._end_steps = {k: v for k, v in self._end_steps.items() if k in seen}
-        self._end_first_seen = {k: v for k, v in self._end_first_seen.items()
-                                if k in seen and k not in self._end_nodes}
+        self._end.keep_only(seen)
         if names is not None:  # jobs neither asked about nor in the queue: forget them
             keep = set(names) | set(latest)
             self._last_seen = {k: v for k, v in self._last_seen.items() if k in keep}
@@ -341,7 +277,7 @@ class SlurmBackend:
             return None
         self._looked_up_absent.pop(name, None)
         now = self.clock()
-        self._note_end_evidence([rec], now)
+        self._end.note([rec], now)
         return self._fact(rec, now)
 
     def logs(self, name: str, rank: int | None = None,
@@ -382,6 +318,9 @@ class SlurmBackend:
         return CancelResult(name=name, found=True, signalled=signalled,
                             message="; ".join(messages))
 
+    def send_signal(self, name: str, signal: str) -> str:  # iscancel --signal
+        return send_signal(self.transport, name, signal)
+
     def _flush_kills(self) -> None:
         now = time.monotonic()
         for job_id, deadline in list(self._kill_at.items()):
@@ -394,7 +333,3 @@ class SlurmBackend:
 
     def close(self) -> None:
         self.transport.close()
-
-
-def _with_actor(rec: JobRecord, who: str) -> JobRecord:
-    return replace(rec, cancelled_by=who)

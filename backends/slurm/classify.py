@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from broker.domain.facts import Phase
+from broker.domain.facts import Finding, Phase
 from broker.domain.failures import FailureCategory
 from broker.domain.reasons import Reason
 
@@ -90,17 +90,6 @@ class Evidence:
     node_conditions: Mapping[str, Sequence[NodeCondition]] = field(default_factory=dict)
     # The job's steps in accounting ("batch", "extern", "0", ...); None: not known
     steps: tuple[str, ...] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Classification:
-    phase: Phase
-    reason: Reason
-    failure: FailureCategory | None = None
-    pending: PendingCategory | None = None
-    message: str = ""
-    actor: str | None = None
-    bad_nodes: tuple[str, ...] = ()  # nodes of the allocation blamed for an infra failure
 
 
 PENDING_REASONS: dict[str, PendingCategory] = {
@@ -222,13 +211,12 @@ def pending_category(reason: str) -> PendingCategory:
     return PendingCategory.UNKNOWN
 
 
-def _pending(ev: Evidence) -> Classification:
+def _pending(ev: Evidence) -> Finding:
     category = pending_category(ev.reason)
     note = "" if category is not PendingCategory.UNKNOWN else " (unrecognised Slurm reason)"
-    return Classification(
+    return Finding(
         phase=Phase.PENDING,
         reason=PENDING_REASON_CODE[category],
-        pending=category,
         message=f"pending in Slurm: {ev.reason or 'None'}{note}",
     )
 
@@ -305,16 +293,16 @@ def _node_verdicts(ev: Evidence, policy: ClassifyPolicy) -> _NodeVerdicts:
     return out
 
 
-def _failed(ev: Evidence, policy: ClassifyPolicy) -> Classification:
+def _failed(ev: Evidence, policy: ClassifyPolicy) -> Finding:
     nodes = _node_verdicts(ev, policy)
     if nodes.failed:
-        return Classification(
+        return Finding(
             Phase.FAILED, Reason.InfraTransient, FailureCategory.INFRA_TRANSIENT,
             message=f"FAILED with {_exit_text(ev)} while its node(s) failed: "
             f"{', '.join(nodes.failed.values())}; a node failure, not the job's",
             bad_nodes=tuple(nodes.failed))
     if ev.steps is not None and not set(ev.steps) - NON_RANK_STEPS:
-        return Classification(
+        return Finding(
             Phase.FAILED, Reason.Orchestration, FailureCategory.ORCHESTRATION,
             message=f"FAILED with {_exit_text(ev)} before any rank started (job steps in "
             f"accounting: {', '.join(ev.steps) or 'none'}): srun could not launch the ranks "
@@ -328,67 +316,81 @@ def _failed(ev: Evidence, policy: ClassifyPolicy) -> Classification:
     return got
 
 
-def _failed_by_exit(ev: Evidence) -> Classification:
+def _failed_by_exit(ev: Evidence) -> Finding:
     if ev.exit_code is not None and ev.exit_code > 0:
-        return Classification(Phase.FAILED, Reason.UserError, FailureCategory.USER_ERROR,
+        return Finding(Phase.FAILED, Reason.UserError, FailureCategory.USER_ERROR,
                               message=f"the job's script failed with exit code {ev.exit_code}")
     if ev.reason == "NonZeroExitCode":  # Slurm saw a non-zero exit even if we lack the code
-        return Classification(Phase.FAILED, Reason.UserError, FailureCategory.USER_ERROR,
+        return Finding(Phase.FAILED, Reason.UserError, FailureCategory.USER_ERROR,
                               message="the job's script exited non-zero (code unknown)")
     if ev.reason in ("JobLaunchFailure", "Prolog", "launch_failed_requeued_held"):
-        return Classification(Phase.FAILED, Reason.ResourceEnv, FailureCategory.RESOURCE_ENV,
+        return Finding(Phase.FAILED, Reason.ResourceEnv, FailureCategory.RESOURCE_ENV,
                               message=f"Slurm could not launch the job ({ev.reason}, "
                               f"{_exit_text(ev)})")
-    return Classification(Phase.FAILED, Reason.Unknown, FailureCategory.UNKNOWN,
+    return Finding(Phase.FAILED, Reason.Unknown, FailureCategory.UNKNOWN,
                           message=f"FAILED with {_exit_text(ev)}, reason "
                           f"{ev.reason or 'None'}: no evidence whose fault it was")
 
 
-def _cancelled(ev: Evidence) -> Classification:
+def _cancelled(ev: Evidence) -> Finding:
     who = ev.cancelled_by
     if who is None or (ev.own_user is not None and who == ev.own_user):
-        return Classification(Phase.CANCELLED, Reason.CancelledByUser,
+        return Finding(Phase.CANCELLED, Reason.CancelledByUser,
                               message="cancelled through Isthmus" if who else "cancelled",
                               actor=None)
-    return Classification(Phase.CANCELLED, Reason.CancelledByAdmin,
+    return Finding(Phase.CANCELLED, Reason.CancelledByAdmin,
                           message=f"cancelled in Slurm by {who}", actor=who)
 
 
-def classify(ev: Evidence, policy: ClassifyPolicy | None = None) -> Classification:
-    """Map one job's evidence to a Classification. Pure; see the tables above."""
-    policy = policy or ClassifyPolicy()
+def classify(ev: Evidence, policy: ClassifyPolicy | None = None) -> Finding:
+    """Map one job's evidence to a Finding (with the raw state, reason, exit code, signal and
+    nodes of the evidence). Pure; see the tables above."""
+    got = _judged(ev, policy or ClassifyPolicy())
+    return replace(got, raw_state=ev.state, raw_reason=ev.reason, exit_code=ev.exit_code,
+                   signal=ev.signal, nodes=ev.nodes)
+
+
+def _judged(ev: Evidence, policy: ClassifyPolicy) -> Finding:
     state = ev.state.upper()
     if state == "PENDING":
         return _pending(ev)
     if state in _ACTIVE:
-        phase, reason, text = _ACTIVE[state]
-        if state == "RUNNING" and ev.nodes_requested and ev.nodes_allocated < ev.nodes_requested:
-            return Classification(Phase.STARTING, Reason.WaitingForAllRanks,
-                                  message=f"{ev.nodes_allocated}/{ev.nodes_requested} nodes")
-        return Classification(phase, reason, message=text)
+        return _active(ev, state)
     if state == "COMPLETED":
         if ev.exit_code not in (None, 0) or ev.signal:
-            return Classification(Phase.UNKNOWN, Reason.Unknown, FailureCategory.UNKNOWN,
-                                  message=f"COMPLETED but {_exit_text(ev)}")
-        return Classification(Phase.SUCCEEDED, Reason.Succeeded, message="completed")
+            return Finding(Phase.UNKNOWN, Reason.Unknown, FailureCategory.UNKNOWN,
+                           message=f"COMPLETED but {_exit_text(ev)}")
+        return Finding(Phase.SUCCEEDED, Reason.Succeeded, message="completed")
     if state == "FAILED":
         return _failed(ev, policy)
     if state == "OUT_OF_MEMORY":
         if policy.oom_is_user_error:
-            return Classification(Phase.FAILED, Reason.UserError, FailureCategory.USER_ERROR,
-                                  message="out of memory (reproducible: the job asks too much)")
-        return Classification(Phase.FAILED, Reason.ResourceEnv, FailureCategory.RESOURCE_ENV,
-                              message="out of memory (site policy: environment problem)")
+            return Finding(Phase.FAILED, Reason.UserError, FailureCategory.USER_ERROR,
+                           message="out of memory (reproducible: the job asks too much)")
+        return Finding(Phase.FAILED, Reason.ResourceEnv, FailureCategory.RESOURCE_ENV,
+                       message="out of memory (site policy: environment problem)")
     if state == "CANCELLED":
         return _cancelled(ev)
     if state in _FIXED_END:
-        phase, reason, failure, text = _FIXED_END[state]
-        got = Classification(phase, reason, failure, message=f"{text} ({_exit_text(ev)})")
-        if failure is FailureCategory.INFRA_TRANSIENT and phase is Phase.FAILED:
-            failed = _node_verdicts(ev, policy).failed
-            if failed:  # name the culprits when the node list shows them
-                got = replace(got, message=f"{got.message}: {', '.join(failed.values())}",
-                              bad_nodes=tuple(failed))
-        return got
-    return Classification(Phase.UNKNOWN, Reason.Unknown, None,
-                          message=f"unrecognised Slurm state {ev.state!r}")
+        return _fixed_end(ev, state, policy)
+    return Finding(Phase.UNKNOWN, Reason.Unknown, None,
+                   message=f"unrecognised Slurm state {ev.state!r}")
+
+
+def _active(ev: Evidence, state: str) -> Finding:
+    phase, reason, text = _ACTIVE[state]
+    if state == "RUNNING" and ev.nodes_requested and ev.nodes_allocated < ev.nodes_requested:
+        return Finding(Phase.STARTING, Reason.WaitingForAllRanks,
+                       message=f"{ev.nodes_allocated}/{ev.nodes_requested} nodes")
+    return Finding(phase, reason, message=text)
+
+
+def _fixed_end(ev: Evidence, state: str, policy: ClassifyPolicy) -> Finding:
+    phase, reason, failure, text = _FIXED_END[state]
+    got = Finding(phase, reason, failure, message=f"{text} ({_exit_text(ev)})")
+    if failure is FailureCategory.INFRA_TRANSIENT and phase is Phase.FAILED:
+        failed = _node_verdicts(ev, policy).failed
+        if failed:  # name the culprits when the node list shows them
+            got = replace(got, message=f"{got.message}: {', '.join(failed.values())}",
+                          bad_nodes=tuple(failed))
+    return got

@@ -100,6 +100,9 @@ class BatchJob:
     hold: bool = False
     begin: str | None = None  # e.g. "now+1day" (benchmarks keep jobs pending this way)
     account: str | None = None  # the team's Slurm account (also an #SBATCH line)
+    user_output: str | None = None  # sbatch's --output of a batch script (replaces `output`)
+    user_error: str | None = None  # sbatch's --error of a batch script
+    exclusive: bool = False  # whole nodes (sbatch --exclusive)
 
 
 def newest(records: Sequence[JobRecord]) -> JobRecord:

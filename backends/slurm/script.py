@@ -36,6 +36,7 @@ import re
 from dataclasses import dataclass
 
 from backends.base import SubmitRequest, Unsupported
+from backends.slurm.batch_files import with_batch_options
 from backends.slurm.records import BatchJob
 from backends.slurm.shape import GangShape, gang_shape
 from broker.domain.topology import TopologyLevel
@@ -205,7 +206,7 @@ def batch_job(
         hold=hold,
         begin=_check_word("begin", begin) if begin else None,
     )
-    return _with_script(job, request, settings)
+    return _with_script(with_batch_options(job, request), request, settings)
 
 
 def _rack(request: SubmitRequest, settings: RenderSettings
@@ -251,9 +252,13 @@ def directives(job: BatchJob, settings: RenderSettings) -> list[str]:
         *shape_directives(job),
         f"--time={job.time_limit_min}",
         "--no-requeue",
-        f"--output={job.output}",
+        f"--output={job.user_output or job.output}",
         f"--chdir={settings.work_dir}",
     ]
+    if job.user_error:
+        lines.append(f"--error={job.user_error}")
+    if job.exclusive:
+        lines.append("--exclusive")
     if job.signal:
         lines.append(f"--signal={job.signal}")
     if job.switches:

@@ -61,6 +61,11 @@ class Transport(Protocol):
         """Send ``signal`` to the batch shell; False when Slurm does not know the job."""
         ...
 
+    def signal_steps(self, job_id: str, signal: str) -> bool:
+        """Send ``signal`` to the job's steps, not its batch shell (``scancel --signal``);
+        False when Slurm does not know the job."""
+        ...
+
     def cancel(self, job_id: str) -> bool:
         """Cancel (SIGTERM, KillWait, SIGKILL); False when Slurm does not know the job."""
         ...

@@ -235,6 +235,10 @@ class CliTransport:
         proc = self.run(["scancel", f"--signal={signal}", "--batch", job_id], unknown_ok=True)
         return proc.returncode == 0
 
+    def signal_steps(self, job_id: str, signal: str) -> bool:
+        proc = self.run(["scancel", f"--signal={signal}", job_id], unknown_ok=True)
+        return proc.returncode == 0
+
     def cancel(self, job_id: str) -> bool:
         proc = self.run(["scancel", job_id], unknown_ok=True)
         return proc.returncode == 0

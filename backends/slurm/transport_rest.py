@@ -199,8 +199,13 @@ class RestTransport:
             "name": job.name, "comment": job.comment, "partition": job.partition,
             "tasks": shape.replicas, "time_limit": job.time_limit_min,
             "current_working_directory": job.output.rsplit("/", 1)[0],
-            "standard_output": job.output,
+            "standard_output": job.user_output or job.output,
         }
+        if job.user_error:
+            props["standard_error"] = job.user_error
+        if job.exclusive:
+            raise Unsupported("--exclusive: this backend's slurmrestd transport does not send "
+                              "it; use transport 'cli' for whole-node jobs")
         if shape.nodes is not None:
             # the v0.0.38 schema says [min, max]; 22.05 honours only an int
             props["nodes"] = shape.nodes if dialect.gres_key == "gres" else str(shape.nodes)
@@ -308,6 +313,10 @@ class RestTransport:
 
     def signal(self, job_id: str, signal: str) -> bool:
         return self._delete(job_id, f"SIG{signal}" if not signal.startswith("SIG") else signal)
+
+    def signal_steps(self, job_id: str, signal: str) -> bool:
+        raise Unsupported("slurmrestd signals the whole job, batch shell included; use "
+                          "transport 'cli' to signal the steps as scancel --signal does")
 
     def cancel(self, job_id: str) -> bool:
         return self._delete(job_id, None)

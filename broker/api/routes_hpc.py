@@ -1,22 +1,31 @@
 """/v1/hpc: what the HPC drop-ins (isbatch, isqueue, ...) need besides the jobs API.
 
-isbatch maps an sbatch request to a JobSpec on the user's side, with the site's
-``slurm_compat`` section read here, and submits it through ``POST /v1/jobs`` like any client:
-the server checks the spec and the team exactly as for every other submission.
+isbatch submits with one call, ``POST /v1/hpc/batch``: it sends the request it parsed, the
+server maps it through its ``slurm_compat`` section (broker/hpc/batch_submit.py) and checks and
+submits each resulting spec exactly as ``POST /v1/jobs`` does (the spec, the caller's team).
+``isbatch --test-only`` reads the section (``GET /v1/hpc/slurm-compat``) and asks ``/v1/plan``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Body, Depends, Query, Request
 
 from broker.api import routes_jobs
 from broker.api.auth import Principal, principal
+from broker.api.group_commit import SubmitQueue
 from broker.api.problems import Problem, problem_responses
 from broker.config import IsthmusConfig
+from broker.domain.ids import new_job_id
+from broker.domain.spec import JobSpec
 from broker.domain.states import JobState
-from broker.hpc import runs
+from broker.feasibility import request_problems
+from broker.hpc import batch_submit, runs
+from broker.hpc.compat import CompatError
+from broker.orchestration.submission import Submission
 from broker.store.db import Database
 
 router = APIRouter(prefix="/v1/hpc", tags=["hpc"], responses=problem_responses(401, 422))
@@ -62,3 +71,78 @@ def jobs(
 def whoami(caller: Caller) -> dict[str, Any]:
     """The caller as the broker sees it: isqueue --me and the default account need it."""
     return {"name": caller.name, "team": caller.team, "admin": caller.is_admin}
+
+
+@router.post("/batch", status_code=201, responses=problem_responses(403, 404))
+async def batch(request: Request, caller: Caller) -> dict[str, Any]:
+    """isbatch's submission in one call: the parsed sbatch request in, ``{"id", "jobs"}`` out
+    (``array_tasks`` too for an array: ``id`` is then the array's id)."""
+    config: IsthmusConfig = request.app.state.config
+    if config.slurm_compat is None:
+        raise Problem(404, "no-slurm-compat", "sbatch requests are not configured",
+                      "this broker has no slurm_compat section in its configuration")
+    db: Database = request.app.state.db
+    team = None if caller.is_admin else caller.team
+    array_id = new_job_id()
+    try:
+        data = json.loads(await request.body())
+        specs = batch_submit.specs_of_body(data, config.slurm_compat, caller.team,
+                                           batch_submit.resolver(db, team), array_id)
+        checked = [JobSpec.model_validate(s) for s in specs]
+    except (CompatError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+        raise Problem(422, "sbatch-not-mapped", "The sbatch request cannot run here",
+                      str(exc)) from None
+    for spec in checked[:1]:  # the tasks of an array differ in scheduling and env only
+        problems = request_problems(config, spec, team)
+        if problems:
+            status = 403 if any(p.forbidden for p in problems) else 422
+            raise Problem(status, "invalid-spec" if status == 422 else "forbidden-team",
+                          "Invalid job spec" if status == 422 else "Not your team",
+                          "; ".join(f"{p.field}: {p.message}" for p in problems))
+    queue: SubmitQueue = request.app.state.submit_queue
+    done = await asyncio.gather(*(
+        queue.submit(Submission(spec, caller.name)) for spec in checked))
+    ids = [d.job.id for d in done]
+    if data["sbatch"]["array"]:  # checked by specs_of_body: a str or None
+        return {"id": array_id, "array_tasks": ids, "jobs": ids}
+    return {"id": ids[0], "jobs": ids}
+
+
+@router.post("/jobs/{job_id}/signal", responses=problem_responses(404, 409, 503))
+def signal(job_id: str, request: Request, caller: Caller,
+           name: Annotated[str, Body(embed=True, alias="signal", pattern=r"^[A-Z0-9]{1,8}$",
+                                     description="e.g. USR1 (no SIG prefix)")]) -> dict[str, Any]:
+    """``iscancel --signal``: send a signal to a running job's processes, as ``scancel
+    --signal`` does on Slurm (to the job's steps). Kubernetes has no way to signal a
+    container's processes through its API: 409 there, saying so."""
+    from backends.base import BackendUnavailable, Unsupported
+    from broker.store import attempts as att
+
+    db: Database = request.app.state.db
+    job = routes_jobs._visible_job(db, job_id, caller)
+    with db.read() as s:
+        rows = att.attempts_of(s, job_id)
+    a = rows[-1] if rows else None
+    if job.state != JobState.RUNNING or a is None or a.dispatch != att.CREATED:
+        raise Problem(409, "not-running", "Job is not running",
+                      f"job {job_id} is {job.state}: only a running job can be signalled")
+    config: IsthmusConfig = request.app.state.config
+    backend = config.backend(a.backend)
+    if backend is not None and backend.kind == "k8s":
+        raise Problem(409, "signal-unsupported", "Signals do not reach Kubernetes pods",
+                      f"job {job_id} runs on Kubernetes, whose API cannot send a signal to a "
+                      "container's processes; cancel it instead (its pods get SIGTERM and the "
+                      "job's grace period)")
+    runtime = request.app.state.runtime
+    sender = (getattr(runtime.plane.gate(a.backend), "send_signal", None)
+              if runtime is not None and a.backend in runtime.plane.backends else None)
+    if sender is None:
+        raise Problem(503, "backend-not-reachable", "Backend cannot signal from here",
+                      f"this server cannot signal jobs on backend '{a.backend}'")
+    try:
+        message = sender(a.backend_name, name)
+    except Unsupported as exc:
+        raise Problem(409, "signal-unsupported", "Signal not sent", str(exc)) from None
+    except BackendUnavailable as exc:
+        raise Problem(503, "backend-unavailable", "Backend unavailable", str(exc)) from None
+    return {"job_id": job_id, "signal": name, "message": message}

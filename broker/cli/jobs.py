@@ -255,18 +255,42 @@ def logs(
     if as_json and not follow:
         emit_json(data)
         return
-    seen: dict[str, int] = {}
+    printer = _RankPrinter(as_json)
+    printer.show(data)
+    attempt = data["attempt"]
+    if follow and tail is not None:  # later polls read everything: skip what came before
+        printer.skip(call(server, token, "logs", job_id, attempt, rank, None))
+    while follow:
+        job = call(server, token, "job", job_id)
+        ended = job["state"] in TERMINAL or job["attempt"] != attempt
+        printer.show(call(server, token, "logs", job_id, attempt, rank, None))
+        if ended:
+            break
+        time.sleep(interval)  # polling the API is what --follow is
 
-    def show(d: dict[str, Any]) -> None:
+
+class _RankPrinter:
+    """Prints the ranks' logs of successive polls, each line once (the text of each rank
+    after what was printed of it before), with a rank prefix when there are several."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+        self.seen: dict[str, int] = {}
+
+    def skip(self, d: dict[str, Any]) -> None:
+        for r in d["ranks"]:
+            self.seen[f"{r['rank']}|{r['source']}"] = len(r["text"])
+
+    def show(self, d: dict[str, Any]) -> None:
         many = len(d["ranks"]) > 1
         for r in d["ranks"]:
             key = f"{r['rank']}|{r['source']}"
-            text = r["text"][seen.get(key, 0):]
-            if key not in seen and r["note"]:
+            text = r["text"][self.seen.get(key, 0):]
+            if key not in self.seen and r["note"]:
                 typer.echo(f"== rank {r['rank'] if r['rank'] is not None else 'all'} "
                            f"({r['source']}): {r['note']}", err=True)
-            seen[key] = len(r["text"])
-            if as_json:
+            self.seen[key] = len(r["text"])
+            if self.as_json:
                 if text:
                     emit_json({"rank": r["rank"], "source": r["source"], "text": text})
                 continue
@@ -275,19 +299,6 @@ def logs(
                 typer.echo(f"{prefix}{line}")
         if not d["ranks"] and d.get("note"):
             typer.echo(d["note"], err=True)
-
-    show(data)
-    attempt = data["attempt"]
-    if follow and tail is not None:  # later polls read everything: skip what came before
-        for r in call(server, token, "logs", job_id, attempt, rank, None)["ranks"]:
-            seen[f"{r['rank']}|{r['source']}"] = len(r["text"])
-    while follow:
-        job = call(server, token, "job", job_id)
-        ended = job["state"] in TERMINAL or job["attempt"] != attempt
-        show(call(server, token, "logs", job_id, attempt, rank, None))
-        if ended:
-            break
-        time.sleep(interval)  # polling the API is what --follow is
 
 
 def cancel(job_id: JobId, server: ServerUrl = DEFAULT_URL, token: Token = None,

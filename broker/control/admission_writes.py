@@ -117,11 +117,13 @@ def _persist_batched(plane: ControlPlane, chunk: list[Decision], by_id: dict[str
                      now: datetime, estimates: dict[str, eta.Estimate]) -> None:
     """The chunk's jobs locked in one statement, their writes queued (broker.store.batch)
     and sent as one executemany per statement. A job whose step fails is cut out of the batch
-    (its queued writes dropped, as its savepoint would have been) and marked after it."""
+    (its queued writes dropped, as its savepoint would have been) and marked after it. The
+    transition metrics are counted once the chunk committed: a chunk that fails here and is
+    done again job by job counts each transition once."""
     incidents: list[Incident] = []
     with plane.db.write() as s:
         locked = records.lock_jobs(s, [d.job_id for d in chunk])
-        with batch.deferred(s) as queued:
+        with batch.deferred(s, effects=False) as queued:
             for i, d in enumerate(chunk):
                 mark = queued.mark()
                 with JobGuard("admission persist", d.job_id) as guard:
@@ -133,6 +135,7 @@ def _persist_batched(plane: ControlPlane, chunk: list[Decision], by_id: dict[str
                     queued.cut(mark)
                     incidents.append(guard.incident)
         mark_all(s, incidents, now)
+    queued.run_effects()  # the transition metrics, once the chunk is committed
 
 
 def _persist_each(plane: ControlPlane, chunk: list[Decision], by_id: dict[str, JobRecord],

@@ -10,11 +10,16 @@ asking it again.
 
 from __future__ import annotations
 
-import dataclasses
-
 import yaml
 
-from backends.base import BackendUnavailable, SubmitRequest, SubmitResult, Unsupported
+from backends.base import (
+    BackendUnavailable,
+    Rendering,
+    SubmitRequest,
+    SubmitResult,
+    Unsupported,
+    masked,
+)
 from broker.control.faults import crash_point
 from broker.control.guard import Incident, JobGuard
 from broker.control.plane import ControlPlane, log
@@ -48,22 +53,20 @@ def _request(plane: ControlPlane, a: att.AttemptRecord, token: str,
 def rendered(backend: object, request: SubmitRequest) -> str | None:
     """The exact script or manifests (`Backend.render`; None from the simulator, and from a
     stand-in without `render`), the secret progress token masked: it is in the object, but it
-    is nobody's business to read it here."""
+    is nobody's business to read it here. For an adopted object; a submit returns its own."""
     render = getattr(backend, "render", None)
     if render is None:
         return None
-    masked = dataclasses.replace(
-        request, env={**request.env, "ISTHMUS_PROGRESS_TOKEN": "********"}
-    )
     try:
-        out = render(masked)
+        return as_text(render(masked(request)))
     except Exception as exc:  # rendering is for people; never fail a dispatch over it
         return f"# could not render: {exc}"
-    if out is None or isinstance(out, str):
-        return out
-    return yaml.safe_dump_all(out, sort_keys=False)
 
 
+def as_text(rendering: Rendering) -> str | None:
+    if rendering is None or isinstance(rendering, str):
+        return rendering
+    return yaml.safe_dump_all(rendering, sort_keys=False)
 
 
 CREATED, SKIPPED, UNAVAILABLE = "created", "skipped", "unavailable"
@@ -90,11 +93,13 @@ def _dispatch(plane: ControlPlane, a: att.AttemptRecord, key: bytes) -> tuple[st
     request = _request(plane, a, token, owner=job.submitted_by)
     try:
         found = backend.lookup(a.backend_name)
-        if found is not None:
+        if found is not None:  # adopted: rendered for the record (what it would have been)
             result = SubmitResult(a.backend_name, found.backend_id or "", adopted=True)
+            shown = rendered(backend, request)
         else:
-            result = backend.submit(request)
+            result = backend.submit(request)  # renders once: what it sent comes back
             crash_point("after-backend-create")
+            shown = as_text(result.rendered)
     except BackendUnavailable as exc:
         why = f"{a.backend}: {exc}"
         _unavailable(plane, a, why)
@@ -107,7 +112,7 @@ def _dispatch(plane: ControlPlane, a: att.AttemptRecord, key: bytes) -> tuple[st
         att.update(
             s, a.job_id, a.number, dispatch=att.CREATED, backend_id=result.backend_id,
             dispatched_at=now, progress_token_sha256=digest(token),
-            rendered=rendered(backend, request),
+            rendered=shown,
         )
         verb = "adopted" if result.adopted else "created"
         set_state(

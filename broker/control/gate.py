@@ -179,11 +179,11 @@ class GatedBackend:
         if attr == "inner":  # not set yet (a copy): never recurse
             raise AttributeError(attr)
         target = getattr(self.inner, attr)
-        if attr != "logs":
+        if attr not in ("logs", "send_signal"):
             return target  # adapter extras (close, start): not the control loop's calls
 
         def held(*args: Any, **kwargs: Any) -> Any:
-            # logs share the adapter's client (and the simulator's state) with the loop
+            # logs and signals share the adapter's client (and state) with the loop
             with self._held(attr, self.lock_wait):
                 return target(*args, **kwargs)
 

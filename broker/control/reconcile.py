@@ -6,9 +6,11 @@ they change, derive, transitions through set_state, retries decided and applied.
 - Isthmus-named objects with no live attempt (orphans) and objects of cancelled jobs are
   cancelled in the backend;
 - one attempt never stops the pass: each is handled in its own guard (broker.control.guard),
-  an attempt that fails is marked InternalError where its state allows and looked at again
-  next pass; an unexpected error of `observe` is the backend's, shown on its jobs like an
-  unreachable backend (with the correlation id), never a job failure.
+  its changes applied in its own savepoint of a transaction shared by a chunk of attempts
+  (broker.control.reconcile_apply); an attempt that fails is marked InternalError where its
+  state allows and looked at again next pass; an unexpected error of `observe` is the
+  backend's, shown on its jobs like an unreachable backend (with the correlation id), never a
+  job failure.
 """
 
 from __future__ import annotations
@@ -16,17 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlmodel import Session
-
 from backends.base import Backend, BackendUnavailable
 from broker import ledger, metrics
-from broker.control import requeue
-from broker.control.derive import Derived, derive
-from broker.control.faults import crash_point
-from broker.control.guard import Incident, JobGuard, mark
+from broker.control.derive import Derived
+from broker.control.guard import JobGuard
 from broker.control.plane import ControlPlane, log
-from broker.domain import HOLDING, FailureCategory, JobState, Reason, reproducibility
-from broker.domain.attempts import RunSnapshot
+from broker.control.reconcile_apply import RECONCILER, _ending, apply_all, charge, mark_one
+from broker.domain import HOLDING, FailureCategory, JobState, Reason
 from broker.domain.facts import ENDED_PHASES, Fact, Phase
 from broker.metrics import BACKEND_UP
 from broker.orchestration.rules import Cause
@@ -35,7 +33,7 @@ from broker.store import attempts as att
 from broker.store.queries import get_job, jobs_by_ids
 from broker.store.records import JobRecord
 
-RECONCILER = "system:reconciler"
+__all__ = ["RECONCILER", "ReconcileReport", "charge", "reconcile"]
 
 
 @dataclass
@@ -48,105 +46,6 @@ class ReconcileReport:
     unreachable: bool = False
 
 
-def _store_fact(plane: ControlPlane, a: att.AttemptRecord, fact: Fact, now: datetime) -> str:
-    with plane.db.write() as s:
-        fid = att.insert_fact(
-            s, fact.backend, fact.backend_name, a.job_id, a.number, fact.phase.value,
-            fact.reason.value, fact.observed_at, fact.model_dump_json(),
-        )
-        att.update(s, a.job_id, a.number, phase=fact.phase.value, last_seen_at=now,
-                   missing_since=None)
-    return f"fact:{fid}"
-
-
-def _resolve_once(s: Session, a: att.AttemptRecord, fact: Fact, now: datetime) -> None:
-    """What the run actually ran with, beside its immutable snapshot; written by the first
-    observation of the started gang and never again (the reader of an old attempt must get
-    what it was)."""
-    snapshot = RunSnapshot.model_validate_json(a.snapshot_json)
-    resolved = reproducibility.resolve(snapshot, fact, now)
-    att.set_resolved_once(s, a.job_id, a.number, resolved.model_dump_json())
-
-
-def _apply(plane: ControlPlane, a: att.AttemptRecord, fact: Fact, now: datetime) -> int:
-    with plane.db.read() as s:
-        job = get_job(s, a.job_id)
-    if job is None:
-        return 0
-    state = JobState(job.state)
-    current = job.attempt == a.number
-    d = derive(state if current else JobState.QUEUED, fact)
-    crash_point("before-fact-persist")
-    ref = _store_fact(plane, a, fact, now)
-    moved = 0
-    with plane.db.write() as s:
-        for i, step in enumerate(d.steps):
-            key = f"{ref}:{i}" if step.state is not JobState(job.state) else None
-            r = set_state(s, a.job_id, step.state, step.reason,
-                          Cause("reconciler", RECONCILER, key=key, facts_ref=ref),
-                          step.message, now=now)
-            moved += r.accepted
-        if d.started and a.started_at is None:
-            att.update(s, a.job_id, a.number, started_at=fact.started_at or now)
-        if a.resolved_json is None and (d.started or fact.phase is Phase.RUNNING):
-            _resolve_once(s, a, fact, now)
-        if d.ended:
-            end = fact.ended_at or now
-            att.update(s, a.job_id, a.number, ended_at=end,
-                       failure=d.failure.value if d.failure else None, preempted=d.preempted)
-            _account(s, plane, job.team, a, fact, d, end, now)
-    if current and (d.failure is not None or d.preempted):
-        requeue.requeue_after(plane, a.job_id, a, preempted=d.preempted, failure=d.failure, now=now,
-                      blamed=fact.bad_nodes)
-    return moved
-
-
-def _ending(fact: Fact, d: Derived) -> ledger.Ending:
-    """The accounting ending of an attempt the backend reports ended."""
-    if d.preempted or fact.phase is Phase.PREEMPTED:
-        return ledger.Ending.PREEMPTED
-    if fact.phase is Phase.LOST:
-        return ledger.Ending.LOST
-    if d.failure is not None or fact.phase is Phase.FAILED:
-        return ledger.Ending.FAILED
-    if fact.phase is Phase.CANCELLED:
-        return ledger.Ending.CANCELLED
-    return ledger.Ending.SUCCEEDED
-
-
-def charge(s: Session, plane: ControlPlane, team: str, a: att.AttemptRecord,
-           ending: ledger.Ending, end: datetime, now: datetime,
-           running: datetime | None = None, fact: Fact | None = None,
-           failure: FailureCategory | None = None) -> bool:
-    """Book an ended attempt in the ledger (usage, waste by kind, cost) and count it in the
-    metrics. Every path that ends an attempt calls this; the ledger books each attempt once,
-    so a second path that sees the same ending adds nothing. False when already booked."""
-    flavor = plane.config.flavor(a.flavor)
-    pool = next((p for p in plane.config.pools if p.name == a.pool), None)
-    weight = (flavor.cost_weight if flavor else 1.0) * (pool.cost_weight if pool else 1.0)
-    held = ledger.Held(
-        gpus=a.gpus, since=(a.dispatched_at or a.created_at) if a.dispatch == att.CREATED
-        else None, until=end, running=running or a.started_at, progress=a.checkpoint_at,
-    )
-    r = ledger.Reservation(a.job_id, a.number, team, a.flavor, a.gpus)
-    hours = ledger.charge(s, r, held, ending, weight, now, note=f"pool {a.pool}")
-    if not hours:
-        return False
-    metrics.charged(team, a.flavor, a.pool, hours, weight)
-    if ending in (ledger.Ending.FAILED, ledger.Ending.LOST):
-        category = failure or (fact.failure if fact else None) or FailureCategory.UNKNOWN
-        oom = fact is not None and metrics.is_oom(fact)
-        metrics.FAILURES.labels(category.value, a.pool, "true" if oom else "false").inc()
-    return True
-
-
-def _account(s: Session, plane: ControlPlane, team: str, a: att.AttemptRecord, fact: Fact,
-             d: Derived, end: datetime, now: datetime) -> None:
-    """Usage and waste of an attempt the backend reports ended (see broker.ledger)."""
-    charge(s, plane, team, a, _ending(fact, d), end, now,
-           running=fact.started_at or a.started_at, fact=fact, failure=d.failure)
-
-
 def _cancel(plane: ControlPlane, backend: Backend, a: att.AttemptRecord, grace: int) -> None:
     try:
         result = backend.cancel(a.backend_name, grace)
@@ -155,12 +54,16 @@ def _cancel(plane: ControlPlane, backend: Backend, a: att.AttemptRecord, grace: 
     log.info("cancel %s: %s", a.backend_name, result.message or "sent")
 
 
-def _unchanged(b: att.Brief, fact: Fact | None) -> bool:
-    """What `_one` would leave alone: the backend says what was stored (phase and reason) of
-    a live attempt of a job that is not cancelled."""
-    return (fact is not None and fact.phase is not Phase.LOST and b.job_state is not None
-            and b.job_state != JobState.CANCELLED and b.phase == fact.phase.value
-            and b.job_reason == fact.reason.value)
+def _changed(brief: list[att.Brief], by_name: dict[str, Fact]) -> list[tuple[str, int]]:
+    """The attempts `_one` would not leave alone, as (job id, number): all but the live
+    attempts of jobs not cancelled whose stored phase and reason are what the backend says
+    (one tuple comparison per attempt: this runs over every live attempt on every pass)."""
+    said = {name: (f.phase.value, f.reason.value)
+            for name, f in by_name.items() if f.phase is not Phase.LOST}
+    cancelled = JobState.CANCELLED.value
+    return [(b.job_id, b.number) for b in brief
+            if b.job_state is None or b.job_state == cancelled
+            or said.get(b.backend_name) != (b.phase, b.job_reason)]
 
 
 def reconcile(plane: ControlPlane, backend_name: str) -> ReconcileReport:
@@ -191,17 +94,19 @@ def reconcile(plane: ControlPlane, backend_name: str) -> ReconcileReport:
     by_name = {f.backend_name: f for f in facts}
     report.observed = len(facts)
     live_names = {b.backend_name for b in brief}
-    todo = [(b.job_id, b.number) for b in brief if not _unchanged(b, by_name.get(b.backend_name))]
+    todo = _changed(brief, by_name)
     with plane.db.read() as s:
         live = [a for a in att.by_keys(s, todo)  # still live (the read above was earlier)
                 if a.ended_at is None and a.dispatch == att.CREATED]
         jobs: dict[str, JobRecord | None] = dict(jobs_by_ids(s, [a.job_id for a in live]))
+    changed: list[tuple[att.AttemptRecord, Fact]] = []  # applied in chunks below
     for a in live:
         with JobGuard("reconcile", a.job_id) as guard:
             _one(plane, backend, a, jobs.get(a.job_id), by_name.get(a.backend_name), now,
-                 report)
+                 report, changed)
         if guard.incident is not None:
-            _mark(plane, guard.incident, now)
+            mark_one(plane, guard.incident, now)
+    report.transitions += apply_all(plane, changed, now)
     for fact in facts:  # Isthmus objects nobody owns any more
         if fact.backend_name in live_names or fact.phase in ENDED_PHASES:
             continue
@@ -224,14 +129,11 @@ def _unreachable(plane: ControlPlane, backend_name: str, brief: list[att.Brief],
                           Cause("reconciler", RECONCILER), why, now=now)
 
 
-def _mark(plane: ControlPlane, incident: Incident, now: datetime) -> None:
-    with JobGuard("marking", incident.job_id), plane.db.write() as s:
-        mark(s, incident, RECONCILER, now)
-
-
 def _one(plane: ControlPlane, backend: Backend, a: att.AttemptRecord, job: JobRecord | None,
-         fact: Fact | None, now: datetime, report: ReconcileReport) -> None:
-    """One live attempt against what the backend said about it (`fact`, None if nothing)."""
+         fact: Fact | None, now: datetime, report: ReconcileReport,
+         changed: list[tuple[att.AttemptRecord, Fact]]) -> None:
+    """One live attempt against what the backend said about it (`fact`, None if nothing);
+    a fact to apply is added to `changed` (broker.control.reconcile_apply)."""
     backend_name = a.backend
     if job is not None and job.state == JobState.CANCELLED:
         # a preempted object is still sent the cancel
@@ -268,12 +170,12 @@ def _one(plane: ControlPlane, backend: Backend, a: att.AttemptRecord, job: JobRe
                 message=f"{a.backend_name} is unknown to {backend_name} "
                         "(queue and accounting)",
             )
-            report.transitions += _apply(plane, a, lost, now)
+            changed.append((a, lost))
             report.lost += 1
         return
     if a.phase == fact.phase.value and job is not None and job.reason == fact.reason.value:
         return  # nothing new
-    report.transitions += _apply(plane, a, fact, now)
+    changed.append((a, fact))
 
 
 def _orphan(plane: ControlPlane, backend: Backend, backend_name: str, fact: Fact,

@@ -19,6 +19,14 @@ Concurrency, made explicit:
   and cancel wait at most `control.backend_lock_wait` for a busy adapter. A call that times out
   keeps running in its worker thread and keeps the adapter's lock until it returns; the
   caller goes on with BackendUnavailable (or the cached inventory).
+
+Wake-ups (submit -> admission -> dispatch -> the reconcile that sees the job start): a commit of
+new submissions wakes the admission cycle; a cycle that admitted wakes the dispatcher; a
+dispatch that created backend objects wakes the reconcilers at once and again after
+`FOLLOW_UP_S` (a backend shows a fresh object as pending first). A wake that arrives while the
+job runs is not lost: the job runs again right after (its pass may have read the database
+before the commit that woke it); wakes closer than `min_wake_gap` are deferred to the end of
+the gap, not dropped.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -41,6 +49,10 @@ from broker.logs import control_cycle, get_logger
 from broker.store.fence import Deposed
 
 log = get_logger(__name__)
+
+FOLLOW_UP_S = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0)
+"""After a dispatch created objects, the reconcilers are woken again this long after it: a
+backend reports a freshly created job as pending first and as running a moment later."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +77,10 @@ class Runtime:
         self.leading = False
         self._lock = threading.Lock()
         self._loop_ids: list[str] = []
-        self._woken: dict[str, float] = {}
+        self._woken: dict[str, float] = {}  # when each job was last scheduled by a wake
+        self._wake_lock = threading.Lock()  # guards the three below (`_lock`: leadership)
+        self._running: set[str] = set()
+        self._rewake: set[str] = set()  # woken while running: run again when the pass ends
         self._cycles: dict[str, int] = {}  # passes started per control job (in log lines)
         self.min_wake_gap = min(0.5, self.intervals.admission / 4)
         plane.fence(lease.name)  # the loop's writes commit only under this replica's epoch
@@ -77,8 +92,12 @@ class Runtime:
             if run_admission(plane).record.admitted:
                 self.wake("dispatch")  # new intents: create their objects now
 
+        def dispatch(plane: ControlPlane) -> None:
+            if run_dispatch(plane):
+                self.wake_reconcilers()  # observe the new objects now, not next interval
+
         self._add("admission", admission, iv.admission)
-        self._add("dispatch", run_dispatch, iv.dispatch)
+        self._add("dispatch", dispatch, iv.dispatch)
         self._add("decision-log", prune_decisions, iv.prune)
         for name in self.plane.backends:
             self._add(f"reconcile:{name}", lambda p, n=name: reconcile(p, n), iv.reconcile)
@@ -97,14 +116,26 @@ class Runtime:
             if not self.leading:
                 return
             self._cycles[job_id] = cycle = self._cycles.get(job_id, 0) + 1
-            with control_cycle(job_id, self.plane.epoch, cycle):
-                try:
-                    fn(self.plane)
-                except Deposed as exc:  # another replica took over while this one was not looking
-                    log.warning("control job %s: %s; stepping down", job_id, exc)
-                    self.step_down()
-                except Exception:  # one failed pass must not stop the loop
-                    log.exception("control job %s failed; it runs again next interval", job_id)
+            with self._wake_lock:
+                self._running.add(job_id)
+                self._rewake.discard(job_id)
+            try:
+                with control_cycle(job_id, self.plane.epoch, cycle):
+                    try:
+                        fn(self.plane)
+                    except Deposed as exc:  # another replica took over meanwhile
+                        log.warning("control job %s: %s; stepping down", job_id, exc)
+                        self.step_down()
+                    except Exception:  # one failed pass must not stop the loop
+                        log.exception("control job %s failed; it runs again next interval",
+                                      job_id)
+            finally:
+                with self._wake_lock:
+                    self._running.discard(job_id)
+                    again = job_id in self._rewake
+                    self._rewake.discard(job_id)
+                if again:
+                    self._schedule(job_id, 0.0)
 
         self.scheduler.add_job(run, "interval", seconds=seconds, id=job_id)
         self.scheduler.pause_job(job_id)
@@ -146,15 +177,45 @@ class Runtime:
 
     def wake(self, job_id: str) -> None:
         """Run a control job now (after a submit, after new facts) instead of at its interval.
-        Wake-ups closer than `min_wake_gap` are merged: under a burst of submissions the cycle
-        runs often, not back to back."""
+        Wake-ups closer than `min_wake_gap` are merged into one run at the end of the gap:
+        under a burst of submissions the cycle runs often, not back to back. A wake while the
+        job runs makes it run again when that pass ends."""
         if not self.leading or job_id not in self._loop_ids:
             return
-        now = time.monotonic()
-        if now - self._woken.get(job_id, 0.0) < self.min_wake_gap:
+        with self._wake_lock:
+            if job_id in self._running:
+                self._rewake.add(job_id)
+                return
+            now = time.monotonic()
+            last = self._woken.get(job_id)
+            if last is not None and last > now:
+                return  # a run is already scheduled after this moment: it sees this wake's cause
+            at = now if last is None else max(now, last + self.min_wake_gap)
+            self._woken[job_id] = at
+        self._schedule(job_id, at - now)
+
+    def wake_reconcilers(self) -> None:
+        """Wake every backend's reconciler now and again after each of `FOLLOW_UP_S`."""
+        names = [j for j in self._loop_ids if j.startswith("reconcile:")]
+
+        def wake_all() -> None:
+            for job_id in names:
+                self.wake(job_id)
+
+        wake_all()
+        start = datetime.now()
+        for delay in FOLLOW_UP_S:
+            try:
+                self.scheduler.add_job(wake_all, "date",
+                                       run_date=start + timedelta(seconds=delay))
+            except Exception:  # the scheduler is shutting down
+                log.debug("follow-up wake ignored")
+
+    def _schedule(self, job_id: str, delay: float) -> None:
+        if not self.leading:
             return
-        self._woken[job_id] = now
         try:
-            self.scheduler.modify_job(job_id, next_run_time=datetime.now())
+            self.scheduler.modify_job(job_id,
+                                      next_run_time=datetime.now() + timedelta(seconds=delay))
         except Exception:  # the scheduler is shutting down
             log.debug("wake of %s ignored", job_id)

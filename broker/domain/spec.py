@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from broker.domain import metadata_keys
+from broker.domain.batch_options import BatchOptions
 from broker.domain.scheduling import Scheduling
 from broker.domain.text import MultilineText, Text, TextKey
 from broker.domain.topology import TopologyLevel
@@ -210,6 +211,9 @@ class Entrypoint(_Strict):
         "runs as sbatch runs it (once, on the first node on Slurm; its own srun starts the ranks)",
     )
 
+    batch: BatchOptions | None = Field(
+        default=None, description="sbatch's output, error and exclusive (launcher 'batch')")
+
     @model_validator(mode="after")
     def _one_kind(self) -> Entrypoint:
         if self.command is None and self.script is None:
@@ -218,6 +222,8 @@ class Entrypoint(_Strict):
             raise ValueError("give 'command' or 'script', not both")
         if self.launcher == "batch" and self.script is None:
             raise ValueError("launcher 'batch' runs a batch 'script'; give 'script'")
+        if self.batch is not None and self.launcher != "batch":
+            raise ValueError("'batch' options belong to launcher 'batch'")
         return self
 
 

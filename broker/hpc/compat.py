@@ -15,10 +15,12 @@ How each option lands (the README's HPC section says the same):
 | --signal=[B:]USR1@S | checkpoint.grace = S |
 | -J/--job-name | name (lowercased, other characters become '-') |
 | the script | entrypoint.script with launcher 'batch' |
+| -o/--output, -e/--error (relative to the submit directory) | entrypoint.batch.output/error |
+| --exclusive | entrypoint.batch.exclusive; Slurm partitions only (backend narrowed to slurm) |
 | --export=VAR=value,VAR | env |
 
 Kept as the pod annotation ``sbatch.isthmus.io/request`` and otherwise without effect
-(``STORED``): mail, output/error patterns, chdir, comment, exclusive, requeue, hints, verbosity.
+(``STORED``): mail, chdir, comment, requeue, hints, verbosity.
 Every other option is refused by name, as are partitions, accounts, qos, GPU types and features
 the section does not map.
 """
@@ -41,7 +43,7 @@ if TYPE_CHECKING:  # the pydantic model is the server's; isbatch reads the serve
 
 # Given options with no effect on the job; kept in the request annotation.
 STORED = frozenset({
-    "mail_type", "mail_user", "output", "error", "chdir", "comment", "exclusive", "open_mode",
+    "mail_type", "mail_user", "chdir", "comment", "open_mode",
     "requeue", "no_requeue", "hint", "distribution", "verbose", "quiet", "parsable", "export",
     "get_user_env", "propagate", "kill_on_invalid_dep", "wckey", "acctg_freq", "profile",
 })
@@ -49,8 +51,10 @@ STORED = frozenset({
 MAPPED = frozenset({
     "partition", "account", "qos", "gres", "gpus", "gpus_per_node", "gpus_per_task", "nodes",
     "ntasks", "ntasks_per_node", "cpus_per_task", "cpus_per_gpu", "mem", "mem_per_gpu",
-    "mem_per_cpu", "time", "job_name", "constraint", "signal", "wrap", "test_only",
+    "mem_per_cpu", "time", "job_name", "constraint", "signal", "wrap", "test_only", "output",
+    "error", "exclusive",
 })
+_BATCH_PATH = re.compile(r"^[A-Za-z0-9._/%+@=,~-]+$")  # the spec's BATCH_PATH, relative allowed
 # Become spec.scheduling (holds before admission) and, for arrays, one job per task.
 SCHEDULING = frozenset({"array", "dependency", "begin"})
 NEVER_EXPORTED = frozenset({"ISTHMUS_TOKEN", "ISTHMUS_URL"})
@@ -150,6 +154,11 @@ def _flavors(req: SbatchRequest, compat: SlurmCompat | CompatTables) -> tuple[li
     return flavors, backend, partition
 
 
+def exported_env(req: SbatchRequest, environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables --export gives the job (values from `environ` where none is written)."""
+    return _env(req, environ)
+
+
 def _env(req: SbatchRequest, environ: Mapping[str, str]) -> dict[str, str]:
     env: dict[str, str] = {}
     export = req.extra.get("export")
@@ -242,6 +251,50 @@ def _gang(req: SbatchRequest) -> dict[str, Any]:
     return gang
 
 
+def _batch_options(req: SbatchRequest, submit_dir: str | None) -> dict[str, Any]:
+    """--output/--error as absolute patterns (relative ones are relative to the submit
+    directory, as with sbatch) and --exclusive, for entrypoint.batch."""
+    out: dict[str, Any] = {}
+    for key in ("output", "error"):
+        pattern = req.extra.get(key)
+        if not pattern:
+            continue
+        if not _BATCH_PATH.match(pattern):
+            raise CompatError(f"--{key}={pattern}: use a path of letters, digits and "
+                              "._/%+@=,~- (no spaces)")
+        if not pattern.startswith("/"):
+            if not submit_dir or not submit_dir.startswith("/"):
+                raise CompatError(f"--{key}={pattern}: a relative path needs the submit "
+                                  "directory (--chdir)")
+            pattern = submit_dir.rstrip("/") + "/" + pattern
+            if not _BATCH_PATH.match(pattern):
+                raise CompatError(f"--{key}: the submit directory {submit_dir} is not a path "
+                                  "of letters, digits and ._/%+@=,~- (use an absolute path)")
+        out[key] = pattern
+    if req.exclusive:
+        out["exclusive"] = True
+    return out
+
+
+def _entrypoint(req: SbatchRequest, script: str, compat: SlurmCompat | CompatTables,
+                submit_dir: str | None) -> dict[str, Any]:
+    entrypoint: dict[str, Any] = {"script": script, "launcher": "batch"}
+    if compat.image:
+        entrypoint["image"] = compat.image
+    batch = _batch_options(req, submit_dir)
+    if batch:
+        entrypoint["batch"] = batch
+    return entrypoint
+
+
+def _slurm_only(backend: str, partition: str) -> str:
+    """--exclusive reserves whole nodes, which Slurm does and Kubernetes pools do not."""
+    if backend == "k8s":
+        raise CompatError(f"--exclusive: partition {partition} runs on Kubernetes, where "
+                          "Isthmus does not reserve whole nodes; use a Slurm partition")
+    return "slurm"
+
+
 def to_job_spec(
     req: SbatchRequest,
     script: str,
@@ -283,10 +336,9 @@ def to_job_spec(
             raise CompatError(f"--signal={req.signal}: Isthmus sends SIGUSR1 before the end; "
                               "write --signal=B:USR1@SECONDS")
         spec["checkpoint"] = {"grace": max(seconds, 1)}
-    entrypoint: dict[str, Any] = {"script": script, "launcher": "batch"}
-    if compat.image:
-        entrypoint["image"] = compat.image
-    spec["entrypoint"] = entrypoint
+    spec["entrypoint"] = _entrypoint(req, script, compat, submit_dir)
+    if req.exclusive:
+        spec["backend"] = _slurm_only(backend, partition)
     env = _env(req, environ or {})
     if submit_dir:
         env.setdefault("SLURM_SUBMIT_DIR", submit_dir)

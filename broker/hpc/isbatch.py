@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.hpc import client_config, sbatch_parse
-from broker.hpc.compat import CompatError, CompatTables, array_specs, to_job_spec
+from broker.hpc.compat import CompatError, CompatTables, exported_env, to_job_spec
 from broker.hpc.hostlist import compress
 from broker.hpc.sbatch_values import SbatchError
 from broker.hpc.thin_client import ApiError, ThinClient, TransportError
@@ -84,30 +84,17 @@ def submit(parsed: sbatch_parse.Parsed, environ: Mapping[str, str]) -> int:
         return _fail(str(exc))
     try:
         with ThinClient(conf.url, conf.token) as api:
-            compat_data = api.slurm_compat()
-            compat = CompatTables.from_json(compat_data["slurm_compat"])
-            spec = to_job_spec(
-                parsed.request, parsed.script, compat,
-                caller_team=compat_data["caller"].get("team"),
-                script_path=parsed.command_line.script_path,
-                environ=environ, submit_dir=options.chdir or os.getcwd(),
-                resolve=_resolver(api),
-            )
             if options.test_only:
-                return _test_only(api, spec, options.json)
-            if parsed.request.array:
-                from broker.domain.ids import new_job_id  # here: the package import is slow
-
-                array_id = new_job_id()
-                tasks = array_specs(spec, parsed.request, array_id)
-                jobs = [api.submit(t, idempotency_key=f"isbatch-{array_id}-{i}")
-                        for i, t in enumerate(tasks)]
-                job = {"id": array_id, "array_tasks": [j["id"] for j in jobs]}
-            else:
-                job = api.submit(spec)
+                return _test_only(api, parsed, environ)
+            body = client_body(parsed.request, parsed.script, parsed.command_line.script_path,
+                               exported_env(parsed.request, environ),
+                               options.chdir or os.getcwd())
+            job = api.batch(body)  # one call: the broker maps, resolves and submits
     except CompatError as exc:
         return _fail(str(exc))
     except ApiError as exc:
+        if str(exc.problem.get("type", "")).endswith(":sbatch-not-mapped"):
+            return _fail(str(exc))
         return _fail(f"{exc} (HTTP {exc.status})")
     except TransportError as exc:
         return _fail(f"cannot reach the Isthmus broker at {conf.url}: {exc}")
@@ -120,9 +107,19 @@ def submit(parsed: sbatch_parse.Parsed, environ: Mapping[str, str]) -> int:
     return 0
 
 
+def client_body(request: sbatch_parse.SbatchRequest, script: str, script_path: str | None,
+                env: Mapping[str, str], submit_dir: str | None) -> dict[str, Any]:
+    """The body of POST /v1/hpc/batch (read by `broker.hpc.batch_submit.body_of`): the request,
+    the script and what only this side knows (the variables --export names, with values from
+    the user's environment, and the submit directory)."""
+    return {"sbatch": request.sbatch_json(), "extra": request.extra, "script": script,
+            "script_path": script_path, "env": dict(env), "submit_dir": submit_dir}
+
+
 def _resolver(api: ThinClient) -> Callable[[str], list[str]]:
     """Job ids of --dependency as the user writes them (an id, an array id, ARRAY_TASK) ->
-    Isthmus job ids among the jobs the user may see."""
+    Isthmus job ids among the jobs the user may see (for --test-only; a submission has the
+    broker resolve them)."""
     seen: list[Any] = []
 
     def resolve(ref: str) -> list[str]:
@@ -137,12 +134,20 @@ def _resolver(api: ThinClient) -> Callable[[str], list[str]]:
     return resolve
 
 
-def _test_only(api: ThinClient, spec: dict[str, Any], as_json: bool) -> int:
+def _test_only(api: ThinClient, parsed: sbatch_parse.Parsed, environ: Mapping[str, str]) -> int:
     """Ask the broker's what-if (POST /v1/plan) where and when the job would start and say it
     as `sbatch --test-only` does (on stderr); nothing is stored. Exit 1 when the broker would
     reject the job."""
+    options = parsed.command_line.options
+    compat_data = api.slurm_compat()
+    spec = to_job_spec(
+        parsed.request, parsed.script, CompatTables.from_json(compat_data["slurm_compat"]),
+        caller_team=compat_data["caller"].get("team"),
+        script_path=parsed.command_line.script_path, environ=environ,
+        submit_dir=options.chdir or os.getcwd(), resolve=_resolver(api),
+    )
     plan = api.plan(spec)
-    if as_json:
+    if options.json:
         print(json.dumps({"spec": spec, "plan": plan}, sort_keys=True))
         return 1 if plan["would_reject"] else 0
     for line in plan_lines(spec, plan):

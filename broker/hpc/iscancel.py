@@ -3,8 +3,9 @@
 Ids (Isthmus ids, or ``ARRAYID_TASK`` / ``ARRAYID`` for arrays) and the filters ``-u``, ``-n``,
 ``-t``, ``-p``, ``-A`` select jobs; with filters only, every matching job of the caller's team is
 cancelled. Another team's job is answered as scancel answers an unknown id: the broker does not
-tell whether it exists. ``--signal`` is refused: Isthmus sends SIGUSR1 with the grace period and
-then ends the job; it does not relay arbitrary signals.
+tell whether it exists. ``-s/--signal=SIG`` sends the signal instead of cancelling, as scancel
+does: on Slurm to the job's steps (``scancel --signal``); a job on Kubernetes cannot be signalled
+(the broker answers why) and a job that is not running neither.
 """
 
 from __future__ import annotations
@@ -37,10 +38,12 @@ def parser() -> argparse.ArgumentParser:
 
 def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     args = parser().parse_args(argv)
+    sig = None
     if args.signal:
-        print(f"{PROG}: error: --signal is not supported: Isthmus sends SIGUSR1 and the job's "
-              "grace period on cancel; use iscancel without --signal", file=sys.stderr)
-        return 1
+        sig = signal_name(args.signal)
+        if sig is None:
+            print(f"{PROG}: error: Invalid job signal: {args.signal}", file=sys.stderr)
+            return 1
     filters = any((args.user, args.name, args.state, args.partition, args.account, args.me))
     if not args.job_ids and not filters:
         print(f"{PROG}: error: No job identification provided", file=sys.stderr)
@@ -52,7 +55,7 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
             direct = [i for i in args.job_ids if "_" not in i and len(i) == 16 and not filters]
             if direct and len(direct) == len(args.job_ids):
                 for job_id in direct:
-                    code |= _cancel(api, job_id, job_id, args.verbose)
+                    code |= _cancel(api, job_id, job_id, args.verbose, sig)
                 return code
             users = {api.whoami()["name"]} if args.me else _split(args.user)
             states = {jobview.CODES.get(s, s) for s in (_split(args.state.upper())
@@ -78,7 +81,7 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
                           "Invalid job id specified", file=sys.stderr)
                     code = 1
             for job in found:
-                code |= _cancel(api, job.id, job.display_id, args.verbose)
+                code |= _cancel(api, job.id, job.display_id, args.verbose, sig)
         return code
 
     return main_guard(PROG, body)
@@ -88,11 +91,31 @@ def _split(text: str | None) -> set[str]:
     return {t for t in (text or "").split(",") if t}
 
 
-def _cancel(api: Client, job_id: str, shown: str, verbose: bool) -> int:
+def signal_name(text: str) -> str | None:
+    """scancel's signal argument (a name with or without SIG, or a number) as a name without
+    SIG; None when it is no signal."""
+    import signal
+
+    raw = text.strip().upper()
     try:
-        api.cancel(job_id)
+        found = signal.Signals(int(raw)) if raw.isdigit() else signal.Signals[
+            raw if raw.startswith("SIG") else f"SIG{raw}"]
+    except (KeyError, ValueError):
+        return None
+    return found.name.removeprefix("SIG")
+
+
+def _cancel(api: Client, job_id: str, shown: str, verbose: bool, sig: str | None = None) -> int:
+    try:
+        if sig is not None:
+            api.signal(job_id, sig)
+        else:
+            api.cancel(job_id)
     except ApiError as exc:
-        if exc.status == 404:
+        if sig is not None and exc.status in (409, 503):
+            print(f"{PROG}: error: Signal {sig} to job {shown} not sent: {exc}",
+                  file=sys.stderr)
+        elif exc.status == 404:
             print(f"{PROG}: error: Kill job error on job id {shown}: Invalid job id specified",
                   file=sys.stderr)
         elif exc.status == 409:
@@ -102,7 +125,8 @@ def _cancel(api: Client, job_id: str, shown: str, verbose: bool) -> int:
             print(f"{PROG}: error: Kill job error on job id {shown}: {exc}", file=sys.stderr)
         return 1
     if verbose:
-        print(f"{PROG}: Terminating job {shown}", file=sys.stderr)
+        what = f"Signal {sig} to" if sig is not None else "Terminating"
+        print(f"{PROG}: {what} job {shown}", file=sys.stderr)
     return 0
 
 

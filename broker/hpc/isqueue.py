@@ -70,8 +70,9 @@ def value(job: JobView, letter: str, now: datetime) -> str:
         return job.account
     if letter == "q":
         return job.qos
-    if letter == "S":
-        return jobview.timestamp(job.start) if job.start else "N/A"
+    if letter == "S":  # squeue: the start, or a pending job's expected start
+        at = job.start or (job.estimated_start if job.long_state == "PENDING" else None)
+        return jobview.timestamp(at) if at else "N/A"
     if letter == "V":
         return jobview.timestamp(job.submitted)
     if letter == "b":
@@ -199,6 +200,8 @@ def _as_json(job: JobView, now: datetime) -> dict[str, object]:
         "time_limit_s": job.time_limit_s, "elapsed_s": job.elapsed_s(now),
         "submit_time": jobview.timestamp(job.submitted),
         "start_time": jobview.timestamp(job.start) if job.start else None,
+        "estimated_start": (jobview.timestamp(job.estimated_start)
+                            if job.estimated_start else None),
         "array_job_id": job.array_job_id, "array_task_id": job.array_task_id,
     }
 

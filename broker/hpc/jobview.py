@@ -63,6 +63,8 @@ class JobView:
     raw_state: str | None
     array_job_id: str | None
     array_task_id: int | None
+    estimated_start: datetime | None = None
+    """The broker's ETA for a waiting job (its last admission cycle's estimate), else None."""
 
     @property
     def long_state(self) -> str:
@@ -132,6 +134,7 @@ def view(item: dict[str, Any]) -> JobView:
         exit_code=run.get("exit_code"), signal=run.get("signal"), failure=run.get("failure"),
         raw_state=run.get("raw_state"),
         array_job_id=array.get("id"), array_task_id=array.get("index"),
+        estimated_start=_parse_time((item.get("wait") or {}).get("estimated_start")),
     )
 
 

@@ -84,6 +84,11 @@ class ThinClient:
         result: dict[str, Any] = self.call("POST", "/v1/jobs", spec, headers=headers)
         return result
 
+    def batch(self, body: dict[str, Any]) -> dict[str, Any]:
+        """isbatch's submission: POST /v1/hpc/batch (broker/hpc/batch_submit.py)."""
+        result: dict[str, Any] = self.call("POST", "/v1/hpc/batch", body)
+        return result
+
     def plan(self, spec: dict[str, Any]) -> dict[str, Any]:
         result: dict[str, Any] = self.call("POST", "/v1/plan", spec)
         return result

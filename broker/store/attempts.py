@@ -172,7 +172,7 @@ def dispatched_brief(session: Session, backend: str) -> list[Brief]:
                ATTEMPTS.c.dispatch == CREATED)
         .order_by(ATTEMPTS.c.id)
     )
-    return [Brief(*r) for r in session.connection().execute(stmt)]
+    return [Brief(*r) for r in session.connection().execute(stmt).all()]
 
 
 def by_keys(session: Session, keys: list[tuple[str, int]]) -> list[AttemptRecord]:

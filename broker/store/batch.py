@@ -15,13 +15,16 @@ What makes this safe for the batched admission (broker.control.admission):
 - a job whose step fails is cut out of the batch (`mark` / `cut`): its queued writes are
   dropped, as its savepoint would have been rolled back;
 - a flush that fails raises: the caller rolls the whole batch back (its savepoint) and does
-  the jobs again one by one, so a bad row costs speed, never another job's write.
+  the jobs again one by one, so a bad row costs speed, never another job's write;
+- effects outside the database that go with a write (the transition metrics, `after`) are
+  queued with it and run only once the batch is written (or, with `effects=False`, when the
+  caller says so, after its commit): a batch done again job by job counts each once.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from sqlmodel import Session
@@ -30,17 +33,26 @@ _KEY = "isthmus_deferred"
 
 
 class Deferred:
-    """Statements queued in order, with their parameter sets."""
+    """Statements queued in order, with their parameter sets, and the effects that go with
+    them."""
 
     def __init__(self) -> None:
         self.queued: list[tuple[Any, dict[str, Any]]] = []
+        self.effects: list[Callable[[], None]] = []
 
-    def mark(self) -> int:
-        return len(self.queued)
+    def mark(self) -> tuple[int, int]:
+        return len(self.queued), len(self.effects)
 
-    def cut(self, mark: int) -> None:
-        """Drop everything queued since `mark` (a failed job's writes)."""
-        del self.queued[mark:]
+    def cut(self, mark: tuple[int, int]) -> None:
+        """Drop everything queued since `mark` (a failed job's writes and effects)."""
+        del self.queued[mark[0]:]
+        del self.effects[mark[1]:]
+
+    def run_effects(self) -> None:
+        """Run the queued effects (once: they are dropped as they run)."""
+        effects, self.effects = self.effects, []
+        for effect in effects:
+            effect()
 
     def flush(self, session: Session) -> None:
         groups: dict[int, tuple[Any, list[dict[str, Any]]]] = {}
@@ -53,7 +65,55 @@ class Deferred:
         self.queued.clear()
         conn = session.connection()
         for stmt, many in groups.values():
-            conn.execute(stmt, many)
+            if not _executemany_plain(conn, stmt, many):
+                conn.execute(stmt, many)
+
+
+_NO_PLAN = ("", ())
+_PLANS: dict[tuple[int, str, tuple[str, ...]], tuple[str, tuple[tuple[str, Any], ...]]] = {}
+
+
+def _plan(stmt: Any, keys: tuple[str, ...], dialect: Any) -> tuple[str, tuple[Any, ...]]:
+    """The SQL text of `stmt` for parameter sets with exactly `keys`, and for each of its
+    positional parameters its key and the type's bind processor (None: sent as it is); the
+    empty plan when the statement needs more than that (a default computed in Python, a
+    parameter expanded at execution)."""
+    compiled = stmt.compile(dialect=dialect, column_keys=list(keys))
+    names = compiled.positiontup
+    if (names is None or not set(names) <= set(keys) or compiled.literal_execute_params
+            or compiled.post_compile_params):
+        return _NO_PLAN
+    binds = tuple(
+        (name, compiled.binds[name].type.dialect_impl(dialect).bind_processor(dialect))
+        for name in names
+    )
+    return compiled.string, binds
+
+
+def _executemany_plain(conn: Any, stmt: Any, many: list[dict[str, Any]]) -> bool:
+    """On SQLite (qmark parameters), send `stmt` with `many` as the driver's executemany of
+    tuples converted by the columns' own bind processors: what SQLAlchemy sends, without its
+    per-row, per-column bookkeeping (most of the flush's time for wide rows such as the
+    attempts'). False (nothing sent) when the plain path does not apply; the caller then
+    executes through SQLAlchemy as before."""
+    dialect = conn.dialect
+    if dialect.name != "sqlite" or dialect.paramstyle != "qmark":
+        return False
+    keys = tuple(many[0])
+    key = (id(stmt), dialect.name, keys)
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _PLANS[key] = _plan(stmt, keys, dialect)
+    sql, binds = plan
+    if not sql or any(len(params) != len(keys) for params in many):
+        return False
+    try:
+        rows = [tuple([params[name] if proc is None else proc(params[name])
+                       for name, proc in binds]) for params in many]
+    except KeyError:  # parameter sets with other keys: SQLAlchemy's path
+        return False
+    conn.exec_driver_sql(sql, rows)
+    return True
 
 
 def active(session: Session) -> bool:
@@ -71,9 +131,21 @@ def write(session: Session, stmt: Any, params: dict[str, Any]) -> None:
         batch.queued.append((stmt, params))
 
 
+def after(session: Session, effect: Callable[[], None]) -> None:
+    """Run `effect` (no database work: a metric) now, or inside `deferred` once the batch's
+    writes are flushed, so that a batch that fails and is done again counts it once."""
+    batch: Deferred | None = session.info.get(_KEY)
+    if batch is None:
+        effect()
+    else:
+        batch.effects.append(effect)
+
+
 @contextlib.contextmanager
-def deferred(session: Session) -> Iterator[Deferred]:
-    """Queue the hot-path writes of the block; flushed at its end unless it raised."""
+def deferred(session: Session, *, effects: bool = True) -> Iterator[Deferred]:
+    """Queue the hot-path writes of the block; flushed at its end unless it raised, and then
+    the queued effects run (`effects=False`: the caller runs them, `run_effects`, once its
+    transaction committed)."""
     if session.info.get(_KEY) is not None:
         raise RuntimeError("deferred writes do not nest")
     batch = session.info[_KEY] = Deferred()
@@ -83,3 +155,5 @@ def deferred(session: Session) -> Iterator[Deferred]:
         batch.flush(session)
     finally:
         session.info.pop(_KEY, None)
+    if effects:
+        batch.run_effects()

@@ -117,7 +117,7 @@ class Server:
                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env,
             )
         if wait:
-            wait_until(self.healthy, 30, f"server on {self.url} ({self.log})")
+            wait_until(self.healthy, 120, f"server on {self.url} ({self.log})")
         return self
 
     def healthy(self) -> dict[str, Any] | None:

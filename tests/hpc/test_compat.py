@@ -145,3 +145,34 @@ def test_dependencies_and_begin_become_scheduling() -> None:
     bad = parse(["--dependency=afterok:nope", "--gres=gpu:1", "job.sh"], {}, lambda p: SCRIPT)
     with pytest.raises(CompatError, match="Job dependency problem"):
         to_job_spec(bad.request, bad.script, COMPAT, caller_team="vision", resolve=lambda r: [])
+
+
+def test_output_error_exclusive_become_batch_options() -> None:
+    spec = spec_for(["-o", "logs/%x-%j.out", "-e", "/scratch/%j.err", "--exclusive",
+                     "--mail-type=END", "--mail-user=ada@example.org", "--gres=gpu:8", "job.sh"])
+    checked = JobSpec.model_validate(spec)
+    assert checked.entrypoint.batch is not None
+    assert checked.entrypoint.batch.output == "/home/u/logs/%x-%j.out"  # the submit dir's
+    assert checked.entrypoint.batch.error == "/scratch/%j.err"
+    assert checked.entrypoint.batch.exclusive and checked.backend == "slurm"
+    options = json.loads(checked.annotations[ANNOTATION])["options"]
+    assert (options["mail_type"], options["mail_user"]) == ("END", "ada@example.org")
+    assert JobSpec.model_validate(spec_for(["--gres=gpu:8", "job.sh"])).entrypoint.batch is None
+
+
+def test_exclusive_is_refused_where_only_kubernetes_runs_it() -> None:
+    compat = COMPAT.model_copy(update={"partitions": {
+        **COMPAT.partitions, "k8s": COMPAT.partitions["a100"].model_copy(
+            update={"backend": "k8s"})}})
+    parsed = parse(["-p", "k8s", "--exclusive", "--gres=gpu:8", "job.sh"], {}, lambda path: SCRIPT)
+    with pytest.raises(CompatError, match="--exclusive: partition k8s runs on Kubernetes"):
+        to_job_spec(parsed.request, parsed.script, compat, caller_team="vision")
+    parsed = parse(["-p", "k8s", "-o", "o.txt", "--gres=gpu:8", "job.sh"], {}, lambda path: SCRIPT)
+    assert to_job_spec(parsed.request, parsed.script, compat, caller_team="vision",
+                       submit_dir="/w")["entrypoint"]["batch"] == {"output": "/w/o.txt"}
+
+
+@pytest.mark.parametrize("path", ["out file.txt", "/tmp/$(id).out", "a\nb"])
+def test_unsafe_output_paths_are_refused(path: str) -> None:
+    with pytest.raises(CompatError, match="--output"):
+        spec_for([f"--output={path}", "--gres=gpu:8", "job.sh"])

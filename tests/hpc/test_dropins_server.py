@@ -10,6 +10,7 @@ import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -121,7 +122,8 @@ def test_refusals_submit_nothing(server: Server, script: Path, tmp_path: Path,
                                  capsys: pytest.CaptureFixture[str]) -> None:
     env = env_for(server, "vision", tmp_path)
     assert isbatch.run(["-p", "v100", str(script)], env) == 1
-    assert "invalid partition specified: v100" in capsys.readouterr().err
+    err = capsys.readouterr().err  # the broker's mapping refused it, said as sbatch says it
+    assert "invalid partition specified: v100" in err and "HTTP" not in err
     assert isbatch.run(["-A", "lang", str(script)], env) == 1  # another team's account
     assert "team" in capsys.readouterr().err
     assert isbatch.run(["--time=2h", str(script)], env) == 1
@@ -148,3 +150,69 @@ def test_console_script_with_a_config_file(server: Server, script: Path, tmp_pat
     proc = subprocess.run([str(ROOT / ".venv" / "bin" / "iscancel"), job_id], env=env,
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_one_api_call_per_submission(server: Server, script: Path, tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """isbatch sends its parsed request once (POST /v1/hpc/batch): the broker maps it, resolves
+    --dependency and splits an array; nothing else is asked, for a plain job, an array or a
+    dependency."""
+    from broker.hpc.thin_client import ThinClient
+
+    calls: list[tuple[str, str]] = []
+    real = ThinClient.call
+
+    def counted(self: ThinClient, method: str, path: str, *args: object, **kw: object) -> object:
+        calls.append((method, path))
+        return real(self, method, path, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ThinClient, "call", counted)
+    env = env_for(server, "vision", tmp_path)
+    assert isbatch.run(["--parsable", "--export=ALL,LR=0.1", str(script)], env) == 0
+    parent = capsys.readouterr().out.strip()
+    assert calls == [("POST", "/v1/hpc/batch")]
+    assert isbatch.run(["--parsable", "--array=0-2%1", f"--dependency=afterok:{parent}",
+                        str(script)], env) == 0
+    array_id = capsys.readouterr().out.strip()
+    assert calls == [("POST", "/v1/hpc/batch")] * 2
+    monkeypatch.setattr(ThinClient, "call", real)
+    assert isqueue.run(["--json", "-j", array_id], env) == 0
+    tasks = json.loads(capsys.readouterr().out)["jobs"]
+    assert sorted(t["job_id"] for t in tasks) == [f"{array_id}_{i}" for i in range(3)]
+    assert isqueue.run(["--json", "-j", parent], env) == 0
+    assert json.loads(capsys.readouterr().out)["jobs"][0]["isthmus_id"] == parent
+    spec = _spec_of(server, tasks[0]["isthmus_id"])
+    assert spec["scheduling"]["dependencies"] == [{"kind": "afterok", "jobs": [parent]}]
+    assert spec["scheduling"]["array"]["limit"] == 1
+    assert _spec_of(server, parent)["env"]["LR"] == "0.1"
+    assert iscancel.run([t["job_id"] for t in tasks] + [parent], env) == 0
+
+
+def test_the_batch_call_refuses_what_isbatch_would_not_send(server: Server,
+                                                           script: Path) -> None:
+    import httpx
+
+    from broker.hpc.sbatch_parse import parse
+
+    parsed = parse([str(script)], {}, lambda path: SCRIPT)
+    good = isbatch.client_body(parsed.request, parsed.script, str(script), {}, "/home/u")
+    headers = {"Authorization": f"Bearer {TOKENS['vision']}"}
+    for body in ({"script": "x"}, {"sbatch": {"job_name": "x"}, "script": "x"},
+                 {"sbatch": {}, "script": "x", "shell": "rm -rf /"},
+                 {**good, "sbatch": {**good["sbatch"], "partition": 5}},
+                 {**good, "sbatch": {**good["sbatch"], "replicas": "2"}},
+                 {**good, "extra": {**good["extra"], "output": 5}},
+                 {**good, "extra": {**good["extra"], "cpus_per_gpu": "x"}}, [good]):
+        r = httpx.post(f"{server.url}/v1/hpc/batch", json=body, headers=headers, timeout=30)
+        assert r.status_code == 422, r.text
+
+
+def _spec_of(server: Server, job_id: str) -> dict[str, Any]:
+    import httpx
+
+    r = httpx.get(f"{server.url}/v1/jobs/{job_id}", timeout=30,
+                  headers={"Authorization": f"Bearer {TOKENS['vision']}"})
+    r.raise_for_status()
+    spec: dict[str, object] = r.json()["spec"]
+    return spec

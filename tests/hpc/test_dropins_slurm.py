@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.hpc import isacct, isbatch, isqueue
+from broker.hpc import isacct, isbatch, iscancel, isqueue
 from tests.fixtures.slurm import SlurmCluster
 from tests.harness.server import Server, slurm_backend, slurm_pools, write_config
 from tests.harness.wait import wait_until
@@ -204,3 +204,68 @@ true
     assert isqueue.run(["--json", "-t", "CA", "-j", orphan_id], env) == 0
     (row,) = json.loads(capsys.readouterr().out)["jobs"]
     assert row["state_reason"] == "DependencyNeverSatisfied"
+
+
+def test_output_error_and_exclusive_reach_slurm(
+    server: Server, tmp_path: Path, workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--output/--error become the batch script's files with %j, %x, %A, %a as the user knows
+    them (the Isthmus id, the name; not in an array: the id and Slurm's 4294967294);
+    --exclusive reaches sbatch (scontrol shows OverSubscribe=NO); --mail-* are kept."""
+    script = _script(tmp_path / "files.sh", """#!/bin/bash
+#SBATCH -J e2e-files -N 1 --gres=gpu:a100:1 -t 5 -A isthmus
+#SBATCH --output=out-%j-%x-%A-%a.txt
+#SBATCH -e err-%j.txt
+#SBATCH --exclusive
+#SBATCH --mail-type=END
+#SBATCH --mail-user=ada@example.org
+echo to-stdout
+echo to-stderr >&2
+scontrol show job "$SLURM_JOB_ID" | grep -o 'OverSubscribe=[A-Z]*'
+""")
+    env = _env(server, tmp_path)
+    assert isbatch.run(["--parsable", f"--chdir={workdir}", str(script)], env) == 0
+    job_id = capsys.readouterr().out.strip()
+    done = wait_until(lambda: _acct_when(env, job_id, capsys, lambda st: st not in ENDLESS),
+                      DEADLINE, "isacct shows the job ended")
+    assert done[2:4] == ["COMPLETED", "0:0"], done
+    out = workdir / f"out-{job_id}-e2e-files-{job_id}-4294967294.txt"
+    assert out.read_text().split() == ["to-stdout", "OverSubscribe=NO"]
+    assert (workdir / f"err-{job_id}.txt").read_text().split() == ["to-stderr"]
+    import httpx
+
+    spec = httpx.get(f"{server.url}/v1/jobs/{job_id}", timeout=30).json()["spec"]
+    assert spec["entrypoint"]["batch"] == {
+        "output": f"{workdir}/out-%j-%x-%A-%a.txt", "error": f"{workdir}/err-%j.txt",
+        "exclusive": True}
+    request = json.loads(spec["annotations"]["sbatch.isthmus.io/request"])
+    assert request["options"]["mail_user"] == "ada@example.org"
+    assert request["options"]["mail_type"] == "END"
+
+
+def test_iscancel_signal_reaches_the_steps(
+    server: Server, tmp_path: Path, workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """iscancel --signal=USR1 sends the signal as scancel --signal does: the script's srun step
+    gets it (its trap writes a file and ends the step), the job goes on and completes."""
+    ready, got = workdir / "ready", workdir / "got"
+    script = _script(tmp_path / "trap.sh", f"""#!/bin/bash
+#SBATCH -J e2e-signal -N 1 --gres=gpu:a100:1 -t 5 -A isthmus
+srun bash -c 'trap "echo USR1 > {got}; exit 0" USR1; touch {ready}; \
+  for i in $(seq 600); do sleep 0.2; done; exit 7'
+echo after-step
+""")
+    env = _env(server, tmp_path)
+    assert iscancel.run(["--signal=NOPE", "06h0000000000000"], env) == 1
+    assert "Invalid job signal: NOPE" in capsys.readouterr().err
+    assert isbatch.run(["--parsable", str(script)], env) == 0
+    job_id = capsys.readouterr().out.strip()
+    wait_until(lambda: (j := _queue(env, job_id, capsys)) and j["job_state"] == "RUNNING"
+               and ready.exists(), DEADLINE, "the job runs and its step is ready")
+    assert iscancel.run(["-v", "--signal=SIGUSR1", job_id], env) == 0
+    assert f"Signal USR1 to job {job_id}" in capsys.readouterr().err
+    wait_until(got.exists, 60, "the step's trap to run")
+    assert got.read_text().strip() == "USR1"
+    done = wait_until(lambda: _acct_when(env, job_id, capsys, lambda st: st not in ENDLESS),
+                      DEADLINE, "isacct shows the job ended")
+    assert done[2:4] == ["COMPLETED", "0:0"], done  # signalled, not cancelled

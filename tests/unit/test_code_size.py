@@ -1,6 +1,5 @@
 """Small modules and short functions in broker/, policies/ and backends/ (migrations aside):
-no function over 60 lines, no module over 400. The ones still over are listed below, exactly:
-the list only shrinks (splitting one means taking it off; a new one fails the test)."""
+no function over 60 lines, no module over 400."""
 
 from __future__ import annotations
 
@@ -12,23 +11,14 @@ PACKAGES = ("broker", "policies", "backends")
 MAX_FUNCTION_LINES = 60
 MAX_MODULE_LINES = 400
 
-STILL_OVER = {
-    "broker/server.py:run",
-    "backends/k8s/adapter.py",
-    "backends/k8s/classify.py",
-    "backends/k8s/classify.py:judge",
-    "backends/k8s/classify.py:_progress",
-    "backends/k8s/manifests.py:render",
-}
 
-
-def oversized() -> set[str]:
+def oversized(root: Path = ROOT) -> set[str]:
     found = set()
     for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
+        for path in sorted((root / package).rglob("*.py")):
             if "migrations" in path.parts:
                 continue
-            name = path.relative_to(ROOT).as_posix()
+            name = path.relative_to(root).as_posix()
             text = path.read_text(encoding="utf-8")
             if len(text.splitlines()) > MAX_MODULE_LINES:
                 found.add(name)
@@ -40,9 +30,14 @@ def oversized() -> set[str]:
     return found
 
 
-def test_no_new_long_function_or_module() -> None:
-    assert sorted(oversized() - STILL_OVER) == []
+def test_no_long_function_or_module() -> None:
+    assert sorted(oversized()) == []
 
 
-def test_the_list_of_those_still_over_is_exact() -> None:
-    assert sorted(STILL_OVER - oversized()) == []
+def test_the_check_sees_a_long_function_and_module(tmp_path: Path) -> None:
+    """The measure itself: a module of 401 lines holding a function of 61 is reported twice."""
+    package = tmp_path / "broker"
+    package.mkdir()
+    body = "\n".join(["def long() -> None:", *["    pass"] * 60, *["x = 1"] * 340])
+    (package / "big.py").write_text(body + "\n", encoding="utf-8")
+    assert sorted(oversized(tmp_path)) == ["broker/big.py", "broker/big.py:long"]

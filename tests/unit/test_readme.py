@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 from broker.domain import REASONS, JobState
 from tests.harness.paths import ROOT
+from tests.harness.tiers import left_out_by
 
 README = (ROOT / "README.md").read_text()
 
@@ -96,13 +97,15 @@ def test_every_command_that_prints_a_result_takes_json() -> None:
 
 
 def test_the_fast_tier_command_names_markers_that_exist() -> None:
-    """The README's fast tier deselects by markers pytest knows, and every test module that
-    takes a cluster or PostgreSQL fixture directly carries its marker."""
+    """The README's fast tier deselects by markers pytest knows (and so leaves out the slow and
+    browser tests), and every test module that takes a cluster or PostgreSQL fixture directly
+    carries its marker."""
     line = re.search(r'`scripts/test -m "([^"]+)"`', README)
     assert line is not None
     named = set(re.findall(r"not (\w+)", line.group(1)))
     declared = set(re.findall(r'^  "(\w+):', (ROOT / "pyproject.toml").read_text(), re.M))
-    assert named == {"slurm", "k8s", "postgres", "slow"} and named <= declared
+    assert named == {"slurm", "k8s", "postgres"} and named <= declared
+    assert left_out_by(line.group(1)) == {"slow", "ui"} <= declared
     for fixture, marker in (("slurm_cluster", "slurm"), ("k8s_cluster", "k8s"),
                             ("pg_server", "postgres")):
         for path in sorted((ROOT / "tests").rglob("test_*.py")):

@@ -17,6 +17,7 @@ from broker.config import IsthmusConfig
 from broker.control import admission, admission_writes
 from broker.store import Database, open_database
 from broker.store import attempts as att
+from broker.store.ledger_tables import ENTRIES
 from broker.store.records import EVENTS, JOBS
 from tests.builders import spec
 from tests.harness.sim import Sim, consistent, make_sim, state, submit
@@ -67,7 +68,7 @@ def _written(db: Database) -> dict[str, Any]:
             "jobs": rows(JOBS, "created_at", "updated_at", "spec_json", "spec_hash"),
             "events": rows(EVENTS, "at"),
             "attempts": rows(att.ATTEMPTS, "created_at", "spec_hash"),
-            "ledger": rows(ledger.ENTRIES, "at"),
+            "ledger": rows(ENTRIES, "at"),
             "usage": rows(ledger.USAGE),
             "explanations": rows(att.EXPLANATIONS, "at"),
         }
@@ -136,8 +137,8 @@ def test_a_job_that_fails_in_the_batch_is_cut_out_alone(
     with sim.plane.db.read() as s:
         assert att.attempts_of(s, bad) == []
         assert s.connection().execute(
-            sa.select(sa.func.count()).select_from(ledger.ENTRIES)
-            .where(ledger.ENTRIES.c.job_id == bad)
+            sa.select(sa.func.count()).select_from(ENTRIES)
+            .where(ENTRIES.c.job_id == bad)
         ).scalar_one() == 0
     consistent(sim)  # its reservation was dropped with its other writes
 
@@ -160,4 +161,47 @@ def test_a_batch_that_fails_as_a_whole_is_redone_job_by_job(
     for j in waiting:
         assert state(sim, j)[0] == "QUEUED"
         assert [e[0] for e in events(sim, j)][-2:] == ["QUEUED", "QUEUED"]
+    consistent(sim)
+
+
+def _count(src: str, dst: str) -> float:
+    from broker.metrics import REGISTRY
+
+    value = REGISTRY.get_sample_value(
+        "isthmus_transitions_total", {"from_state": src, "to_state": dst}
+    )
+    return value or 0.0
+
+
+@pytest.mark.parametrize("where", ["flush", "commit"])
+def test_a_batch_done_again_job_by_job_counts_each_transition_once(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch, where: str,
+) -> None:
+    jobs, waiting = _workload(sim)
+    from broker.store import batch
+
+    failed = {"n": 0}
+    if where == "flush":  # the database refuses the batch's rows
+        def broken_flush(self: batch.Deferred, session: Any) -> None:
+            failed["n"] += 1
+            raise sa.exc.IntegrityError("INSERT ...", {}, Exception("a constraint"))
+
+        monkeypatch.setattr(batch.Deferred, "flush", broken_flush)
+    else:  # the batch was written, then its transaction failed before the commit
+        original = admission_writes.mark_all
+
+        def broken_marks(s: Any, incidents: Any, now: Any) -> None:
+            if not incidents and failed["n"] == 0:
+                failed["n"] += 1
+                raise RuntimeError("the transaction fails after the flush")
+            original(s, incidents, now)
+
+        monkeypatch.setattr(admission_writes, "mark_all", broken_marks)
+    admitted, requeued = _count("QUEUED", "ADMITTED"), _count("QUEUED", "QUEUED")
+    admission.run_admission(sim.plane)
+    assert failed["n"] >= 1  # the batch did fail and was done again job by job
+    for j in jobs:
+        assert state(sim, j) == ("ADMITTED", "Admitted")
+    assert _count("QUEUED", "ADMITTED") - admitted == len(jobs)
+    assert _count("QUEUED", "QUEUED") - requeued == len(waiting)
     consistent(sim)

@@ -7,14 +7,8 @@ from typing import Any
 
 import pytest
 
-from backends.k8s.classify import (
-    ClassifyPolicy,
-    judge,
-    parse_teardown,
-    teardown_annotation,
-    terminated_category,
-    waiting_verdict,
-)
+from backends.k8s.classify import judge, parse_teardown, teardown_annotation
+from backends.k8s.pod_evidence import ClassifyPolicy, terminated_category, waiting_verdict
 from broker.domain.facts import Phase
 from broker.domain.failures import FailureCategory as C
 from broker.domain.reasons import Reason

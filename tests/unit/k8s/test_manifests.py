@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from backends.base import Unsupported
+from backends.base import Unsupported, masked
+from backends.k8s.create import shown
 from backends.k8s.manifests import render
 from backends.k8s.settings import K8sSettings, PoolBinding
 from tests.harness.k8s_requests import JOB_ID, NAME, request
@@ -219,3 +220,16 @@ def test_render_is_deterministic() -> None:
 def test_bad_settings_name_the_key(data: dict[str, Any], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         K8sSettings.from_dict(data)
+
+
+@pytest.mark.parametrize("mode", ["plain", "volcano"])
+def test_what_submit_returns_is_the_render_of_the_masked_request(mode: str) -> None:
+    """create.shown (what K8sBackend.submit returns of the manifests it sent) is what
+    `render` of the masked request gives, and leaves the manifests to send as they were."""
+    settings = K8sSettings.from_dict({"modes": {"h100": mode}})
+    req = request(env={"ISTHMUS_PROGRESS_TOKEN": "s3cret"})
+    sent = render(req, H100, settings)
+    before = repr(sent)
+    out = shown(sent)
+    assert out == render(masked(req), H100, settings)
+    assert "s3cret" not in repr(out) and "s3cret" in before and repr(sent) == before

@@ -159,3 +159,19 @@ def test_values_slurm_cannot_hold_are_refused_not_overflowed(
         request, snapshot=request.snapshot.model_copy(update={"spec": bad}))
     with pytest.raises(Unsupported, match=rf"^{re.escape(field)} is too large for Slurm"):
         batch_job(request, RenderSettings(), partition="a100")
+
+
+def test_batch_options_of_an_array_task() -> None:
+    """sbatch's --output/--error patterns: %j %x %A %a as the user knows them, Slurm's own
+    patterns (%N, %u, %%) left to Slurm; --exclusive passed on."""
+    entry: dict[str, object] = {"script": "#!/bin/bash\nsrun true", "launcher": "batch",
+             "batch": {"output": "/w/%x_%A_%a_%j_%N_%%.out", "error": "/w/%u.err",
+                       "exclusive": True}}
+    array = {"array": {"id": "06harrayid000001", "index": 4, "count": 6}}
+    opts = _sbatch(render(slurm_request(entry, scheduling=array), partition="a100"))
+    assert opts["--output"] == "/w/train_06harrayid000001_4_01abcdefghjkmnpq_%N_%%.out"
+    assert opts["--error"] == "/w/%u.err"
+    assert "--exclusive" in opts
+    plain = _sbatch(render(slurm_request({"script": "x", "launcher": "batch"}), partition="a100"))
+    assert "--exclusive" not in plain and "--error" not in plain
+    assert plain["--output"].startswith("/var/tmp/isthmus-slurm-jobs/")

@@ -5,10 +5,10 @@ still checks and adopts."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from backends.base import SubmitRequest
+from backends.base import SubmitRequest, masked
 from backends.slurm.adapter import SlurmBackend
 from backends.slurm.inventory import PoolBinding
 from backends.slurm.records import BatchJob, JobRecord, NodeRecord
@@ -28,6 +28,7 @@ class CountingTransport:
     queue: list[JobRecord] = field(default_factory=list)
     checks: int = 0
     sbatch: int = 0
+    sent: list[BatchJob] = field(default_factory=list)
 
     def nodes(self) -> list[NodeRecord]:
         return [NodeRecord(name="a100-1", partitions=("a100",), state="idle",
@@ -44,6 +45,7 @@ class CountingTransport:
 
     def submit(self, job: BatchJob) -> str:
         self.sbatch += 1
+        self.sent.append(job)
         self.queue.append(JobRecord(job_id=str(100 + self.sbatch), name=job.name,
                                     state="PENDING", reason="None", exit_code=None, nodes=(),
                                     partition="a100", node_count=1))
@@ -93,3 +95,16 @@ def test_a_look_is_used_once() -> None:
     first = backend.submit(_request())
     again = backend.submit(_request())  # no fresh look: it asks Slurm and adopts
     assert again.adopted and again.backend_id == first.backend_id and t.sbatch == 1
+
+
+def test_submit_returns_the_script_it_sent_as_render_shows_it() -> None:
+    """What dispatch records comes from submit (no second render): the script sent, as
+    `render` of the masked request shows it (the progress token is nobody's to read)."""
+    t = CountingTransport()
+    backend = _adapter(t)
+    request = replace(_request(), env={"ISTHMUS_PROGRESS_TOKEN": "s3cret"})
+    result = backend.submit(request)
+    assert t.sent[0].script == backend.render(request)
+    assert result.rendered == backend.render(masked(request)) != t.sent[0].script
+    again = _adapter(t).submit(request)  # adopted: the same record
+    assert again.adopted and again.rendered == result.rendered

@@ -1,0 +1,178 @@
+"""Applying what a reconcile pass saw changed (broker.control.reconcile finds it): each
+attempt's fact stored, its transitions through set_state, its ending booked in the ledger.
+
+The changed attempts of a pass are applied in chunks of APPLY_CHUNK, one transaction each (one
+commit and one fence check per chunk instead of two per attempt), every attempt in its own
+savepoint inside its own JobGuard: an attempt that fails is rolled back alone and marked
+InternalError after the chunk, the others stand. The retry decision of an attempt that ended
+in a failure or a preemption (broker.control.requeue) is taken after its chunk committed, as
+before, in its own transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlmodel import Session
+
+from broker import ledger, metrics
+from broker.control import requeue
+from broker.control.derive import Derived, derive
+from broker.control.faults import crash_point
+from broker.control.guard import Incident, JobGuard, mark
+from broker.control.plane import ControlPlane
+from broker.domain import FailureCategory, JobState, reproducibility
+from broker.domain.attempts import RunSnapshot
+from broker.domain.facts import Fact, Phase
+from broker.orchestration.rules import Cause
+from broker.orchestration.transitions import set_state
+from broker.store import attempts as att
+from broker.store import records
+
+RECONCILER = "system:reconciler"
+APPLY_CHUNK = 200
+
+
+@dataclass(frozen=True, slots=True)
+class _Retry:
+    """A retry decision to take once the attempt's ending is committed."""
+
+    job_id: str
+    attempt: att.AttemptRecord
+    preempted: bool
+    failure: FailureCategory | None
+    blamed: tuple[str, ...]
+
+
+def _ending(fact: Fact, d: Derived) -> ledger.Ending:
+    """The accounting ending of an attempt the backend reports ended."""
+    if d.preempted or fact.phase is Phase.PREEMPTED:
+        return ledger.Ending.PREEMPTED
+    if fact.phase is Phase.LOST:
+        return ledger.Ending.LOST
+    if d.failure is not None or fact.phase is Phase.FAILED:
+        return ledger.Ending.FAILED
+    if fact.phase is Phase.CANCELLED:
+        return ledger.Ending.CANCELLED
+    return ledger.Ending.SUCCEEDED
+
+
+def charge(s: Session, plane: ControlPlane, team: str, a: att.AttemptRecord,
+           ending: ledger.Ending, end: datetime, now: datetime,
+           running: datetime | None = None, fact: Fact | None = None,
+           failure: FailureCategory | None = None) -> bool:
+    """Book an ended attempt in the ledger (usage, waste by kind, cost) and count it in the
+    metrics. Every path that ends an attempt calls this; the ledger books each attempt once,
+    so a second path that sees the same ending adds nothing. False when already booked."""
+    flavor = plane.config.flavor(a.flavor)
+    pool = next((p for p in plane.config.pools if p.name == a.pool), None)
+    weight = (flavor.cost_weight if flavor else 1.0) * (pool.cost_weight if pool else 1.0)
+    held = ledger.Held(
+        gpus=a.gpus, since=(a.dispatched_at or a.created_at) if a.dispatch == att.CREATED
+        else None, until=end, running=running or a.started_at, progress=a.checkpoint_at,
+    )
+    r = ledger.Reservation(a.job_id, a.number, team, a.flavor, a.gpus)
+    hours = ledger.charge(s, r, held, ending, weight, now, note=f"pool {a.pool}")
+    if not hours:
+        return False
+    metrics.charged(team, a.flavor, a.pool, hours, weight)
+    if ending in (ledger.Ending.FAILED, ledger.Ending.LOST):
+        category = failure or (fact.failure if fact else None) or FailureCategory.UNKNOWN
+        oom = fact is not None and metrics.is_oom(fact)
+        metrics.FAILURES.labels(category.value, a.pool, "true" if oom else "false").inc()
+    return True
+
+
+def _store_fact(s: Session, a: att.AttemptRecord, fact: Fact, now: datetime) -> str:
+    fid = att.insert_fact(
+        s, fact.backend, fact.backend_name, a.job_id, a.number, fact.phase.value,
+        fact.reason.value, fact.observed_at, fact.model_dump_json(),
+    )
+    att.update(s, a.job_id, a.number, phase=fact.phase.value, last_seen_at=now,
+               missing_since=None)
+    return f"fact:{fid}"
+
+
+def _resolve_once(s: Session, a: att.AttemptRecord, fact: Fact, now: datetime) -> None:
+    """What the run actually ran with, beside its immutable snapshot; written by the first
+    observation of the started gang and never again (the reader of an old attempt must get
+    what it was)."""
+    snapshot = RunSnapshot.model_validate_json(a.snapshot_json)
+    resolved = reproducibility.resolve(snapshot, fact, now)
+    att.set_resolved_once(s, a.job_id, a.number, resolved.model_dump_json())
+
+
+def _apply_in(s: Session, plane: ControlPlane, a: att.AttemptRecord, fact: Fact,
+              now: datetime) -> tuple[int, _Retry | None]:
+    """One attempt's fact, transitions and ending, in the caller's transaction: the
+    transitions made, and the retry decision to take after the commit (if any)."""
+    job = records.lock_job(s, a.job_id)
+    if job is None:
+        return 0, None
+    state = JobState(job.state)
+    current = job.attempt == a.number
+    d = derive(state if current else JobState.QUEUED, fact)
+    ref = _store_fact(s, a, fact, now)
+    moved = 0
+    for i, step in enumerate(d.steps):
+        key = f"{ref}:{i}" if step.state is not state else None
+        r = set_state(s, a.job_id, step.state, step.reason,
+                      Cause("reconciler", RECONCILER, key=key, facts_ref=ref),
+                      step.message, now=now, locked=job)
+        moved += r.accepted
+    if d.started and a.started_at is None:
+        att.update(s, a.job_id, a.number, started_at=fact.started_at or now)
+    if a.resolved_json is None and (d.started or fact.phase is Phase.RUNNING):
+        _resolve_once(s, a, fact, now)
+    if d.ended:
+        end = fact.ended_at or now
+        att.update(s, a.job_id, a.number, ended_at=end,
+                   failure=d.failure.value if d.failure else None, preempted=d.preempted)
+        charge(s, plane, job.team, a, _ending(fact, d), end, now,
+               running=fact.started_at or a.started_at, fact=fact, failure=d.failure)
+    if current and (d.failure is not None or d.preempted):
+        return moved, _Retry(a.job_id, a, d.preempted, d.failure, fact.bad_nodes)
+    return moved, None
+
+
+def apply_all(plane: ControlPlane, changed: list[tuple[att.AttemptRecord, Fact]],
+              now: datetime) -> int:
+    """Apply the facts of the changed attempts, a chunk per transaction; the number of
+    transitions made."""
+    moved = 0
+    for start in range(0, len(changed), APPLY_CHUNK):
+        moved += _apply_chunk(plane, changed[start:start + APPLY_CHUNK], now)
+    return moved
+
+
+def _apply_chunk(plane: ControlPlane, chunk: list[tuple[att.AttemptRecord, Fact]],
+                 now: datetime) -> int:
+    moved = 0
+    retries: list[_Retry] = []
+    incidents: list[Incident] = []
+    crash_point("before-fact-persist")
+    with plane.db.write() as s:
+        for a, fact in chunk:
+            with JobGuard("reconcile", a.job_id) as guard, s.begin_nested():
+                n, retry = _apply_in(s, plane, a, fact, now)
+            if guard.incident is not None:  # its savepoint is undone; the others stand
+                incidents.append(guard.incident)
+                continue
+            moved += n
+            if retry is not None:
+                retries.append(retry)
+    for r in retries:
+        with JobGuard("reconcile", r.job_id) as guard:
+            requeue.requeue_after(plane, r.job_id, r.attempt, preempted=r.preempted,
+                                  failure=r.failure, now=now, blamed=r.blamed)
+        if guard.incident is not None:
+            incidents.append(guard.incident)
+    for incident in incidents:
+        mark_one(plane, incident, now)
+    return moved
+
+
+def mark_one(plane: ControlPlane, incident: Incident, now: datetime) -> None:
+    with JobGuard("marking", incident.job_id), plane.db.write() as s:
+        mark(s, incident, RECONCILER, now)

@@ -1,0 +1,56 @@
+"""iscancel --signal against the API on the simulated federation (in-process): a job on
+Kubernetes cannot be signalled and the answer says why; a job that is not running neither; a bad
+signal name is refused before anything is asked. (On real Slurm: test_dropins_slurm.)"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from fastapi.testclient import TestClient
+
+import broker.hpc.common as common
+from broker.api.app import create_app
+from broker.client import Client
+from broker.config import parse_config
+from broker.hpc import iscancel
+from broker.store.db import Database
+from tests.builders import spec
+from tests.harness.sim import CONFIG, make_sim, run_until, submit
+
+
+@pytest.mark.parametrize(("text", "name"), [("USR1", "USR1"), ("sigusr2", "USR2"),
+                                            ("15", "TERM"), ("NOPE", None), ("0", None)])
+def test_signal_names_as_scancel_takes_them(text: str, name: str | None) -> None:
+    assert iscancel.signal_name(text) == name
+
+
+def test_kubernetes_jobs_and_waiting_jobs_are_not_signalled(
+    db: Database, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sim = make_sim(db, parse_config(CONFIG))
+    on_k8s = submit(sim, spec().flavors("a100-80g").replicas(1).topology(None), 3600)
+    run_until(sim, on_k8s, "RUNNING")
+    app = create_app(sim.plane.config, db)
+    app.state.runtime = SimpleNamespace(plane=sim.plane, wake=lambda name: None)
+
+    def local(url: str, token: str | None = None) -> Client:
+        c = Client(url, token)
+        c._http.close()
+        c._http = TestClient(app)
+        return c
+
+    monkeypatch.setattr(common, "Client", local)
+    env = {"ISTHMUS_URL": "http://testserver", "HOME": "/nonexistent"}
+    assert iscancel.run(["--signal=USR1", on_k8s], env) == 1
+    err = capsys.readouterr().err
+    assert f"Signal USR1 to job {on_k8s} not sent" in err and "Kubernetes" in err
+    answer = TestClient(app).post(f"/v1/hpc/jobs/{on_k8s}/signal", json={"signal": "USR1"})
+    assert answer.status_code == 409 and answer.json()["type"].endswith(":signal-unsupported")
+    assert TestClient(app).get(f"/v1/jobs/{on_k8s}").json()["state"] == "RUNNING"
+
+    waiting = submit(sim, spec().flavors("a100-80g").replicas(1).topology(None), 60)
+    assert iscancel.run(["-s", "TERM", waiting], env) == 1
+    assert "only a running job can be signalled" in capsys.readouterr().err
+    bad = TestClient(app).post(f"/v1/hpc/jobs/{on_k8s}/signal", json={"signal": "USR1; id"})
+    assert bad.status_code == 422

@@ -1,0 +1,114 @@
+"""The wake chain of the runtime: a submission through the API is admitted, dispatched and seen
+running long before any interval of the loop comes round (every interval here is 10 minutes),
+and a wake that arrives while its control job runs is not lost."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from fastapi.testclient import TestClient
+
+from broker.api.app import create_app
+from broker.control.lease import LeaderLease
+from broker.control.runtime import Intervals, Runtime
+from broker.store.queries import get_job
+from tests.builders import spec
+from tests.harness.sim import Sim
+from tests.harness.wait import wait_until
+
+SLOW = Intervals(admission=600.0, dispatch=600.0, reconcile=600.0, lease_ttl=1.5)
+QUICK_S = 20.0
+"""Generous for a loaded machine, and still 30 times shorter than any interval."""
+
+
+def _state(sim: Sim, job_id: str) -> str:
+    with sim.plane.db.read() as s:
+        job = get_job(s, job_id)
+        return job.state if job is not None else "missing"
+
+
+def _idle(runtime: Runtime, job_id: str) -> bool:
+    return runtime._cycles.get(job_id, 0) >= 1 and job_id not in runtime._running
+
+
+def test_a_submit_is_admitted_dispatched_and_seen_running_before_any_interval(
+    threaded_sim: Sim,
+) -> None:
+    sim = threaded_sim
+    runtime = Runtime(sim.plane, LeaderLease(sim.plane.db, holder="r1", ttl=SLOW.lease_ttl),
+                      SLOW)
+    runtime.start()
+    stop = threading.Event()
+
+    def backends_move() -> None:  # the simulated backends start what was created
+        while not stop.wait(0.1):
+            sim.advance(1)
+
+    mover = threading.Thread(target=backends_move, daemon=True)
+    try:
+        # the first passes run when the lease is taken; after them only wakes run the loop
+        wait_until(lambda: all(_idle(runtime, j) for j in ("admission", "dispatch")), 60,
+                   "the first admission and dispatch passes")
+        mover.start()
+        client = TestClient(create_app(sim.plane.config, sim.plane.db, runtime))
+        body = spec().flavors("h100-80g").build().model_dump(mode="json", exclude_none=True)
+        body["env"] = {"ISTHMUS_SIM_DURATION": "600"}
+        t0 = time.monotonic()
+        answer = client.post("/v1/jobs", json=body)
+        assert answer.status_code == 201, answer.text
+        job = answer.json()["id"]
+        wait_until(lambda: _state(sim, job) in ("ADMITTED", "PREPARING", "RUNNING"), QUICK_S,
+                   "the submit to wake the admission cycle", interval=0.02)
+        admitted = time.monotonic() - t0
+        wait_until(lambda: _state(sim, job) == "RUNNING", QUICK_S,
+                   "admission to wake dispatch, and dispatch the reconciler", interval=0.02)
+        running = time.monotonic() - t0
+        assert admitted < QUICK_S and running < QUICK_S < SLOW.admission
+    finally:
+        stop.set()
+        runtime.stop()
+
+
+def test_a_wake_while_the_job_runs_makes_it_run_again(threaded_sim: Sim) -> None:
+    """The pass that is running may have read the queue before the commit that woke it: the
+    job runs once more when that pass ends (APScheduler alone would skip the wake)."""
+    sim = threaded_sim
+    runtime = Runtime(sim.plane, LeaderLease(sim.plane.db, holder="r1", ttl=SLOW.lease_ttl),
+                      SLOW)
+    started = threading.Event()
+    release = threading.Event()
+    passes: list[float] = []
+
+    def slow_pass(_plane: object) -> None:
+        passes.append(time.monotonic())
+        started.set()
+        release.wait(30)
+
+    runtime._add("probe", slow_pass, SLOW.admission)
+    runtime.start()
+    try:
+        wait_until(started.is_set, 60, "the first pass (on taking the lease)")
+        runtime.wake("probe")  # arrives while the pass runs
+        release.set()
+        wait_until(lambda: len(passes) >= 2, QUICK_S, "the pass to run again after the wake")
+    finally:
+        release.set()
+        runtime.stop()
+
+
+def test_wakes_closer_than_the_gap_are_deferred_not_dropped(threaded_sim: Sim) -> None:
+    sim = threaded_sim
+    runtime = Runtime(sim.plane, LeaderLease(sim.plane.db, holder="r1", ttl=SLOW.lease_ttl),
+                      SLOW)
+    passes: list[float] = []
+    runtime._add("probe", lambda _p: passes.append(time.monotonic()), SLOW.admission)
+    runtime.start()
+    try:
+        wait_until(lambda: len(passes) >= 1 and _idle(runtime, "probe"), 60, "the first pass")
+        runtime.wake("probe")
+        wait_until(lambda: len(passes) >= 2 and _idle(runtime, "probe"), QUICK_S, "a woken pass")
+        runtime.wake("probe")  # within the gap of the previous wake (or just after it)
+        wait_until(lambda: len(passes) >= 3, QUICK_S, "the second wake's pass")
+    finally:
+        runtime.stop()
