@@ -75,6 +75,10 @@ class OrderingTuning(Strict):
     max_reservations: int = Field(default=4, ge=0, le=1000)
     backfill: bool = True
     """Later jobs may use held GPUs where, by their time limits, they do not delay the gang."""
+    backfill_margin: float = Field(default=420.0, ge=0, le=DAY)
+    """Seconds added to a backfilled job's time limit: the backends' slack past the declared
+    limit (Slurm's rounding to minutes and KillWait, Kubernetes' start-up timeout) and
+    dispatch. Raise it when KillWait or all_ranks_timeout_s are longer than their defaults."""
 
 
 class FairShareTuning(Strict):

@@ -137,8 +137,9 @@ class _Cycle:
             return self._admit(job, result, verdicts[result.placement.flavor], position)
         if self.holds:  # starting now on held GPUs beats waiting, here or in a backend queue
             short = {v.pool for v in result.verdicts if v.reason in _CAPACITY or v.queued}
+            o = self.params.ordering
             bf = try_backfill(job, [p for p in cands if p.name in short], self.holds, self.now,
-                              self.params.ordering.backfill_factor)
+                              o.backfill_factor, o.backfill_margin_s)
             if bf is not None:
                 return self._backfilled(job, bf, result, verdicts, position)
         if result.placement is not None:
@@ -156,8 +157,8 @@ class _Cycle:
         if pool.admitted_max_priority is None or job.priority > pool.admitted_max_priority:
             pool.admitted_max_priority = job.priority
         msg = (f"{pl.pool}: backfilled, {bf.lent} of its GPUs held for starving gang "
-               f"{bf.held.job_id} in {bf.held.domain or '*'}; by its time limit it does not "
-               "delay that gang's expected start")
+               f"{bf.held.job_id} in {bf.held.domain or '*'}; by its time limit and the "
+               "backends' margin past it, it does not delay that gang's expected start")
         if qv.borrowed:
             msg = f"{msg}; {qv.message}"
         return Decision(job.id, True, Reason.Admitted, msg, pl, result.verdicts, qv.borrowed,
@@ -269,6 +270,7 @@ class _Cycle:
         # pool is inf and the most free GPUs decide, as before
         pool = min(pools, key=lambda p: (rank.get(p.flavor, 99), ready(p), -p.free, p.name))
         target = targets[pool.name]
+        claimed = frozenset(pool.claimed)  # as `target.ready` was computed; hold() adds to it
         held = pool.hold(g, job.replicas, level, target)
         if held is None or target is None:
             return None
@@ -278,7 +280,8 @@ class _Cycle:
         domain, per_node = held
         if self.params.ordering.backfill:
             self.holds.setdefault(pool.name, []).append(
-                Held(job.id, domain, g, job.replicas, target.ready, target.nodes, per_node))
+                Held(job.id, domain, g, job.replicas, target.ready, target.nodes, per_node,
+                     claimed=claimed))
         return f"{pool.name}:{domain or '*'} ({sum(per_node.values())} GPUs)"
 
     def _preempt(

@@ -5,7 +5,8 @@ A starving gang that does not fit holds the free GPUs of one domain (policies/ad
 on those nodes counting the GPUs each node has back by then (`NodeSnapshot.releases`, from
 declared time limits; policies/reservation.py). A later job of the same cycle that does not fit
 elsewhere may use held GPUs when doing so does not delay that start: with the job's GPUs given
-back only at the end of its declared limit (`max_runtime_s`, bounded by the spec), the gang
+back only at the end of its declared limit (`max_runtime_s`, bounded by the spec) plus a
+margin for the backends' slack past it (`OrderingParams.backfill_margin_s`), the gang
 must still fit on those nodes by `ready`. A job whose limit ends before `ready` always passes;
 one that ends later passes only where the domain has room to spare at `ready`. A hold whose
 start is unknown (no release data: `ready` infinite) lends nothing, and neither does one the
@@ -46,11 +47,16 @@ class Held:
     """GPUs held per node and not lent."""
     returns: dict[str, list[tuple[datetime, int]]] = field(default_factory=dict)
     """GPUs lent per node, with the end of the borrower's declared limit."""
+    claimed: frozenset[str] = frozenset()
+    """Nodes whose releases earlier holds of the pool had claimed when `ready` was computed
+    (`PoolIndex.claimed`): they do not count for this gang, as they did not for `ready`."""
 
     def ready_if(self, lend: dict[str, int], end: datetime) -> float:
-        """The gang's start if `lend` GPUs per node were lent until `end`."""
+        """The gang's start if `lend` GPUs per node were lent until `end`. GPUs lent from
+        this hold come back to it even on claimed nodes; other releases there do not."""
         view = [_View(n, self.held.get(n.name, 0) - lend.get(n.name, 0),
-                      (*n.releases, *self.returns.get(n.name, ()),
+                      (*(() if n.name in self.claimed else n.releases),
+                       *self.returns.get(n.name, ()),
                        *(((end, lend[n.name]),) if lend.get(n.name) else ())))
                 for n in self.nodes]
         return fit_time(view, self.g, self.replicas)
@@ -130,11 +136,15 @@ def _choose(job: PendingJob, h: Held) -> tuple[str, list[tuple[NodeSlot, int]]] 
 
 def try_backfill(
     job: PendingJob, pools: Iterable[PoolIndex], holds: dict[str, list[Held]], now: datetime,
-    factor: float = 1.0,
+    factor: float = 1.0, margin_s: float = 0.0,
 ) -> Backfill | None:
     """Place `job` on GPUs held in `pools` without delaying any hold's gang, or None. The
-    job's time limit counts `factor` times (>= 1: a margin for limits looser than others')."""
-    end = now.astimezone(UTC) + _seconds(math.ceil(job.max_runtime_s * max(1.0, factor)))
+    job's time limit counts `factor` times (>= 1: a margin for limits looser than others'),
+    plus `margin_s` seconds: the backends' slack past the declared limit (Slurm rounds it up
+    to whole minutes and adds KillWait, Kubernetes adds the gang's start-up timeout) and the
+    time from this cycle to the job's start there."""
+    limit = job.max_runtime_s * max(1.0, factor) + max(0.0, margin_s)
+    end = now.astimezone(UTC) + _seconds(math.ceil(limit))
     g = job.gpus_per_replica
     for pool in pools:
         for h in holds.get(pool.name, ()):

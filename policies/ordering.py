@@ -37,6 +37,11 @@ class OrderingParams:
     gang's expected start (policies/backfill.py)."""
     backfill_factor: float = 1.0
     """A backfilled job's time limit counts this many times (a safety margin, >= 1)."""
+    backfill_margin_s: float = 420.0
+    """Seconds added to a backfilled job's time limit: a backend runs a job past its declared
+    limit (Slurm: up to 59 s of rounding to whole minutes plus KillWait, 30 s by default;
+    Kubernetes: the gang's start-up timeout, 300 s by default) and the limit counts from the
+    job's start in the backend, after dispatch, not from the admission cycle."""
 
 
 class FairShare:

@@ -20,10 +20,14 @@ UNSCHEDULABLE_STATES = {"down", "drained", "draining", "fail", "failing", "futur
 UNSCHEDULABLE_FLAGS = {"DRAIN", "DRAINED", "DRAINING", "NOT_RESPONDING", "FAIL", "MAINTENANCE",
                        "POWERED_DOWN", "POWER_DOWN", "POWERING_DOWN", "REBOOT_REQUESTED",
                        "REBOOT_ISSUED", "INVALID_REG", "FUTURE"}
-# Pending jobs that are not demand: held or deferred work (not yet), and work that can never
-# run as given (e.g. DependencyNeverSatisfied stays in the queue for good without
-# kill_invalid_depend): counted, either would make a pool look busy for ever.
-NOT_DEMAND = frozenset({PendingCategory.HELD, PendingCategory.NEVER})
+# Pending jobs that are not demand: held or deferred work (not yet), and other users' work
+# that can never run as given (e.g. DependencyNeverSatisfied stays in the queue for good
+# without kill_invalid_depend): counted, either would make a pool look busy for ever.
+# Isthmus's own never-runnable jobs still count (they hold a place in the backend queue
+# until the broker acts on their reason, and the pool's pending limit counts them).
+# A job submitted to several partitions carries one reason, from whichever partition Slurm
+# tried last: only reasons about the job itself, not a partition, rule it out everywhere.
+JOB_WIDE_NEVER = frozenset({"DependencyNeverSatisfied", "InvalidAccount", "InvalidQOS"})
 DEFAULT_RUNTIME_S = 3600.0  # for the wait estimate when nothing runs that we could measure
 
 
@@ -101,6 +105,16 @@ def node_snapshot(node: NodeRecord, path: TopologyPath | None,
     )
 
 
+def _demand(job: JobRecord) -> bool:
+    """Whether a pending job is demand in the partitions it lists."""
+    category = pending_category(job.reason)
+    if category is PendingCategory.HELD:
+        return False  # held or deferred: not yet
+    if category is not PendingCategory.NEVER or is_isthmus(job):
+        return True
+    return "," in job.partition and job.reason not in JOB_WIDE_NEVER
+
+
 def queue_depth(partition: str, jobs: Iterable[JobRecord], total_gpus: int,
                 now: datetime) -> QueueDepth:
     """Pending GPU demand in a partition, ours and others', and a rough wait estimate.
@@ -115,7 +129,7 @@ def queue_depth(partition: str, jobs: Iterable[JobRecord], total_gpus: int,
         if partition not in job.partition.split(","):
             continue
         if job.state == "PENDING":
-            if pending_category(job.reason) in NOT_DEMAND:
+            if not _demand(job):
                 continue
             if is_isthmus(job):
                 ours += job.gpus

@@ -7,26 +7,26 @@ SlurmUser and root: claims ``sun`` (the user name), ``iat`` and ``exp``. The bro
 request, for the job's owner only, valid for ``lifespan_s`` seconds.
 
 The key lets its holder act as any Slurm user: it is read from a file that only its owner may
-read, kept in memory, and never logged or shown (``repr`` hides it). Tokens are never signed for
-root: a job submitted as root would defeat the point.
+read, kept in memory, and never logged or shown (``repr`` hides it). Tokens are signed only for
+users the OwnerPolicy allows (never root, SlurmUser or another system account: see
+owner_policy).
 """
 
 from __future__ import annotations
 
 import os
-import pwd
-import re
 import stat
 import time
 from collections.abc import Callable
 
 import jwt
 
+from backends.slurm.owner_policy import OwnerPolicy, OwnerRefused
+
 MIN_KEY_BYTES = 32  # HS256 wants a key at least as long as its hash
 MAX_KEY_BYTES = 4096
 MIN_LIFESPAN_S = 10
 MAX_LIFESPAN_S = 900
-_UNIX_USER = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
 
 
 class OwnerTokenError(ValueError):
@@ -56,42 +56,36 @@ def read_key(path: str) -> bytes:
     return key
 
 
-def check_user(user: str) -> None:
-    """A token may be signed for a plain Unix user name that is not root here."""
-    if not _UNIX_USER.match(user):
-        raise OwnerTokenError(f"'{user}' is not a Unix user name to submit the job as")
-    try:
-        uid = pwd.getpwnam(user).pw_uid
-    except KeyError:
-        uid = None  # unknown on the broker's host; the cluster decides (checked after submit)
-    if user == "root" or uid == 0:
-        raise OwnerTokenError(f"refusing to submit a job as '{user}' (uid 0)")
-
-
 class OwnerTokens:
     """Signs per-owner slurmrestd headers with the cluster's JWT key."""
 
-    __slots__ = ("_clock", "_key", "lifespan_s")
+    __slots__ = ("_clock", "_key", "lifespan_s", "policy")
 
     def __init__(self, key: bytes, lifespan_s: int,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 policy: OwnerPolicy | None = None) -> None:
         if not MIN_LIFESPAN_S <= lifespan_s <= MAX_LIFESPAN_S:
             raise OwnerTokenError(f"owner token lifespan {lifespan_s} s is outside "
                                   f"{MIN_LIFESPAN_S}-{MAX_LIFESPAN_S} s")
         self._key = key
         self.lifespan_s = lifespan_s
         self._clock = clock
+        self.policy = policy or OwnerPolicy()
 
     @classmethod
-    def from_file(cls, path: str, lifespan_s: int) -> OwnerTokens:
-        return cls(read_key(path), lifespan_s)
+    def from_file(cls, path: str, lifespan_s: int,
+                  policy: OwnerPolicy | None = None) -> OwnerTokens:
+        return cls(read_key(path), lifespan_s, policy=policy)
 
     def __repr__(self) -> str:
         return f"OwnerTokens(key=<hidden>, lifespan_s={self.lifespan_s})"
 
     def headers(self, user: str) -> dict[str, str]:
         """Request headers that act as `user` for the next `lifespan_s` seconds."""
-        check_user(user)
+        try:
+            self.policy.check_local(user)
+        except OwnerRefused as exc:
+            raise OwnerTokenError(str(exc)) from None
         now = int(self._clock())
         token = jwt.encode({"sun": user, "iat": now, "exp": now + self.lifespan_s},
                            self._key, algorithm="HS256")

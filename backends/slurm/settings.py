@@ -11,11 +11,18 @@ from typing import Any, Literal
 from pydantic import ConfigDict
 
 from backends.base import SettingsError, parse_settings
+from backends.slurm.owner_policy import (
+    ALWAYS_DENIED,
+    MAX_MIN_UID,
+    MIN_MIN_UID,
+    UNIX_USER,
+    OwnerPolicy,
+)
 from backends.slurm.owner_tokens import MAX_LIFESPAN_S, MIN_LIFESPAN_S
 from backends.slurm.script import RenderSettings
 
 _ACCOUNT = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-_UNIX_USER = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
+MAX_DENIED_OWNERS = 256
 
 
 def _owner_token_problems(settings: SlurmSettings) -> list[tuple[str, str]]:
@@ -29,6 +36,26 @@ def _owner_token_problems(settings: SlurmSettings) -> list[tuple[str, str]]:
     if not MIN_LIFESPAN_S <= settings.owner_token_lifespan_s <= MAX_LIFESPAN_S:
         problems.append(("owner_token_lifespan_s",
                          f"must be {MIN_LIFESPAN_S} to {MAX_LIFESPAN_S} seconds"))
+    return problems + _owner_problems(settings)
+
+
+def _owner_problems(settings: SlurmSettings) -> list[tuple[str, str]]:
+    problems: list[tuple[str, str]] = []
+    if not MIN_MIN_UID <= settings.min_owner_uid <= MAX_MIN_UID:
+        problems.append(("min_owner_uid", f"must be {MIN_MIN_UID} to {MAX_MIN_UID} "
+                         "(uid 0 never owns a job)"))
+    if len(settings.denied_owners) > MAX_DENIED_OWNERS:
+        problems.append(("denied_owners", f"at most {MAX_DENIED_OWNERS} names"))
+    for i, name in enumerate(settings.denied_owners[:MAX_DENIED_OWNERS]):
+        if not UNIX_USER.match(str(name)):
+            problems.append((f"denied_owners[{i}]", f"{name!r} is not a Unix user name"))
+    denied = ALWAYS_DENIED | set(settings.denied_owners)
+    for who, unix in settings.unix_users.items():
+        if not UNIX_USER.match(str(unix)):
+            problems.append((f"unix_users.{who}", f"{unix!r} is not a Unix user name"))
+        elif unix in denied:
+            problems.append((f"unix_users.{who}", f"{unix!r} is a system account that may "
+                             "not own jobs (root, slurm, nobody and denied_owners)"))
     return problems
 
 
@@ -72,6 +99,10 @@ class SlurmSettings:
     # rest_jwt_key_file
     submit_as_owner: bool = False
     unix_users: Mapping[str, str] = field(default_factory=dict)  # API user -> Unix user
+    # never submit as: a uid below min_owner_uid (or a reserved system uid), root, slurm,
+    # nobody, the cluster's SlurmUser / SlurmdUser, or a name in denied_owners
+    min_owner_uid: int = 1000
+    denied_owners: tuple[str, ...] = ()
     accounts: Mapping[str, str] = field(default_factory=dict)  # team -> --account
 
     @classmethod
@@ -89,9 +120,6 @@ class SlurmSettings:
         for team, account in settings.accounts.items():
             if not _ACCOUNT.match(str(account)):
                 problems.append((f"accounts.{team}", f"{account!r} is not a Slurm account name"))
-        for who, unix in settings.unix_users.items():
-            if not _UNIX_USER.match(str(unix)):
-                problems.append((f"unix_users.{who}", f"{unix!r} is not a Unix user name"))
         try:
             settings.render_settings()  # validates work_dir, python, extra_directives
         except ValueError as exc:
@@ -115,6 +143,12 @@ class SlurmSettings:
         if not owner:
             raise ValueError("the job has no owner to submit as")
         return self.unix_users.get(owner, owner)
+
+    def owner_policy(self) -> OwnerPolicy:
+        """Who jobs may be submitted as; names mapped in unix_users are vouched for by the
+        admin (allowed while unknown on the broker's host; the cluster's uid is checked)."""
+        return OwnerPolicy.of(self.min_owner_uid, self.denied_owners,
+                              vouched=self.unix_users.values())
 
     def token(self) -> str | None:
         if self.rest_token_env:

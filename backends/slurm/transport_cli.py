@@ -17,6 +17,7 @@ from typing import Any
 
 from backends.base import BackendUnavailable
 from backends.slurm import parse
+from backends.slurm.owner_policy import OwnerPolicy, OwnerRefused, cluster_accounts
 from backends.slurm.records import BatchJob, JobRecord, NodeEvent, NodeRecord, Switch
 from backends.slurm.transport import SubmitRefused
 from backends.slurm.versions import Dialect, dialect_for, parse_release
@@ -42,16 +43,21 @@ _UNKNOWN_JOB = ("Invalid job id specified", "Job/step already completing or comp
 JOB_UMASK = "0077"
 
 
-def _identity(user: str) -> tuple[dict[str, Any], str]:
+def _identity(user: str, policy: OwnerPolicy) -> tuple[dict[str, Any], str]:
     """subprocess arguments that run a command as `user` (uid, gid, its groups), and its home.
-    Never root: a job submitted as root would defeat the point."""
+    Only for a user the owner policy allows (never root, SlurmUser or a system account): sbatch
+    runs with this host's uid, so this host's account is the one checked."""
     try:
+        policy.check_name(user)
         pw = pwd.getpwnam(user)
+        problem = policy.uid_problem(user, pw.pw_uid)
+    except OwnerRefused as exc:
+        raise SubmitRefused(str(exc)) from None
     except KeyError:
         raise SubmitRefused(f"no Unix user '{user}' to submit the job as (backend setting "
                             "unix_users maps API users to Unix users)") from None
-    if pw.pw_uid == 0:
-        raise SubmitRefused(f"refusing to submit a job as '{user}' (uid 0)")
+    if problem:
+        raise SubmitRefused(problem)
     groups = os.getgrouplist(user, pw.pw_gid)
     return {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": groups}, pw.pw_dir
 
@@ -72,6 +78,7 @@ class CliTransport:
         timeout: float = 30.0,
         env: Mapping[str, str] | None = None,
         allow_untested_version: bool = False,
+        owner_policy: OwnerPolicy | None = None,
     ) -> None:
         self.timeout = timeout
         self.bin_dir = bin_dir
@@ -83,6 +90,8 @@ class CliTransport:
             base["SLURM_CONF"] = slurm_conf
         self.env = base
         self._dialect: Dialect | None = None
+        self.owner_policy = owner_policy or OwnerPolicy()
+        self._cluster_accounts_read = False
 
     # -- plumbing -----------------------------------------------------------------------------
 
@@ -210,7 +219,7 @@ class CliTransport:
         ids: dict[str, Any] = {}
         spool = Path(job.output).parent
         if as_user is not None:
-            ids, home = _identity(as_user)
+            ids, home = _identity(as_user, self._owner_policy())
             env.update({"USER": as_user, "LOGNAME": as_user, "HOME": home})
             if not spool.exists():  # shared by every owner, like /tmp
                 spool.mkdir(parents=True, exist_ok=True)
@@ -225,6 +234,20 @@ class CliTransport:
         if not job_id.isdigit():
             raise SlurmCommandError(f"sbatch printed no job id: {proc.stdout!r}")
         return job_id
+
+    def _owner_policy(self) -> OwnerPolicy:
+        """The owner policy, once with the cluster's SlurmUser and SlurmdUser added (read from
+        `scontrol show config`; 'slurm' and root are denied even when it cannot be read)."""
+        if not self._cluster_accounts_read:
+            try:
+                text = self.run(["scontrol", "show", "config"]).stdout
+            except SlurmCommandError as exc:
+                log.warning("SlurmUser unknown (scontrol show config: %s); denying 'slurm'",
+                            exc)
+                return self.owner_policy
+            self.owner_policy = self.owner_policy.with_cluster_accounts(*cluster_accounts(text))
+            self._cluster_accounts_read = True
+        return self.owner_policy
 
     def job_env(self) -> dict[str, str]:
         """sbatch exports its environment to the job: give it only what a job needs, never

@@ -18,6 +18,7 @@ import httpx
 
 from backends.base import BackendUnavailable, Unsupported
 from backends.slurm import parse
+from backends.slurm.owner_policy import OwnerPolicy
 from backends.slurm.owner_tokens import OwnerTokenError, OwnerTokens
 from backends.slurm.records import BatchJob, JobRecord, NodeEvent, NodeRecord, Switch
 from backends.slurm.script import gpu_count
@@ -276,15 +277,22 @@ class RestTransport:
         return jobs[0] if jobs else None
 
     def _check_owner(self, job_id: str, user: str) -> None:
-        """slurmrestd accepts a token for a name the cluster does not know and queues the job
-        as 'nobody', where it never runs: such a job is cancelled and the submission refused."""
-        job = self._job(job_id)
-        got = str((job or {}).get("user_name") or "")
-        if got == user and (job or {}).get("user_id") != 0:
+        """The job Slurm queued must be `user`'s, with a uid the owner policy allows: slurmrestd
+        queues a name the cluster does not know as 'nobody' (where it never runs), and only the
+        cluster knows the uid of a name the broker's host does not. Otherwise the job is
+        cancelled and the submission refused."""
+        job = self._job(job_id) or {}
+        got = str(job.get("user_name") or "")
+        if got != user:
+            why = (f"no Unix user '{user}' on the cluster to submit the job as "
+                   f"(Slurm queued it as '{got or 'unknown'}')")
+        else:
+            policy = self.owner_tokens.policy if self.owner_tokens else OwnerPolicy()
+            why = policy.check_cluster(user, job.get("user_id")) or ""
+        if not why:
             return
         self._delete(job_id, None, headers=self._owner_headers(user))
-        raise SubmitRefused(f"no Unix user '{user}' on the cluster to submit the job as "
-                            f"(Slurm queued it as '{got or 'unknown'}'; cancelled)")
+        raise SubmitRefused(f"{why}; job {job_id} cancelled")
 
     def _delete(self, job_id: str, signal: str | None,
                 headers: dict[str, str] | None = None) -> bool:

@@ -4,9 +4,12 @@ attempt's fact stored, its transitions through set_state, its ending booked in t
 The changed attempts of a pass are applied in chunks of APPLY_CHUNK, one transaction each (one
 commit and one fence check per chunk instead of two per attempt), every attempt in its own
 savepoint inside its own JobGuard: an attempt that fails is rolled back alone and marked
-InternalError after the chunk, the others stand. The retry decision of an attempt that ended
-in a failure or a preemption (broker.control.requeue) is taken after its chunk committed, as
-before, in its own transaction.
+InternalError after the chunk, the others stand. The metrics of the chunk's transitions and
+endings are counted once it committed (broker.store.batch.held_effects), those of a
+rolled-back attempt never: a chunk that fails counts nothing, and the next pass counts each
+once. The retry decision of an attempt that ended in a failure or a preemption
+(broker.control.requeue) is taken after its chunk committed, as before, in its own
+transaction.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from broker.domain.facts import Fact, Phase
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
 from broker.store import attempts as att
-from broker.store import records
+from broker.store import batch, records
 
 RECONCILER = "system:reconciler"
 APPLY_CHUNK = 200
@@ -76,12 +79,21 @@ def charge(s: Session, plane: ControlPlane, team: str, a: att.AttemptRecord,
     hours = ledger.charge(s, r, held, ending, weight, now, note=f"pool {a.pool}")
     if not hours:
         return False
-    metrics.charged(team, a.flavor, a.pool, hours, weight)
+    failed = None
     if ending in (ledger.Ending.FAILED, ledger.Ending.LOST):
         category = failure or (fact.failure if fact else None) or FailureCategory.UNKNOWN
         oom = fact is not None and metrics.is_oom(fact)
-        metrics.FAILURES.labels(category.value, a.pool, "true" if oom else "false").inc()
+        failed = (category.value, a.pool, "true" if oom else "false")
+    # counted with the booking: inside a reconcile chunk, once the chunk committed
+    batch.after(s, lambda: _count_charge(team, a.flavor, a.pool, hours, weight, failed))
     return True
+
+
+def _count_charge(team: str, flavor: str, pool: str, hours: dict[ledger.LedgerKind, float],
+                  weight: float, failed: tuple[str, str, str] | None) -> None:
+    metrics.charged(team, flavor, pool, hours, weight)
+    if failed is not None:
+        metrics.FAILURES.labels(*failed).inc()
 
 
 def _store_fact(s: Session, a: att.AttemptRecord, fact: Fact, now: datetime) -> str:
@@ -152,16 +164,19 @@ def _apply_chunk(plane: ControlPlane, chunk: list[tuple[att.AttemptRecord, Fact]
     retries: list[_Retry] = []
     incidents: list[Incident] = []
     crash_point("before-fact-persist")
-    with plane.db.write() as s:
+    with plane.db.write() as s, batch.held_effects(s) as effects:
         for a, fact in chunk:
+            mark = effects.mark()
             with JobGuard("reconcile", a.job_id) as guard, s.begin_nested():
                 n, retry = _apply_in(s, plane, a, fact, now)
             if guard.incident is not None:  # its savepoint is undone; the others stand
+                effects.cut(mark)
                 incidents.append(guard.incident)
                 continue
             moved += n
             if retry is not None:
                 retries.append(retry)
+    effects.run_effects()  # metrics of the chunk's transitions and endings, once committed
     for r in retries:
         with JobGuard("reconcile", r.job_id) as guard:
             requeue.requeue_after(plane, r.job_id, r.attempt, preempted=r.preempted,

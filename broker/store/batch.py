@@ -19,6 +19,10 @@ What makes this safe for the batched admission (broker.control.admission):
 - effects outside the database that go with a write (the transition metrics, `after`) are
   queued with it and run only once the batch is written (or, with `effects=False`, when the
   caller says so, after its commit): a batch done again job by job counts each once.
+
+`held_effects(session)` holds only the effects, the writes running at once: for a
+transaction of many savepoints (the reconcile chunk), whose caller drops the effects of a
+savepoint it rolls back (`mark` / `cut`) and runs the rest once it committed.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any
 from sqlmodel import Session
 
 _KEY = "isthmus_deferred"
+_EFFECTS_KEY = "isthmus_held_effects"
 
 
 class Deferred:
@@ -133,8 +138,9 @@ def write(session: Session, stmt: Any, params: dict[str, Any]) -> None:
 
 def after(session: Session, effect: Callable[[], None]) -> None:
     """Run `effect` (no database work: a metric) now, or inside `deferred` once the batch's
-    writes are flushed, so that a batch that fails and is done again counts it once."""
-    batch: Deferred | None = session.info.get(_KEY)
+    writes are flushed, so that a batch that fails and is done again counts it once (inside
+    `held_effects`, when its caller says so)."""
+    batch: Deferred | None = session.info.get(_KEY) or session.info.get(_EFFECTS_KEY)
     if batch is None:
         effect()
     else:
@@ -157,3 +163,17 @@ def deferred(session: Session, *, effects: bool = True) -> Iterator[Deferred]:
         session.info.pop(_KEY, None)
     if effects:
         batch.run_effects()
+
+
+@contextlib.contextmanager
+def held_effects(session: Session) -> Iterator[Deferred]:
+    """Hold the effects (`after`) of the block, its writes running at once; the caller cuts
+    those of a rolled-back savepoint and runs the rest (`run_effects`) once it committed.
+    Effects not run are dropped: a transaction that fails counts nothing."""
+    if session.info.get(_KEY) is not None or session.info.get(_EFFECTS_KEY) is not None:
+        raise RuntimeError("held effects do not nest")
+    held = session.info[_EFFECTS_KEY] = Deferred()
+    try:
+        yield held
+    finally:
+        session.info.pop(_EFFECTS_KEY, None)

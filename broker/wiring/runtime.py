@@ -114,6 +114,7 @@ def policy_params(p: Policies, control: Control | None = None) -> dict[str, Any]
                 reservation_min_gpus=o.reservation_min_gpus,
                 max_reservations=o.max_reservations,
                 backfill=o.backfill,
+                backfill_margin_s=o.backfill_margin,
             ),
             max_admissions=p.admission.max_admissions,
         ),

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import shutil
 import stat
 import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -154,8 +156,47 @@ def test_an_owner_without_a_unix_user_is_refused(backend: SlurmBackend,
     req = _request(backend, "mallory-has-no-account", ["/bin/true"], {})
     with pytest.raises(SubmitRefused, match="no Unix user"):
         backend.submit(req)
-    # over REST Slurm queued it as 'nobody' first: nothing of it may stay in the queue
+    # nothing of it may be in the queue (over REST no token is signed for a name unknown here)
     assert slurm_cluster.run(["squeue", "-h", "-t", "PD,R", "-n", req.name]).stdout == ""
+
+
+def _system_owners(slurm: SlurmCluster) -> list[tuple[str, str]]:
+    service = pwd.getpwnam(slurm.user_name)  # the testenv's REST user: useradd --system
+    assert service.pw_uid < 1000
+    return [("slurm", "owner 'slurm' is a system account"),
+            (slurm.user_name, f"owner '{slurm.user_name}' is a system account "
+                              f"(uid {service.pw_uid} < min_owner_uid 1000)")]
+
+
+def test_a_system_account_owner_is_refused(backend: SlurmBackend,
+                                           slurm_cluster: SlurmCluster) -> None:
+    """An API user named like SlurmUser or a service account (here the testenv's REST user,
+    which has a Slurm association) gets no job: nothing signed, sbatch never run."""
+    for owner, why in _system_owners(slurm_cluster):
+        req = _request(backend, owner, ["/bin/true"], {})
+        with pytest.raises(SubmitRefused, match=re.escape(why)):
+            backend.submit(req)
+        assert slurm_cluster.run(["squeue", "-h", "-t", "all", "-n", req.name]).stdout == ""
+
+
+@pytest.mark.parametrize("backend", ["rest"], indirect=True)
+def test_over_rest_the_clusters_uid_is_checked_after_submit(
+    backend: SlurmBackend, slurm_cluster: SlurmCluster
+) -> None:
+    """A broker host that does not know the cluster's users, with an admin mapping to a name
+    that is a system account on the cluster: Slurm's user_id is checked, the job cancelled."""
+    owners = backend.transport.owner_tokens  # type: ignore[attr-defined]
+    owners.policy = replace(owners.policy, lookup=lambda user: None,
+                            vouched=frozenset({slurm_cluster.user_name}))
+    uid = pwd.getpwnam(slurm_cluster.user_name).pw_uid
+    req = _request(backend, slurm_cluster.user_name, ["/bin/true"], {})
+    with pytest.raises(SubmitRefused) as err:
+        backend.submit(req)
+    assert re.fullmatch(rf"owner '{slurm_cluster.user_name}' is a system account \(uid "
+                        rf"{uid} < min_owner_uid 1000\); job \d+ cancelled", str(err.value))
+    assert "eyJ" not in str(err.value)  # no token (a JWT starts with "eyJ")
+    out = slurm_cluster.run(["squeue", "-h", "-t", "PD,R", "-n", req.name, "-o", "%u"]).stdout
+    assert out == ""
 
 
 @pytest.mark.parametrize("backend", ["rest"], indirect=True)

@@ -107,9 +107,52 @@ def test_backfill_off_keeps_held_gpus_idle() -> None:
 def test_a_safety_factor_counts_the_backfilled_jobs_limit_several_times() -> None:
     # 30 min x 3 = 90 min: past the gang's start at 60 min, and r00 has nothing to spare
     params = AdmissionParams(
-        ordering=OrderingParams(starvation_after_s=3600, backfill_factor=3.0)
+        ordering=OrderingParams(starvation_after_s=3600, backfill_factor=3.0,
+                                backfill_margin_s=0)
     )
     got = decide(held_rack(), starving_gang(), small(30), params=params)
     assert not got["small-30"].admitted
     got = decide(held_rack(), starving_gang(), small(19), params=params)
     assert got["small-19"].admitted
+
+
+def test_the_backends_slack_past_a_limit_counts_against_the_gangs_start() -> None:
+    # 55 min ends before the gang's start at 60 min, but a backend may run it ~7 min longer
+    # (Slurm: rounding and KillWait; Kubernetes: the start-up timeout) and it starts after
+    # dispatch: with the default margin it waits, without one it would be backfilled
+    assert OrderingParams().backfill_margin_s >= 300 + 59
+    got = decide(held_rack(), starving_gang(), small(55))
+    assert not got["small-55"].admitted
+    assert got["gang"].reservation is not None
+    params = AdmissionParams(ordering=OrderingParams(starvation_after_s=3600,
+                                                     backfill_margin_s=0))
+    assert decide(held_rack(), starving_gang(), small(55), params=params)["small-55"].admitted
+    assert decide(held_rack(), starving_gang(), small(52))["small-52"].admitted
+
+
+def overlapping_holds() -> PoolBuilder:
+    """Every GPU busy but 4 on n0. Rack r00: n0's other 4 back at 90 min, n1 at 30, n2 and n3
+    at 60; rack r01 at 900 min. A 1 x 8 gang holds n1 (back soonest) and claims it; a 3 x 8
+    rack gang then holds n0's 4 GPUs and fits in r00 at 90 min (n0, n2, n3), n1's release
+    being the first gang's."""
+    pool = make_pool("p1").use_all_but({"p1-n0": 4})
+    pool.release("n0", (90, 4)).release("n1", (30, 8))
+    pool.release("n2", (60, 8)).release("n3", (60, 8))
+    for n in ("n4", "n5", "n6", "n7"):
+        pool.release(n, (900, 8))
+    return pool
+
+
+def test_a_later_hold_does_not_count_releases_an_earlier_hold_claimed() -> None:
+    one = make_job().id("one").gpus(8).submitted(-180).build()
+    rack = make_job().id("rack").gpus(8).replicas(3).topology("rack").submitted(-120).build()
+    # 100 min on n0 delays the rack gang past 90 min; only with n1's release at 30 min
+    # (the 1 x 8 gang's) would it fit by 60 min and have n0 to spare
+    got = decide(overlapping_holds(), one, rack, small(100, gpus=4))
+    assert got["one"].reservation == "p1:b0/r00/p1-n1 (0 GPUs)"
+    assert got["rack"].reservation == "p1:b0/r00 (4 GPUs)"
+    assert not got["small-100"].admitted
+    got = decide(overlapping_holds(), one, rack, small(60, gpus=4))  # ends by 67 min
+    assert got["small-60"].admitted
+    assert got["small-60"].placement is not None
+    assert got["small-60"].placement.nodes == ("p1-n0",)

@@ -63,3 +63,25 @@ def test_foreign_backlog_counts_waiting_work_but_not_held_or_never_runnable_jobs
         pending(8, 8, "Resources", name="isthmus-abc-1"),
     ], 24, T0)
     assert (depth.foreign_pending_gpus, depth.isthmus_pending_gpus) == (14, 8)
+
+
+def test_never_runnable_jobs_of_isthmus_and_of_several_partitions_still_count() -> None:
+    def pending(i: int, gpus: int, reason: str, name: str = "train",
+                partition: str = "a100") -> JobRecord:
+        return JobRecord(job_id=str(i), name=name, state="PENDING", partition=partition,
+                         gpus=gpus, reason=reason)
+
+    jobs = [
+        # Isthmus's own: it holds a place in the queue (the pool's pending limit counts it)
+        pending(1, 8, "PartitionTimeLimit", name="isthmus-abc-1"),
+        # two partitions, a reason from one of them: it may still run in the other
+        pending(2, 4, "PartitionTimeLimit", partition="a100,h100"),
+        # a reason about the job itself: it never runs anywhere
+        pending(3, 16, "DependencyNeverSatisfied", partition="a100,h100"),
+        pending(4, 16, "PartitionNodeLimit"),  # one partition: never runs there
+    ]
+    a100 = queue_depth("a100", jobs, 24, T0)
+    assert (a100.isthmus_pending_gpus, a100.isthmus_pending_jobs) == (8, 1)
+    assert a100.foreign_pending_gpus == 4
+    h100 = queue_depth("h100", jobs, 24, T0)
+    assert (h100.isthmus_pending_gpus, h100.foreign_pending_gpus) == (0, 4)

@@ -9,6 +9,7 @@ import jwt
 import pytest
 
 from backends.base import SettingsError
+from backends.slurm.owner_policy import OwnerPolicy
 from backends.slurm.owner_tokens import OwnerTokenError, OwnerTokens, read_key
 from backends.slurm.settings import SlurmSettings
 
@@ -16,7 +17,8 @@ KEY = b"k" * 32
 
 
 def test_a_token_names_the_owner_and_lives_only_its_lifespan() -> None:
-    tokens = OwnerTokens(KEY, 60, clock=lambda: 1_000_000.0)
+    tokens = OwnerTokens(KEY, 60, clock=lambda: 1_000_000.0,
+                         policy=OwnerPolicy(lookup=lambda user: 1001))
     headers = tokens.headers("alice")
     assert headers["X-SLURM-USER-NAME"] == "alice"
     claims = jwt.decode(headers["X-SLURM-USER-TOKEN"], KEY, algorithms=["HS256"],
