@@ -4,9 +4,11 @@ Replays the Helios-shaped trace of bench/placement_quality.py (backends/sim/trac
 same two simulated backends with the isthmus admission cycle. Each cycle also runs the queue
 estimate (policies/eta.py) exactly as the broker's admission does; the first estimate a job
 gets (the cycle after its submission) is kept and compared with when the simulator really
-starts it. The estimate knows only what the broker knows: the backends' expected releases
-and the jobs' declared time limits (over-estimates, trace.py), scaled as the broker scales them
-(by the median true/declared run time of the last 200 ended jobs); never true run times.
+starts it. The estimate knows only what the broker knows: the backends' expected releases,
+the jobs' declared time limits (over-estimates, trace.py), the run-time model learnt from the
+last 1,000 ended jobs (team, declared limit, true run; policies/runtime.py), and its running
+jobs' nodes, starts and limits (broker/control/eta_inputs.py); never a job's true run time
+before it ended, nor jobs not yet submitted.
 
 Error of a job: |first estimate - real start| / real wait, over jobs that waited at least
 `--min-wait` seconds (a job that starts in the next cycle has no wait to be wrong about);
@@ -20,8 +22,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from backends.base import SubmitRequest
 from backends.sim import DURATION_ENV, SimBackend, SimClock
@@ -36,11 +40,13 @@ from bench.placement_quality import (
     pools,
     snapshot,
 )
+from broker.control.eta_inputs import RATIO_SAMPLES
 from broker.domain.inventory import InventorySnapshot
 from broker.domain.topology import TopologyLevel
 from policies import eta
-from policies.admission import AdmissionParams, admission_cycle
+from policies.admission import AdmissionParams, Decision, admission_cycle
 from policies.placement import PlacementParams
+from policies.runtime import RunSample, RuntimeModel
 from policies.types import FlavorQuota, PendingJob, QuotaConfig, TeamQuota, Usage, decay_usage
 
 
@@ -53,7 +59,33 @@ class Result:
     started: dict[str, float] = field(default_factory=dict)
 
 
-def replay(n: int, seed: int, load: float, learn: bool,
+HISTORY = RATIO_SAMPLES
+"""Ended jobs the run-time model learns from (the most recent), as the broker keeps them."""
+ONE_RATIO = (200, 20)
+"""`--runtimes ratio`: the median true/declared ratio of the last 200 ended jobs, 1.0 until 20
+have ended (the broker's run-time factor before the model)."""
+
+
+def _running(backends: dict[str, SimBackend], running: dict[str, tuple[str, str, int]],
+             model: RuntimeModel, now: float) -> list[eta.Running]:
+    """What the broker knows of its running attempts: nodes, start and declared limit; their
+    predicted end comes from the model, given how long they have run."""
+    out: list[eta.Running] = []
+    for b in backends.values():
+        for name in running:
+            job = b.jobs.get(name)
+            if job is None or job.started is None or job.limit is None:
+                continue
+            team = running[name][0]
+            elapsed = now - job.started
+            end = now + model.remaining_s(team, job.limit, elapsed)
+            for node in set(job.nodes):
+                out.append(eta.Running(node, T0 + timedelta(seconds=job.started + job.limit),
+                                       T0 + timedelta(seconds=end)))
+    return out
+
+
+def replay(n: int, seed: int, load: float, mode: str,
            fixed: float | None = None) -> tuple[Result, dict[str, float]]:
     trace = make_trace(n, seed, load)
     nominal = capacity_gpus()
@@ -73,7 +105,8 @@ def replay(n: int, seed: int, load: float, learn: bool,
     in_use: dict[tuple[str, str], int] = {}
     decayed: dict[tuple[str, str], float] = {}
     res = Result()
-    ratios: list[float] = []  # true / declared run time of ended jobs: what the broker sees
+    # ended jobs' team, declared and true run time: what the broker sees
+    history: deque[RunSample] = deque(maxlen=HISTORY)
     nxt = 0
     stop = trace[-1].submit_s + 14 * 86400
     while (nxt < len(trace) or pending or running) and clock.t < stop:
@@ -94,10 +127,11 @@ def replay(n: int, seed: int, load: float, learn: bool,
             usage = Usage(in_use=dict(in_use), decayed=dict(decayed))
             result = admission_cycle(list(pending.values()), inv, quotas, usage, clock.now,
                                      params)
-            factor = fixed if fixed is not None else (
-                statistics.median(ratios[-200:]) if learn and len(ratios) >= 20 else 1.0)
-            estimates = eta.estimate(result.decisions, pending, inv, clock.now,
-                                     runtime_factor=factor)
+            if all(j in res.first for j in pending):
+                estimates = {}  # only first estimates are scored: nothing new to estimate
+            else:
+                estimates = _estimate(mode, fixed, history, result.decisions, pending, inv,
+                                      backends, running, clock.t)
             reasons = {d.job_id: d.reason.value for d in result.decisions}
             for job_id, e in estimates.items():
                 if job_id not in res.first:
@@ -131,10 +165,28 @@ def replay(n: int, seed: int, load: float, learn: bool,
                     team, flavor, gpus = running.pop(bname)
                     in_use[(team, flavor)] -= gpus
                     tj = by_id[job_id]
-                    ratios.append(tj.duration_s / limit_s(tj))
+                    history.append(RunSample(tj.team, limit_s(tj), tj.duration_s))
         for key in set(in_use) | set(decayed):
             decayed[key] = decay_usage(decayed.get(key, 0.0), in_use.get(key, 0), CYCLE_S, 6 * 3600)
     return res, {j.id: j.submit_s for j in trace}
+
+
+def _estimate(mode: str, fixed: float | None, history: deque[RunSample],
+              decisions: Sequence[Decision], pending: dict[str, PendingJob],
+              inv: InventorySnapshot, backends: dict[str, SimBackend],
+              running: dict[str, tuple[str, str, int]], t: float) -> dict[str, eta.Estimate]:
+    now = T0 + timedelta(seconds=t)
+    if mode == "declared" or fixed is not None:
+        return eta.estimate(decisions, pending, inv, now, runtime_factor=fixed or 1.0)
+    recent = list(history)[-ONE_RATIO[0]:]
+    factor = (statistics.median(s.ran_s / s.declared_s for s in recent)
+              if len(recent) >= ONE_RATIO[1] else 1.0)
+    if mode == "ratio":  # one ratio for every job (the estimate before the model)
+        return eta.estimate(decisions, pending, inv, now, runtime_factor=factor)
+    model = RuntimeModel.learn(history)
+    known = _running(backends, running, model, t) if mode == "model" else []
+    return eta.estimate(decisions, pending, inv, now, runtime_factor=model.factor(),
+                        model=model, running=known)
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -149,14 +201,18 @@ def main() -> None:
     ap.add_argument("--load", type=float, default=1.0)
     ap.add_argument("--min-wait", type=float, default=600.0,
                     help="only jobs that really waited this many seconds are scored")
-    ap.add_argument("--declared", action="store_true",
-                    help="trust declared limits; by default they are scaled by the median "
-                         "true/declared run time of ended jobs, as the broker does "
-                         "(broker.control.admission.runtime_factor)")
+    ap.add_argument("--runtimes", default="model",
+                    choices=("model", "model-no-running", "ratio", "declared"),
+                    help="model (default, as the broker does): run times predicted from ended "
+                         "jobs of the same declared limit and team (policies/runtime.py); "
+                         "model-no-running: the same, but running work's ends from its "
+                         "releases scaled by the median ratio, not from its start and limit; "
+                         "ratio: declared limits scaled by one median true/declared ratio; "
+                         "declared: declared limits as they are")
     ap.add_argument("--factor", type=float, default=None,
                     help="a fixed run-time factor instead of the learnt one")
     args = ap.parse_args()
-    res, submitted = replay(args.jobs, args.seed, args.load, not args.declared, args.factor)
+    res, submitted = replay(args.jobs, args.seed, args.load, args.runtimes, args.factor)
     errors: list[float] = []
     signed: list[float] = []
     unknown = 0

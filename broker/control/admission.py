@@ -17,15 +17,14 @@ victim that cannot be stopped does not keep the others from being stopped.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
-import sqlalchemy as sa
 from sqlmodel import Session
 
 from broker import ledger
 from broker.control import admission_writes as writes
-from broker.control import decision_log, holds
+from broker.control import decision_log, eta_inputs, holds
 from broker.control.faults import crash_point
 from broker.control.guard import Incident, JobGuard
 from broker.control.plane import ControlPlane, hold_in_flight, log
@@ -39,9 +38,10 @@ from broker.policy_inputs import pending_job, quota_config
 from broker.policy_inputs import usage as usage_view
 from broker.store import attempts as att
 from broker.store.queries import list_jobs
-from broker.store.records import JOBS, JobRecord
+from broker.store.records import JobRecord
 from policies import eta
 from policies.admission import CycleResult, admission_cycle
+from policies.runtime import RuntimeModel
 from policies.types import PendingJob, QuotaConfig, Usage
 
 
@@ -135,51 +135,6 @@ def _moved(old: tuple[int, float | None, str] | None, new: eta.Estimate, now: da
     return drift > max(60.0, 0.1 * max(0.0, at - now.timestamp()))
 
 
-RATIO_SAMPLES = 200
-"""Ended attempts the run-time factor is learnt from (the most recent)."""
-RATIO_MIN = 20
-"""Fewer ended attempts than this: trust the declared limits."""
-
-
-def runtime_factor(plane: ControlPlane, s: Session) -> float:
-    """The median ratio of true to declared run time of attempts that recently ended without a
-    failure or preemption: declared limits are over-estimates (users round up), so the queue
-    estimate scales them by what they turned out to be here (bench/eta_accuracy.py measures
-    both). 1.0 until RATIO_MIN attempts have ended. Ratios are cached on the plane (soft
-    state: refetched on loss)."""
-    a = att.ATTEMPTS
-    rows = s.connection().execute(
-        sa.select(a.c.job_id, a.c.number, a.c.started_at, a.c.ended_at)
-        .where(a.c.ended_at.is_not(None), a.c.started_at.is_not(None), a.c.failure.is_(None),
-               a.c.preempted.is_(False))
-        .order_by(a.c.ended_at.desc()).limit(RATIO_SAMPLES)
-    ).all()
-    if len(rows) < RATIO_MIN:
-        return 1.0
-    cache: dict[tuple[str, int], float] | None = getattr(plane, "_eta_ratios", None)
-    if cache is None or len(cache) > 10 * RATIO_SAMPLES:
-        cache = {}
-        setattr(plane, "_eta_ratios", cache)  # noqa: B010 - not a field of ControlPlane
-    missing = [r.job_id for r in rows if (r.job_id, r.number) not in cache]
-    if missing:
-        specs: dict[str, str] = {
-            row[0]: row[1] for row in s.connection().execute(
-                sa.select(JOBS.c.id, JOBS.c.spec_json).where(JOBS.c.id.in_(missing))
-            )
-        }
-        for r in rows:
-            if (r.job_id, r.number) in cache or r.job_id not in specs:
-                continue
-            with JobGuard("run-time ratio", r.job_id):
-                limit = plane.spec(r.job_id, specs[r.job_id]).max_runtime
-                ran = (r.ended_at - r.started_at).total_seconds()
-                cache[(r.job_id, r.number)] = min(1.0, max(0.0, ran) / max(1, limit))
-    ratios = sorted(cache[(r.job_id, r.number)] for r in rows if (r.job_id, r.number) in cache)
-    if len(ratios) < RATIO_MIN:
-        return 1.0
-    return max(0.01, ratios[len(ratios) // 2])
-
-
 @dataclass
 class CycleInputs:
     """What one admission cycle decides on: the queued jobs, their views, one inventory
@@ -192,7 +147,8 @@ class CycleInputs:
     usage: Usage
     now: datetime
     unreadable: list[Incident]
-    runtime_factor: float = 1.0
+    runtimes: RuntimeModel = field(default_factory=RuntimeModel)
+    running: list[eta.Running] = field(default_factory=list)
 
 
 def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
@@ -204,14 +160,15 @@ def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
         queued = list_jobs(s, states=[JobState.QUEUED.value], limit=limit, ascending=True)
         in_use = {k: v[0] for k, v in ledger.usage(s).items()}
         held = _in_flight(plane, s)
-        factor = runtime_factor(plane, s)
+        runtimes = eta_inputs.runtime_model(plane, s)
+        running = eta_inputs.running_work(plane, s, runtimes, now)
     if fold_usage:  # the real cycle: held jobs get their reason and stay out (a plan only reads)
         queued = holds.apply_holds(plane, queued, now)  # start times, dependencies, array limits
     inventory = hold_in_flight(plane.inventory(), held)
     views, unreadable = _pending_views(plane, queued)
     decayed = plane.decayed_usage(in_use, now)  # read from the ledger: a what-if changes nothing
     return CycleInputs(queued, views, inventory, quota_config(plane.config),
-                       usage_view(in_use, decayed), now, unreadable, factor)
+                       usage_view(in_use, decayed), now, unreadable, runtimes, running)
 
 
 def decide(
@@ -226,7 +183,7 @@ def decide(
     )
     estimates = eta.estimate(
         result.decisions, {v.id: v for v in views}, inputs.inventory, inputs.now,
-        runtime_factor=inputs.runtime_factor,
+        runtime_factor=inputs.runtimes.factor(), model=inputs.runtimes, running=inputs.running,
     )
     return result, estimates
 

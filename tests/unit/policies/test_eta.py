@@ -160,21 +160,86 @@ def test_a_job_admitted_to_a_backend_queue_takes_the_next_release_first() -> Non
 
 
 def test_a_reservation_holds_the_free_gpus_of_its_gang_until_it_starts() -> None:
-    """Admission holds the free GPUs of a starving gang's domain (no backfill in front of it):
-    4 of n0's GPUs are free, 4 come back at minute 60. The 8-GPU gang with a reservation starts
-    at 60; a 4-GPU, 30-minute job behind it fits in the free 4 now only if nothing holds them,
-    so with the reservation it starts after the gang's declared hour, at 120."""
+    """Admission holds the free GPUs of a starving gang's domain: 4 of n0's GPUs are free, 4
+    come back at minute 60. The 8-GPU gang with a reservation starts at 60; a 4-GPU job of 90
+    minutes behind it would end after that, so it may not use the held 4 (backfill,
+    policies/backfill.py) and starts after the gang's declared hour, at 120; a 30-minute job
+    ends before 60 and starts now in the held GPUs."""
     pool = make_pool().shape(racks=1, nodes=1).release("n0", (60, 4))
-    big, small = _job(8, runtime_min=60), _job(4, runtime_min=30)
+    big = _job(8, runtime_min=60)
     inv = inventory(pool)
-    result = admission_cycle([big, small], inv, QUOTAS, quota_usage(), T0)
-    by = result.by_job()
-    jobs = {big.id: big, small.id: small}
     from broker.domain.reasons import Reason
 
-    free = [by[big.id], replace(by[small.id], admitted=False, placement=None,
-                                reason=Reason.InsufficientCapacity)]
-    held = [replace(by[big.id], reservation=f"{inv.pools[0].name}:* (4 GPUs)"), free[1]]
-    assert estimate(free, jobs, inv, T0)[small.id].at == T0
-    est = estimate(held, jobs, inv, T0)
-    assert est[big.id].at == at(60) and est[small.id].at == at(120), est
+    for small, start in ((_job(4, runtime_min=90), at(120)), (_job(4, runtime_min=30), T0)):
+        result = admission_cycle([big, small], inv, QUOTAS, quota_usage(), T0)
+        by = result.by_job()
+        jobs = {big.id: big, small.id: small}
+        waiting = replace(by[small.id], admitted=False, placement=None,
+                          reason=Reason.InsufficientCapacity)
+        free = [by[big.id], waiting]
+        held = [replace(by[big.id], reservation=f"{inv.pools[0].name}:* (4 GPUs)"), waiting]
+        assert estimate(free, jobs, inv, T0)[small.id].at == T0
+        est = estimate(held, jobs, inv, T0)
+        assert est[big.id].at == at(60) and est[small.id].at == start, est
+
+
+def test_a_later_job_that_fits_first_starts_first_as_in_the_real_loop() -> None:
+    """The admission loop is greedy: at each cycle whatever fits starts, so a small job behind
+    a gang takes the GPUs that come back before the gang fits, and the gang waits for them.
+    4 GPUs come back at minute 30 and 4 at 60: the 4-GPU hour-long job starts at 30 and the
+    8-GPU gang (not starving: no hold) only once that job ends, at 90. (A replay where nothing
+    ever delays an earlier job said 60 for the gang and 120 for the small job: both wrong.)"""
+    pool = make_pool().shape(racks=1, nodes=1).release("n0", (30, 4), (60, 4))
+    big, small = _job(8, runtime_min=60), _job(4, runtime_min=60)
+    _, est = _run(pool, big, small)
+    assert est[small.id].at == at(30), est[small.id]
+    assert est[big.id].at == at(90), est[big.id]
+
+
+def test_a_starving_gang_holds_what_comes_back_until_it_fits() -> None:
+    """The same queue, the gang waiting for two hours already (starving): from its first
+    step it holds the free GPUs of its domain, so the small job does not start in front of it;
+    the gang starts at 60 and the small job after the gang's hour, at 120."""
+    pool = make_pool().shape(racks=1, nodes=1).release("n0", (30, 4), (60, 4))
+    big = replace(_job(8, runtime_min=60), submitted_at=at(-120))
+    small = _job(4, runtime_min=60)
+    _, est = _run(pool, big, small)
+    assert est[big.id].at == at(60), est[big.id]
+    assert est[small.id].at == at(120), est[small.id]
+
+
+def test_predicted_run_times_replace_declared_limits() -> None:
+    """Jobs declaring 72 h here ran 1% of it (about 43 minutes): the job behind one such job
+    is expected once that one's predicted run ends, not three days later."""
+    from policies.runtime import RunSample, RuntimeModel
+
+    hours = 72 * 3600.0
+    model = RuntimeModel.learn([RunSample("x", hours, 0.01 * hours)] * 20)
+    pool = make_pool().shape(racks=1, nodes=1).release("n0", (30, 8))
+    first, second = _job(8, runtime_min=72 * 60), _job(8, runtime_min=72 * 60)
+    inv = inventory(pool)
+    result = admission_cycle([first, second], inv, QUOTAS, quota_usage(), T0)
+    jobs = {first.id: first, second.id: second}
+    plain = estimate(result.decisions, jobs, inv, T0)
+    assert plain[second.id].at == at(30 + 72 * 60)
+    est = estimate(result.decisions, jobs, inv, T0, model=model)
+    assert est[first.id].at == at(30)
+    assert est[second.id].at == at(30 + 0.01 * 72 * 60), est[second.id]
+    assert "run times from 20 ended attempts" in est[second.id].method
+
+
+def test_known_running_work_ends_at_its_predicted_end() -> None:
+    """The release at minute 600 (a declared end) belongs to an attempt the broker predicts
+    to end at minute 45: the waiting job starts then; a release nobody claims stays scaled by
+    the factor only."""
+    from policies.eta import Running
+
+    pool = make_pool().shape(racks=1, nodes=1).release("n0", (600, 8))
+    inv = inventory(pool)
+    node = inv.pools[0].nodes[0].name
+    job = _job(8)
+    result = admission_cycle([job], inv, QUOTAS, quota_usage(), T0)
+    mine = [Running(node, at(600), at(45))]
+    assert estimate(result.decisions, {job.id: job}, inv, T0, running=mine)[job.id].at == at(45)
+    other = [Running(node, at(400), at(45))]
+    assert estimate(result.decisions, {job.id: job}, inv, T0, running=other)[job.id].at == at(600)

@@ -1,0 +1,107 @@
+"""What the queue estimate (policies/eta.py) learns from the store besides the cycle: the
+run-time model (policies/runtime.py) from recently ended attempts, and the running attempts
+whose declared and predicted ends it can match to the backends' releases.
+
+Both are read once per admission cycle; what never changes (an attempt's team, declared limit
+and placed nodes) is parsed once and kept on the plane (soft state: re-read on loss)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+from sqlmodel import Session
+
+from broker.control.guard import JobGuard
+from broker.control.plane import ControlPlane
+from broker.domain.attempts import Placement
+from broker.store import attempts as att
+from broker.store.records import JOBS
+from policies.eta import Running
+from policies.runtime import RunSample, RuntimeModel
+
+RATIO_SAMPLES = 1000
+"""Ended attempts the run-time model learns from (the most recent)."""
+MAX_RUNNING = 10_000
+"""Running attempts matched to releases, at most (the others keep the factor)."""
+
+_Key = tuple[str, int]
+_Facts = tuple[str, float, tuple[str, ...] | None]
+"""Team, declared limit (s), placed nodes (None: not read yet; () placed by the backend)."""
+
+
+def _cache(plane: ControlPlane, name: str) -> dict[_Key, _Facts]:
+    cache: dict[_Key, _Facts] | None = getattr(plane, name, None)
+    if cache is None or len(cache) > 4 * (RATIO_SAMPLES + MAX_RUNNING):
+        cache = {}
+        setattr(plane, name, cache)
+    return cache
+
+
+def _facts(plane: ControlPlane, s: Session, keys: list[_Key],
+           nodes: bool) -> dict[_Key, _Facts]:
+    """(team, declared limit in seconds, placed nodes) of attempts `keys`, cached."""
+    cache = _cache(plane, "_eta_facts")
+    missing = [k for k in keys if k not in cache or (nodes and cache[k][2] is None)]
+    if missing:
+        ids = sorted({k[0] for k in missing})
+        jobs = {r[0]: (r[1], r[2]) for r in s.connection().execute(
+            sa.select(JOBS.c.id, JOBS.c.team, JOBS.c.spec_json).where(JOBS.c.id.in_(ids)))}
+        snaps = att.snapshots(s, missing) if nodes else {}
+        for k in missing:
+            if k[0] not in jobs:
+                continue
+            with JobGuard("run-time sample", k[0]):
+                team, spec = jobs[k[0]]
+                placed = _nodes(snaps[k]) if k in snaps else None
+                cache[k] = (team, float(plane.spec(k[0], spec).max_runtime), placed)
+    return {k: cache[k] for k in keys if k in cache}
+
+
+def _nodes(snapshot_json: str) -> tuple[str, ...]:
+    placement = json.loads(snapshot_json).get("placement")
+    return () if placement is None else Placement.model_validate(placement).nodes
+
+
+def runtime_model(plane: ControlPlane, s: Session) -> RuntimeModel:
+    """Learnt from the attempts that recently ended without a failure or preemption: declared
+    limits are over-estimates (users round up), so the estimate predicts what they turn out to
+    be here (bench/eta_accuracy.py measures it)."""
+    a = att.ATTEMPTS
+    rows = s.connection().execute(
+        sa.select(a.c.job_id, a.c.number, a.c.started_at, a.c.ended_at)
+        .where(a.c.ended_at.is_not(None), a.c.started_at.is_not(None), a.c.failure.is_(None),
+               a.c.preempted.is_(False))
+        .order_by(a.c.ended_at.desc()).limit(RATIO_SAMPLES)
+    ).all()
+    facts = _facts(plane, s, [(r.job_id, r.number) for r in rows], nodes=False)
+    return RuntimeModel.learn(
+        RunSample(facts[(r.job_id, r.number)][0], facts[(r.job_id, r.number)][1],
+                  (r.ended_at - r.started_at).total_seconds())
+        for r in rows if (r.job_id, r.number) in facts
+    )
+
+
+def running_work(plane: ControlPlane, s: Session, model: RuntimeModel,
+                 now: datetime) -> list[Running]:
+    """The running attempts on their placed nodes: declared end (start + limit, as the
+    backends announce the release) and predicted end (the model, given the time run)."""
+    a = att.ATTEMPTS
+    rows = s.connection().execute(
+        sa.select(a.c.job_id, a.c.number, a.c.started_at)
+        .where(a.c.ended_at.is_(None), a.c.started_at.is_not(None))
+        .order_by(a.c.started_at.desc()).limit(MAX_RUNNING)
+    ).all()
+    facts = _facts(plane, s, [(r.job_id, r.number) for r in rows], nodes=True)
+    out: list[Running] = []
+    for r in rows:
+        f = facts.get((r.job_id, r.number))
+        if f is None:
+            continue
+        team, limit, nodes = f
+        elapsed = (now - r.started_at).total_seconds()
+        end = now + timedelta(seconds=model.remaining_s(team, limit, elapsed))
+        declared = r.started_at + timedelta(seconds=limit)
+        out.extend(Running(node, declared, end) for node in sorted(set(nodes or ())))
+    return out

@@ -1,0 +1,55 @@
+"""Run-time prediction from history (policies/runtime.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from policies.runtime import MIN_SAMPLES, RunSample, RuntimeModel
+
+HOUR = 3600.0
+
+
+def _samples(team: str, declared: float, ratios: list[float]) -> list[RunSample]:
+    return [RunSample(team, declared, r * declared) for r in ratios]
+
+
+def test_without_enough_history_the_declared_limit_stands() -> None:
+    model = RuntimeModel.learn(_samples("a", HOUR, [0.5] * (MIN_SAMPLES - 1)))
+    assert model.run_s("a", HOUR) == HOUR
+    assert model.factor() == 1.0
+
+
+def test_each_declared_limit_is_predicted_from_the_jobs_that_declared_it() -> None:
+    """Jobs declaring 72 h (the cluster maximum, picked whatever the need) ran 1% of it; jobs
+    declaring 1 h ran 80%. One ratio for all of them (the mean over both groups, 48%) would
+    put both groups far off; the model gives each its own."""
+    history = _samples("a", 72 * HOUR, [0.01] * 20) + _samples("b", HOUR, [0.8] * 30)
+    model = RuntimeModel.learn(history)
+    assert model.run_s("c", 72 * HOUR) == pytest.approx(0.01 * 72 * HOUR)
+    assert model.run_s("c", HOUR) == pytest.approx(0.8 * HOUR)
+    assert model.factor() == pytest.approx((20 * 0.01 + 30 * 0.8) / 50)  # one ratio for all
+
+
+def test_a_team_with_its_own_history_of_a_limit_is_predicted_from_it() -> None:
+    history = _samples("a", HOUR, [0.2] * 10) + _samples("b", HOUR, [0.9] * 30)
+    model = RuntimeModel.learn(history)
+    assert model.run_s("a", HOUR) == 0.2 * HOUR
+    assert model.run_s("b", HOUR) == 0.9 * HOUR
+    # a team without history: the limit's group, 10 at 20% and 30 at 90%
+    assert model.run_s("new", HOUR) == pytest.approx((10 * 0.2 + 30 * 0.9) / 40 * HOUR)
+
+
+def test_running_work_is_predicted_from_the_samples_that_ran_longer() -> None:
+    """Half of the 8 h jobs ran 10%, half 75%; one that has run 2 h (25%) is one of the long
+    ones: 6 h - 2 h = 4 h left, not what the whole group's mean would say (under an hour)."""
+    model = RuntimeModel.learn(_samples("a", 8 * HOUR, [0.1] * 10 + [0.75] * 10))
+    assert model.remaining_s("a", 8 * HOUR, 2 * HOUR) == 4 * HOUR
+    # past every sample: expected at its declared end
+    assert model.remaining_s("a", 8 * HOUR, 7 * HOUR) == HOUR
+
+
+def test_samples_that_cannot_be_ratios_are_left_out() -> None:
+    bad = [RunSample("a", 0.0, 10.0), RunSample("a", HOUR, -5.0)]
+    model = RuntimeModel.learn(bad + _samples("a", HOUR, [0.5] * MIN_SAMPLES))
+    assert model.samples == MIN_SAMPLES
+    assert model.run_s("a", HOUR) == 0.5 * HOUR
