@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from broker.hpc import jobview
-from broker.hpc.common import all_jobs, connect, main_guard
+from broker.hpc.common import DropInError, all_jobs, connect, main_guard
 from broker.hpc.jobview import JobView
 
 PROG = "isqueue"
@@ -191,10 +191,19 @@ def _print_jobs(jobs: Sequence[JobView], args: argparse.Namespace, now: datetime
         print(line)
 
 
+def check_format(fmt: str | None) -> None:
+    """Refuse a ``-o`` format with a field letter squeue does not know, before asking the broker
+    (squeue: ``Invalid job format specification: Z``)."""
+    for match in _SPEC.finditer(fmt or ""):
+        if match.group(4) not in _VALUES:
+            raise DropInError(f"Invalid job format specification: {match.group(4)}")
+
+
 def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     args = parser().parse_args(argv)
 
     def body() -> int:
+        check_format(args.format)
         now = datetime.now(UTC)
         selection = _Selection.of(args)
         with connect(environ) as api:
