@@ -62,14 +62,35 @@ def _cancel_selected(environ: Mapping[str, str], args: argparse.Namespace, sig: 
     with connect(environ) as api:
         direct = [i for i in args.job_ids if "_" not in i and len(i) == 16 and not filters]
         if direct and len(direct) == len(args.job_ids):
+            # An Isthmus id is cancelled in one call; an id the broker does not know as a job
+            # may be an array id (the same shape), looked up among the listed jobs below.
+            rest = []
             for job_id in direct:
-                code |= _cancel(api, job_id, job_id, args.verbose, sig)
-            return code
+                done = _direct(api, job_id, args.verbose, sig)
+                if done is None:
+                    rest.append(job_id)
+                else:
+                    code |= done
+            if not rest:
+                return code
+            args.job_ids = rest
         found = _matching(api, args)
-        code = _report_unmatched(args.job_ids, found)
+        code |= _report_unmatched(args.job_ids, found)
         for job in found:
             code |= _cancel(api, job.id, job.display_id, args.verbose, sig)
     return code
+
+
+def _direct(api: Client, job_id: str, verbose: bool, sig: str | None) -> int | None:
+    """Cancel (or signal) one job by its Isthmus id: the exit code, or None when the broker
+    knows no job by that id (it may be an array id)."""
+    try:
+        api.job(job_id)
+    except ApiError as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return _cancel(api, job_id, job_id, verbose, sig)
 
 
 def _matching(api: Client, args: argparse.Namespace) -> list[JobView]:

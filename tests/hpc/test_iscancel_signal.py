@@ -13,7 +13,9 @@ import broker.hpc.common as common
 from broker.api.app import create_app
 from broker.client import Client
 from broker.config import parse_config
+from broker.domain.scheduling import ArrayMember, Scheduling
 from broker.hpc import iscancel
+from broker.orchestration.submission import submit_job
 from broker.store.db import Database
 from tests.builders import spec
 from tests.harness.sim import CONFIG, make_sim, run_until, submit
@@ -54,3 +56,34 @@ def test_kubernetes_jobs_and_waiting_jobs_are_not_signalled(
     assert "only a running job can be signalled" in capsys.readouterr().err
     bad = TestClient(app).post(f"/v1/hpc/jobs/{on_k8s}/signal", json={"signal": "USR1; id"})
     assert bad.status_code == 422
+
+
+def test_an_array_is_cancelled_by_its_array_id_alone(
+    db: Database, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``iscancel ARRAYID`` cancels every task, as ``scancel ARRAYID`` does: the array id has
+    the shape of an Isthmus id, so the broker's "no such job" must lead to the array lookup."""
+
+    sim = make_sim(db, parse_config(CONFIG))
+    array_id = "06harrayid000001"
+    tasks = []
+    for index in range(3):
+        built = spec().flavors("a100-80g").replicas(1).topology(None).build()
+        member = ArrayMember(id=array_id, index=index, count=3)
+        tasks.append(submit_job(db, sim.plane.config, built.model_copy(
+            update={"scheduling": Scheduling(array=member)}), "tester").job.id)
+    app = create_app(sim.plane.config, db)
+
+    def local(url: str, token: str | None = None) -> Client:
+        c = Client(url, token)
+        c._http.close()
+        c._http = TestClient(app)
+        return c
+
+    monkeypatch.setattr(common, "Client", local)
+    env = {"ISTHMUS_URL": "http://testserver", "HOME": "/nonexistent"}
+    assert iscancel.run([array_id], env) == 0, capsys.readouterr().err
+    states = {TestClient(app).get(f"/v1/jobs/{t}").json()["state"] for t in tasks}
+    assert states == {"CANCELLED"}
+    assert iscancel.run(["0123456789abcdef"], env) == 1
+    assert "Invalid job id specified" in capsys.readouterr().err
