@@ -25,7 +25,7 @@ from broker.control.guard import JobGuard
 from broker.control.plane import ControlPlane, log
 from broker.control.reconcile_apply import RECONCILER, _ending, apply_all, charge, mark_one
 from broker.domain import HOLDING, FailureCategory, JobState, Reason
-from broker.domain.facts import ENDED_PHASES, Fact, Phase
+from broker.domain.facts import ENDED_PHASES, Fact, Finding, Phase
 from broker.metrics import BACKEND_UP
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
@@ -163,13 +163,13 @@ def _one(plane: ControlPlane, backend: Backend, a: att.AttemptRecord, job: JobRe
             with plane.db.write() as s:
                 att.update(s, a.job_id, a.number, missing_since=now)
         if (now - missing).total_seconds() >= plane.params.lost_grace_s:
-            lost = fact or Fact(
-                backend=backend_name, backend_name=a.backend_name, job_id=a.job_id,
-                attempt=a.number, phase=Phase.LOST, reason=Reason.Orchestration,
-                failure=FailureCategory.ORCHESTRATION, observed_at=now,
+            lost = fact or Finding(
+                phase=Phase.LOST, reason=Reason.Orchestration,
+                failure=FailureCategory.ORCHESTRATION,
                 message=f"{a.backend_name} is unknown to {backend_name} "
                         "(queue and accounting)",
-            )
+            ).fact(backend=backend_name, backend_name=a.backend_name, job_id=a.job_id,
+                   attempt=a.number, observed_at=now)
             changed.append((a, lost))
             report.lost += 1
         return
