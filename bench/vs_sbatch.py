@@ -1,7 +1,8 @@
 """Benchmark: submit-to-RUNNING latency through isbatch vs direct sbatch, on the real cluster.
 
 Needs the local cluster (deploy/testenv/slurm/up). Starts an `isthmus server` (SQLite, the
-cluster's partitions as pools, a slurm_compat section, short control intervals) and, in one run,
+cluster's partitions as pools, a slurm_compat section, the default control intervals, so the
+runtime's wakes after a submit and a dispatch drive the loop as in production) and, in one run,
 alternates N submissions of the same one-node script: `isbatch` (the console script, as a user
 runs it: interpreter start, mapping, API call) and `sbatch` to the same partition. Each latency
 runs from just before the command starts to the first poll (every 50 ms) that sees the job
@@ -59,8 +60,7 @@ def write_config(path: Path, values: dict[str, str], work: Path) -> None:
     cap = {"nodes": 3, "gpus_per_node": 8}
     data = {
         "auth": {"mode": "none"},
-        "control": {"admission_interval": 0.2, "dispatch_interval": 0.1,
-                    "reconcile_interval": 0.2, "lease_ttl": 3.0},
+        "control": {"lease_ttl": 3.0},  # the default intervals: the runtime's wakes drive it
         "flavors": [{"name": "a100-80g", "gpu_model": "A100", "gpu_memory_gb": 80},
                     {"name": "h100-80g", "gpu_model": "H100", "gpu_memory_gb": 80}],
         "backends": [{"name": "slurm-local", "kind": "slurm",

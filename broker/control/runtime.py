@@ -50,9 +50,14 @@ from broker.store.fence import Deposed
 
 log = get_logger(__name__)
 
-FOLLOW_UP_S = (0.1, 0.25, 0.5, 1.0, 2.0, 4.0)
+FOLLOW_UP_S = (0.1, 0.2, 0.3, 0.45, 0.6, 0.8, 1.0, 1.5, 2.0, 4.0)
 """After a dispatch created objects, the reconcilers are woken again this long after it: a
-backend reports a freshly created job as pending first and as running a moment later."""
+backend reports a freshly created job as pending first and as running a moment later (Slurm
+here: 0.3-0.5 s after sbatch), so the first second is sampled densely."""
+
+RECONCILE_WAKE_GAP_S = 0.1
+"""Reconcilers may be woken this often (one backend query per pass; the follow-ups above
+would otherwise merge into the admission-sized gap and see RUNNING up to half a second late)."""
 
 
 @dataclass(frozen=True)
@@ -190,7 +195,8 @@ class Runtime:
             last = self._woken.get(job_id)
             if last is not None and last > now:
                 return  # a run is already scheduled after this moment: it sees this wake's cause
-            at = now if last is None else max(now, last + self.min_wake_gap)
+            gap = RECONCILE_WAKE_GAP_S if job_id.startswith("reconcile:") else self.min_wake_gap
+            at = now if last is None else max(now, last + min(gap, self.min_wake_gap))
             self._woken[job_id] = at
         self._schedule(job_id, at - now)
 
