@@ -30,7 +30,7 @@ from broker.domain.inventory import (
 )
 from broker.domain.spec import BackendKind
 from broker.domain.topology import TopologyLevel
-from policies.admission import admission_cycle
+from policies.cycle import admission_cycle
 from policies.types import FlavorQuota, PendingJob, QuotaConfig, TeamQuota, Usage
 
 NOW = datetime(2025, 1, 1, 12, tzinfo=UTC)

@@ -6,7 +6,7 @@ estimate (policies/eta.py) exactly as the broker's admission does; the first est
 gets (the cycle after its submission) is kept and compared with when the simulator really
 starts it. The estimate knows only what the broker knows: the backends' expected releases,
 the jobs' declared time limits (over-estimates, trace.py), the run-time model learnt from the
-last 1,000 ended jobs (team, declared limit, true run; policies/runtime.py), and its running
+last 1,000 ended jobs (team, declared limit, true run; policies/run_length.py), and its running
 jobs' nodes, starts and limits (broker/control/eta_inputs.py); never a job's true run time
 before it ended, nor jobs not yet submitted.
 
@@ -44,9 +44,9 @@ from broker.control.eta_inputs import RATIO_SAMPLES
 from broker.domain.inventory import InventorySnapshot
 from broker.domain.topology import TopologyLevel
 from policies import eta
-from policies.admission import AdmissionParams, Decision, admission_cycle
+from policies.cycle import AdmissionParams, Decision, admission_cycle
 from policies.placement import PlacementParams
-from policies.runtime import RunSample, RuntimeModel
+from policies.run_length import RunSample, RuntimeModel
 from policies.types import FlavorQuota, PendingJob, QuotaConfig, TeamQuota, Usage, decay_usage
 
 
@@ -204,7 +204,7 @@ def main() -> None:
     ap.add_argument("--runtimes", default="model",
                     choices=("model", "model-no-running", "ratio", "declared"),
                     help="model (default, as the broker does): run times predicted from ended "
-                         "jobs of the same declared limit and team (policies/runtime.py); "
+                         "jobs of the same declared limit and team (policies/run_length.py); "
                          "model-no-running: the same, but running work's ends from its "
                          "releases scaled by the median ratio, not from its start and limit; "
                          "ratio: declared limits scaled by one median true/declared ratio; "

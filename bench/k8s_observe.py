@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from backends.k8s import K8sBackend, K8sSettings, PoolBinding
+from backends.k8s import K8sBackend, K8sPoolBinding, K8sSettings
 from backends.k8s.manifests import COMPLETION_INDEX
 from tests.harness.k8s_requests import request
 
@@ -66,7 +66,7 @@ def main() -> None:
         sys.exit(f"{args.kubeconfig} not found: run deploy/testenv/k8s/up first")
 
     ns = f"isthmus-bench-{uuid.uuid4().hex[:6]}"
-    pool = PoolBinding(name="a100", flavor="a100-80g", node_selector={"isthmus.io/pool": "a100"})
+    pool = K8sPoolBinding(name="a100", flavor="a100-80g", node_selector={"isthmus.io/pool": "a100"})
     settings = K8sSettings(kubeconfig=args.kubeconfig, namespace=ns, request_timeout_s=60)
     backend = K8sBackend("k8s-bench", [pool], settings)
     core, batch = backend.apis.core, backend.apis.batch

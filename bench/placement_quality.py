@@ -50,7 +50,7 @@ from broker.domain.attempts import Placement, RunSnapshot
 from broker.domain.inventory import InventorySnapshot
 from broker.domain.spec import JobSpec
 from broker.domain.topology import TopologyLevel
-from policies.admission import AdmissionParams, admission_cycle
+from policies.cycle import AdmissionParams, admission_cycle
 from policies.ordering import OrderingParams
 from policies.placement import PlacementParams
 from policies.types import FlavorQuota, PendingJob, QuotaConfig, TeamQuota, Usage, decay_usage

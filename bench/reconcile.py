@@ -23,7 +23,7 @@ from broker.config import parse_config
 from broker.control.admission import run_admission
 from broker.control.dispatch import run_dispatch
 from broker.control.plane import ControlPlane
-from broker.control.reconcile import reconcile
+from broker.control.reconcile import run_reconcile
 from broker.domain.spec import JobSpec
 from broker.orchestration.submission import Submission, submit_many
 from broker.store import open_database
@@ -88,20 +88,20 @@ def main() -> None:
     clock.advance(60)
     sim.sync()
     t0 = time.perf_counter()
-    reconcile(plane, "sim")  # first pass: every job turns RUNNING
+    run_reconcile(plane, "sim")  # first pass: every job turns RUNNING
     t_first = time.perf_counter() - t0
     idle = []
     for _ in range(3):
         t0 = time.perf_counter()
-        reconcile(plane, "sim")
+        run_reconcile(plane, "sim")
         idle.append(time.perf_counter() - t0)
     if args.profile:
-        cProfile.runctx('reconcile(plane, "sim")', globals(), locals(), f"{args.profile}.idle")
+        cProfile.runctx('run_reconcile(plane, "sim")', globals(), locals(), f"{args.profile}.idle")
     clock.advance(3600 + 60)  # ~1% of the jobs finish (durations spread over 100 minutes)
     sim.sync()
     prof = cProfile.Profile() if args.profile else None
     t0 = time.perf_counter()
-    report = prof.runcall(reconcile, plane, "sim") if prof else reconcile(plane, "sim")
+    report = prof.runcall(run_reconcile, plane, "sim") if prof else run_reconcile(plane, "sim")
     t_changes = time.perf_counter() - t0
     if prof:
         prof.dump_stats(f"{args.profile}.reconcile")

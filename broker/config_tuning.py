@@ -87,7 +87,7 @@ class FairShareTuning(Strict):
 
 
 class AdmissionTuning(Strict):
-    """policies.admission.AdmissionParams (besides placement and ordering)."""
+    """policies.cycle.AdmissionParams (besides placement and ordering)."""
 
     max_admissions: int | None = Field(default=None, ge=1, le=1_000_000)
     """Most admissions in one cycle (none: no limit)."""

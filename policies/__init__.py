@@ -1,7 +1,7 @@
 """Pure, deterministic policies over snapshots: placement, quota, ordering, admission,
 preemption, retry and explain. They import only `broker.domain`; no I/O, no clock."""
 
-from policies.admission import (
+from policies.cycle import (
     AdmissionParams,
     CycleRecord,
     CycleResult,

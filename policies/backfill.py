@@ -1,6 +1,6 @@
 """Conservative backfill into capacity held for starving gangs (Slurm's backfill rule). Pure.
 
-A starving gang that does not fit holds the free GPUs of one domain (policies/admission.py,
+A starving gang that does not fit holds the free GPUs of one domain (policies/cycle.py,
 `_reserve`) until it fits there: its expected start `ready`, the earliest time its replicas fit
 on those nodes counting the GPUs each node has back by then (`NodeSnapshot.releases`, from
 declared time limits; policies/reservation.py). A later job of the same cycle that does not fit

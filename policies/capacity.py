@@ -147,19 +147,19 @@ class PoolIndex:
             if node_cap is None:
                 if self.fail_memo.get((g, level), _BIG) <= replicas:
                     continue
-                fit = self._find_fast(g, replicas, level)
+                fit = self._find_indexed(g, replicas, level)
                 if fit is None:
                     self.fail_memo[(g, level)] = replicas
             else:
-                fit = self._find_slow(g, replicas, level, node_cap)
+                fit = self._find_with_node_cap(g, replicas, level, node_cap)
             if fit is not None:
                 return fit
         return None
 
-    def _find_fast(self, g: int, replicas: int, level: int) -> Fit | None:
+    def _find_indexed(self, g: int, replicas: int, level: int) -> Fit | None:
         need = replicas * g
         if level == NODE:
-            return self._fast_node(replicas, need)
+            return self._indexed_node(replicas, need)
         if level == RACK:
             best_r: Rack | None = None
             for r in self.racks:
@@ -178,7 +178,7 @@ class PoolIndex:
             return None
         return self._assign(POOL, "", self.racks, replicas, lambda n: n.free // g, need)
 
-    def _fast_node(self, replicas: int, need: int) -> Fit | None:
+    def _indexed_node(self, replicas: int, need: int) -> Fit | None:
         """The node with the fewest free GPUs that holds `need`, in the emptiest rack."""
         best: tuple[int, int, str] | None = None
         best_rack: Rack | None = None
@@ -211,7 +211,8 @@ class PoolIndex:
         rs = self.blocks[best_b[1]]
         return self._assign(BLOCK, best_b[1], rs, replicas, lambda n: n.free // g, need)
 
-    def _find_slow(self, g: int, replicas: int, level: int, node_cap: NodeCap) -> Fit | None:
+    def _find_with_node_cap(self, g: int, replicas: int, level: int,
+                            node_cap: NodeCap) -> Fit | None:
         caps = {n.name: node_cap(n) for n in self.nodes.values()}
         if level == NODE:
             cands = [n for n in self.nodes.values() if caps[n.name] >= replicas]

@@ -1,4 +1,4 @@
-"""What an admission cycle decides (policies/admission.py): a decision per pending job and
+"""What an admission cycle decides (policies/cycle.py): a decision per pending job and
 the compact record of the cycle, with the digest of its inputs."""
 
 from __future__ import annotations

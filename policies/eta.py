@@ -10,7 +10,7 @@ required level, and a starving gang that does not fit holds a domain for that st
 submitted later are not known and not projected, so a later job with a better place in the
 order can still move a start back.
 
-Run times: with a `RuntimeModel` (policies/runtime.py, learnt from ended attempts) a job runs
+Run times: with a `RuntimeModel` (policies/run_length.py, learnt from ended attempts) a job runs
 its predicted time and running work whose start and limit are known (`Running`) ends at its
 predicted end; work the model cannot speak for is scaled by `runtime_factor` (its declared
 time, and the time left until an anonymous release). 1.0 trusts declared limits.
@@ -36,10 +36,10 @@ from datetime import UTC, datetime, timedelta
 from broker.domain.inventory import InventorySnapshot, PoolSnapshot
 from broker.domain.reasons import Reason
 from broker.domain.topology import rank_of
-from policies.admission import Decision
+from policies.cycle import Decision
 from policies.eta_schedule import PoolState, Projection, Slot, Start, Wanted
 from policies.ordering import OrderingParams
-from policies.runtime import RuntimeModel
+from policies.run_length import RuntimeModel
 from policies.types import PendingJob
 
 MAX_ESTIMATED = 500

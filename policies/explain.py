@@ -15,7 +15,7 @@ from broker.domain.inventory import InventorySnapshot
 from broker.domain.reasons import Reason, most_severe, severity
 from broker.domain.spec import BackendKind
 from broker.domain.topology import TopologyLevel
-from policies.admission import AdmissionParams, Decision, admission_cycle
+from policies.cycle import AdmissionParams, Decision, admission_cycle
 from policies.eta import Estimate
 from policies.placement import PoolVerdict, verdict_order
 from policies.types import PendingJob, QuotaConfig, Usage

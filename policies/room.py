@@ -1,4 +1,4 @@
-"""The pool as priority preemption sees it for a job (policies/admission.py): free GPUs per
+"""The pool as priority preemption sees it for a job (policies/cycle.py): free GPUs per
 node on the cycle's working copy and each node's domain at the job's required level."""
 
 from __future__ import annotations

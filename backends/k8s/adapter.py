@@ -43,7 +43,7 @@ from backends.k8s.logs import read_logs
 from backends.k8s.manifests import LABEL_NAME, render
 from backends.k8s.observe import gang_fact, lost_nodes, make_reflectors, meta_of, pods_by_gang
 from backends.k8s.pod_evidence import ClassifyPolicy
-from backends.k8s.settings import K8sSettings, PoolBinding
+from backends.k8s.settings import K8sPoolBinding, K8sSettings
 from backends.k8s.teardown import cancel_gang, tear_down
 from backends.k8s.watch import Reflector
 from broker.domain.facts import Fact, Finding
@@ -64,7 +64,7 @@ class K8sBackend:
     def __init__(
         self,
         name: str,
-        pools: Sequence[PoolBinding],
+        pools: Sequence[K8sPoolBinding],
         settings: K8sSettings | None = None,
         *,
         api_client: Any | None = None,
@@ -169,7 +169,7 @@ class K8sBackend:
     def render(self, request: SubmitRequest) -> list[JSON]:
         return render(request, self._pool(request), self.settings)
 
-    def _pool(self, request: SubmitRequest) -> PoolBinding:
+    def _pool(self, request: SubmitRequest) -> K8sPoolBinding:
         pool = self.pools.get(request.placement.pool)
         if pool is None:
             raise Unsupported(f"placement.pool: backend {self.name} has no pool "

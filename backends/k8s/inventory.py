@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from backends.k8s.manifests import ANN_MAX_RUNTIME, LABEL_MANAGED, LABEL_NAME
-from backends.k8s.settings import MANAGED_BY, K8sSettings, PoolBinding, pool_tolerations
+from backends.k8s.settings import MANAGED_BY, K8sPoolBinding, K8sSettings, pool_tolerations
 from broker.domain.inventory import NodeSnapshot, PoolSnapshot, QueueDepth, TopologyPath
 from broker.domain.spec import BackendKind
 from broker.domain.timebox import add_seconds
@@ -162,7 +162,7 @@ def node_matches(pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
 
 # -- snapshots ------------------------------------------------------------------------------
 
-def node_snapshot(node: Mapping[str, Any], used_gpus: float, pool: PoolBinding,
+def node_snapshot(node: Mapping[str, Any], used_gpus: float, pool: K8sPoolBinding,
                   settings: K8sSettings,
                   releases: Sequence[tuple[datetime, int]] = (),
                   requested: tuple[float, float] = (0.0, 0.0)) -> NodeSnapshot:
@@ -239,7 +239,7 @@ def node_usage(pods: Iterable[Mapping[str, Any]], resource: str
 
 
 def queue_depths(pods: Iterable[Mapping[str, Any]], nodes: Sequence[Mapping[str, Any]],
-                 pools: Sequence[PoolBinding], resource: str) -> dict[str, QueueDepth]:
+                 pools: Sequence[K8sPoolBinding], resource: str) -> dict[str, QueueDepth]:
     """Pending GPU demand per pool; a pod counts in each pool it could land in."""
     pool_nodes = {p.name: [n for n in nodes
                            if p.selects((n.get("metadata") or {}).get("labels") or {})]
@@ -277,7 +277,7 @@ def build_pools(
     backend: str,
     nodes: Sequence[Mapping[str, Any]],
     pods: Sequence[Mapping[str, Any]],
-    pools: Sequence[PoolBinding],
+    pools: Sequence[K8sPoolBinding],
     settings: K8sSettings,
 ) -> tuple[PoolSnapshot, ...]:
     used, releases, requested = node_usage(pods, settings.gpu_resource)

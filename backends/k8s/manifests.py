@@ -21,8 +21,8 @@ from backends.k8s import batch_script
 from backends.k8s.settings import (
     LABEL_PREFIX,
     MANAGED_BY,
+    K8sPoolBinding,
     K8sSettings,
-    PoolBinding,
     pool_tolerations,
 )
 from broker.domain.topology import TopologyLevel
@@ -70,7 +70,7 @@ def domain_value(domain: str) -> str:
 
 
 def node_affinity(
-    request: SubmitRequest, pool: PoolBinding, settings: K8sSettings, *, pin_domain: bool = True
+    request: SubmitRequest, pool: K8sPoolBinding, settings: K8sSettings, *, pin_domain: bool = True
 ) -> dict[str, Any]:
     """Every rank on the pool's nodes, inside the chosen topology domain (or on the chosen
     nodes when the placement names them). Without `pin_domain` (kueue mode: Kueue's
@@ -111,7 +111,7 @@ def node_affinity(
     }
 
 
-def tolerations_for(pool: PoolBinding, settings: K8sSettings) -> list[dict[str, Any]]:
+def tolerations_for(pool: K8sPoolBinding, settings: K8sSettings) -> list[dict[str, Any]]:
     tols = [dict(t) for t in pool_tolerations(pool, settings)]
     # A lost node should end the gang in about a minute, not after the default 5 minutes.
     for key in ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"):
@@ -202,7 +202,7 @@ def check_name(name: str) -> None:
 
 
 def render(
-    request: SubmitRequest, pool: PoolBinding, settings: K8sSettings | None = None
+    request: SubmitRequest, pool: K8sPoolBinding, settings: K8sSettings | None = None
 ) -> list[dict[str, Any]]:
     """The manifests of one attempt: Job, Service (and PodGroup), and the Secret of the
     progress token when the request carries one (the adapter creates it first)."""
@@ -230,7 +230,7 @@ def team_namespace(settings: K8sSettings, team: str) -> str:
     return ns
 
 
-def job_manifest(request: SubmitRequest, pool: PoolBinding, settings: K8sSettings, ns: str,
+def job_manifest(request: SubmitRequest, pool: K8sPoolBinding, settings: K8sSettings, ns: str,
                  labels: dict[str, str]) -> dict[str, Any]:
     """The Indexed Job of the gang (suspended for Kueue, which admits it)."""
     spec = request.snapshot.spec
@@ -262,7 +262,7 @@ def job_manifest(request: SubmitRequest, pool: PoolBinding, settings: K8sSetting
     }
 
 
-def pod_template(request: SubmitRequest, pool: PoolBinding,
+def pod_template(request: SubmitRequest, pool: K8sPoolBinding,
                  settings: K8sSettings) -> dict[str, Any]:
     """The pod of every rank: labels and annotations (the user's, then the admin's
     pod_labels/pod_annotations: a tenant must not opt out of e.g. `sidecar.istio.io/inject`,
@@ -328,7 +328,7 @@ def service_manifest(name: str, ns: str, labels: dict[str, str],
     }
 
 
-def podgroup_manifest(request: SubmitRequest, pool: PoolBinding, settings: K8sSettings,
+def podgroup_manifest(request: SubmitRequest, pool: K8sPoolBinding, settings: K8sSettings,
                       ns: str, labels: dict[str, str]) -> dict[str, Any]:
     """Volcano's PodGroup: the gang starts whole (minMember = replicas) or not at all."""
     gang = request.snapshot.spec.gang

@@ -110,7 +110,7 @@ class K8sSettings:
 
 
 @dataclass(frozen=True, slots=True)
-class PoolBinding:
+class K8sPoolBinding:
     """An isthmus.yaml pool served by this backend: its node selector and flavor."""
 
     name: str
@@ -129,7 +129,7 @@ class PoolBinding:
         return ",".join(f"{k}={v}" for k, v in sorted(self.node_selector.items()))
 
 
-def pool_tolerations(pool: PoolBinding, settings: K8sSettings) -> tuple[Mapping[str, Any], ...]:
+def pool_tolerations(pool: K8sPoolBinding, settings: K8sSettings) -> tuple[Mapping[str, Any], ...]:
     """What a pool's pods tolerate: configured tolerations, else the taints named by its own
     node selector (``isthmus.io/pool=h100:NoSchedule`` for selector ``isthmus.io/pool: h100``)."""
     configured = settings.tolerations.get(pool.name)

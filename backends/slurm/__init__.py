@@ -1,7 +1,7 @@
 """Slurm backend: CLI or slurmrestd transport, script rendering, fact classification.
 
 broker/wiring builds a SlurmBackend from an isthmus.yaml ``backends[]`` entry of kind ``slurm``
-(its settings: the fields of ``SlurmSettings``) and the pools that name it (``PoolBinding``s).
+(its settings: the fields of ``SlurmSettings``) and the pools that name it (``SlurmPoolBinding``s).
 Transports are created lazily; httpx is imported only for REST.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from backends.slurm.adapter import SlurmBackend
-from backends.slurm.inventory import PoolBinding
+from backends.slurm.inventory import SlurmPoolBinding
 from backends.slurm.owner_policy import OwnerPolicy, cluster_accounts
 from backends.slurm.script import render
 from backends.slurm.settings import SlurmSettings
@@ -61,8 +61,8 @@ def make_transport(settings: SlurmSettings) -> Transport:
 
 
 __all__ = [
-    "PoolBinding",
     "SlurmBackend",
+    "SlurmPoolBinding",
     "SlurmSettings",
     "SubmitRefused",
     "Transport",

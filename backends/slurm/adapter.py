@@ -26,9 +26,9 @@ from backends.slurm.classify import (
     classify,
 )
 from backends.slurm.evidence import NODE_EVIDENCE_STATES, EndEvidence
-from backends.slurm.inventory import ISTHMUS_PREFIX, PoolBinding, pool_snapshots, split_name
+from backends.slurm.inventory import ISTHMUS_PREFIX, SlurmPoolBinding, pool_snapshots, split_name
 from backends.slurm.output import read_output
-from backends.slurm.records import TERMINAL, BatchJob, JobRecord, NodeRecord, newest
+from backends.slurm.records import TERMINAL, BatchJob, NodeRecord, SlurmJob, newest
 from backends.slurm.settings import SlurmSettings
 from backends.slurm.signals import send_signal
 from backends.slurm.transport import Transport
@@ -54,7 +54,7 @@ class SlurmBackend:
     def __init__(
         self,
         name: str,
-        pools: Sequence[PoolBinding],
+        pools: Sequence[SlurmPoolBinding],
         settings: SlurmSettings,
         transport: Transport,
         *,
@@ -70,7 +70,7 @@ class SlurmBackend:
         self.own_user = settings.user or settings.rest_user or pwd.getpwuid(os.getuid()).pw_name
         self._gpu_types: dict[str, str] = {}
         self._node_gpu_types: dict[str, str] = {}  # node -> its GPU type (the run's GPU model)
-        self._last_seen: dict[str, JobRecord] = {}  # name -> last queue record (exit codes)
+        self._last_seen: dict[str, SlurmJob] = {}  # name -> last queue record (exit codes)
         self._known_ids: dict[str, str] = {}  # name -> Slurm job id
         self._looked_up_absent: dict[str, float] = {}
         """Names `lookup` just found nowhere (monotonic time of the look): the dispatcher looks
@@ -139,7 +139,7 @@ class SlurmBackend:
         """The exact batch script submit() would send (for `isthmus render`)."""
         return self.batch_job(request).script
 
-    def _existing(self, name: str) -> JobRecord | None:
+    def _existing(self, name: str) -> SlurmJob | None:
         queued = self.transport.find(name)
         if queued:
             return newest(queued)
@@ -173,7 +173,7 @@ class SlurmBackend:
 
     # -- observe ------------------------------------------------------------------------------
 
-    def _fact(self, rec: JobRecord, now: datetime) -> Fact:
+    def _fact(self, rec: SlurmJob, now: datetime) -> Fact:
         if (rec.state in NODE_EVIDENCE_STATES and rec.nodes
                 and not self._end.complete(rec.job_id)):
             return self._ending(rec, now)
@@ -200,7 +200,7 @@ class SlurmBackend:
                                      if n in self._node_gpu_types})),
         )
 
-    def _ending(self, rec: JobRecord, now: datetime) -> Fact:
+    def _ending(self, rec: SlurmJob, now: datetime) -> Fact:
         """A job that ended while the evidence to judge its end is incomplete: still ending,
         like a COMPLETING one (see EndEvidence.note)."""
         job_id, attempt = split_name(rec.name)
@@ -229,14 +229,14 @@ class SlurmBackend:
         one job-step query for all such jobs."""
         self._flush_kills()
         now = self.clock()
-        queued: dict[str, list[JobRecord]] = {}
+        queued: dict[str, list[SlurmJob]] = {}
         for rec in self.transport.jobs():
             if rec.name.startswith(ISTHMUS_PREFIX):
                 queued.setdefault(rec.name, []).append(rec)
         latest = {name: newest(recs) for name, recs in queued.items()}
         missing = [n for n in (names or ()) if n not in latest]
         ask_who = [r.job_id for r in latest.values() if r.state == "CANCELLED"]
-        accounted: dict[str, JobRecord] = {}
+        accounted: dict[str, SlurmJob] = {}
         if missing or ask_who:
             ids = [self._known_ids[n] for n in missing if n in self._known_ids] + ask_who
             since = now - timedelta(seconds=self.settings.accounting_lookback_s)

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from backends.slurm.classify import ClassifyPolicy, NodeCondition, event_in_run, node_fault
-from backends.slurm.records import JobRecord
+from backends.slurm.records import SlurmJob
 from backends.slurm.transport import Transport
 from broker.logs import get_logger
 
@@ -56,7 +56,7 @@ class EndEvidence:
         self.first_seen = {k: v for k, v in self.first_seen.items()
                            if k in job_ids and k not in self.nodes}
 
-    def note(self, recs: Iterable[JobRecord], now: datetime) -> None:
+    def note(self, recs: Iterable[SlurmJob], now: datetime) -> None:
         """Record the evidence for judging jobs that newly ended in a state their nodes' health
         can explain: the steps accounting recorded for them (one query; it also tells whether
         accounting has recorded their end yet), the nodes' current state (one node listing)
@@ -108,7 +108,7 @@ class EndEvidence:
                             int(END_EVIDENCE_WAIT.total_seconds()))
             self.nodes[rec.job_id] = conditions
 
-    def _missing(self, rec: JobRecord, recorded: Mapping[str, tuple[str, ...]],
+    def _missing(self, rec: SlurmJob, recorded: Mapping[str, tuple[str, ...]],
                  conditions: Mapping[str, Sequence[NodeCondition]]) -> str:
         """What the evidence for judging this ended job still lacks ("" if nothing)."""
         if rec.source != "accounting" and rec.job_id not in recorded:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from backends.slurm.classify import PendingCategory, pending_category
-from backends.slurm.records import JobRecord, NodeRecord, Switch
+from backends.slurm.records import NodeRecord, SlurmJob, Switch
 from broker.domain.inventory import NodeSnapshot, PoolSnapshot, QueueDepth, TopologyPath
 from broker.domain.spec import BackendKind
 from broker.domain.timebox import add_seconds
@@ -32,7 +32,7 @@ DEFAULT_RUNTIME_S = 3600.0  # for the wait estimate when nothing runs that we co
 
 
 @dataclass(frozen=True, slots=True)
-class PoolBinding:
+class SlurmPoolBinding:
     """An isthmus.yaml pool bound to a Slurm partition."""
 
     name: str
@@ -43,7 +43,7 @@ class PoolBinding:
     drained: bool = False
 
 
-def is_isthmus(job: JobRecord) -> bool:
+def is_isthmus(job: SlurmJob) -> bool:
     return job.name.startswith(ISTHMUS_PREFIX) or job.comment.startswith(ISTHMUS_COMMENT)
 
 
@@ -70,7 +70,7 @@ def unschedulable_reason(node: NodeRecord) -> str | None:
     return None
 
 
-def node_releases(jobs: Iterable[JobRecord]) -> dict[str, list[tuple[datetime, int]]]:
+def node_releases(jobs: Iterable[SlurmJob]) -> dict[str, list[tuple[datetime, int]]]:
     """When each node's busy GPUs are expected back: every running job's start plus its time
     limit (what Slurm's own backfill plans with), its GPUs spread evenly over its nodes. Jobs
     without a limit have no known end and are left out."""
@@ -105,7 +105,7 @@ def node_snapshot(node: NodeRecord, path: TopologyPath | None,
     )
 
 
-def _demand(job: JobRecord) -> bool:
+def _demand(job: SlurmJob) -> bool:
     """Whether a pending job is demand in the partitions it lists."""
     category = pending_category(job.reason)
     if category is PendingCategory.HELD:
@@ -115,7 +115,7 @@ def _demand(job: JobRecord) -> bool:
     return "," in job.partition and job.reason not in JOB_WIDE_NEVER
 
 
-def queue_depth(partition: str, jobs: Iterable[JobRecord], total_gpus: int,
+def queue_depth(partition: str, jobs: Iterable[SlurmJob], total_gpus: int,
                 now: datetime) -> QueueDepth:
     """Pending GPU demand in a partition, ours and others', and a rough wait estimate.
 
@@ -151,10 +151,10 @@ def queue_depth(partition: str, jobs: Iterable[JobRecord], total_gpus: int,
 
 def pool_snapshots(
     backend: str,
-    pools: Sequence[PoolBinding],
+    pools: Sequence[SlurmPoolBinding],
     nodes: Sequence[NodeRecord],
     switches: Sequence[Switch],
-    jobs: Sequence[JobRecord],
+    jobs: Sequence[SlurmJob],
     now: datetime,
 ) -> tuple[PoolSnapshot, ...]:
     paths = topology_paths(switches)

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 from backends.slurm.hostlist import expand
-from backends.slurm.records import JobRecord, NodeEvent, NodeRecord, Switch
+from backends.slurm.records import NodeEvent, NodeRecord, SlurmJob, Switch
 
 EVENT_FIELDS = ("NodeName", "TimeStart", "TimeEnd", "State", "Reason")
 SACCT_FIELDS = ("JobID", "JobName", "State", "ExitCode", "Reason", "NodeList", "Submit",
@@ -88,12 +88,12 @@ def gpus_in_tres(tres: str) -> int:
     return sum(int(m) for m in _TRES_GPU.findall(tres or ""))
 
 
-def squeue_job(d: Mapping[str, Any]) -> JobRecord:
+def squeue_job(d: Mapping[str, Any]) -> SlurmJob:
     state, flags = base_state(d.get("job_state"))
     exit_code, signal = exit_object(d.get("exit_code"))
     if state in ("PENDING", "RUNNING", "CONFIGURING"):
         exit_code, signal = None, None  # not ended: exit_code is a placeholder 0
-    return JobRecord(
+    return SlurmJob(
         job_id=str(d.get("job_id")),
         name=str(d.get("name") or ""),
         state=state,
@@ -246,7 +246,7 @@ def db_steps(d: Mapping[str, Any]) -> tuple[str, ...] | None:
     return tuple(names)
 
 
-def sacct_text(text: str) -> list[JobRecord]:
+def sacct_text(text: str) -> list[SlurmJob]:
     """Rows of `sacct -P -n -X -o <SACCT_FIELDS>`; exit codes here are right on 22.05."""
     jobs = []
     for line in text.splitlines():
@@ -261,7 +261,7 @@ def sacct_text(text: str) -> list[JobRecord]:
         state = state.strip().upper()
         if state in ("PENDING", "RUNNING", "CONFIGURING"):
             exit_code = signal = None
-        jobs.append(JobRecord(
+        jobs.append(SlurmJob(
             job_id=row["JobID"],
             name=row["JobName"],
             state=state,
@@ -283,7 +283,7 @@ def sacct_text(text: str) -> list[JobRecord]:
     return jobs
 
 
-def db_job(d: Mapping[str, Any], *, exit_code_reliable: bool) -> JobRecord:
+def db_job(d: Mapping[str, Any], *, exit_code_reliable: bool) -> SlurmJob:
     """A job of slurmdbd's JSON (slurmrestd /slurmdb/.../jobs, or sacct --json)."""
     state, reason = db_state(d)
     exit_obj = d.get("exit_code") or {}
@@ -296,7 +296,7 @@ def db_job(d: Mapping[str, Any], *, exit_code_reliable: bool) -> JobRecord:
     for item in tres.get("requested") or () if isinstance(tres, Mapping) else ():
         if item.get("type") == "gres" and str(item.get("name", "")).startswith("gpu"):
             gpus += number(item.get("count")) or 0
-    return JobRecord(
+    return SlurmJob(
         job_id=str(d.get("job_id")),
         name=str(d.get("name") or ""),
         state=state,

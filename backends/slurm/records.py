@@ -51,7 +51,7 @@ class Switch:
 
 
 @dataclass(frozen=True, slots=True)
-class JobRecord:
+class SlurmJob:
     """One Slurm job as seen by squeue, sacct or slurmrestd."""
 
     job_id: str
@@ -105,7 +105,7 @@ class BatchJob:
     exclusive: bool = False  # whole nodes (sbatch --exclusive)
 
 
-def newest(records: Sequence[JobRecord]) -> JobRecord:
+def newest(records: Sequence[SlurmJob]) -> SlurmJob:
     """The record of the latest submission (the highest job id)."""
     return max(records, key=lambda r: int(r.job_id) if r.job_id.isdigit() else 0)
 

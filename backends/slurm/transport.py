@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Protocol
 
 from backends.base import Unsupported
-from backends.slurm.records import BatchJob, JobRecord, NodeEvent, NodeRecord, Switch
+from backends.slurm.records import BatchJob, NodeEvent, NodeRecord, SlurmJob, Switch
 from backends.slurm.versions import Dialect
 
 
@@ -27,17 +27,17 @@ class Transport(Protocol):
 
     def topology(self) -> list[Switch]: ...
 
-    def jobs(self) -> list[JobRecord]:
+    def jobs(self) -> list[SlurmJob]:
         """Every job slurmctld knows (pending, running, recently ended), in one call."""
         ...
 
-    def find(self, name: str) -> list[JobRecord]:
+    def find(self, name: str) -> list[SlurmJob]:
         """Jobs with exactly this name still known to slurmctld."""
         ...
 
     def accounting(
         self, *, names: Sequence[str] = (), job_ids: Sequence[str] = (), since: datetime
-    ) -> list[JobRecord]:
+    ) -> list[SlurmJob]:
         """Jobs from the accounting database (by name and/or id), submitted after ``since``."""
         ...
 

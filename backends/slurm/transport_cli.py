@@ -18,7 +18,7 @@ from typing import Any
 from backends.base import BackendUnavailable
 from backends.slurm import parse
 from backends.slurm.owner_policy import OwnerPolicy, OwnerRefused, cluster_accounts
-from backends.slurm.records import BatchJob, JobRecord, NodeEvent, NodeRecord, Switch
+from backends.slurm.records import BatchJob, NodeEvent, NodeRecord, SlurmJob, Switch
 from backends.slurm.transport import SubmitRefused
 from backends.slurm.versions import Dialect, dialect_for, parse_release
 from broker.logs import get_logger
@@ -156,11 +156,11 @@ class CliTransport:
         proc = self.run(["scontrol", "show", "topology"])
         return parse.topology(proc.stdout)
 
-    def jobs(self) -> list[JobRecord]:
+    def jobs(self) -> list[SlurmJob]:
         data = self._json(["squeue", "--json"])
         return [parse.squeue_job(j) for j in data.get("jobs") or ()]
 
-    def find(self, name: str) -> list[JobRecord]:
+    def find(self, name: str) -> list[SlurmJob]:
         out = self.run(["squeue", "-h", "-t", "all", "--name", name, "-o", "%i"]).stdout
         ids = [line.strip() for line in out.splitlines() if line.strip()]
         if not ids:
@@ -170,11 +170,11 @@ class CliTransport:
                 if r.name == name]
 
     def accounting(self, *, names: Sequence[str] = (), job_ids: Sequence[str] = (),
-                   since: datetime) -> list[JobRecord]:
+                   since: datetime) -> list[SlurmJob]:
         if not names and not job_ids:
             return []
         base = ["sacct", "-P", "-n", "-X", "-o", ",".join(parse.SACCT_FIELDS)]
-        rows: list[JobRecord] = []
+        rows: list[SlurmJob] = []
         if job_ids:
             rows += parse.sacct_text(self.run([*base, "-j", ",".join(job_ids)]).stdout)
         if names:

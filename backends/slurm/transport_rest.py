@@ -20,7 +20,7 @@ from backends.base import BackendUnavailable, Unsupported
 from backends.slurm import parse
 from backends.slurm.owner_policy import OwnerPolicy
 from backends.slurm.owner_tokens import OwnerTokenError, OwnerTokens
-from backends.slurm.records import BatchJob, JobRecord, NodeEvent, NodeRecord, Switch
+from backends.slurm.records import BatchJob, NodeEvent, NodeRecord, SlurmJob, Switch
 from backends.slurm.script import gpu_count
 from backends.slurm.transport import SubmitRefused
 from backends.slurm.versions import DIALECTS, Dialect, dialect_for_openapi
@@ -133,18 +133,18 @@ class RestTransport:
         root = Switch(name="cluster", level=1, switches=tuple(sorted(racks)))
         return [*leaves, root]
 
-    def jobs(self) -> list[JobRecord]:
+    def jobs(self) -> list[SlurmJob]:
         data = self.request("GET", self._p("jobs"))
         self._check(data, "jobs")
         return [parse.squeue_job(j) for j in data.get("jobs") or ()]
 
-    def find(self, name: str) -> list[JobRecord]:
+    def find(self, name: str) -> list[SlurmJob]:
         return [j for j in self.jobs() if j.name == name]
 
     def accounting(self, *, names: Sequence[str] = (), job_ids: Sequence[str] = (),
-                   since: datetime) -> list[JobRecord]:
+                   since: datetime) -> list[SlurmJob]:
         reliable = self.dialect().db_exit_code_reliable
-        rows: list[JobRecord] = []
+        rows: list[SlurmJob] = []
         if names:
             # v0.0.38 parses comma lists only percent-encoded, and times only as dates
             end = (datetime.now() + timedelta(days=1)).strftime("%Y-%m-%d")

@@ -1,5 +1,5 @@
 """The admission cycle, carried out: heads -> holds -> snapshot -> nominate -> order -> admit (pure,
-policies.admission) -> persist -> requeue the rest with reasons -> decision record.
+policies.cycle) -> persist -> requeue the rest with reasons -> decision record.
 
 Persisting an admission: QUEUED -> ADMITTED through set_state (the ledger rule writes the
 reservation), the attempt row with its run snapshot and placement, which is also the
@@ -40,8 +40,8 @@ from broker.store import attempts as att
 from broker.store.queries import list_jobs
 from broker.store.records import JobRecord
 from policies import eta
-from policies.admission import CycleResult, admission_cycle
-from policies.runtime import RuntimeModel
+from policies.cycle import CycleResult, admission_cycle
+from policies.run_length import RuntimeModel
 from policies.types import PendingJob, QuotaConfig, Usage
 
 

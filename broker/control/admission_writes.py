@@ -25,7 +25,7 @@ from broker.store import attempts as att
 from broker.store import batch, records
 from broker.store.records import JobRecord
 from policies import eta
-from policies.admission import Decision
+from policies.cycle import Decision
 from policies.explain import explain
 
 ADMISSION = "system:admission"

@@ -30,7 +30,7 @@ from sqlmodel import Session
 
 from broker.control.plane import ControlPlane
 from broker.store import decision_log as store
-from policies.admission import Decision
+from policies.cycle import Decision
 
 log = logging.getLogger("isthmus.control")
 

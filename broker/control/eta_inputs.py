@@ -1,5 +1,5 @@
 """What the queue estimate (policies/eta.py) learns from the store besides the cycle: the
-run-time model (policies/runtime.py) from recently ended attempts, and the running attempts
+run-time model (policies/run_length.py) from recently ended attempts, and the running attempts
 whose declared and predicted ends it can match to the backends' releases.
 
 Both are read once per admission cycle; what never changes (an attempt's team, declared limit
@@ -19,7 +19,7 @@ from broker.domain.attempts import Placement
 from broker.store import attempts as att
 from broker.store.records import JOBS
 from policies.eta import Running
-from policies.runtime import RunSample, RuntimeModel
+from policies.run_length import RunSample, RuntimeModel
 
 RATIO_SAMPLES = 1000
 """Ended attempts the run-time model learns from (the most recent)."""

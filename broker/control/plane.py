@@ -32,7 +32,7 @@ from broker.store import attempts as att
 from broker.store.db import Database
 from broker.store.fence import FencedDatabase
 from broker.store.pools import pool_states
-from policies.admission import AdmissionParams
+from policies.cycle import AdmissionParams
 from policies.preemption import PreemptionParams
 from policies.retry import RetryParams
 

@@ -33,7 +33,7 @@ from broker.store import attempts as att
 from broker.store.queries import get_job, jobs_by_ids
 from broker.store.records import JobRecord
 
-__all__ = ["RECONCILER", "ReconcileReport", "charge", "reconcile"]
+__all__ = ["RECONCILER", "ReconcileReport", "charge", "run_reconcile"]
 
 
 @dataclass
@@ -66,7 +66,7 @@ def _changed(brief: list[att.Brief], by_name: dict[str, Fact]) -> list[tuple[str
             or said.get(b.backend_name) != (b.phase, b.job_reason)]
 
 
-def reconcile(plane: ControlPlane, backend_name: str) -> ReconcileReport:
+def run_reconcile(plane: ControlPlane, backend_name: str) -> ReconcileReport:
     """One pass. The attempts and jobs are read in narrow columns (one statement); the full
     rows only of those the backend's facts say changed, so a pass over many quiet attempts
     costs little more than the backend's observe call."""

@@ -44,7 +44,7 @@ from broker.control.decision_log import prune as prune_decisions
 from broker.control.dispatch import run_dispatch
 from broker.control.lease import LeaderLease
 from broker.control.plane import ControlPlane
-from broker.control.reconcile import reconcile
+from broker.control.reconcile import run_reconcile
 from broker.logs import control_cycle, get_logger
 from broker.store.fence import Deposed
 
@@ -105,7 +105,7 @@ class Runtime:
         self._add("dispatch", dispatch, iv.dispatch)
         self._add("decision-log", prune_decisions, iv.prune)
         for name in self.plane.backends:
-            self._add(f"reconcile:{name}", lambda p, n=name: reconcile(p, n), iv.reconcile)
+            self._add(f"reconcile:{name}", lambda p, n=name: run_reconcile(p, n), iv.reconcile)
         self.scheduler.add_job(self.keep_lease, "interval", seconds=iv.lease_ttl / 3,
                                id="lease", next_run_time=datetime.now())
         self.scheduler.start()

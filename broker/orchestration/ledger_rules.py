@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from broker import ledger
 from broker.domain import HOLDING, JobState, Reason
-from broker.orchestration.rules import Decision, Outcome, Rule, TransitionContext
+from broker.orchestration.rules import Outcome, Rule, Ruling, TransitionContext
 
 S = JobState
 
@@ -19,10 +19,10 @@ class ReserveOnAdmission(Rule):
     from_states = frozenset({S.QUEUED})
     to_states = frozenset({S.ADMITTED})
 
-    def before(self, ctx: TransitionContext) -> Decision | None:
+    def before(self, ctx: TransitionContext) -> Ruling | None:
         spec = (ctx.cause.details or {}).get("reservation")
         if not isinstance(spec, dict) or not {"flavor", "gpus"} <= set(spec):
-            return Decision(
+            return Ruling(
                 Outcome.ABORT, Reason.TransitionNotAllowed,
                 "admission must carry the reservation (flavor, gpus) it decided",
             )

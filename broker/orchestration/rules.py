@@ -1,6 +1,6 @@
 """Transition rules: small classes with before / after / cleanup hooks.
 
-A rule refuses a proposal by returning a Decision (REJECT, WAIT or ABORT with a reason); it
+A rule refuses a proposal by returning a Ruling (REJECT, WAIT or ABORT with a reason); it
 never raises for an expected refusal. `before` may take side effects (reserve quota) that
 `cleanup` undoes when a later rule refuses; `after` runs once the new state is written, in
 the same transaction.
@@ -39,7 +39,7 @@ class Cause:
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class Ruling:
     outcome: Outcome
     reason: Reason
     message: str
@@ -70,7 +70,7 @@ class Rule:
             self.to_states is None or dst in self.to_states
         )
 
-    def before(self, ctx: TransitionContext) -> Decision | None:
+    def before(self, ctx: TransitionContext) -> Ruling | None:
         return None
 
     def after(self, ctx: TransitionContext) -> None:
@@ -81,10 +81,10 @@ class Rule:
 
 
 class AllowedTransitionsRule(Rule):
-    def before(self, ctx: TransitionContext) -> Decision | None:
+    def before(self, ctx: TransitionContext) -> Ruling | None:
         if is_allowed(ctx.src, ctx.dst):
             return None
-        return Decision(
+        return Ruling(
             Outcome.REJECT,
             Reason.TransitionNotAllowed,
             f"{ctx.src} -> {ctx.dst} is not an allowed transition",
@@ -101,10 +101,10 @@ class RetryEngineOnlyRule(Rule):
         self.to_states = frozenset({dst})
         self.message = message
 
-    def before(self, ctx: TransitionContext) -> Decision | None:
+    def before(self, ctx: TransitionContext) -> Ruling | None:
         if ctx.cause.kind == "retry":
             return None
-        return Decision(Outcome.REJECT, Reason.RetryNotDecided, self.message)
+        return Ruling(Outcome.REJECT, Reason.RetryNotDecided, self.message)
 
 
 class RuleSet:

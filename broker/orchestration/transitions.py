@@ -24,10 +24,10 @@ from broker.domain.reasons import REASONS
 from broker.orchestration.policy import default_rules
 from broker.orchestration.rules import (
     Cause,
-    Decision,
     Outcome,
     Rule,
     RuleSet,
+    Ruling,
     TransitionContext,
 )
 from broker.store import records
@@ -133,7 +133,7 @@ def set_state(
     )
     ran: list[Rule] = []
     for rule in (rules or _DEFAULT_RULES).for_transition(src, proposed):
-        decision: Decision | None = rule.before(ctx)
+        decision: Ruling | None = rule.before(ctx)
         ran.append(rule)
         if decision is not None and decision.outcome is not Outcome.ACCEPT:
             for done_rule in reversed(ran):

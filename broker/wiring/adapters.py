@@ -44,33 +44,32 @@ def _mine(backend: BackendConfig, pools: Sequence[Pool]) -> list[Pool]:
 def slurm_adapter(backend: BackendConfig, pools: Sequence[Pool] = (),
                   transport: Transport | None = None) -> SlurmBackend:
     """A `kind: slurm` entry and its pools (each with a `partition`) -> SlurmBackend."""
-    from backends.slurm import PoolBinding, SlurmBackend, SlurmSettings, make_transport
+    from backends.slurm import SlurmBackend, SlurmPoolBinding, SlurmSettings, make_transport
 
     settings = _settings(SlurmSettings.from_dict, backend)
     bindings = []
     for pool in _mine(backend, pools):
         if not pool.partition:
             raise Unsupported(f"pools[{pool.name}].partition: a Slurm pool needs a partition")
-        bindings.append(PoolBinding(name=pool.name, partition=pool.partition, flavor=pool.flavor,
-                                    cost_weight=pool.cost_weight, shared=pool.shared,
-                                    drained=pool.drained))
+        bindings.append(SlurmPoolBinding(
+            name=pool.name, partition=pool.partition, flavor=pool.flavor,
+            cost_weight=pool.cost_weight, shared=pool.shared, drained=pool.drained))
     return SlurmBackend(backend.name, bindings, settings, transport or make_transport(settings))
 
 
 def k8s_adapter(backend: BackendConfig, pools: Sequence[Pool] = (),
                 api_client: Any | None = None) -> K8sBackend:
     """A `kind: k8s` entry and its pools (each with a `node_selector`) -> K8sBackend."""
-    from backends.k8s import K8sBackend, K8sSettings, PoolBinding
+    from backends.k8s import K8sBackend, K8sPoolBinding, K8sSettings
 
     settings = _settings(K8sSettings.from_dict, backend)
     bindings = []
     for pool in _mine(backend, pools):
         if not pool.node_selector:
             raise Unsupported(f"pools[{pool.name}].node_selector: {_NEEDS_SELECTOR}")
-        bindings.append(PoolBinding(name=pool.name, flavor=pool.flavor,
-                                    node_selector=dict(pool.node_selector),
-                                    cost_weight=pool.cost_weight, shared=pool.shared,
-                                    drained=pool.drained))
+        bindings.append(K8sPoolBinding(
+            name=pool.name, flavor=pool.flavor, node_selector=dict(pool.node_selector),
+            cost_weight=pool.cost_weight, shared=pool.shared, drained=pool.drained))
     unknown = sorted(set(settings.modes) - {b.name for b in bindings})
     if unknown:
         raise Unsupported(f"backends[{backend.name}].settings.modes: no pool(s) {unknown} "

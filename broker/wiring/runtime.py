@@ -24,7 +24,7 @@ from broker.domain.spec import BackendKind
 from broker.logs import get_logger
 from broker.store.db import Database
 from broker.wiring.adapters import adapter_problems, build_adapter
-from policies.admission import AdmissionParams
+from policies.cycle import AdmissionParams
 from policies.ordering import OrderingParams
 from policies.placement import PlacementParams, ScoreWeights
 from policies.preemption import PreemptionParams

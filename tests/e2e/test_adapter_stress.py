@@ -22,7 +22,7 @@ from broker.config import load_config
 from broker.control.admission import run_admission
 from broker.control.dispatch import run_dispatch
 from broker.control.plane import ControlPlane
-from broker.control.reconcile import reconcile
+from broker.control.reconcile import run_reconcile
 from broker.domain import JobSpec
 from broker.orchestration.replay import check_all
 from broker.orchestration.submission import cancel_job, submit_job
@@ -93,7 +93,7 @@ def _stress(plane: ControlPlane, backend: str, kind: str, seconds: float) -> dic
     threads = [
         threading.Thread(target=loop, args=("admission", lambda: run_admission(plane), 0.3)),
         threading.Thread(target=loop, args=("dispatch", lambda: run_dispatch(plane), 0.2)),
-        threading.Thread(target=loop, args=("reconcile", lambda: reconcile(plane, backend),
+        threading.Thread(target=loop, args=("reconcile", lambda: run_reconcile(plane, backend),
                                             0.3)),
         threading.Thread(target=loop, args=("client", client, 0.2)),
     ]
@@ -119,7 +119,7 @@ def _wind_down(plane: ControlPlane, backend: str) -> None:
 
     def settled() -> bool:
         run_dispatch(plane)
-        reconcile(plane, backend)
+        run_reconcile(plane, backend)
         with plane.db.read() as s:
             return not att.live(s, backend)
 

@@ -215,13 +215,13 @@ def _backend_agrees(cluster: Any, q: Queues, name: str) -> None:
     """The backend's direct read (lookup: the Workload by the Job's uid) and its listing
     without watches say the same as the server's watch caches."""
     from backends.k8s.adapter import K8sBackend
-    from backends.k8s.settings import K8sSettings, PoolBinding
+    from backends.k8s.settings import K8sPoolBinding, K8sSettings
     from broker.domain.reasons import Reason
 
     settings = K8sSettings.from_dict({"kubeconfig": str(cluster.kubeconfig),
                                       "namespace": q.namespace, "modes": {"k8s-a100": "kueue"},
                                       "kueue_queues": {"k8s-a100": QUEUE}})
-    pool = PoolBinding("k8s-a100", "a100-80g", {"isthmus.io/pool": "a100"})
+    pool = K8sPoolBinding("k8s-a100", "a100-80g", {"isthmus.io/pool": "a100"})
     backend = K8sBackend("k8s-local", [pool], settings, watch=False)
     try:
         fact = backend.lookup(name)

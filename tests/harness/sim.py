@@ -12,7 +12,7 @@ from broker.config import IsthmusConfig
 from broker.control.admission import run_admission
 from broker.control.dispatch import run_dispatch
 from broker.control.plane import ControlParams, ControlPlane
-from broker.control.reconcile import reconcile
+from broker.control.reconcile import run_reconcile
 from broker.orchestration.replay import check_all
 from broker.orchestration.submission import submit_job
 from broker.store import attempts as att
@@ -61,7 +61,7 @@ def cycle(sim: Sim, seconds: float = 10) -> None:
     run_dispatch(sim.plane)
     sim.advance(seconds)
     for name in sim.backends:
-        reconcile(sim.plane, name)
+        run_reconcile(sim.plane, name)
 
 
 def state(sim: Sim, job_id: str) -> tuple[str, str]:

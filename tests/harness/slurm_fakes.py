@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from backends.slurm.adapter import SlurmBackend
-from backends.slurm.inventory import PoolBinding
-from backends.slurm.records import BatchJob, JobRecord, NodeEvent, NodeRecord, Switch
+from backends.slurm.inventory import SlurmPoolBinding
+from backends.slurm.records import BatchJob, NodeEvent, NodeRecord, SlurmJob, Switch
 from backends.slurm.settings import SlurmSettings
 from backends.slurm.versions import Dialect
 
@@ -25,9 +25,9 @@ def node(name: str, state: str = "allocated", *flags: str, reason: str = "") -> 
 
 
 def job(job_id: str, state: str, *, name: str = "", exit_code: int | None = None,
-        nodes: tuple[str, ...] = GANG, ended_at: datetime = ENDED) -> JobRecord:
+        nodes: tuple[str, ...] = GANG, ended_at: datetime = ENDED) -> SlurmJob:
     running = state in ("RUNNING", "PENDING")
-    return JobRecord(job_id=job_id, name=name or f"isthmus-j{job_id}-1", state=state,
+    return SlurmJob(job_id=job_id, name=name or f"isthmus-j{job_id}-1", state=state,
                      reason="NonZeroExitCode" if state == "FAILED" else "None",
                      exit_code=exit_code, nodes=nodes, partition="a100", node_count=len(nodes),
                      started_at=STARTED, ended_at=None if running else ended_at)
@@ -44,8 +44,8 @@ class FakeTransport:
     """The queue, accounting and node list are set by the test; node listings are counted."""
 
     kind: str = "cli"
-    queue: list[JobRecord] = field(default_factory=list)
-    accounted: list[JobRecord] = field(default_factory=list)
+    queue: list[SlurmJob] = field(default_factory=list)
+    accounted: list[SlurmJob] = field(default_factory=list)
     node_list: list[NodeRecord] = field(default_factory=list)
     events: list[NodeEvent] = field(default_factory=list)
     node_calls: int = 0
@@ -75,14 +75,14 @@ class FakeTransport:
     def topology(self) -> list[Switch]:
         return []
 
-    def jobs(self) -> list[JobRecord]:
+    def jobs(self) -> list[SlurmJob]:
         return list(self.queue)
 
-    def find(self, name: str) -> list[JobRecord]:
+    def find(self, name: str) -> list[SlurmJob]:
         return [j for j in self.queue if j.name == name]
 
     def accounting(self, *, names: Sequence[str] = (), job_ids: Sequence[str] = (),
-                   since: datetime) -> list[JobRecord]:
+                   since: datetime) -> list[SlurmJob]:
         return [j for j in self.accounted if j.name in names or j.job_id in job_ids]
 
     def submit(self, job: BatchJob, *, as_user: str | None = None) -> str:
@@ -104,7 +104,7 @@ class FakeTransport:
 def make(transport: FakeTransport, infra_drain_reasons: tuple[str, ...] = (),
          clock: Callable[[], datetime] = lambda: NOW) -> SlurmBackend:
     settings = SlurmSettings(user="isthmus", infra_drain_reasons=infra_drain_reasons)
-    return SlurmBackend("slurm-local", [PoolBinding("slurm-a100", "a100", "a100-80g")],
+    return SlurmBackend("slurm-local", [SlurmPoolBinding("slurm-a100", "a100", "a100-80g")],
                         settings, transport, clock=clock)
 
 

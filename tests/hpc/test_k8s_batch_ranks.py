@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from backends.k8s.manifests import COMPLETION_INDEX, render
-from backends.k8s.settings import K8sSettings, PoolBinding
+from backends.k8s.settings import K8sPoolBinding, K8sSettings
 from tests.harness.k8s_requests import NAME, request
 
-POOL = PoolBinding(name="h100", flavor="h100-80g", node_selector={"isthmus.io/pool": "h100"})
+POOL = K8sPoolBinding(name="h100", flavor="h100-80g", node_selector={"isthmus.io/pool": "h100"})
 SCRIPT = """#!/bin/bash
 #SBATCH -N 3 --gres=gpu:h100:8
 set -eu

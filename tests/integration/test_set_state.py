@@ -7,10 +7,10 @@ import pytest
 from broker.domain import JobState, Reason, is_allowed
 from broker.orchestration import (
     Cause,
-    Decision,
     Outcome,
     Rule,
     RuleSet,
+    Ruling,
     TransitionContext,
     set_state,
 )
@@ -106,10 +106,10 @@ class Recorder(Rule):
 
     to_states = frozenset({S.ADMITTED})
 
-    def __init__(self, log: list[str], refuse: Decision | None = None) -> None:
+    def __init__(self, log: list[str], refuse: Ruling | None = None) -> None:
         self.log, self.refuse = log, refuse
 
-    def before(self, ctx: TransitionContext) -> Decision | None:
+    def before(self, ctx: TransitionContext) -> Ruling | None:
         self.log.append(f"reserve:{ctx.job.id}")
         return self.refuse
 
@@ -125,7 +125,7 @@ def test_refusal_runs_cleanup_of_earlier_rules_and_writes_nothing(
     db: Database, outcome: Outcome
 ) -> None:
     log: list[str] = []
-    refusing = Recorder([], Decision(outcome, Reason.QuotaExhausted, "no quota", retry_after=5.0))
+    refusing = Recorder([], Ruling(outcome, Reason.QuotaExhausted, "no quota", retry_after=5.0))
     rules = RuleSet([Recorder(log), refusing])
     with db.write() as s:
         job_id = insert_job_in_state(s, S.QUEUED, Reason.WaitingForAdmission)

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from broker.config import ConfigError, Policies, parse_config
 from broker.control.plane import ControlParams
 from broker.wiring.runtime import control_params
-from policies.admission import AdmissionParams
+from policies.cycle import AdmissionParams
 from policies.preemption import PreemptionParams
 from policies.retry import RetryParams
 

@@ -19,7 +19,7 @@ from broker.control.dispatch import run_dispatch
 from broker.control.gate import GatedBackend, UnavailableBackend
 from broker.control.inventories import Inventories
 from broker.control.plane import ControlParams, ControlPlane
-from broker.control.reconcile import reconcile
+from broker.control.reconcile import run_reconcile
 from broker.domain.facts import Fact
 from broker.domain.inventory import InventorySnapshot
 from broker.store import Database
@@ -139,7 +139,7 @@ def test_a_stale_inventory_holds_the_gpus_of_attempts_made_since(
     job = submit(sim, H100)
     run_admission(plane)  # the inventory taken here is the one served stale below
     run_dispatch(plane)
-    reconcile(plane, "sim-slurm")
+    run_reconcile(plane, "sim-slurm")
     with plane.db.read() as s:
         (a,) = att.live(s, "sim-slurm")
     assert a.job_id == job and a.last_seen_at is not None
@@ -192,7 +192,7 @@ def test_slow_observe_is_a_reason_after_its_timeout(sim: Sim, db: Database,
     run_dispatch(plane)
     blocked.block()
     started = time.monotonic()
-    report = reconcile(plane, "sim-slurm")
+    report = run_reconcile(plane, "sim-slurm")
     assert report.unreachable and time.monotonic() - started < 5
     state, reason, message = _job(plane, job)
     assert (state, reason) == ("PREPARING", "BackendUnavailable")
@@ -267,7 +267,7 @@ def test_control_passes_in_threads_never_enter_one_adapter_together(
                 return
 
     passes = [lambda: run_admission(plane), lambda: run_dispatch(plane),
-              lambda: reconcile(plane, "sim-slurm"), lambda: reconcile(plane, "sim-k8s")]
+              lambda: run_reconcile(plane, "sim-slurm"), lambda: run_reconcile(plane, "sim-k8s")]
     threads = [threading.Thread(target=loop, args=(fn,)) for fn in passes]
     for t in threads:
         t.start()

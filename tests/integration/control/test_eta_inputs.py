@@ -8,7 +8,7 @@ import json
 from datetime import timedelta
 
 from broker.control.eta_inputs import running_work, runtime_model
-from policies.runtime import MIN_SAMPLES
+from policies.run_length import MIN_SAMPLES
 from tests.builders import spec
 from tests.harness.sim import Sim, attempts_of, cycle, run_until, submit
 

@@ -13,7 +13,7 @@ import pytest
 
 from backends.base import SubmitRequest, SubmitResult
 from backends.slurm import SlurmBackend, SubmitRefused
-from backends.slurm.inventory import PoolBinding
+from backends.slurm.inventory import SlurmPoolBinding
 from backends.slurm.records import BatchJob
 from backends.slurm.settings import SlurmSettings
 from broker.control.admission import run_admission
@@ -139,7 +139,7 @@ def test_a_slurm_render_that_overflows_is_contained(sim: Sim, field: str) -> Non
     sim.plane.backends = {
         **sim.plane.backends,
         "sim-slurm": SlurmBackend(
-            "sim-slurm", [PoolBinding("slurm-h100", "h100", "h100-80g")],
+            "sim-slurm", [SlurmPoolBinding("slurm-h100", "h100", "h100-80g")],
             SlurmSettings(user="isthmus"), transport,
             clock=lambda: datetime(2026, 11, 29, tzinfo=UTC),
         ),

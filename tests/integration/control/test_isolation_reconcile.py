@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from broker.control.admission import run_admission
 from broker.control.dispatch import run_dispatch
-from broker.control.reconcile import reconcile
+from broker.control.reconcile import run_reconcile
 from broker.store import attempts as att
 from tests.builders import spec
 from tests.harness.sim import Sim, consistent, run_until, state, submit
@@ -26,7 +26,7 @@ def test_one_attempt_that_cannot_be_applied_does_not_stop_the_pass(sim: Sim) -> 
     k8s = sim.backends["sim-k8s"]
     k8s.fail_node(k8s.jobs[a.backend_name].nodes[0])
     sim.advance(30)
-    report = reconcile(sim.plane, "sim-k8s")  # raised ValidationError
+    report = run_reconcile(sim.plane, "sim-k8s")  # raised ValidationError
     for j in others:
         assert state(sim, j)[0] in ("PREPARING", "RUNNING")
     assert state(sim, broken) == ("FAILED", "InfraTransient")  # the failure itself is kept
@@ -43,14 +43,14 @@ def test_an_unexpected_observe_error_is_a_reason_on_that_backends_jobs(sim: Sim)
         raise KeyError("a bug in the adapter")
 
     sim.backends["sim-slurm"].observe = observe  # type: ignore[method-assign,assignment]
-    report = reconcile(sim.plane, "sim-slurm")  # raised KeyError
+    report = run_reconcile(sim.plane, "sim-slurm")  # raised KeyError
     assert report.unreachable
     assert state(sim, slurm) == ("RUNNING", "BackendUnavailable")
     assert "observe (KeyError); correlation id" in events(sim, slurm)[-1][2]
-    reconcile(sim.plane, "sim-k8s")
+    run_reconcile(sim.plane, "sim-k8s")
     assert state(sim, k8s) == ("RUNNING", "Running")
     del sim.backends["sim-slurm"].observe  # the adapter's own again
-    reconcile(sim.plane, "sim-slurm")
+    run_reconcile(sim.plane, "sim-slurm")
     assert state(sim, slurm) == ("RUNNING", "Running")  # the reason does not stick
     consistent(sim)
 
@@ -69,7 +69,7 @@ def test_an_attempt_that_fails_inside_a_chunk_is_rolled_back_alone(sim: Sim) -> 
         before = att.attempts_of(s, broken)[-1]
     poison_snapshot(sim, broken, gang__replicas="many")  # its first observation cannot parse it
     sim.advance(30)
-    report = reconcile(sim.plane, "sim-k8s")
+    report = run_reconcile(sim.plane, "sim-k8s")
     for j in jobs:
         if j != broken:
             assert state(sim, j)[0] == "RUNNING"
@@ -82,6 +82,6 @@ def test_an_attempt_that_fails_inside_a_chunk_is_rolled_back_alone(sim: Sim) -> 
     assert report.transitions >= len(jobs) - 1  # each of the others moved
     with sim.plane.db.write() as s:  # mended: the next pass applies it
         att.update(s, broken, after.number, snapshot_json=before.snapshot_json)
-    reconcile(sim.plane, "sim-k8s")
+    run_reconcile(sim.plane, "sim-k8s")
     assert state(sim, broken)[0] == "RUNNING"
     consistent(sim)

@@ -9,7 +9,7 @@ import pytest
 
 from backends.sim.backend import DURATION_ENV
 from backends.slurm import SlurmBackend, SlurmSettings
-from backends.slurm.inventory import PoolBinding
+from backends.slurm.inventory import SlurmPoolBinding
 from backends.slurm.transport_cli import CliTransport
 from broker import ledger
 from broker.control.admission import run_admission
@@ -326,7 +326,7 @@ def _refusing_slurm(tmp_path: Path) -> SlurmBackend:
     for name, body in commands.items():
         (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
         (bin_dir / name).chmod(0o755)
-    return SlurmBackend("sim-slurm", [PoolBinding("slurm-h100", "h100", "h100-80g")],
+    return SlurmBackend("sim-slurm", [SlurmPoolBinding("slurm-h100", "h100", "h100-80g")],
                         SlurmSettings(work_dir=str(tmp_path / "jobs")),
                         CliTransport(bin_dir=str(bin_dir)))
 

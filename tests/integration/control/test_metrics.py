@@ -17,7 +17,7 @@ from broker import metrics
 from broker.api.app import create_app
 from broker.config import parse_config
 from broker.control.lease import LeaderLease
-from broker.control.reconcile import reconcile
+from broker.control.reconcile import run_reconcile
 from tests.builders import spec
 from tests.fixtures import promtool
 from tests.harness.metrics import metrics_workload, scrape_metrics
@@ -106,16 +106,16 @@ def test_reconcile_lag_grows_while_a_backend_cannot_be_observed(sim: Sim) -> Non
     def lag() -> float:
         return metrics.RECONCILE_LAG.labels("sim-slurm")._value.get()
 
-    reconcile(sim.plane, "sim-slurm")
+    run_reconcile(sim.plane, "sim-slurm")
     assert lag() == 0
     sim.backends["sim-slurm"].reachable = False
     sim.advance(90)
-    reconcile(sim.plane, "sim-slurm")
+    run_reconcile(sim.plane, "sim-slurm")
     sim.advance(60)
-    reconcile(sim.plane, "sim-slurm")
+    run_reconcile(sim.plane, "sim-slurm")
     assert lag() == timedelta(seconds=150).total_seconds()
     sim.backends["sim-slurm"].reachable = True
-    reconcile(sim.plane, "sim-slurm")
+    run_reconcile(sim.plane, "sim-slurm")
     assert lag() == 0
 
 

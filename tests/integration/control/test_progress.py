@@ -8,7 +8,7 @@ from broker.api.app import create_app
 from broker.control.admission import run_admission
 from broker.control.dispatch import run_dispatch
 from broker.control.preempt import preempt, running_views
-from broker.control.reconcile import reconcile
+from broker.control.reconcile import run_reconcile
 from broker.domain import JobState, Reason
 from broker.domain.attempts import RunSnapshot
 from broker.orchestration.submission import submit_job
@@ -99,7 +99,7 @@ def test_next_attempt_resumes_from_the_last_reported_checkpoint(sim: Sim) -> Non
     run_admission(sim.plane)
     assert run_dispatch(sim.plane) == 1
     sim.advance(60)
-    reconcile(sim.plane, "sim-slurm")
+    run_reconcile(sim.plane, "sim-slurm")
     client = TestClient(create_app(sim.plane.config, sim.plane.db))
     token = progress_token(server_secret(sim.plane.db, "progress"), job.id, 1)
     auth = {"Authorization": f"Bearer {token}"}

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from broker.control.admission import run_admission
 from broker.control.dispatch import run_dispatch
-from broker.control.reconcile import reconcile
+from broker.control.reconcile import run_reconcile
 from broker.metrics import REGISTRY
 from broker.store import batch
 from tests.builders import spec
@@ -44,7 +44,7 @@ def test_a_chunk_that_fails_at_its_commit_counts_nothing(
     run_admission(sim.plane)
     run_dispatch(sim.plane)
     sim.advance(30)
-    reconcile(sim.plane, "sim-k8s")
+    run_reconcile(sim.plane, "sim-k8s")
     assert [state(sim, j)[0] for j in jobs] == ["RUNNING"] * 3
     k8s = sim.backends["sim-k8s"]
     k8s.fail_node(k8s.jobs[attempts_of(sim, jobs[0])[-1].backend_name].nodes[0])
@@ -62,12 +62,12 @@ def test_a_chunk_that_fails_at_its_commit_counts_nothing(
     monkeypatch.setattr(batch, "held_effects", failing)
     before = _samples()
     with pytest.raises(sa.exc.OperationalError):
-        reconcile(sim.plane, "sim-k8s")
+        run_reconcile(sim.plane, "sim-k8s")
     assert failed["n"] == 1
     assert _samples() == before
     assert [state(sim, j)[0] for j in jobs] == ["RUNNING"] * 3
     monkeypatch.setattr(batch, "held_effects", original)
-    reconcile(sim.plane, "sim-k8s")
+    run_reconcile(sim.plane, "sim-k8s")
     after = _samples()
     assert [state(sim, j)[0] for j in jobs[1:]] == ["SUCCEEDED"] * 2
     assert _delta(before, after, "isthmus_transitions_total",
@@ -88,7 +88,7 @@ def test_an_attempt_rolled_back_inside_a_chunk_counts_nothing(sim: Sim) -> None:
     poison_snapshot(sim, broken, gang__replicas="many")  # fails after its transition to RUNNING
     sim.advance(30)
     before = _samples()
-    reconcile(sim.plane, "sim-k8s")
+    run_reconcile(sim.plane, "sim-k8s")
     after = _samples()
     assert state(sim, broken)[1] == "InternalError"
     assert [state(sim, j)[0] for j in jobs if j != broken] == ["RUNNING"] * 3

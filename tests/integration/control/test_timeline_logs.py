@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from broker.api.app import create_app
 from broker.control.admission import run_admission
 from broker.control.dispatch import run_dispatch
-from broker.control.reconcile import reconcile
+from broker.control.reconcile import run_reconcile
 from broker.orchestration.submission import submit_job
 from tests.builders import spec
 from tests.harness.sim import Sim
@@ -30,7 +30,7 @@ def _cycle(sim: Sim, seconds: float = 20) -> None:
     run_dispatch(sim.plane)
     sim.advance(seconds)
     for name in sim.backends:
-        reconcile(sim.plane, name)
+        run_reconcile(sim.plane, name)
 
 
 def _run_to_end(sim: Sim, job_id: str, client: TestClient) -> dict[str, Any]:

@@ -9,12 +9,12 @@ import pytest
 
 from backends.k8s.inventory import build_pools, pod_release
 from backends.k8s.manifests import ANN_MAX_RUNTIME, render
-from backends.k8s.settings import K8sSettings, PoolBinding
+from backends.k8s.settings import K8sPoolBinding, K8sSettings
 from broker.domain.timebox import FAR_FUTURE
 from tests.harness.k8s_requests import request
 from tests.harness.kube_objects import foreign_pod, gpu_node
 
-POOL = PoolBinding(name="h100", flavor="h100-80g", node_selector={"isthmus.io/pool": "h100"})
+POOL = K8sPoolBinding(name="h100", flavor="h100-80g", node_selector={"isthmus.io/pool": "h100"})
 START = "2026-11-29T10:00:00Z"
 T0 = datetime(2026, 11, 29, 10, tzinfo=UTC)
 

@@ -19,7 +19,7 @@ from backends.k8s.kueue import (
     queue_of,
     refine,
 )
-from backends.k8s.settings import K8sSettings, PoolBinding
+from backends.k8s.settings import K8sPoolBinding, K8sSettings
 from broker.domain.facts import Phase
 from broker.domain.failures import FailureCategory as C
 from broker.domain.reasons import Reason
@@ -136,7 +136,7 @@ def test_kueue_not_installed_is_no_workload_not_an_outage() -> None:
     """Workloads answering 404 (no Kueue CRDs): the Jobs say no Workload was made for them;
     any other error still propagates."""
     settings = K8sSettings.from_dict({"modes": {"a100": "kueue"}, "kueue_queues": {"a100": "q"}})
-    backend = K8sBackend("k8s", [PoolBinding("a100", "a100-80g", {"isthmus.io/pool": "a100"})],
+    backend = K8sBackend("k8s", [K8sPoolBinding("a100", "a100-80g", {"isthmus.io/pool": "a100"})],
                          settings, watch=False)
     assert backend.uses_kueue
 

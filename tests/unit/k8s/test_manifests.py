@@ -9,10 +9,10 @@ import pytest
 from backends.base import Unsupported, masked
 from backends.k8s.create import shown
 from backends.k8s.manifests import render
-from backends.k8s.settings import K8sSettings, PoolBinding
+from backends.k8s.settings import K8sPoolBinding, K8sSettings
 from tests.harness.k8s_requests import JOB_ID, NAME, request
 
-H100 = PoolBinding(name="h100", flavor="h100-80g", node_selector={"isthmus.io/pool": "h100"})
+H100 = K8sPoolBinding(name="h100", flavor="h100-80g", node_selector={"isthmus.io/pool": "h100"})
 SETTINGS = K8sSettings(namespace="train", all_ranks_timeout_s=120, master_port=29400)
 
 

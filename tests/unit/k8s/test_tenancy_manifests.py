@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from backends.k8s.manifests import render
-from backends.k8s.settings import K8sSettings, PoolBinding
+from backends.k8s.settings import K8sPoolBinding, K8sSettings
 from tests.harness.k8s_requests import NAME, request
 
-H100 = PoolBinding(name="h100", flavor="h100-80g", node_selector={"isthmus.io/pool": "h100"})
+H100 = K8sPoolBinding(name="h100", flavor="h100-80g", node_selector={"isthmus.io/pool": "h100"})
 
 
 def _pod_meta(manifests: list[dict[str, Any]]) -> dict[str, Any]:

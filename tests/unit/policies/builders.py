@@ -16,8 +16,8 @@ from broker.domain.inventory import (
 )
 from broker.domain.spec import BackendKind
 from broker.domain.topology import TopologyLevel
-from policies.admission import pool_room
 from policies.capacity import POOL, PoolIndex
+from policies.cycle import pool_room
 from policies.types import (
     FlavorQuota,
     PendingJob,

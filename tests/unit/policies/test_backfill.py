@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from policies.admission import AdmissionParams, admission_cycle
+from policies.cycle import AdmissionParams, admission_cycle
 from policies.ordering import OrderingParams
 from policies.types import PendingJob
 from tests.unit.policies.builders import (

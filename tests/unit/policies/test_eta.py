@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from policies.admission import admission_cycle
+from policies.cycle import admission_cycle
 from policies.eta import estimate
 from tests.unit.policies.builders import T0, at, inventory, make_job, make_pool, q, quota_config
 
@@ -144,7 +144,7 @@ def test_a_job_admitted_to_a_backend_queue_takes_the_next_release_first() -> Non
     the waiting job behind it gets the one after."""
     from broker.domain.attempts import Placement
     from broker.domain.spec import BackendKind
-    from policies.admission import Decision
+    from policies.cycle import Decision
 
     pool = make_pool().shape(racks=1, nodes=1).release("n0", (30, 8))
     queued, waiting = _job(8, runtime_min=60), _job(8)
@@ -211,7 +211,7 @@ def test_a_starving_gang_holds_what_comes_back_until_it_fits() -> None:
 def test_predicted_run_times_replace_declared_limits() -> None:
     """Jobs declaring 72 h here ran 1% of it (about 43 minutes): the job behind one such job
     is expected once that one's predicted run ends, not three days later."""
-    from policies.runtime import RunSample, RuntimeModel
+    from policies.run_length import RunSample, RuntimeModel
 
     hours = 72 * 3600.0
     model = RuntimeModel.learn([RunSample("x", hours, 0.01 * hours)] * 20)

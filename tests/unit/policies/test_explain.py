@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from broker.domain import Reason
-from policies.admission import admission_cycle
+from policies.cycle import admission_cycle
 from policies.explain import Explanation, explain, explain_job
 from policies.types import Usage
 from tests.unit.policies.builders import at, inventory, make_job, make_pool, q, quota_config

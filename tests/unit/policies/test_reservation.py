@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import pytest
 
 from broker.domain.inventory import InventorySnapshot
-from policies.admission import AdmissionParams, admission_cycle, inputs_digest
 from policies.capacity import RACK, PoolIndex
+from policies.cycle import AdmissionParams, admission_cycle, inputs_digest
 from policies.ordering import OrderingParams
 from policies.reservation import fit_time
 from policies.types import PendingJob, Usage

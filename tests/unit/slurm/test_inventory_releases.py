@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from backends.slurm.inventory import PoolBinding, node_releases, pool_snapshots, queue_depth
-from backends.slurm.records import JobRecord, NodeRecord
+from backends.slurm.inventory import SlurmPoolBinding, node_releases, pool_snapshots, queue_depth
+from backends.slurm.records import NodeRecord, SlurmJob
 
 T0 = datetime(2026, 11, 29, 10, tzinfo=UTC)
 
 
 def job(i: int, nodes: tuple[str, ...], gpus: int, *, limit: int | None = 3600,
-        state: str = "RUNNING", user: str = "someone") -> JobRecord:
-    return JobRecord(job_id=str(i), name=f"j{i}", state=state, nodes=nodes, partition="a100",
+        state: str = "RUNNING", user: str = "someone") -> SlurmJob:
+    return SlurmJob(job_id=str(i), name=f"j{i}", state=state, nodes=nodes, partition="a100",
                      gpus=gpus, user=user, started_at=T0 if state == "RUNNING" else None,
                      time_limit_s=limit)
 
@@ -36,7 +36,7 @@ def test_snapshots_carry_releases_sorted_and_none_on_unusable_nodes() -> None:
              NodeRecord("n2", ("a100",), "mixed", frozenset({"DRAIN"}), "maintenance",
                         gpus=8, gpus_used=8)]
     jobs = [job(1, ("n1", "n2"), 12), job(2, ("n1",), 2, limit=600)]
-    (pool,) = pool_snapshots("slurm", [PoolBinding("a100", "a100", "a100-80g")], nodes, [],
+    (pool,) = pool_snapshots("slurm", [SlurmPoolBinding("a100", "a100", "a100-80g")], nodes, [],
                              jobs, T0)
     by_name = {n.name: n for n in pool.nodes}
     assert by_name["n1"].releases == ((T0 + timedelta(minutes=10), 2),
@@ -52,8 +52,8 @@ def test_an_absurd_time_limit_saturates_instead_of_overflowing() -> None:
 
 
 def test_foreign_backlog_counts_waiting_work_but_not_held_or_never_runnable_jobs() -> None:
-    def pending(i: int, gpus: int, reason: str, name: str = "train") -> JobRecord:
-        return JobRecord(job_id=str(i), name=name, state="PENDING", partition="a100",
+    def pending(i: int, gpus: int, reason: str, name: str = "train") -> SlurmJob:
+        return SlurmJob(job_id=str(i), name=name, state="PENDING", partition="a100",
                          gpus=gpus, reason=reason)
 
     depth = queue_depth("a100", [
@@ -67,8 +67,8 @@ def test_foreign_backlog_counts_waiting_work_but_not_held_or_never_runnable_jobs
 
 def test_never_runnable_jobs_of_isthmus_and_of_several_partitions_still_count() -> None:
     def pending(i: int, gpus: int, reason: str, name: str = "train",
-                partition: str = "a100") -> JobRecord:
-        return JobRecord(job_id=str(i), name=name, state="PENDING", partition=partition,
+                partition: str = "a100") -> SlurmJob:
+        return SlurmJob(job_id=str(i), name=name, state="PENDING", partition=partition,
                          gpus=gpus, reason=reason)
 
     jobs = [

@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 
 from backends.base import SubmitRequest, masked
 from backends.slurm.adapter import SlurmBackend
-from backends.slurm.inventory import PoolBinding
-from backends.slurm.records import BatchJob, JobRecord, NodeRecord
+from backends.slurm.inventory import SlurmPoolBinding
+from backends.slurm.records import BatchJob, NodeRecord, SlurmJob
 from backends.slurm.settings import SlurmSettings
 from broker.domain.attempts import Placement, RunSnapshot
 from broker.domain.spec import JobSpec
@@ -25,7 +25,7 @@ class CountingTransport:
     """Slurm as far as submit needs it; every existence query is counted."""
 
     kind: str = "cli"
-    queue: list[JobRecord] = field(default_factory=list)
+    queue: list[SlurmJob] = field(default_factory=list)
     checks: int = 0
     sbatch: int = 0
     sent: list[BatchJob] = field(default_factory=list)
@@ -34,19 +34,19 @@ class CountingTransport:
         return [NodeRecord(name="a100-1", partitions=("a100",), state="idle",
                            flags=frozenset(), reason="", gpu_type="a100")]
 
-    def find(self, name: str) -> list[JobRecord]:
+    def find(self, name: str) -> list[SlurmJob]:
         self.checks += 1
         return [j for j in self.queue if j.name == name]
 
     def accounting(self, *, names: Sequence[str] = (), job_ids: Sequence[str] = (),
-                   since: datetime) -> list[JobRecord]:
+                   since: datetime) -> list[SlurmJob]:
         self.checks += 1
         return []
 
     def submit(self, job: BatchJob) -> str:
         self.sbatch += 1
         self.sent.append(job)
-        self.queue.append(JobRecord(job_id=str(100 + self.sbatch), name=job.name,
+        self.queue.append(SlurmJob(job_id=str(100 + self.sbatch), name=job.name,
                                     state="PENDING", reason="None", exit_code=None, nodes=(),
                                     partition="a100", node_count=1))
         return str(100 + self.sbatch)
@@ -65,7 +65,7 @@ def _request() -> SubmitRequest:
 
 
 def _adapter(transport: CountingTransport) -> SlurmBackend:
-    return SlurmBackend("slurm-local", [PoolBinding("slurm-a100", "a100", "a100-80g")],
+    return SlurmBackend("slurm-local", [SlurmPoolBinding("slurm-a100", "a100", "a100-80g")],
                         SlurmSettings(user="isthmus"), transport,  # type: ignore[arg-type]
                         clock=lambda: NOW)
 

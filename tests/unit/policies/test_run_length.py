@@ -1,10 +1,10 @@
-"""Run-time prediction from history (policies/runtime.py)."""
+"""Run-time prediction from history (policies/run_length.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from policies.runtime import MIN_SAMPLES, RunSample, RuntimeModel
+from policies.run_length import MIN_SAMPLES, RunSample, RuntimeModel
 
 HOUR = 3600.0
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from broker.domain import Reason
 from broker.domain.inventory import InventorySnapshot
-from policies.admission import AdmissionParams, CycleResult, admission_cycle
+from policies.cycle import AdmissionParams, CycleResult, admission_cycle
 from policies.ordering import OrderingParams, admission_order
 from policies.preemption import Preemptor
 from policies.types import PendingJob, QuotaConfig, RunningJob, Usage
