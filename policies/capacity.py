@@ -106,15 +106,15 @@ class PoolIndex:
         """Nodes whose releases an earlier reservation of this cycle already counts on."""
 
     # ---- capacity questions -------------------------------------------------------------
-    def static_cap(self, g: int, level: int) -> int:
-        """Replicas of `g` GPUs the largest domain at `level` could hold if it were empty."""
-        key = (g, level)
+    def static_cap(self, gpus: int, level: int) -> int:
+        """Replicas of `gpus` GPUs the largest domain at `level` could hold if it were empty."""
+        key = (gpus, level)
         c = self._static.get(key)
         if c is None:
             if level == NODE:
-                c = self.max_node_total // g
+                c = self.max_node_total // gpus
             else:
-                per_rack = {r.key: sum(n.total // g for n in r.nodes) for r in self.racks}
+                per_rack = {r.key: sum(n.total // gpus for n in r.nodes) for r in self.racks}
                 if level == RACK:
                     c = max(per_rack.values(), default=0)
                 elif level == BLOCK:
@@ -285,9 +285,10 @@ class PoolIndex:
         self.buckets[new] += 1
         self.free -= gpus
 
-    def allocate(self, fit: Fit, g: int, cpus: int | None = None, mem: int | None = None) -> None:
+    def allocate(self, fit: Fit, gpus: int, cpus: int | None = None,
+                 mem: int | None = None) -> None:
         for node, k in fit.nodes:
-            self._take(node, k * g)
+            self._take(node, k * gpus)
             if cpus and node.free_cpus is not None:
                 node.free_cpus -= k * cpus
             if mem and node.free_mem is not None:
@@ -313,17 +314,17 @@ class PoolIndex:
         self.start_free = self.free
         return held
 
-    def hold_target(self, g: int, replicas: int, level: int) -> HoldTarget | None:
+    def hold_target(self, gpus: int, replicas: int, level: int) -> HoldTarget | None:
         """Where a starving gang's reservation goes: a domain at `level` (or the tightest
         level that could ever hold the gang). With release data in the pool, the domain where
         the gang fits soonest (free GPUs now plus those released by then, per node), then the
         most free GPUs now, then the name; domains too small even when empty are skipped.
         Without release data, the domain with the most free GPUs now (`ready` is inf)."""
-        level = next((lv for lv in range(level + 1) if self.static_cap(g, lv) >= replicas), -1)
+        level = next((lv for lv in range(level + 1) if self.static_cap(gpus, lv) >= replicas), -1)
         if level < 0:
             return None
-        domains = [d for d in self._domains(level, replicas * g) if d[1]]
-        return reservation.choose_target(domains, g, replicas, self.has_releases, self.claimed)
+        domains = [d for d in self._domains(level, replicas * gpus) if d[1]]
+        return reservation.choose_target(domains, gpus, replicas, self.has_releases, self.claimed)
 
     def _domains(self, level: int, need: int) -> list[tuple[str, list[NodeSlot]]]:
         """Every domain at `level` with its nodes (at NODE, only nodes that could hold

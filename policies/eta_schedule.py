@@ -86,10 +86,10 @@ class PoolState:
         s.free = max(0, min(s.total, free))
         self.by_free[s.free].add(s.name)
 
-    def candidates(self, g: int, exclude: frozenset[str]) -> list[Slot]:
-        """Nodes with at least `g` free GPUs, fullest first (best fit), then by name."""
+    def candidates(self, gpus: int, exclude: frozenset[str]) -> list[Slot]:
+        """Nodes with at least `gpus` free GPUs, fullest first (best fit), then by name."""
         out: list[Slot] = []
-        for f in range(g, len(self.by_free)):
+        for f in range(gpus, len(self.by_free)):
             out.extend(self.slots[n] for n in sorted(self.by_free[f]) if n not in exclude)
         return out
 
@@ -172,11 +172,11 @@ class Projection:
         self._seq += 1
         heapq.heappush(self.events, (t, self._seq, pool, node, gpus))
 
-    def take(self, t: float, run_s: float, pool: PoolState, g: int,
+    def take(self, t: float, run_s: float, pool: PoolState, gpus: int,
              picked: Sequence[tuple[Slot, int]]) -> None:
         for s, k in picked:
-            pool.set_free(s, s.free - k * g)
-            self.release(t + run_s, pool.name, s.name, k * g)
+            pool.set_free(s, s.free - k * gpus)
+            self.release(t + run_s, pool.name, s.name, k * gpus)
 
     def run(self, waiting: Sequence[Wanted]) -> dict[str, Start]:
         """The start of every waiting job the projection reaches (the others are left out)."""

@@ -50,16 +50,16 @@ class Rack:
         self.max_free = 0
         self._cap: dict[int, int] = {}
 
-    def cap(self, g: int) -> int:
-        """Replicas of `g` GPUs this rack can hold now."""
-        c = self._cap.get(g)
+    def cap(self, gpus: int) -> int:
+        """Replicas of `gpus` GPUs this rack can hold now."""
+        c = self._cap.get(gpus)
         if c is None:
             b = self.buckets
             c = 0
-            for k in range(g, len(b)):
+            for k in range(gpus, len(b)):
                 if b[k]:
-                    c += b[k] * (k // g)
-            self._cap[g] = c
+                    c += b[k] * (k // gpus)
+            self._cap[gpus] = c
         return c
 
     def _changed(self, old: int, new: int) -> None:
