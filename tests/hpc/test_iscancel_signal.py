@@ -11,13 +11,13 @@ from fastapi.testclient import TestClient
 
 import broker.hpc.common as common
 from broker.api.app import create_app
-from broker.client import Client
 from broker.config import parse_config
 from broker.domain.scheduling import ArrayMember, Scheduling
 from broker.hpc import iscancel
 from broker.orchestration.submission import submit_job
 from broker.store.db import Database
 from tests.builders import spec
+from tests.harness.inprocess import route_clients
 from tests.harness.sim import CONFIG, make_sim, run_until, submit
 
 
@@ -36,13 +36,7 @@ def test_kubernetes_jobs_and_waiting_jobs_are_not_signalled(
     app = create_app(sim.plane.config, db)
     app.state.runtime = SimpleNamespace(plane=sim.plane, wake=lambda name: None)
 
-    def local(url: str, token: str | None = None) -> Client:
-        c = Client(url, token)
-        c._http.close()
-        c._http = TestClient(app)
-        return c
-
-    monkeypatch.setattr(common, "Client", local)
+    route_clients(monkeypatch, common, app)
     env = {"ISTHMUS_URL": "http://testserver", "HOME": "/nonexistent"}
     assert iscancel.run(["--signal=USR1", on_k8s], env) == 1
     err = capsys.readouterr().err
@@ -74,13 +68,7 @@ def test_an_array_is_cancelled_by_its_array_id_alone(
             update={"scheduling": Scheduling(array=member)}), "tester").job.id)
     app = create_app(sim.plane.config, db)
 
-    def local(url: str, token: str | None = None) -> Client:
-        c = Client(url, token)
-        c._http.close()
-        c._http = TestClient(app)
-        return c
-
-    monkeypatch.setattr(common, "Client", local)
+    route_clients(monkeypatch, common, app)
     env = {"ISTHMUS_URL": "http://testserver", "HOME": "/nonexistent"}
     assert iscancel.run([array_id], env) == 0, capsys.readouterr().err
     states = {TestClient(app).get(f"/v1/jobs/{t}").json()["state"] for t in tasks}

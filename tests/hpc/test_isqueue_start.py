@@ -11,7 +11,6 @@ from fastapi.testclient import TestClient
 
 import broker.hpc.common as common
 from broker.api.app import create_app
-from broker.client import Client
 from broker.config import parse_config
 from broker.control.admission import run_admission
 from broker.control.dispatch import run_dispatch
@@ -19,6 +18,7 @@ from broker.hpc import isqueue
 from broker.orchestration.submission import submit_job
 from broker.store.db import Database
 from tests.builders import spec
+from tests.harness.inprocess import route_clients
 from tests.harness.sim import CONFIG, make_sim
 
 
@@ -37,13 +37,7 @@ def test_start_shows_the_estimated_start(db: Database, monkeypatch: pytest.Monke
     run_admission(sim.plane)
     app = create_app(cfg, db)
 
-    def local(url: str, token: str | None = None) -> Client:
-        c = Client(url, token)
-        c._http.close()
-        c._http = TestClient(app)
-        return c
-
-    monkeypatch.setattr(common, "Client", local)
+    route_clients(monkeypatch, common, app)
     env = {"ISTHMUS_URL": "http://testserver", "HOME": "/nonexistent"}
     eta = TestClient(app).get(f"/v1/jobs/{waiting}").json()["wait"]["estimated_start"]
     assert eta is not None

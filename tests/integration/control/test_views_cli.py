@@ -10,14 +10,13 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 import broker.cli.common as common
 import broker.cli.main as cli
 from broker.api.app import create_app
-from broker.client import Client
 from tests.builders import spec
+from tests.harness.inprocess import route_clients
 from tests.harness.sim import Sim, run_until, submit
 
 
@@ -26,13 +25,7 @@ def run(sim: Sim, monkeypatch: pytest.MonkeyPatch) -> Any:
     app = create_app(sim.plane.config, sim.plane.db)
     app.state.runtime = SimpleNamespace(plane=sim.plane, wake=lambda name: None)
 
-    def local(server: str, token: str | None = None) -> Client:
-        c = Client(server, token)
-        c._http.close()
-        c._http = TestClient(app)
-        return c
-
-    monkeypatch.setattr(common, "Client", local)
+    route_clients(monkeypatch, common, app)
 
     def invoke(*args: str) -> str:
         out = CliRunner().invoke(cli.app, list(args))
