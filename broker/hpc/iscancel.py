@@ -85,12 +85,10 @@ def _direct(api: Client, job_id: str, verbose: bool, sig: str | None) -> int | N
     """Cancel (or signal) one job by its Isthmus id: the exit code, or None when the broker
     knows no job by that id (it may be an array id)."""
     try:
-        api.job(job_id)
+        _send(api, job_id, sig)
     except ApiError as exc:
-        if exc.status == 404:
-            return None
-        raise
-    return _cancel(api, job_id, job_id, verbose, sig)
+        return None if exc.status == 404 else _refused(exc, job_id, sig)
+    return _done(job_id, verbose, sig)
 
 
 def _matching(api: Client, args: argparse.Namespace) -> list[JobView]:
@@ -147,23 +145,35 @@ def signal_name(text: str) -> str | None:
 
 def _cancel(api: Client, job_id: str, shown: str, verbose: bool, sig: str | None = None) -> int:
     try:
-        if sig is not None:
-            api.signal(job_id, sig)
-        else:
-            api.cancel(job_id)
+        _send(api, job_id, sig)
     except ApiError as exc:
-        if sig is not None and exc.status in (409, 503):
-            print(f"{PROG}: error: Signal {sig} to job {shown} not sent: {exc}",
-                  file=sys.stderr)
-        elif exc.status == 404:
-            print(f"{PROG}: error: Kill job error on job id {shown}: Invalid job id specified",
-                  file=sys.stderr)
-        elif exc.status == 409:
-            print(f"{PROG}: error: Kill job error on job id {shown}: Job/step already "
-                  "completing or completed", file=sys.stderr)
-        else:
-            print(f"{PROG}: error: Kill job error on job id {shown}: {exc}", file=sys.stderr)
-        return 1
+        return _refused(exc, shown, sig)
+    return _done(shown, verbose, sig)
+
+
+def _send(api: Client, job_id: str, sig: str | None) -> None:
+    if sig is not None:
+        api.signal(job_id, sig)
+    else:
+        api.cancel(job_id)
+
+
+def _refused(exc: ApiError, shown: str, sig: str | None) -> int:
+    """scancel's message for a refused cancel or signal; exit code 1."""
+    if sig is not None and exc.status in (409, 503):
+        print(f"{PROG}: error: Signal {sig} to job {shown} not sent: {exc}", file=sys.stderr)
+    elif exc.status == 404:
+        print(f"{PROG}: error: Kill job error on job id {shown}: Invalid job id specified",
+              file=sys.stderr)
+    elif exc.status == 409:
+        print(f"{PROG}: error: Kill job error on job id {shown}: Job/step already "
+              "completing or completed", file=sys.stderr)
+    else:
+        print(f"{PROG}: error: Kill job error on job id {shown}: {exc}", file=sys.stderr)
+    return 1
+
+
+def _done(shown: str, verbose: bool, sig: str | None) -> int:
     if verbose:
         what = f"Signal {sig} to" if sig is not None else "Terminating"
         print(f"{PROG}: {what} job {shown}", file=sys.stderr)
