@@ -195,8 +195,10 @@ class Runtime:
             last = self._woken.get(job_id)
             if last is not None and last > now:
                 return  # a run is already scheduled after this moment: it sees this wake's cause
-            gap = RECONCILE_WAKE_GAP_S if job_id.startswith("reconcile:") else self.min_wake_gap
-            at = now if last is None else max(now, last + min(gap, self.min_wake_gap))
+            gap = self.min_wake_gap
+            if job_id.startswith("reconcile:"):
+                gap = min(gap, RECONCILE_WAKE_GAP_S)
+            at = now if last is None else max(now, last + gap)
             self._woken[job_id] = at
         self._schedule(job_id, at - now)
 
