@@ -18,7 +18,7 @@ from broker.domain.ids import new_job_id
 from broker.feasibility import feasibility
 from broker.orchestration.submission import Submission, Submitted
 from broker.store.records import JobRecord
-from broker.store.tables import utcnow
+from broker.domain.clock import utcnow
 
 
 def _in_memory(queue: SubmitQueue, subs: list[Submission]) -> list[Submitted | Exception]:
