@@ -49,6 +49,8 @@ from typing import Any
 import httpx
 import yaml
 
+from bench.vs_kueue_phases import Phases, add_jobs, add_pods, add_workloads, ts
+from bench.vs_kueue_phases import table as phase_table
 from tests.fixtures.k8s import (
     kueue_env,  # the Kueue cluster the tests start, the same dirs and ports
 )
@@ -88,6 +90,7 @@ class Run:
     racks: dict[int, set[str]] = field(default_factory=dict)
     allocation: list[tuple[float, float]] = field(default_factory=list)  # (t, share)
     ended: float = 0.0
+    phases: Phases = field(default_factory=Phases)
 
 
 def workload(n: int, seed: int) -> list[Gang]:
@@ -126,6 +129,26 @@ class Kube:
                                                  _preload_content=False, _request_timeout=60)
             out += json.loads(resp.data).get("items") or []
         return out
+
+    def jobs(self) -> list[dict[str, Any]]:
+        out = []
+        for ns in (f"isthmus-{t}" for t in TEAMS):
+            resp = self.batch.list_namespaced_job(ns, _preload_content=False,
+                                                  _request_timeout=60)
+            out += json.loads(resp.data).get("items") or []
+        return out
+
+    def settle(self, names: set[str], timeout: float) -> None:
+        """Wait (for the phase breakdown) until the Jobs `names` have all finished."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            left = [j for j in self.jobs() if j["metadata"]["name"] in names
+                    and not any(c.get("type") in ("Complete", "Failed")
+                                and c.get("status") == "True"
+                                for c in (j.get("status") or {}).get("conditions") or ())]
+            if not left:
+                return
+            time.sleep(2)
 
     def nodes(self) -> tuple[dict[str, str], int]:
         """node -> rack, and the cluster's GPUs."""
@@ -187,16 +210,8 @@ def watch(kube: Kube, run: Run, gangs: list[Gang], gang_of: Callable[[dict[str, 
 def _scheduled_at(pod: dict[str, Any]) -> float | None:
     for c in (pod.get("status") or {}).get("conditions") or ():
         if c.get("type") == "PodScheduled" and c.get("status") == "True":
-            return _ts(c.get("lastTransitionTime"))
+            return ts(c.get("lastTransitionTime"))
     return None
-
-
-def _ts(value: Any) -> float | None:
-    if not value:
-        return None
-    if isinstance(value, datetime):
-        return value.timestamp()
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
 
 
 # -- (a) Kueue -----------------------------------------------------------------------------
@@ -245,20 +260,29 @@ def run_kueue(kube: Kube, gangs: list[Gang], args: argparse.Namespace,
         name = ((p.get("metadata") or {}).get("labels") or {}).get("job-name", "")
         return int(name[len("kueue-g"):]) if name.startswith("kueue-g") else None
 
+    def gang_of_name(name: str) -> int | None:
+        return int(name[len("kueue-g"):]) if name.startswith("kueue-g") else None
+
     watch(kube, run, gangs, gang_of, racks, total_gpus, args.stall, t0)
+    kube.settle({f"kueue-g{g.index}" for g in gangs}, args.settle)
+    wls: list[dict[str, Any]] = []
     for team in TEAMS:
-        wls = kube.custom.list_namespaced_custom_object(
-            "kueue.x-k8s.io", "v1beta2", f"isthmus-{team}", "workloads", _request_timeout=60)
-        for wl in wls.get("items") or ():
-            owner = next((r["name"] for r in wl["metadata"].get("ownerReferences") or ()
-                          if r.get("kind") == "Job"), "")
-            for c in (wl.get("status") or {}).get("conditions") or ():
-                if c["type"] == "Admitted" and c["status"] == "True" and \
-                        owner.startswith("kueue-g"):
-                    at = _ts(c.get("lastTransitionTime"))
-                    if at is not None:
-                        run.admitted[int(owner[len("kueue-g"):])] = at
+        wls += kube.custom.list_namespaced_custom_object(
+            "kueue.x-k8s.io", "v1beta2", f"isthmus-{team}", "workloads",
+            _request_timeout=60).get("items") or []
+    add_workloads(run.phases, wls, gang_of_name)
+    run.admitted = {g: s["admitted"] for g, s in run.phases.at.items() if "admitted" in s}
+    add_jobs(run.phases, kube.jobs(), lambda j: gang_of_name(j["metadata"]["name"]),
+             started_is_creation=False)
+    _add_common(run, kube, gangs, gang_of)
     return run
+
+
+def _add_common(run: Run, kube: Kube, gangs: list[Gang],
+                gang_of: Callable[[dict[str, Any]], int | None]) -> None:
+    add_pods(run.phases, kube.pods(), gang_of, {g.index: g.replicas for g in gangs})
+    for g, at in run.submitted.items():
+        run.phases.put(g, "submitted", at)
 
 
 # -- (b) Isthmus ---------------------------------------------------------------------------
@@ -330,17 +354,39 @@ def run_isthmus(kube: Kube, gangs: list[Gang], args: argparse.Namespace, kubecon
                     "isthmus.io/job", ""))
 
             watch(kube, run, gangs, gang_of, racks, total_gpus, args.stall, t0)
-            for job_id, g in ids.items():
-                for e in http.get(f"/v1/jobs/{job_id}/events").json():
-                    if e["to_state"] == "ADMITTED":
-                        run.admitted[g] = datetime.fromisoformat(e["at"]).timestamp()
-                        break
+            names = {str(j["metadata"]["name"]) for j in kube.jobs()
+                     if (j["metadata"].get("labels") or {}).get("isthmus.io/job") in ids}
+            kube.settle(names, args.settle)
+            _isthmus_events(http, run, ids, args.settle)
+            add_jobs(run.phases, kube.jobs(), lambda j: ids.get(
+                (j["metadata"].get("labels") or {}).get("isthmus.io/job", "")),
+                started_is_creation=True)
+            _add_common(run, kube, gangs, gang_of)
         finally:
             http.close()
             server.terminate()
             server.wait(timeout=60)
             log.close()
     return run
+
+
+def _isthmus_events(http: httpx.Client, run: Run, ids: dict[str, int], settle: float) -> None:
+    """ADMITTED and the end of each job (its quota released) from the broker's events; waits
+    up to `settle` s for the broker to see the last Jobs end."""
+    deadline = time.monotonic() + settle
+    for job_id, g in ids.items():
+        while True:
+            events = http.get(f"/v1/jobs/{job_id}/events").json()
+            ends = [e for e in events if e["to_state"] in ("SUCCEEDED", "FAILED", "CANCELLED")]
+            if ends or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        for e in events:
+            if e["to_state"] == "ADMITTED" and g not in run.admitted:
+                run.admitted[g] = datetime.fromisoformat(e["at"]).timestamp()
+                run.phases.put(g, "admitted", run.admitted[g], latest=False)
+        if ends:
+            run.phases.put(g, "released", datetime.fromisoformat(ends[0]["at"]).timestamp())
 
 
 def _free_port() -> int:
@@ -417,6 +463,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--stall", type=float, default=180.0,
                     help="stop when no gang got scheduled for this many seconds")
+    ap.add_argument("--settle", type=float, default=120.0,
+                    help="after the last gang is scheduled, wait up to this long for the "
+                         "gangs to finish (for the phase breakdown; not in the rates)")
     args = ap.parse_args()
     values = cluster()
     kube = Kube(values["KUBECONFIG"])
@@ -444,6 +493,11 @@ def main() -> None:
         print(f"| {name} | {s.admitted} | {s.admit_rate:.2f} | {s.scheduled} | "
               f"{s.sched_rate:.2f} | {s.p50:.1f} s | {s.p95:.1f} s | {s.in_domain:.0f}% | "
               f"{s.alloc_mean:.0f}% | {s.alloc_timeline} |")
+    print()
+    print("Per-gang phases (p50 / p95 seconds, gangs measured; object timestamps 1 s "
+          "resolution):")
+    for line in phase_table({"isthmus": ours.phases, "kueue": kueue.phases}):
+        print(line)
     a, b = rows["isthmus"], rows["kueue"]
     ratio = a.admit_rate / b.admit_rate if b.admit_rate else float("inf")
     print(f"vs-kueue: isthmus {a.admit_rate:.2f} gangs/s kueue {b.admit_rate:.2f} gangs/s "
