@@ -94,18 +94,26 @@ class K8sBackend:
 
     def _namespace_of(self, name: str) -> str | None:
         """Where the gang `name` lives: the one namespace, or (per team) wherever its Job or
-        pods are: the watch caches first, then one label-selected list across namespaces."""
+        pods are: the watch caches first, then one label-selected list across namespaces.
+        When both watches are healthy their caches answer alone: every object of ours is in
+        them once the watches have listed, and one created since by another replica that
+        the watch has not shown yet is adopted by `create_gang` on its 409. This spares the
+        dispatch of each new gang two cluster-wide lists."""
         if not self.settings.per_team:
             return self.namespace
+        healthy = 0
         for kind in ("jobs", "pods"):
             reflector = self.reflectors.get(kind)
             if reflector is None or not reflector.healthy:
                 continue
+            healthy += 1
             for obj in reflector.snapshot():
                 meta = meta_of(obj)
                 if (meta.get("labels") or {}).get(LABEL_NAME) == name or (
                         kind == "jobs" and meta.get("name") == name):
                     return str(meta.get("namespace"))
+        if healthy == 2:
+            return None
         selector = f"{LABEL_NAME}={name}"
         for what, lister in (("list Jobs", self.apis.batch.list_job_for_all_namespaces),
                              ("list pods", self.apis.core.list_pod_for_all_namespaces)):
