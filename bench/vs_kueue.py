@@ -49,7 +49,7 @@ from typing import Any
 import httpx
 import yaml
 
-from bench.vs_kueue_phases import Phases, add_jobs, add_pods, add_workloads, ts
+from bench.vs_kueue_phases import Phases, add_jobs, add_pods, add_workloads, capacity_bound, ts
 from bench.vs_kueue_phases import table as phase_table
 from tests.fixtures.k8s import (
     kueue_env,  # the Kueue cluster the tests start, the same dirs and ports
@@ -136,6 +136,14 @@ class Kube:
             resp = self.batch.list_namespaced_job(ns, _preload_content=False,
                                                   _request_timeout=60)
             out += json.loads(resp.data).get("items") or []
+        return out
+
+    def workloads(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for ns in (f"isthmus-{t}" for t in TEAMS):
+            out += self.custom.list_namespaced_custom_object(
+                "kueue.x-k8s.io", "v1beta2", ns, "workloads", _request_timeout=60,
+            ).get("items") or []
         return out
 
     def settle(self, names: set[str], timeout: float) -> None:
@@ -264,13 +272,10 @@ def run_kueue(kube: Kube, gangs: list[Gang], args: argparse.Namespace,
         return int(name[len("kueue-g"):]) if name.startswith("kueue-g") else None
 
     watch(kube, run, gangs, gang_of, racks, total_gpus, args.stall, t0)
+    # read twice: every gang is admitted now; Finished once they have ended
+    add_workloads(run.phases, kube.workloads(), gang_of_name)
     kube.settle({f"kueue-g{g.index}" for g in gangs}, args.settle)
-    wls: list[dict[str, Any]] = []
-    for team in TEAMS:
-        wls += kube.custom.list_namespaced_custom_object(
-            "kueue.x-k8s.io", "v1beta2", f"isthmus-{team}", "workloads",
-            _request_timeout=60).get("items") or []
-    add_workloads(run.phases, wls, gang_of_name)
+    add_workloads(run.phases, kube.workloads(), gang_of_name)
     run.admitted = {g: s["admitted"] for g, s in run.phases.at.items() if "admitted" in s}
     add_jobs(run.phases, kube.jobs(), lambda j: gang_of_name(j["metadata"]["name"]),
              started_is_creation=False)
@@ -466,25 +471,34 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=120.0,
                     help="after the last gang is scheduled, wait up to this long for the "
                          "gangs to finish (for the phase breakdown; not in the rates)")
+    ap.add_argument("--systems", default="kueue,isthmus",
+                    help="which systems to run, in order (comma-separated)")
     args = ap.parse_args()
     values = cluster()
     kube = Kube(values["KUBECONFIG"])
     racks, total_gpus = kube.nodes()
     gangs = workload(args.gangs, args.seed)
+    runs: dict[str, Run] = {}
+    for system in args.systems.split(","):
+        kube.empty()
+        t = time.monotonic()
+        runs[system] = (run_kueue(kube, gangs, args, racks, total_gpus) if system == "kueue"
+                        else run_isthmus(kube, gangs, args, values["KUBECONFIG"], racks,
+                                         total_gpus))
+        print(f"{system} run: {time.monotonic() - t:.0f}s", flush=True)
     kube.empty()
-    t = time.monotonic()
-    kueue = run_kueue(kube, gangs, args, racks, total_gpus)
-    print(f"kueue run: {time.monotonic() - t:.0f}s", flush=True)
-    kube.empty()
-    t = time.monotonic()
-    ours = run_isthmus(kube, gangs, args, values["KUBECONFIG"], racks, total_gpus)
-    print(f"isthmus run: {time.monotonic() - t:.0f}s", flush=True)
-    kube.empty()
-    rows = {"isthmus": summarize(ours, gangs), "kueue": summarize(kueue, gangs)}
+    report(runs, gangs, args, total_gpus)
+
+
+def report(runs: dict[str, Run], gangs: list[Gang], args: argparse.Namespace,
+           total_gpus: int) -> None:
+    rows = {name: summarize(run, gangs) for name, run in sorted(runs.items())}
     gpus = sum(g.replicas * g.gpus for g in gangs)
+    seconds = _seconds(args.duration)
     print(f"{args.gangs} gangs ({gpus} GPUs requested in all, "
           f"{sum(g.rack for g in gangs)} rack-required), pods run {args.duration}, "
-          f"cluster {total_gpus} GPUs")
+          f"cluster {total_gpus} GPUs; capacity bound (every GPU busy, no overhead): "
+          f"{capacity_bound(gpus * seconds, total_gpus, len(gangs)):.2f} gangs/s")
     print("| system | admitted | admissions/s | all pods scheduled | scheduled/s | "
           "submit->scheduled p50 | p95 | in-domain | GPU allocation mean | "
           "allocation by tenth of the run (%) |")
@@ -496,13 +510,31 @@ def main() -> None:
     print()
     print("Per-gang phases (p50 / p95 seconds, gangs measured; object timestamps 1 s "
           "resolution):")
-    for line in phase_table({"isthmus": ours.phases, "kueue": kueue.phases}):
+    for line in phase_table({name: run.phases for name, run in sorted(runs.items())}):
         print(line)
-    a, b = rows["isthmus"], rows["kueue"]
-    ratio = a.admit_rate / b.admit_rate if b.admit_rate else float("inf")
-    print(f"vs-kueue: isthmus {a.admit_rate:.2f} gangs/s kueue {b.admit_rate:.2f} gangs/s "
-          f"ratio {ratio:.2f} in-domain isthmus {a.in_domain:.0f}% kueue {b.in_domain:.0f}%")
+    if "isthmus" in rows and "kueue" in rows:
+        a, b = rows["isthmus"], rows["kueue"]
+        ratio = a.admit_rate / b.admit_rate if b.admit_rate else float("inf")
+        print(f"vs-kueue: isthmus {a.admit_rate:.2f} gangs/s kueue {b.admit_rate:.2f} "
+              f"gangs/s ratio {ratio:.2f} in-domain isthmus {a.in_domain:.0f}% "
+              f"kueue {b.in_domain:.0f}%")
 
+
+def _seconds(duration: str) -> float:
+    """A Go-style duration of the bench ("3s", "1m30s", "500ms") in seconds."""
+    total, number = 0.0, ""
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+    i = 0
+    while i < len(duration):
+        ch = duration[i]
+        if ch.isdigit() or ch == ".":
+            number += ch
+            i += 1
+            continue
+        unit = "ms" if duration.startswith("ms", i) else ch
+        total += float(number) * units[unit]
+        number, i = "", i + len(unit)
+    return total
 
 if __name__ == "__main__":
     main()

@@ -9,7 +9,7 @@ Per gang (the time of the *last* pod where a gang has several):
                               Isthmus: the Job created (its creationTimestamp)
     job -> pods created       the Job controller created every pod (pod creationTimestamp)
     pods -> scheduled         every pod bound (PodScheduled)
-    scheduled -> running      every pod Ready (kwok)
+    scheduled -> running      every pod's container started (kwok's Running stage)
     running -> pods done      every container terminated (the pods' fake duration)
     pods done -> job complete the Job controller saw it (Job status.completionTime)
     complete -> released      the quota given back (Kueue: Workload Finished; Isthmus: the job's
@@ -67,11 +67,15 @@ def _cond(obj: Mapping[str, Any], kind: str) -> float | None:
     return None
 
 
-def _terminated(pod: Mapping[str, Any]) -> float | None:
-    ends = [ts(((cs.get("state") or {}).get("terminated") or {}).get("finishedAt"))
-            for cs in (pod.get("status") or {}).get("containerStatuses") or ()]
-    known = [e for e in ends if e is not None]
-    return max(known) if known and len(known) == len(ends) else None
+def _container(pod: Mapping[str, Any], state: str, key: str) -> float | None:
+    """The latest `key` of the containers' `state` (all of them must have it)."""
+    found = []
+    for cs in (pod.get("status") or {}).get("containerStatuses") or ():
+        st = cs.get("state") or {}
+        found.append(ts((st.get(state) or (st.get("terminated") if state == "running" else
+                                            None) or {}).get(key)))
+    known = [e for e in found if e is not None]
+    return max(known) if known and len(known) == len(found) else None
 
 
 def add_pods(phases: Phases, pods: Iterable[Mapping[str, Any]],
@@ -85,8 +89,8 @@ def add_pods(phases: Phases, pods: Iterable[Mapping[str, Any]],
         meta = p.get("metadata") or {}
         seen[g]["pods"].append(ts(meta.get("creationTimestamp")))
         seen[g]["scheduled"].append(_cond(p, "PodScheduled"))
-        seen[g]["running"].append(_cond(p, "Ready") or _terminated(p))
-        seen[g]["done"].append(_terminated(p))
+        seen[g]["running"].append(_container(p, "running", "startedAt"))
+        seen[g]["done"].append(_container(p, "terminated", "finishedAt"))
     for g, steps in seen.items():
         for step, values in steps.items():
             known = [v for v in values if v is not None]
@@ -114,8 +118,14 @@ def add_workloads(phases: Phases, workloads: Iterable[Mapping[str, Any]],
         g = gang_of_job_name(owner)
         if g is None:
             continue
-        phases.put(g, "admitted", _cond(wl, "Admitted"))
+        phases.put(g, "admitted", _cond(wl, "Admitted"), latest=False)
         phases.put(g, "released", _cond(wl, "Finished"))
+
+
+def capacity_bound(gpu_seconds: float, cluster_gpus: int, gangs: int) -> float:
+    """The fastest possible admission rate (gangs/s): every GPU busy all the time, no
+    overhead at all, perfect packing: the gangs over their total GPU-seconds / the GPUs."""
+    return gangs / (gpu_seconds / cluster_gpus) if gpu_seconds > 0 else float("inf")
 
 
 def next_admission_gaps(phases: Phases) -> list[float]:
