@@ -86,6 +86,7 @@ class K8sBackend:
         self._tombstones: dict[str, Fact] = {}
         self._namespaces_ready: set[str] = set()
         self._lock = threading.Lock()
+        self._on_change: Callable[[], None] | None = None
 
     @property
     def namespace(self) -> str:
@@ -141,8 +142,20 @@ class K8sBackend:
             if self.reflectors or not self.use_watch:
                 return
             self.reflectors = make_reflectors(self.apis, self.uses_kueue)
-            for r in self.reflectors.values():
+            for kind, r in self.reflectors.items():
+                if kind != "nodes":
+                    r.on_change = self._on_change
                 r.start()
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        """Call `callback` whenever a gang's Job or pods (or its Kueue Workload) change, from
+        the watch threads: e.g. to run the reconciler at once when a gang ends, instead of at
+        its next interval. Starts the watches."""
+        self._on_change = callback
+        self.start()
+        for kind, reflector in self.reflectors.items():
+            if kind != "nodes":
+                reflector.on_change = callback
 
     def close(self) -> None:
         for r in self.reflectors.values():

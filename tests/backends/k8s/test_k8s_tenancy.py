@@ -148,9 +148,9 @@ def test_lookup_of_a_new_gang_is_answered_by_healthy_watches_without_listing(
         wait_until(lambda: all(r.healthy for r in backend.reflectors.values()), timeout=60,
                    interval=0.2, what="the watches to sync")
         apis = backend.apis
-        apis.batch.list_job_for_all_namespaces = counted(  # type: ignore[method-assign]
+        apis.batch.list_job_for_all_namespaces = counted(
             "jobs", apis.batch.list_job_for_all_namespaces)
-        apis.core.list_pod_for_all_namespaces = counted(  # type: ignore[method-assign]
+        apis.core.list_pod_for_all_namespaces = counted(
             "pods", apis.core.list_pod_for_all_namespaces)
         req = request(pool="a100", replicas=1, gpus=1, job_id=new_job_id(), team="vision")
         assert backend.lookup(req.name) is None
