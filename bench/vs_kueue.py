@@ -20,9 +20,13 @@ Reported per system: admissions per second from the first submit to the last adm
 (Kueue: the Workload's Admitted condition; Isthmus: the job's ADMITTED event), gangs fully
 scheduled per second, submit -> all pods scheduled p50/p95 (from the pods' PodScheduled
 times, 1 s resolution), the share of rack gangs whose pods all landed in one rack, and GPU
-allocation over time (bound, unfinished pods' GPUs / the cluster's GPUs, sampled).
+allocation over time (bound, unfinished pods' GPUs / the cluster's GPUs, sampled), the
+capacity bound of the workload (its GPU-seconds over the cluster's GPUs), and where each gang's
+time goes (bench/vs_kueue_phases.py: submit -> admitted -> Job started -> pods created ->
+scheduled -> running -> done -> Job complete -> quota released, and release -> next admission).
 
     .venv/bin/python -m bench.vs_kueue [--gangs 1000] [--duration 5s] [--seed 7]
+        [--systems kueue,isthmus]
 
 Last line: ``vs-kueue: isthmus <R1> gangs/s kueue <R2> gangs/s ratio <X> in-domain isthmus
 <a>% kueue <b>%``.
