@@ -3,8 +3,8 @@ baseline, and an aggregate that one lucky seed cannot carry."""
 
 from __future__ import annotations
 
-from bench import placement_quality as pq
 from backends.sim.trace import TraceJob
+from bench import placement_quality as pq
 
 
 def _metrics(name: str, p95_min: float, alloc: float) -> pq.Metrics:
