@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlmodel import Session
 
 from broker import ledger
+from broker.control import admission_usage, decision_log, eta_inputs, holds
 from broker.control import admission_writes as writes
-from broker.control import decision_log, eta_inputs, holds
 from broker.control.faults import crash_point
 from broker.control.guard import Incident, JobGuard
 from broker.control.plane import ControlPlane, hold_in_flight, log
@@ -135,6 +135,24 @@ def _moved(old: tuple[int, float | None, str] | None, new: eta.Estimate, now: da
     return drift > max(60.0, 0.1 * max(0.0, at - now.timestamp()))
 
 
+RUNTIME_MODEL_EVERY_S = 10.0
+"""The run-time model (from the last RATIO_SAMPLES ended attempts) is learnt again at most this
+often by the real cycle: a statistic over a thousand runs moves little in a few seconds, and
+reading and learning them every cycle cost a tenth of a quiet cycle under the soak."""
+
+
+def _runtime_model(plane: ControlPlane, s: Session, now: datetime) -> RuntimeModel:
+    """The run-time model, learnt again when RUNTIME_MODEL_EVERY_S have passed (or the clock
+    went back); kept on the plane between (soft state)."""
+    cached: tuple[datetime, RuntimeModel] | None = getattr(plane, "_runtime_model", None)
+    if cached is not None and timedelta(0) <= now - cached[0] < timedelta(
+            seconds=RUNTIME_MODEL_EVERY_S):
+        return cached[1]
+    model = eta_inputs.runtime_model(plane, s)
+    setattr(plane, "_runtime_model", (now, model))  # noqa: B010 - not a field of ControlPlane
+    return model
+
+
 @dataclass
 class CycleInputs:
     """What one admission cycle decides on: the queued jobs, their views, one inventory
@@ -156,17 +174,22 @@ def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
     """Reads the inputs of a cycle. The fair-share history is read from the ledger, so a
     what-if (`fold_usage=False`, kept for its callers) never changes what the next real cycle
     decides either way."""
+    decayed: dict[tuple[str, str], float] | None = None
     with plane.db.read() as s:
         queued = list_jobs(s, states=[JobState.QUEUED.value], limit=limit, ascending=True)
         in_use = {k: v[0] for k, v in ledger.usage(s).items()}
         held = _in_flight(plane, s)
-        runtimes = eta_inputs.runtime_model(plane, s)
+        runtimes = _runtime_model(plane, s, now) if fold_usage else \
+            eta_inputs.runtime_model(plane, s)
         running = eta_inputs.running_work(plane, s, runtimes, now)
+        if fold_usage:  # the real cycle: only what changed since the last one is read
+            decayed = admission_usage.decayed_usage(plane, s, now, in_use)
     if fold_usage:  # the real cycle: held jobs get their reason and stay out (a plan only reads)
         queued = holds.apply_holds(plane, queued, now)  # start times, dependencies, array limits
     inventory = hold_in_flight(plane.inventory(), held)
     views, unreadable = _pending_views(plane, queued)
-    decayed = plane.decayed_usage(in_use, now)  # read from the ledger: a what-if changes nothing
+    if decayed is None:  # a what-if reads the ledger whole: it moves no state of the real cycle
+        decayed = plane.decayed_usage(in_use, now)
     return CycleInputs(queued, views, inventory, quota_config(plane.config),
                        usage_view(in_use, decayed), now, unreadable, runtimes, running)
 
