@@ -1,0 +1,89 @@
+"""Issue 17, the soak on PostgreSQL: the batched admission met the other writers of the quota
+counters (cancels, reconcile passes) in deadlocks, and one deadlock threw the whole pass away.
+A batch now takes the counters' locks last, one row per counter in key order, and a chunk
+aborted by a lock conflict is written again."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from broker.control import admission
+from broker.store import batch
+from tests.harness.sim import Sim, consistent, state
+from tests.integration.control.test_admission_batch import _workload
+
+
+class _Deadlock(Exception):
+    sqlstate = "40P01"
+
+
+def test_a_chunk_aborted_by_a_deadlock_is_written_again(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    jobs, waiting = _workload(sim)
+    original = batch.Deferred.flush
+    aborted = {"n": 0}
+
+    def deadlocked_once(self: batch.Deferred, session: Any) -> None:
+        if aborted["n"] == 0:
+            aborted["n"] += 1
+            original(self, session)  # written, then the database picks it as the victim
+            raise sa.exc.OperationalError("UPDATE quota_usage ...", {}, _Deadlock("deadlock"))
+        original(self, session)
+
+    monkeypatch.setattr(batch.Deferred, "flush", deadlocked_once)
+    with caplog.at_level(logging.WARNING, logger="isthmus.control"):
+        admission.run_admission(sim.plane)
+    assert aborted["n"] == 1
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("lock conflict" in m for m in messages)
+    assert not any("per job instead" in m for m in messages)
+    for j in jobs:
+        assert state(sim, j) == ("ADMITTED", "Admitted")
+    for j in waiting:
+        assert state(sim, j)[0] == "QUEUED"
+    consistent(sim)  # written once: counters equal the ledger
+
+
+def test_other_database_errors_still_end_the_pass(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _workload(sim)
+
+    def gone(self: batch.Deferred, session: Any) -> None:
+        raise sa.exc.OperationalError("INSERT ...", {}, Exception("server closed the connection"))
+
+    monkeypatch.setattr(batch.Deferred, "flush", gone)
+    with pytest.raises(sa.exc.OperationalError):
+        admission.run_admission(sim.plane)
+
+
+def test_a_batch_writes_each_counter_once_last_and_in_key_order(sim: Sim) -> None:
+    _workload(sim)  # admissions of two teams on two flavors, several per counter
+    sent: list[tuple[str, Any]] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, params: Any, context: Any,
+             many: bool) -> None:
+        sent.append((statement, params))
+
+    sa.event.listen(sa.engine.Engine, "before_cursor_execute", seen)
+    try:
+        admission.run_admission(sim.plane)
+    finally:
+        sa.event.remove(sa.engine.Engine, "before_cursor_execute", seen)
+    counters = [i for i, (sql, _) in enumerate(sent) if sql.startswith("INSERT INTO quota_usage")]
+    assert len(counters) == 1  # the chunk's counter writes in one statement
+    rows = sent[counters[0]][1]
+    rows = [rows] if isinstance(rows, dict) else list(rows)
+    keys = [(r["t"], r["f"]) if isinstance(r, dict) else tuple(r[:2]) for r in rows]
+    assert len(keys) >= 3 and keys == sorted(set(keys))  # one per counter, in key order
+    record = next(i for i, (sql, _) in enumerate(sent) if "INTO admission_cycles" in sql)
+    tables = ("jobs", "events", "attempts", "ledger_entries")
+    after = [sql for sql, _ in sent[counters[0] + 1:record]
+             if sql.split(" ", 1)[0] in ("INSERT", "UPDATE")
+             and any(f" {t} " in f" {sql.split()[2]} " for t in tables)]
+    assert after == []  # nothing of the chunk is written after the counters
