@@ -44,25 +44,40 @@ from policies.cycle import CycleResult, admission_cycle
 from policies.run_length import RuntimeModel
 from policies.types import PendingJob, QuotaConfig, Usage
 
+_ViewKey = tuple[str, object, object, str | None]
+
 
 def _pending_views(
     plane: ControlPlane, queued: list[JobRecord]
 ) -> tuple[list[PendingJob], list[Incident]]:
-    """The admission views, and the jobs whose view could not be built (left out)."""
+    """The admission views, and the jobs whose view could not be built (left out). A view is
+    a function of the job's stored spec (never changes), its submission time, start time and
+    exclusions, and the configuration, so it is built once per job and kept on the plane
+    (soft state, only the jobs of this cycle kept): building the views of 2,600 waiting jobs
+    was a quarter of a steady cycle on PostgreSQL."""
+    cached: tuple[int, dict[_ViewKey, PendingJob]] | None = getattr(plane, "_views", None)
+    known = cached[1] if cached is not None and cached[0] == id(plane.config) else {}
+    kept: dict[_ViewKey, PendingJob] = {}
     views: list[PendingJob] = []
     incidents: list[Incident] = []
     for j in queued:
-        with JobGuard("admission view", j.id) as guard:
-            exclude = Exclusions.from_json(j.exclude_json)
-            views.append(
-                pending_job(
+        key = (j.id, j.created_at, j.not_before, j.exclude_json)
+        view = known.get(key)
+        if view is None:
+            with JobGuard("admission view", j.id) as guard:
+                exclude = Exclusions.from_json(j.exclude_json)
+                view = pending_job(
                     plane.config, j.id, plane.spec(j.id, j.spec_json), j.created_at,
                     not_before=j.not_before, exclude_pools=exclude.pools,
                     exclude_nodes=exclude.nodes,
                 )
-            )
-        if guard.incident is not None:
-            incidents.append(guard.incident)
+            if guard.incident is not None:
+                incidents.append(guard.incident)
+            if view is None:
+                continue
+        kept[key] = view
+        views.append(view)
+    setattr(plane, "_views", (id(plane.config), kept))  # noqa: B010 - not a field of ControlPlane
     return views, incidents
 
 

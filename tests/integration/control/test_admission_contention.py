@@ -87,3 +87,28 @@ def test_a_batch_writes_each_counter_once_last_and_in_key_order(sim: Sim) -> Non
              if sql.split(" ", 1)[0] in ("INSERT", "UPDATE")
              and any(f" {t} " in f" {sql.split()[2]} " for t in tables)]
     assert after == []  # nothing of the chunk is written after the counters
+
+
+def test_a_waiting_jobs_view_is_built_once_until_its_exclusions_change(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from broker.store.records import JOBS
+
+    _, waiting = _workload(sim)
+    admission.run_admission(sim.plane)  # the workload's admissions; the big gangs wait
+    built: list[str] = []
+    original = admission.pending_job
+
+    def counted(config: Any, job_id: str, *args: Any, **kwargs: Any) -> Any:
+        built.append(job_id)
+        return original(config, job_id, *args, **kwargs)
+
+    monkeypatch.setattr(admission, "pending_job", counted)
+    admission.run_admission(sim.plane)
+    assert built == []  # both still waiting, their views kept from the first cycle
+    with sim.plane.db.write() as s:
+        s.connection().execute(sa.update(JOBS).where(JOBS.c.id == waiting[0])
+                               .values(exclude_json='{"pools": ["slurm-h100"]}'))
+    admission.run_admission(sim.plane)
+    assert built == [waiting[0]]  # a new view for the job whose exclusions changed
+    assert state(sim, waiting[1])[0] == "QUEUED"
