@@ -97,7 +97,7 @@ def test_a_waiting_jobs_view_is_built_once_until_its_exclusions_change(
     _, waiting = _workload(sim)
     admission.run_admission(sim.plane)  # the workload's admissions; the big gangs wait
     built: list[str] = []
-    original = admission.pending_job
+    from broker.policy_inputs import pending_job as original
 
     def counted(config: Any, job_id: str, *args: Any, **kwargs: Any) -> Any:
         built.append(job_id)
