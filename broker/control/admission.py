@@ -26,7 +26,7 @@ from broker import ledger
 from broker.control import admission_usage, decision_log, eta_inputs, holds
 from broker.control import admission_writes as writes
 from broker.control.faults import crash_point
-from broker.control.guard import Incident, JobGuard
+from broker.control.guard import SYSTEMIC, Incident, JobGuard
 from broker.control.plane import ControlPlane, hold_in_flight, log
 from broker.control.preempt import LazyPreemptor, preempt
 from broker.domain import JobState
@@ -41,6 +41,7 @@ from broker.store.queries import list_jobs
 from broker.store.records import JobRecord
 from policies import eta
 from policies.cycle import CycleResult, admission_cycle
+from policies.preemption import Victim
 from policies.run_length import RuntimeModel
 from policies.types import PendingJob, QuotaConfig, Usage
 
@@ -226,6 +227,22 @@ def decide(
     return result, estimates
 
 
+def _stop(plane: ControlPlane, victim: Victim) -> None:
+    """`preempt`, done again when PostgreSQL aborted its transaction as a deadlock victim (a
+    victim's charge meets the reconcile pass that books the same counters: under the soak one
+    such deadlock ended the whole admission pass). Its backend signal is sent again, as a
+    next cycle would; after CONFLICT_RETRIES the victim is left to the next cycle."""
+    for tries in range(writes.CONFLICT_RETRIES + 1):
+        try:
+            preempt(plane, victim)
+            return
+        except SYSTEMIC as exc:
+            if not writes.conflict(exc):
+                raise
+            log.warning("preemption of %s aborted by a lock conflict (try %d)", victim.job_id,
+                        tries + 1)
+
+
 def run_admission(plane: ControlPlane, limit: int = 10_000) -> CycleResult:
     with ADMISSION_CYCLE.time():
         return _run_admission(plane, limit)
@@ -243,7 +260,7 @@ def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
     for d in result.decisions:  # victims first: signals go out before the space is handed on
         for victim in d.victims:
             with JobGuard("preemption", victim.job_id) as guard:
-                preempt(plane, victim)
+                _stop(plane, victim)
             if guard.incident is not None:
                 with plane.db.write() as s:
                     writes.mark_all(s, [guard.incident], now)

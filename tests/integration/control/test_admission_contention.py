@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from broker.control import admission
 from broker.store import batch
 from tests.harness.sim import Sim, consistent, state
+from tests.integration.control.poison import events
 from tests.integration.control.test_admission_batch import _workload
 
 
@@ -112,3 +113,36 @@ def test_a_waiting_jobs_view_is_built_once_until_its_exclusions_change(
     admission.run_admission(sim.plane)
     assert built == [waiting[0]]  # a new view for the job whose exclusions changed
     assert state(sim, waiting[1])[0] == "QUEUED"
+
+
+def test_a_preemption_aborted_by_a_deadlock_is_done_again_and_the_pass_goes_on(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from broker.control import preempt as preempt_module
+    from tests.builders import spec
+    from tests.harness.sim import cycle, run_until, submit
+
+    lows = [submit(sim, spec().name(f"low-{t}").team(t).flavors("h100-80g").replicas(2)
+                   .topology(None).set("priority", "low"), 3600) for t in ("vision", "language")]
+    for j in lows:
+        run_until(sim, j, "RUNNING", step=20)
+    cycle(sim, 700)  # past the minimum runtime that protects new work
+    urgent = submit(sim, spec().name("urgent").flavors("h100-80g").replicas(2).topology(None)
+                    .set("priority", "high"), 60)
+    original = preempt_module.preempt
+    tries: list[str] = []
+
+    def deadlocked_once(plane: Any, victim: Any) -> bool:
+        tries.append(victim.job_id)
+        if len(tries) == 1:
+            raise sa.exc.OperationalError("INSERT INTO ledger_entries ...", {},
+                                          _Deadlock("deadlock"))
+        return original(plane, victim)
+
+    monkeypatch.setattr(admission, "preempt", deadlocked_once)
+    admission.run_admission(sim.plane)  # the deadlock ended the whole pass
+    assert tries[0] == tries[1]  # the same victim, again
+    victim = tries[0]
+    assert ("RETRYING", "Preempted") in [(e[0], e[1]) for e in events(sim, victim)]
+    assert state(sim, urgent)[0] == "QUEUED"
+    consistent(sim)
