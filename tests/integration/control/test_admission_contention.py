@@ -13,9 +13,25 @@ import sqlalchemy as sa
 
 from broker.control import admission
 from broker.store import batch
-from tests.harness.sim import Sim, consistent, state
+from tests.builders import spec
+from tests.harness.sim import Sim, consistent, state, submit
 from tests.integration.control.poison import events
-from tests.integration.control.test_admission_batch import _workload
+
+
+def _workload(sim: Sim) -> tuple[list[str], list[str]]:
+    """Admissions of two teams on two flavors and both backends (returned first), and two big
+    gangs that wait (returned second)."""
+    builders = [
+        *(spec().name(f"small-{i}").flavors("a100-80g").replicas(1).gpus(2).topology(None)
+          .backend("k8s") for i in range(6)),
+        *(spec().name(f"h100-{i}").flavors("h100-80g").replicas(1).gpus(8).topology(None)
+          for i in range(3)),
+        *(spec().name(f"lang-{i}").team("language").flavors("a100-80g").replicas(2).gpus(8)
+          .topology(None) for i in range(3)),
+    ]
+    waiting = [spec().name(f"big-{i}").flavors("h100-80g").replicas(4).gpus(8).topology(None)
+               for i in range(2)]  # the h100 pool has one free node left
+    return [submit(sim, b, 600) for b in builders], [submit(sim, b, 600) for b in waiting]
 
 
 class _Deadlock(Exception):
@@ -119,8 +135,7 @@ def test_a_preemption_aborted_by_a_deadlock_is_done_again_and_the_pass_goes_on(
     sim: Sim, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from broker.control import preempt as preempt_module
-    from tests.builders import spec
-    from tests.harness.sim import cycle, run_until, submit
+    from tests.harness.sim import cycle, run_until
 
     lows = [submit(sim, spec().name(f"low-{t}").team(t).flavors("h100-80g").replicas(2)
                    .topology(None).set("priority", "low"), 3600) for t in ("vision", "language")]
