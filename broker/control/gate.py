@@ -75,6 +75,16 @@ class GatedBackend:
     def __repr__(self) -> str:
         return f"GatedBackend({self.inner!r})"
 
+    def on_change(self, callback: Callable[[], None]) -> bool:
+        """Hand `callback` to the adapter's change feed (a Kubernetes backend's watches call it
+        on every Job, pod or Workload event), outside this gate's lock: it only wakes a
+        control job. False when the adapter has no feed (Slurm, the simulator)."""
+        hook = getattr(self.inner, "on_change", None)
+        if not callable(hook):
+            return False
+        hook(callback)
+        return True
+
     # ---- the lock ----------------------------------------------------------------------
     @contextmanager
     def _held(self, op: str, wait: float | None) -> Iterator[None]:
