@@ -214,13 +214,20 @@ def update(session: Session, job_id: str, number: int, **values: Any) -> None:
                                                      **params})
 
 
+_SET_RESOLVED = (
+    sa.update(ATTEMPTS)
+    .where(ATTEMPTS.c.job_id == sa.bindparam("k_job"),
+           ATTEMPTS.c.number == sa.bindparam("k_number"), ATTEMPTS.c.resolved_json.is_(None))
+    .values(resolved_json=sa.bindparam("v_resolved"))
+)
+"""Built once (its compiled form reused): the reconciler runs it for every attempt that
+starts."""
+
+
 def set_resolved_once(session: Session, job_id: str, number: int, resolved_json: str) -> bool:
     """Store what the attempt ran with, unless it was stored before (never rewritten)."""
     result = session.connection().execute(
-        sa.update(ATTEMPTS)
-        .where(ATTEMPTS.c.job_id == job_id, ATTEMPTS.c.number == number,
-               ATTEMPTS.c.resolved_json.is_(None))
-        .values(resolved_json=resolved_json)
+        _SET_RESOLVED, {"k_job": job_id, "k_number": number, "v_resolved": resolved_json}
     )
     return bool(result.rowcount)
 
@@ -259,16 +266,18 @@ def by_token_digest(session: Session, job_id: str, digest: str) -> AttemptRecord
     return None if row is None else _rec(row)
 
 
+_INSERT_FACT = sa.insert(FACTS)
+
+
 def insert_fact(
     session: Session, backend: str, name: str, job_id: str | None, attempt: int | None,
     phase: str, reason: str, observed_at: datetime, payload_json: str,
 ) -> int:
-    result = session.connection().execute(
-        sa.insert(FACTS).values(
-            backend=backend, backend_name=name, job_id=job_id, attempt=attempt, phase=phase,
-            reason=reason, observed_at=observed_at, payload_json=payload_json,
-        )
-    )
+    result = session.connection().execute(_INSERT_FACT, {
+        "backend": backend, "backend_name": name, "job_id": job_id, "attempt": attempt,
+        "phase": phase, "reason": reason, "observed_at": observed_at,
+        "payload_json": payload_json,
+    })
     key = result.inserted_primary_key
     return int(key[0]) if key else 0
 
