@@ -159,20 +159,41 @@ class Brief:
     job_attempt: int | None
 
 
-def dispatched_brief(session: Session, backend: str) -> list[Brief]:
-    """The live attempts of `backend` whose object was created, with their jobs' state,
-    reason and current attempt: narrow columns, one statement."""
+def brief_statement(dialect: str) -> Any:
+    """The statement of `dispatched_brief` (parameters: backend), for `dialect`. Revision 0012
+    covers it: the live attempts' index in id order, the jobs' lifecycle index. SQLite would
+    search the jobs' primary key and read each job's row instead (it prefers a unique index),
+    so it is told which index to use."""
     from broker.store.records import JOBS
 
-    stmt = (
+    if dialect == "sqlite":
+        return sa.text(
+            "SELECT a.job_id, a.number, a.backend_name, a.phase, j.state, j.reason, j.attempt "
+            "FROM attempts AS a LEFT OUTER JOIN jobs AS j INDEXED BY ix_jobs_lifecycle "
+            "ON j.id = a.job_id WHERE a.ended_at IS NULL AND a.backend = :backend "
+            "AND a.dispatch = :created ORDER BY a.id"
+        ).bindparams(created=CREATED)
+    return (
         sa.select(ATTEMPTS.c.job_id, ATTEMPTS.c.number, ATTEMPTS.c.backend_name,
                   ATTEMPTS.c.phase, JOBS.c.state, JOBS.c.reason, JOBS.c.attempt)
         .select_from(ATTEMPTS.outerjoin(JOBS, JOBS.c.id == ATTEMPTS.c.job_id))
-        .where(ATTEMPTS.c.ended_at.is_(None), ATTEMPTS.c.backend == backend,
+        .where(ATTEMPTS.c.ended_at.is_(None), ATTEMPTS.c.backend == sa.bindparam("backend"),
                ATTEMPTS.c.dispatch == CREATED)
         .order_by(ATTEMPTS.c.id)
     )
-    return [Brief(*r) for r in session.connection().execute(stmt).all()]
+
+
+_BRIEF: dict[str, Any] = {}
+
+
+def dispatched_brief(session: Session, backend: str) -> list[Brief]:
+    """The live attempts of `backend` whose object was created, with their jobs' state,
+    reason and current attempt: narrow columns, one statement."""
+    conn = session.connection()
+    stmt = _BRIEF.get(conn.dialect.name)
+    if stmt is None:
+        stmt = _BRIEF[conn.dialect.name] = brief_statement(conn.dialect.name)
+    return [Brief(*r) for r in conn.execute(stmt, {"backend": backend})]
 
 
 def by_keys(session: Session, keys: list[tuple[str, int]]) -> list[AttemptRecord]:
