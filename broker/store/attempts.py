@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from sqlmodel import Session
@@ -145,10 +145,10 @@ def snapshots(session: Session, keys: list[tuple[str, int]]) -> dict[tuple[str, 
     return out
 
 
-@dataclass(frozen=True, slots=True)
-class Brief:
+class Brief(NamedTuple):
     """A dispatched live attempt and its job's lifecycle fields: what a reconcile pass needs
-    to see that nothing changed (the full rows are read only for those that did)."""
+    to see that nothing changed (the full rows are read only for those that did). A tuple:
+    made straight from the row."""
 
     job_id: str
     number: int
@@ -188,12 +188,22 @@ _BRIEF: dict[str, Any] = {}
 
 def dispatched_brief(session: Session, backend: str) -> list[Brief]:
     """The live attempts of `backend` whose object was created, with their jobs' state,
-    reason and current attempt: narrow columns, one statement."""
+    reason and current attempt: narrow columns, one statement. On SQLite the driver's rows
+    are taken as they come (fetchall of plain tuples: SQLAlchemy's row objects cost more
+    than the query itself at tens of thousands of rows)."""
     conn = session.connection()
-    stmt = _BRIEF.get(conn.dialect.name)
+    dialect = conn.dialect.name
+    stmt: Any = _BRIEF.get(dialect)
     if stmt is None:
-        stmt = _BRIEF[conn.dialect.name] = brief_statement(conn.dialect.name)
-    return [Brief(*r) for r in conn.execute(stmt, {"backend": backend})]
+        stmt = brief_statement(dialect)
+        if dialect == "sqlite":  # its text, with the driver's placeholders
+            stmt = str(stmt.compile(dialect=conn.dialect))
+        _BRIEF[dialect] = stmt
+    if dialect == "sqlite":
+        driver = conn.connection.driver_connection
+        assert driver is not None
+        return list(map(Brief._make, driver.execute(stmt, (backend, CREATED)).fetchall()))
+    return list(map(Brief._make, conn.execute(stmt, {"backend": backend}).all()))
 
 
 def by_keys(session: Session, keys: list[tuple[str, int]]) -> list[AttemptRecord]:
