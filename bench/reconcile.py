@@ -16,6 +16,7 @@ import contextlib
 import cProfile
 import fcntl
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -25,7 +26,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from backends.sim.backend import SimBackend, SimClock, SimPoolSpec
-from bench.reconcile_setup import prepare
+from bench.reconcile_setup import prepare, rebuild, save
 from broker.config import parse_config
 from broker.control.admission import run_admission
 from broker.control.plane import ControlPlane
@@ -97,11 +98,18 @@ def main() -> None:
                     help="bulk: the setup's dispatch and first observation through the same "
                     "per-job functions with their writes grouped per 1,000 jobs; loop: "
                     "run_dispatch and run_reconcile as they are (bench/reconcile_setup.py)")
+    ap.add_argument("--save-db", default=None,
+                    help="after the setup, copy the database (SQLite) to this file")
+    ap.add_argument("--from-db", default=None,
+                    help="no setup: measure a copy of a database saved by --save-db with the "
+                    "same --jobs (migrated to this tree's schema), the simulator rebuilt from it")
     ap.add_argument("--lock", default=None,
                     help="take this file's flock (e.g. /tmp/isthmus-bench.lock) for the "
                     "measured passes only, after the setup")
     args = ap.parse_args()
     url = args.db or f"sqlite:///{Path(tempfile.mkdtemp()) / 'bench.db'}"
+    if args.from_db:
+        shutil.copyfile(args.from_db, url.removeprefix("sqlite:///"))
     db = open_database(url, sqlite_synchronous="NORMAL")
     config = parse_config(CONFIG)
     clock = SimClock(datetime(2026, 11, 29, tzinfo=UTC))
@@ -110,13 +118,21 @@ def main() -> None:
                      racks_per_block=max(1, nodes // 25), nodes_per_rack=25)], clock, seed=1)
     plane = ControlPlane(db, config, {"sim": sim}, clock=lambda: clock.now)
 
-    times = prepare(plane, config, sim, args.jobs, spec, bulk=args.setup == "bulk",
-                    dispatch_passes=args.dispatch_passes)
+    if args.from_db:
+        t0 = time.perf_counter()
+        print(f"setup: simulator rebuilt from {args.from_db} with {rebuild(plane, sim)} jobs "
+              f"in {time.perf_counter() - t0:.1f}s", end="")
+    else:
+        times = prepare(plane, config, sim, args.jobs, spec, bulk=args.setup == "bulk",
+                        dispatch_passes=args.dispatch_passes)
+        print(times.line(args.jobs), end="")
+        if args.save_db:
+            save(url.removeprefix("sqlite:///"), args.save_db)
     with plane.db.read() as s:
         running = s.connection().execute(
             sa.select(sa.func.count()).select_from(JOBS).where(JOBS.c.state == "RUNNING")
         ).scalar_one()
-    print(f"{times.line(args.jobs)}; {running} jobs RUNNING", flush=True)
+    print(f"; {running} jobs RUNNING", flush=True)
     with contextlib.ExitStack() as held:
         if args.lock:
             t_wait = time.perf_counter()

@@ -12,10 +12,16 @@ Two ways, the same rows:
   Each job is written once by one of them, so grouping its statements changes no row.
 
 Submission and admission are the product's batched paths in both.
+
+A prepared database (`save`, SQLite) can be measured again, by this tree or another: `rebuild`
+submits each live attempt to a fresh simulator again, in the order it was dispatched, and
+moves its clock as `prepare` did, so the simulator holds the same jobs as the database.
 """
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -132,3 +138,29 @@ def first_observation_bulk(plane: ControlPlane, sim: SimBackend) -> None:
                 fact = facts.get(a.backend_name)
                 if fact is not None:
                     _apply_in(s, plane, a, fact, now)
+
+
+def save(db_file: str, path: str) -> None:
+    """A copy of the SQLite database `db_file` at `path`, for `rebuild` (SQLite's backup:
+    consistent while the database is open)."""
+    with contextlib.closing(sqlite3.connect(db_file)) as src, \
+            contextlib.closing(sqlite3.connect(path)) as dst:
+        src.backup(dst)
+
+
+def rebuild(plane: ControlPlane, sim: SimBackend) -> int:
+    """The simulator's jobs of a prepared database (see the module docstring); how many."""
+    key = server_secret(plane.db, "progress")
+    with plane.db.read() as s:
+        live = att.by_keys(s, [(b.job_id, b.number)
+                               for b in att.dispatched_brief(s, sim.name)])
+        jobs = dict(jobs_by_ids(s, [a.job_id for a in live]))
+    live.sort(key=lambda a: int((a.backend_id or "-0").rsplit("-", 1)[1]))
+    for a in live:
+        job = jobs[a.job_id]
+        assert job is not None
+        token = progress_token(key, a.job_id, a.number)
+        sim.submit(dispatch_mod._request(plane, a, token, owner=job.submitted_by))
+    sim.clock.advance(60)
+    sim.sync()
+    return len(live)

@@ -1,6 +1,7 @@
 """The reconcile benchmark's bulk setup (bench/reconcile_setup.py) writes what the control
 loop's own dispatch and first reconcile pass write, row for row: the measured passes of the
-benchmark then start from the same database either way."""
+benchmark then start from the same database either way. A database it saved, measured again,
+finds the simulator rebuilt as it was."""
 
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ import sqlalchemy as sa
 
 from backends.sim.backend import SimBackend, SimClock, SimPoolSpec
 from bench.reconcile import CONFIG, spec
-from bench.reconcile_setup import prepare
+from bench.reconcile_setup import prepare, rebuild, save
 from broker.config import parse_config
 from broker.control.plane import ControlPlane
+from broker.control.reconcile import run_reconcile
 from broker.store import open_database
 from broker.store.attempts import ATTEMPTS, FACTS
+from broker.store.db import Database
 from broker.store.ledger_tables import ENTRIES
 from broker.store.records import EVENTS, JOBS
 
@@ -25,14 +28,21 @@ SIM_START = datetime(2026, 11, 29, tzinfo=UTC)
 SIM_END = SIM_START + timedelta(days=1)
 
 
-def _setup(path: Path, *, bulk: bool) -> dict[str, list[tuple[Any, ...]]]:
+def _plane(path: Path) -> tuple[ControlPlane, SimBackend]:
     db = open_database(f"sqlite:///{path}")
-    config = parse_config(CONFIG)
     clock = SimClock(SIM_START)
     sim = SimBackend("sim", "slurm", [SimPoolSpec("big", "a100-80g", blocks=1,
                      racks_per_block=2, nodes_per_rack=25)], clock, seed=1)
-    plane = ControlPlane(db, config, {"sim": sim}, clock=lambda: clock.now)
-    prepare(plane, config, sim, N, spec, bulk=bulk)
+    return ControlPlane(db, parse_config(CONFIG), {"sim": sim}, clock=lambda: clock.now), sim
+
+
+def _setup(path: Path, *, bulk: bool) -> dict[str, list[tuple[Any, ...]]]:
+    plane, sim = _plane(path)
+    prepare(plane, plane.config, sim, N, spec, bulk=bulk)
+    return _rows(plane.db)
+
+
+def _rows(db: Database) -> dict[str, list[tuple[Any, ...]]]:
     with db.read() as s:
         c = s.connection()
         names: dict[str, str] = {r[0]: r[1] for r in c.execute(sa.select(JOBS.c.id, JOBS.c.name))}
@@ -79,3 +89,21 @@ def test_the_bulk_setup_writes_what_the_control_loop_writes(tmp_path: Path) -> N
     assert len(loop["events"]) == 6 * N  # SUBMITTED .. ADMITTED, PREPARING, RUNNING
     for table in loop:
         assert bulk[table] == loop[table], table
+
+
+def test_a_saved_database_measured_again_finds_the_simulator_as_it_left_it(
+        tmp_path: Path) -> None:
+    plane, sim = _plane(tmp_path / "first.db")
+    prepare(plane, plane.config, sim, N, spec, bulk=True)
+    save(str(tmp_path / "first.db"), str(tmp_path / "saved.db"))
+    again, sim2 = _plane(tmp_path / "saved.db")
+    assert rebuild(again, sim2) == N
+    assert sim2.clock.now == sim.clock.now
+    assert list(sim2.observe()) == list(sim.observe())  # same jobs, nodes, times, ids
+    idle = run_reconcile(again, "sim")
+    assert (idle.observed, idle.transitions) == (N, 0)
+    for s in (sim, sim2):
+        s.clock.advance(3600)
+        s.sync()
+    assert run_reconcile(again, "sim").transitions == run_reconcile(plane, "sim").transitions > 0
+    assert _rows(again.db)["jobs"] == _rows(plane.db)["jobs"]
