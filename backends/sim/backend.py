@@ -23,7 +23,6 @@ from backends.base import (
     BackendUnavailable,
     CancelResult,
     Capability,
-    Observed,
     RankLog,
     Rendering,
     SubmitRequest,
@@ -212,7 +211,7 @@ class SimBackend:
         self._end(job, Phase.CANCELLED, Reason.CancelledByUser, "cancelled")
         return CancelResult(name, found=True, signalled=running and grace_seconds > 0)
 
-    def observe(self, names: Sequence[str] | None = None) -> Observed:
+    def observe(self, names: Sequence[str] | None = None) -> Sequence[Fact]:
         """Every Isthmus job, and each of `names` unknown here as LOST; the facts are built
         when read (views.observed): the reconciler reads the phases and reasons of all and
         the facts of the few that changed."""

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from backends.base import (
     BackendUnavailable,
     CancelResult,
-    Observed,
     SubmitRequest,
     SubmitResult,
 )
@@ -51,7 +50,7 @@ class LiveSimBackend(SimBackend):
         self.sync()
         return super().cancel(name, grace_seconds)
 
-    def observe(self, names: Sequence[str] | None = None) -> Observed:
+    def observe(self, names: Sequence[str] | None = None) -> Sequence[Fact]:
         self.sync()
         return super().observe(names)
 

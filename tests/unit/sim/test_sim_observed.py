@@ -48,8 +48,8 @@ def test_said_is_what_the_facts_say_and_lost_names_are_lost() -> None:
 def test_facts_are_built_when_read_from_what_was_observed() -> None:
     b = _sim()
     got = b.observe()
-    before = {n: b.lookup(n) for n in got.said}
     assert isinstance(got, Observed) and got._built == {}  # nothing built yet
+    before = {n: b.lookup(n) for n in got.said}
     b.cancel("isthmus-j2-1", grace_seconds=0)
     b.advance(500)  # j3 starts running, j4 starts
     assert b.lookup("isthmus-j2-1").phase is Phase.CANCELLED  # type: ignore[union-attr]
