@@ -6,8 +6,8 @@ estimate (policies/eta.py) exactly as the broker's admission does; the first est
 gets (the cycle after its submission) is kept and compared with when the simulator really
 starts it. The estimate knows only what the broker knows: the backends' expected releases,
 the jobs' declared time limits (over-estimates, trace.py), the run-time model learnt from the
-last 1,000 ended jobs (team, declared limit, true run; policies/run_length.py), and its running
-jobs' nodes, starts and limits (broker/control/eta_inputs.py); never a job's true run time
+last 1,000 ended jobs (team, declared limit, GPUs, true run; policies/run_length.py), and its
+running jobs' nodes, starts and limits (broker/control/eta_inputs.py); never a job's true run time
 before it ended, nor jobs not yet submitted.
 
 Error of a job: |first estimate - real start| / real wait, over jobs that waited at least
@@ -78,7 +78,7 @@ def _running(backends: dict[str, SimBackend], running: dict[str, tuple[str, str,
                 continue
             team = running[name][0]
             elapsed = now - job.started
-            end = now + model.remaining_s(team, job.limit, elapsed)
+            end = now + model.remaining_s(team, job.limit, elapsed, running[name][2])
             for node in set(job.nodes):
                 out.append(eta.Running(node, T0 + timedelta(seconds=job.started + job.limit),
                                        T0 + timedelta(seconds=end)))
@@ -165,7 +165,7 @@ def replay(n: int, seed: int, load: float, mode: str,
                     team, flavor, gpus = running.pop(bname)
                     in_use[(team, flavor)] -= gpus
                     tj = by_id[job_id]
-                    history.append(RunSample(tj.team, limit_s(tj), tj.duration_s))
+                    history.append(RunSample(tj.team, limit_s(tj), tj.duration_s, tj.gpus))
         for key in set(in_use) | set(decayed):
             decayed[key] = decay_usage(decayed.get(key, 0.0), in_use.get(key, 0), CYCLE_S, 6 * 3600)
     return res, {j.id: j.submit_s for j in trace}

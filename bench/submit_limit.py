@@ -14,14 +14,16 @@ from pathlib import Path
 
 from broker.api.group_commit import SubmitQueue
 from broker.domain import JobState
+from broker.domain.clock import utcnow
 from broker.domain.ids import new_job_id
 from broker.feasibility import feasibility
 from broker.orchestration.submission import Submission, Submitted
 from broker.store.records import JobRecord
-from broker.domain.clock import utcnow
 
 
-def _in_memory(queue: SubmitQueue, subs: list[Submission]) -> list[Submitted | Exception]:
+async def _in_memory(
+    queue: SubmitQueue, subs: list[Submission]
+) -> list[Submitted | Exception]:
     out: list[Submitted | Exception] = []
     for sub in subs:
         spec = sub.spec
@@ -42,7 +44,7 @@ def _in_memory(queue: SubmitQueue, subs: list[Submission]) -> list[Submitted | E
 
 def main() -> None:
     config, db_url, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    SubmitQueue._commit = _in_memory  # type: ignore[method-assign, assignment]
+    SubmitQueue._store = _in_memory  # type: ignore[method-assign, assignment]
     from broker.server import run
 
     run(Path(config), db_url=db_url, port=port, control=False)

@@ -20,9 +20,13 @@ Reported per system: admissions per second from the first submit to the last adm
 (Kueue: the Workload's Admitted condition; Isthmus: the job's ADMITTED event), gangs fully
 scheduled per second, submit -> all pods scheduled p50/p95 (from the pods' PodScheduled
 times, 1 s resolution), the share of rack gangs whose pods all landed in one rack, and GPU
-allocation over time (bound, unfinished pods' GPUs / the cluster's GPUs, sampled).
+allocation over time (bound, unfinished pods' GPUs / the cluster's GPUs, sampled), the
+capacity bound of the workload (its GPU-seconds over the cluster's GPUs), and where each gang's
+time goes (bench/vs_kueue_phases.py: submit -> admitted -> Job started -> pods created ->
+scheduled -> running -> done -> Job complete -> quota released, and release -> next admission).
 
     .venv/bin/python -m bench.vs_kueue [--gangs 1000] [--duration 5s] [--seed 7]
+        [--systems kueue,isthmus]
 
 Last line: ``vs-kueue: isthmus <R1> gangs/s kueue <R2> gangs/s ratio <X> in-domain isthmus
 <a>% kueue <b>%``.
@@ -49,6 +53,8 @@ from typing import Any
 import httpx
 import yaml
 
+from bench.vs_kueue_phases import Phases, add_jobs, add_pods, add_workloads, capacity_bound, ts
+from bench.vs_kueue_phases import table as phase_table
 from tests.fixtures.k8s import (
     kueue_env,  # the Kueue cluster the tests start, the same dirs and ports
 )
@@ -88,6 +94,7 @@ class Run:
     racks: dict[int, set[str]] = field(default_factory=dict)
     allocation: list[tuple[float, float]] = field(default_factory=list)  # (t, share)
     ended: float = 0.0
+    phases: Phases = field(default_factory=Phases)
 
 
 def workload(n: int, seed: int) -> list[Gang]:
@@ -126,6 +133,34 @@ class Kube:
                                                  _preload_content=False, _request_timeout=60)
             out += json.loads(resp.data).get("items") or []
         return out
+
+    def jobs(self) -> list[dict[str, Any]]:
+        out = []
+        for ns in (f"isthmus-{t}" for t in TEAMS):
+            resp = self.batch.list_namespaced_job(ns, _preload_content=False,
+                                                  _request_timeout=60)
+            out += json.loads(resp.data).get("items") or []
+        return out
+
+    def workloads(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for ns in (f"isthmus-{t}" for t in TEAMS):
+            out += self.custom.list_namespaced_custom_object(
+                "kueue.x-k8s.io", "v1beta2", ns, "workloads", _request_timeout=60,
+            ).get("items") or []
+        return out
+
+    def settle(self, names: set[str], timeout: float) -> None:
+        """Wait (for the phase breakdown) until the Jobs `names` have all finished."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            left = [j for j in self.jobs() if j["metadata"]["name"] in names
+                    and not any(c.get("type") in ("Complete", "Failed")
+                                and c.get("status") == "True"
+                                for c in (j.get("status") or {}).get("conditions") or ())]
+            if not left:
+                return
+            time.sleep(2)
 
     def nodes(self) -> tuple[dict[str, str], int]:
         """node -> rack, and the cluster's GPUs."""
@@ -187,16 +222,8 @@ def watch(kube: Kube, run: Run, gangs: list[Gang], gang_of: Callable[[dict[str, 
 def _scheduled_at(pod: dict[str, Any]) -> float | None:
     for c in (pod.get("status") or {}).get("conditions") or ():
         if c.get("type") == "PodScheduled" and c.get("status") == "True":
-            return _ts(c.get("lastTransitionTime"))
+            return ts(c.get("lastTransitionTime"))
     return None
-
-
-def _ts(value: Any) -> float | None:
-    if not value:
-        return None
-    if isinstance(value, datetime):
-        return value.timestamp()
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
 
 
 # -- (a) Kueue -----------------------------------------------------------------------------
@@ -245,20 +272,26 @@ def run_kueue(kube: Kube, gangs: list[Gang], args: argparse.Namespace,
         name = ((p.get("metadata") or {}).get("labels") or {}).get("job-name", "")
         return int(name[len("kueue-g"):]) if name.startswith("kueue-g") else None
 
+    def gang_of_name(name: str) -> int | None:
+        return int(name[len("kueue-g"):]) if name.startswith("kueue-g") else None
+
     watch(kube, run, gangs, gang_of, racks, total_gpus, args.stall, t0)
-    for team in TEAMS:
-        wls = kube.custom.list_namespaced_custom_object(
-            "kueue.x-k8s.io", "v1beta2", f"isthmus-{team}", "workloads", _request_timeout=60)
-        for wl in wls.get("items") or ():
-            owner = next((r["name"] for r in wl["metadata"].get("ownerReferences") or ()
-                          if r.get("kind") == "Job"), "")
-            for c in (wl.get("status") or {}).get("conditions") or ():
-                if c["type"] == "Admitted" and c["status"] == "True" and \
-                        owner.startswith("kueue-g"):
-                    at = _ts(c.get("lastTransitionTime"))
-                    if at is not None:
-                        run.admitted[int(owner[len("kueue-g"):])] = at
+    # read twice: every gang is admitted now; Finished once they have ended
+    add_workloads(run.phases, kube.workloads(), gang_of_name)
+    kube.settle({f"kueue-g{g.index}" for g in gangs}, args.settle)
+    add_workloads(run.phases, kube.workloads(), gang_of_name)
+    run.admitted = {g: s["admitted"] for g, s in run.phases.at.items() if "admitted" in s}
+    add_jobs(run.phases, kube.jobs(), lambda j: gang_of_name(j["metadata"]["name"]),
+             started_is_creation=False)
+    _add_common(run, kube, gangs, gang_of)
     return run
+
+
+def _add_common(run: Run, kube: Kube, gangs: list[Gang],
+                gang_of: Callable[[dict[str, Any]], int | None]) -> None:
+    add_pods(run.phases, kube.pods(), gang_of, {g.index: g.replicas for g in gangs})
+    for g, at in run.submitted.items():
+        run.phases.put(g, "submitted", at)
 
 
 # -- (b) Isthmus ---------------------------------------------------------------------------
@@ -330,17 +363,39 @@ def run_isthmus(kube: Kube, gangs: list[Gang], args: argparse.Namespace, kubecon
                     "isthmus.io/job", ""))
 
             watch(kube, run, gangs, gang_of, racks, total_gpus, args.stall, t0)
-            for job_id, g in ids.items():
-                for e in http.get(f"/v1/jobs/{job_id}/events").json():
-                    if e["to_state"] == "ADMITTED":
-                        run.admitted[g] = datetime.fromisoformat(e["at"]).timestamp()
-                        break
+            names = {str(j["metadata"]["name"]) for j in kube.jobs()
+                     if (j["metadata"].get("labels") or {}).get("isthmus.io/job") in ids}
+            kube.settle(names, args.settle)
+            _isthmus_events(http, run, ids, args.settle)
+            add_jobs(run.phases, kube.jobs(), lambda j: ids.get(
+                (j["metadata"].get("labels") or {}).get("isthmus.io/job", "")),
+                started_is_creation=True)
+            _add_common(run, kube, gangs, gang_of)
         finally:
             http.close()
             server.terminate()
             server.wait(timeout=60)
             log.close()
     return run
+
+
+def _isthmus_events(http: httpx.Client, run: Run, ids: dict[str, int], settle: float) -> None:
+    """ADMITTED and the end of each job (its quota released) from the broker's events; waits
+    up to `settle` s for the broker to see the last Jobs end."""
+    deadline = time.monotonic() + settle
+    for job_id, g in ids.items():
+        while True:
+            events = http.get(f"/v1/jobs/{job_id}/events").json()
+            ends = [e for e in events if e["to_state"] in ("SUCCEEDED", "FAILED", "CANCELLED")]
+            if ends or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        for e in events:
+            if e["to_state"] == "ADMITTED" and g not in run.admitted:
+                run.admitted[g] = datetime.fromisoformat(e["at"]).timestamp()
+                run.phases.put(g, "admitted", run.admitted[g], latest=False)
+        if ends:
+            run.phases.put(g, "released", datetime.fromisoformat(ends[0]["at"]).timestamp())
 
 
 def _free_port() -> int:
@@ -417,25 +472,37 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--stall", type=float, default=180.0,
                     help="stop when no gang got scheduled for this many seconds")
+    ap.add_argument("--settle", type=float, default=120.0,
+                    help="after the last gang is scheduled, wait up to this long for the "
+                         "gangs to finish (for the phase breakdown; not in the rates)")
+    ap.add_argument("--systems", default="kueue,isthmus",
+                    help="which systems to run, in order (comma-separated)")
     args = ap.parse_args()
     values = cluster()
     kube = Kube(values["KUBECONFIG"])
     racks, total_gpus = kube.nodes()
     gangs = workload(args.gangs, args.seed)
+    runs: dict[str, Run] = {}
+    for system in args.systems.split(","):
+        kube.empty()
+        t = time.monotonic()
+        runs[system] = (run_kueue(kube, gangs, args, racks, total_gpus) if system == "kueue"
+                        else run_isthmus(kube, gangs, args, values["KUBECONFIG"], racks,
+                                         total_gpus))
+        print(f"{system} run: {time.monotonic() - t:.0f}s", flush=True)
     kube.empty()
-    t = time.monotonic()
-    kueue = run_kueue(kube, gangs, args, racks, total_gpus)
-    print(f"kueue run: {time.monotonic() - t:.0f}s", flush=True)
-    kube.empty()
-    t = time.monotonic()
-    ours = run_isthmus(kube, gangs, args, values["KUBECONFIG"], racks, total_gpus)
-    print(f"isthmus run: {time.monotonic() - t:.0f}s", flush=True)
-    kube.empty()
-    rows = {"isthmus": summarize(ours, gangs), "kueue": summarize(kueue, gangs)}
+    report(runs, gangs, args, total_gpus)
+
+
+def report(runs: dict[str, Run], gangs: list[Gang], args: argparse.Namespace,
+           total_gpus: int) -> None:
+    rows = {name: summarize(run, gangs) for name, run in sorted(runs.items())}
     gpus = sum(g.replicas * g.gpus for g in gangs)
+    seconds = _seconds(args.duration)
     print(f"{args.gangs} gangs ({gpus} GPUs requested in all, "
           f"{sum(g.rack for g in gangs)} rack-required), pods run {args.duration}, "
-          f"cluster {total_gpus} GPUs")
+          f"cluster {total_gpus} GPUs; capacity bound (every GPU busy, no overhead): "
+          f"{capacity_bound(gpus * seconds, total_gpus, len(gangs)):.2f} gangs/s")
     print("| system | admitted | admissions/s | all pods scheduled | scheduled/s | "
           "submit->scheduled p50 | p95 | in-domain | GPU allocation mean | "
           "allocation by tenth of the run (%) |")
@@ -444,11 +511,34 @@ def main() -> None:
         print(f"| {name} | {s.admitted} | {s.admit_rate:.2f} | {s.scheduled} | "
               f"{s.sched_rate:.2f} | {s.p50:.1f} s | {s.p95:.1f} s | {s.in_domain:.0f}% | "
               f"{s.alloc_mean:.0f}% | {s.alloc_timeline} |")
-    a, b = rows["isthmus"], rows["kueue"]
-    ratio = a.admit_rate / b.admit_rate if b.admit_rate else float("inf")
-    print(f"vs-kueue: isthmus {a.admit_rate:.2f} gangs/s kueue {b.admit_rate:.2f} gangs/s "
-          f"ratio {ratio:.2f} in-domain isthmus {a.in_domain:.0f}% kueue {b.in_domain:.0f}%")
+    print()
+    print("Per-gang phases (p50 / p95 seconds, gangs measured; object timestamps 1 s "
+          "resolution):")
+    for line in phase_table({name: run.phases for name, run in sorted(runs.items())}):
+        print(line)
+    if "isthmus" in rows and "kueue" in rows:
+        a, b = rows["isthmus"], rows["kueue"]
+        ratio = a.admit_rate / b.admit_rate if b.admit_rate else float("inf")
+        print(f"vs-kueue: isthmus {a.admit_rate:.2f} gangs/s kueue {b.admit_rate:.2f} "
+              f"gangs/s ratio {ratio:.2f} in-domain isthmus {a.in_domain:.0f}% "
+              f"kueue {b.in_domain:.0f}%")
 
+
+def _seconds(duration: str) -> float:
+    """A Go-style duration of the bench ("3s", "1m30s", "500ms") in seconds."""
+    total, number = 0.0, ""
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+    i = 0
+    while i < len(duration):
+        ch = duration[i]
+        if ch.isdigit() or ch == ".":
+            number += ch
+            i += 1
+            continue
+        unit = "ms" if duration.startswith("ms", i) else ch
+        total += float(number) * units[unit]
+        number, i = "", i + len(unit)
+    return total
 
 if __name__ == "__main__":
     main()

@@ -161,6 +161,7 @@ _UPSERT = sa.text(
     "reserved_gpus = quota_usage.reserved_gpus + excluded.reserved_gpus, "
     "borrowed_gpus = quota_usage.borrowed_gpus + excluded.borrowed_gpus"
 )
+batch.additive(_UPSERT, key=("t", "f"))  # batched: summed per counter, sent last in key order
 
 
 def _entry(session: Session, job_id: str, attempt: int, kind: LedgerKind) -> Any:

@@ -96,7 +96,7 @@ class _Runs:
 
     def run_s(self, job: PendingJob) -> float:
         if self.model is not None and self.model.samples >= self.model.min_samples:
-            return self.model.run_s(job.team, job.max_runtime_s)
+            return self.model.run_s(job.team, job.max_runtime_s, job.total_gpus)
         return max(1.0, self.factor * job.max_runtime_s)
 
     def release(self, node: str, at: float, now: float) -> float:

@@ -9,10 +9,13 @@ the mean ratio of the most specific group that has enough samples (the mean, not
 a start waits for the sum of the runs ahead of it, and run times are skewed; measured in
 bench/eta_accuracy.py, docs/benchmarks.md):
 
-  1 the same team and the same declared limit
-  2 the same declared limit (users pick a few round values; the value says much of the run)
-  3 the same team
+  1 the same team, the same declared limit and the same number of GPUs
+  2 the same declared limit and the same number of GPUs (bigger gangs run longer)
+  3 the same declared limit (users pick a few round values; the value says much of the run)
   4 every sample
+
+(Measured on bench/eta_accuracy.py, seeds 3, 5, 7: these groups gave a median error of
+60/53/52% where team-and-limit, limit, team groups gave 61/56/55%; docs/benchmarks.md.)
 
 A job with no group of `min_samples` (and a model with fewer samples than that) keeps its
 declared limit. Work already running for `elapsed` seconds is predicted from the samples of
@@ -40,14 +43,16 @@ class RunSample:
     team: str
     declared_s: float
     ran_s: float
+    gpus: int = 0
+    """GPUs of the whole gang (0: not known)."""
 
 
 _Key = tuple[str, ...]
 
 
-def _keys(team: str, declared_s: float) -> tuple[_Key, ...]:
-    d = str(round(declared_s))
-    return (("t", team, "d", d), ("d", d), ("t", team), ())
+def _keys(team: str, declared_s: float, gpus: int) -> tuple[_Key, ...]:
+    d, g = str(round(declared_s)), str(max(0, gpus))
+    return (("t", team, "d", d, "g", g), ("d", d, "g", g), ("d", d), ())
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +69,7 @@ class RuntimeModel:
             if s.declared_s <= 0 or s.ran_s < 0:
                 continue  # bounded before use: a sample that cannot be a ratio is left out
             ratio = min(1.0, s.ran_s / s.declared_s)
-            for k in _keys(s.team, s.declared_s):
+            for k in _keys(s.team, s.declared_s, s.gpus):
                 groups.setdefault(k, []).append(ratio)
         for v in groups.values():
             v.sort()
@@ -79,16 +84,17 @@ class RuntimeModel:
         declared limit and team are not known, such as a backend's anonymous releases."""
         return _mean(self.groups.get((), []), self.min_samples) or 1.0
 
-    def run_s(self, team: str, declared_s: float) -> float:
-        """Predicted run time of a job that has not started."""
-        return self.remaining_s(team, declared_s, 0.0)
+    def run_s(self, team: str, declared_s: float, gpus: int = 0) -> float:
+        """Predicted run time of a job of `gpus` GPUs that has not started."""
+        return self.remaining_s(team, declared_s, 0.0, gpus)
 
-    def remaining_s(self, team: str, declared_s: float, elapsed_s: float) -> float:
+    def remaining_s(self, team: str, declared_s: float, elapsed_s: float,
+                    gpus: int = 0) -> float:
         """Predicted run time left of work running for `elapsed_s` (never below a second)."""
         declared = max(1.0, declared_s)
         elapsed = max(0.0, elapsed_s)
         floor = elapsed / declared
-        for k in _keys(team, declared):
+        for k in _keys(team, declared, gpus):
             ratios = self.groups.get(k)
             if not ratios:
                 continue

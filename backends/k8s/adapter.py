@@ -86,6 +86,7 @@ class K8sBackend:
         self._tombstones: dict[str, Fact] = {}
         self._namespaces_ready: set[str] = set()
         self._lock = threading.Lock()
+        self._on_change: Callable[[], None] | None = None
 
     @property
     def namespace(self) -> str:
@@ -94,18 +95,26 @@ class K8sBackend:
 
     def _namespace_of(self, name: str) -> str | None:
         """Where the gang `name` lives: the one namespace, or (per team) wherever its Job or
-        pods are: the watch caches first, then one label-selected list across namespaces."""
+        pods are: the watch caches first, then one label-selected list across namespaces.
+        When both watches are healthy their caches answer alone: every object of ours is in
+        them once the watches have listed, and one created since by another replica that
+        the watch has not shown yet is adopted by `create_gang` on its 409. This spares the
+        dispatch of each new gang two cluster-wide lists."""
         if not self.settings.per_team:
             return self.namespace
+        healthy = 0
         for kind in ("jobs", "pods"):
             reflector = self.reflectors.get(kind)
             if reflector is None or not reflector.healthy:
                 continue
+            healthy += 1
             for obj in reflector.snapshot():
                 meta = meta_of(obj)
                 if (meta.get("labels") or {}).get(LABEL_NAME) == name or (
                         kind == "jobs" and meta.get("name") == name):
                     return str(meta.get("namespace"))
+        if healthy == 2:
+            return None
         selector = f"{LABEL_NAME}={name}"
         for what, lister in (("list Jobs", self.apis.batch.list_job_for_all_namespaces),
                              ("list pods", self.apis.core.list_pod_for_all_namespaces)):
@@ -133,8 +142,20 @@ class K8sBackend:
             if self.reflectors or not self.use_watch:
                 return
             self.reflectors = make_reflectors(self.apis, self.uses_kueue)
-            for r in self.reflectors.values():
+            for kind, r in self.reflectors.items():
+                if kind != "nodes":
+                    r.on_change = self._on_change
                 r.start()
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        """Call `callback` whenever a gang's Job or pods (or its Kueue Workload) change, from
+        the watch threads: e.g. to run the reconciler at once when a gang ends, instead of at
+        its next interval. Starts the watches."""
+        self._on_change = callback
+        self.start()
+        for kind, reflector in self.reflectors.items():
+            if kind != "nodes":
+                reflector.on_change = callback
 
     def close(self) -> None:
         for r in self.reflectors.values():

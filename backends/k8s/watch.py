@@ -71,6 +71,10 @@ class Reflector:
         self.relists = 0  # counters, for tests and metrics
         self.reconnects = 0
         self.events = 0
+        self.on_change: Callable[[], None] | None = None
+        """Called (in the watch thread, outside the lock) after each object event: a hook
+        for whoever wants to act on a change at once instead of at its next poll. It must
+        be quick; an exception from it is logged and the watch goes on."""
         self._lock = threading.RLock()  # predicates of wait_for read under it
         self._stop = threading.Event()
         self._resp: Any = None
@@ -231,3 +235,8 @@ class Reflector:
                 self.resource_version = rv
             self.events += 1
             self._changed.notify_all()
+        if kind in ("ADDED", "MODIFIED", "DELETED") and self.on_change is not None:
+            try:
+                self.on_change()
+            except Exception:  # a listener's bug must not stop the watch
+                log.exception("watch %s: the change listener failed", self.kind)

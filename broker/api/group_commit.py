@@ -1,6 +1,11 @@
 """Group commit for submissions: requests that arrive while a commit is in flight share the
 next transaction, so durable submits cost one fsync per batch instead of one each.
 
+A batch's statements run on the event loop (short calls); its COMMIT, which waits for the
+disk (and on SQLite may run a WAL checkpoint), runs in one worker thread, so the loop keeps
+reading and validating the next requests meanwhile. The thread makes a single driver call
+that releases the GIL, so it does not fight the loop for it statement by statement.
+
 A request still gets its answer only after its own job is committed; a failure of one
 submission (an idempotency conflict, a row the database refuses, a failed commit) is reported
 to that request alone.
@@ -9,7 +14,9 @@ to that request alone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from broker.config import IsthmusConfig
 from broker.logs import get_logger
@@ -37,6 +44,7 @@ class SubmitQueue:
         self.max_batch = max_batch
         self._pending: list[tuple[Submission, asyncio.Future[Submitted]]] = []
         self._draining = False
+        self._committer: ThreadPoolExecutor | None = None
 
     async def submit(self, sub: Submission) -> Submitted:
         fut: asyncio.Future[Submitted] = asyncio.get_running_loop().create_future()
@@ -52,10 +60,7 @@ class SubmitQueue:
             while self._pending:
                 batch = self._pending[: self.max_batch]
                 del self._pending[: self.max_batch]
-                # Inline on purpose: a worker thread would fight the event loop for the GIL on
-                # every statement. While this runs, new requests wait in socket buffers; they
-                # form the next batch.
-                results = self._commit([s for s, _ in batch])
+                results = await self._store([s for s, _ in batch])
                 if self.on_commit is not None:
                     self.on_commit()  # wake the admission cycle: new jobs are queued
                 for (_, fut), result in zip(batch, results, strict=True):
@@ -68,18 +73,31 @@ class SubmitQueue:
         finally:
             self._draining = False
 
+    async def _store(self, subs: list[Submission]) -> list[Submitted | Exception]:
+        """The batch written on the loop with one statement per table (`_batched`) and
+        committed in the worker thread; if either fails, `_commit` (inline: the rare path)."""
+        try:
+            tx, out = self._batched(subs)
+        except Exception as exc:
+            log.info("a batch of %d submissions failed as one (%r); with savepoints now",
+                     len(subs), exc)
+            return self._commit(subs)
+        if self._committer is None:
+            self._committer = ThreadPoolExecutor(1, thread_name_prefix="isthmus-commit")
+        try:
+            await asyncio.get_running_loop().run_in_executor(self._committer, tx.close)
+        except Exception as exc:
+            log.warning("the commit of a batch of %d submissions failed (%r); again with "
+                        "savepoints", len(subs), exc)
+            return self._commit(subs)
+        return out
+
     def _commit(self, subs: list[Submission]) -> list[Submitted | Exception]:
-        """One transaction for the batch, its rows sent as one statement per table
-        (`_batched`); if that fails, submit_many, which isolates each submission in a
-        savepoint. Should that transaction fail as a whole too (the commit or the connection
-        failed), each submission is retried alone: a failure is then reported to the request
-        that caused it, and the others are stored."""
-        if len(subs) > 1:
-            try:
-                return self._batched(subs)
-            except Exception as exc:
-                log.info("a batch of %d submissions failed as one (%r); with savepoints now",
-                         len(subs), exc)
+        """The batch again after its batched write failed, in one transaction through
+        submit_many, which isolates each submission in a savepoint. Should that transaction
+        fail as a whole too (the commit or the connection failed), each submission is retried
+        alone: a failure is then reported to the request that caused it, and the others are
+        stored."""
         try:
             return submit_many(self.db, self.config, subs)
         except Exception as exc:
@@ -95,19 +113,24 @@ class SubmitQueue:
                 out.append(exc)
         return out
 
-    def _batched(self, subs: list[Submission]) -> list[Submitted | Exception]:
+    def _batched(
+        self, subs: list[Submission]
+    ) -> tuple[contextlib.ExitStack, list[Submitted | Exception]]:
         """The batch's rows queued and written with one executemany per statement
-        (broker.store.batch). An idempotency conflict is that request's answer (nothing of it
-        was queued); anything else, in Python or at the flush (a key reused within the batch,
-        a row the database refuses), fails the whole batch, which `_commit` then does again
-        with a savepoint per submission."""
+        (broker.store.batch), in a transaction left open: closing the returned stack commits
+        it (or rolls it back and raises). An idempotency conflict is that request's answer
+        (nothing of it was queued); anything else, in Python or at the flush (a key reused
+        within the batch, a row the database refuses), rolls the whole batch back and raises,
+        and `_commit` then does it again with a savepoint per submission."""
         out: list[Submitted | Exception] = []
-        with self.db.write() as s, batch.deferred(s) as queued:
-            for sub in subs:
-                mark = queued.mark()
-                try:
-                    out.append(_submit_in(s, self.config, sub))
-                except IdempotencyConflict as exc:
-                    queued.cut(mark)
-                    out.append(exc)
-        return out
+        with contextlib.ExitStack() as tx:
+            s = tx.enter_context(self.db.write())
+            with batch.deferred(s) as queued:
+                for sub in subs:
+                    mark = queued.mark()
+                    try:
+                        out.append(_submit_in(s, self.config, sub))
+                    except IdempotencyConflict as exc:
+                        queued.cut(mark)
+                        out.append(exc)
+            return tx.pop_all(), out

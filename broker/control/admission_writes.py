@@ -103,7 +103,7 @@ def persist(plane: ControlPlane, chunk: list[Decision], by_id: dict[str, JobReco
     is done again job by job."""
     if BATCH and len(chunk) > 1:
         try:
-            _persist_batched(plane, chunk, by_id, now, estimates)
+            _batched_again_on_conflict(plane, chunk, by_id, now, estimates)
             return
         except SYSTEMIC:
             raise  # no job is to blame (database gone, deposed leader): the pass ends
@@ -111,6 +111,34 @@ def persist(plane: ControlPlane, chunk: list[Decision], by_id: dict[str, JobReco
             log.warning("admission persist: batch of %d failed (%s: %s); per job instead",
                         len(chunk), type(exc).__name__, exc)
     _persist_each(plane, chunk, by_id, now, estimates)
+
+
+CONFLICT_RETRIES = 3
+"""A chunk whose transaction PostgreSQL aborted as a deadlock victim (or a serialization
+failure) is written again this many times before the pass gives up; nothing of it was kept."""
+_CONFLICTS = frozenset({"40P01", "40001"})  # deadlock_detected, serialization_failure
+
+
+def conflict(exc: BaseException) -> bool:
+    """Whether `exc` is a transaction PostgreSQL aborted for a lock conflict (to do again)."""
+    return getattr(getattr(exc, "orig", None), "sqlstate", None) in _CONFLICTS
+
+
+def _batched_again_on_conflict(plane: ControlPlane, chunk: list[Decision],
+                               by_id: dict[str, JobRecord], now: datetime,
+                               estimates: dict[str, eta.Estimate]) -> None:
+    """`_persist_batched`, done again when its transaction was aborted as a deadlock victim
+    (the abort undid all of it, and its effects run only after a commit): without this one
+    deadlock with a cancel or a reconcile pass threw away the whole admission pass."""
+    for tries in range(CONFLICT_RETRIES + 1):
+        try:
+            _persist_batched(plane, chunk, by_id, now, estimates)
+            return
+        except SYSTEMIC as exc:
+            if not conflict(exc) or tries == CONFLICT_RETRIES:
+                raise
+            log.warning("admission persist: chunk of %d aborted by a lock conflict (%s); "
+                        "writing it again", len(chunk), type(getattr(exc, "orig", exc)).__name__)
 
 
 def _persist_batched(plane: ControlPlane, chunk: list[Decision], by_id: dict[str, JobRecord],

@@ -10,6 +10,10 @@ asking it again.
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
 import yaml
 
 from backends.base import (
@@ -29,7 +33,8 @@ from broker.domain.attempts import RunSnapshot
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
 from broker.store import attempts as att
-from broker.store.queries import get_job
+from broker.store.queries import get_job, jobs_by_ids
+from broker.store.records import JobRecord
 from broker.store.secrets import digest, progress_token, server_secret
 
 
@@ -74,21 +79,35 @@ CREATED, SKIPPED, UNAVAILABLE = "created", "skipped", "unavailable"
 
 def dispatch_one(plane: ControlPlane, a: att.AttemptRecord, key: bytes) -> bool:
     """True when the backend object exists (created or adopted) and the job is PREPARING."""
-    return _dispatch(plane, a, key)[0] == CREATED
-
-
-def _dispatch(plane: ControlPlane, a: att.AttemptRecord, key: bytes) -> tuple[str, str]:
-    """(outcome, why) for one intent; `why` says what an unreachable backend answered."""
     with plane.db.read() as s:
         job = get_job(s, a.job_id)
+    _, made = _dispatch(plane, a, key, job)
+    return isinstance(made, Made) and _flush(plane, [made]) == 1
+
+
+@dataclass(frozen=True)
+class Made:
+    """A backend object created (or adopted) for an intent, to be recorded."""
+
+    attempt: att.AttemptRecord
+    result: SubmitResult
+    token: str
+    shown: str | None
+    at: datetime
+
+
+def _dispatch(plane: ControlPlane, a: att.AttemptRecord, key: bytes,
+              job: JobRecord | None) -> tuple[str, Made | str | None]:
+    """(outcome, what to record): CREATED with the object made, UNAVAILABLE with what the
+    unreachable backend answered, SKIPPED with nothing. `job` as read for the pass."""
     if job is None or job.state != JobState.ADMITTED or job.attempt != a.number:
         with plane.db.write() as s:  # cancelled or requeued before its object was made
             att.update(s, a.job_id, a.number, dispatch=att.ABANDONED, ended_at=plane.clock())
-        return SKIPPED, ""
+        return SKIPPED, None
     backend = plane.backends.get(a.backend)
     if backend is None:
         requeue_refused(plane, a, f"backend '{a.backend}' is not configured any more")
-        return SKIPPED, ""
+        return SKIPPED, None
     token = progress_token(key, a.job_id, a.number)
     request = _request(plane, a, token, owner=job.submitted_by)
     try:
@@ -106,22 +125,38 @@ def _dispatch(plane: ControlPlane, a: att.AttemptRecord, key: bytes) -> tuple[st
         return UNAVAILABLE, why
     except Unsupported as exc:  # Slurm's SubmitRefused too
         requeue_refused(plane, a, f"{a.backend} refused the job: {exc}")
-        return SKIPPED, ""
-    now = plane.clock()
+        return SKIPPED, None
+    return CREATED, Made(a, result, token, shown, plane.clock())
+
+
+def _record(plane: ControlPlane, made: list[Made]) -> list[tuple[Made, Incident]]:
+    """The objects made, recorded in one transaction (attempt CREATED, job PREPARING), each
+    job in its savepoint: one that fails is undone alone and returned with its incident."""
+    failed: list[tuple[Made, Incident]] = []
     with plane.db.write() as s:
-        att.update(
-            s, a.job_id, a.number, dispatch=att.CREATED, backend_id=result.backend_id,
-            dispatched_at=now, progress_token_sha256=digest(token),
-            rendered=shown,
-        )
-        verb = "adopted" if result.adopted else "created"
-        set_state(
-            s, a.job_id, JobState.PREPARING, Reason.BackendPending,
-            Cause("dispatcher", DISPATCHER, key=f"dispatched:{a.number}"),
-            f"{verb} {a.backend_name} on {a.backend} ({result.backend_id})", now=now,
-        )
-    log.info("dispatch %s: %s on %s", a.backend_name, verb, a.backend)
-    return CREATED, ""
+        for m in made:
+            a = m.attempt
+            with JobGuard("dispatch record", a.job_id) as guard, s.begin_nested():
+                att.update(
+                    s, a.job_id, a.number, dispatch=att.CREATED,
+                    backend_id=m.result.backend_id, dispatched_at=m.at,
+                    progress_token_sha256=digest(m.token), rendered=m.shown,
+                )
+                verb = "adopted" if m.result.adopted else "created"
+                set_state(
+                    s, a.job_id, JobState.PREPARING, Reason.BackendPending,
+                    Cause("dispatcher", DISPATCHER, key=f"dispatched:{a.number}"),
+                    f"{verb} {a.backend_name} on {a.backend} ({m.result.backend_id})",
+                    now=m.at,
+                )
+            if guard.incident is not None:
+                failed.append((m, guard.incident))
+    undone = {id(m) for m, _ in failed}
+    for m in made:
+        if id(m) not in undone:
+            log.info("dispatch %s: %s on %s", m.attempt.backend_name,
+                     "adopted" if m.result.adopted else "created", m.attempt.backend)
+    return failed
 
 
 def _unavailable(plane: ControlPlane, a: att.AttemptRecord, why: str) -> None:
@@ -149,23 +184,52 @@ def in_turns(intents: list[att.AttemptRecord]) -> list[att.AttemptRecord]:
     return out
 
 
+RECORD_EVERY = 50
+RECORD_AFTER_S = 0.5
+"""The objects a pass made are recorded in one transaction per RECORD_EVERY of them, or once
+the oldest unrecorded one is RECORD_AFTER_S old (until recorded, a job shows ADMITTED while
+its object exists: the reconciler leaves an object whose attempt is live alone, and the next
+pass adopts it by name if the process dies first). One transaction per intent cost the soak's
+leader three round trips, a commit and a lease check per job."""
+
+
 def run_dispatch(plane: ControlPlane) -> int:
     with plane.db.read() as s:
         intents = att.to_dispatch(s)
+        jobs = jobs_by_ids(s, [a.job_id for a in intents]) if intents else {}
     if not intents:
         return 0
     key = server_secret(plane.db, "progress")
-    created = 0
     down: dict[str, str] = {}  # backends found unreachable in this pass, and why
+    made: list[Made] = []
+    created = 0
+    since = time.monotonic()
     for a in in_turns(intents):
         with JobGuard("dispatch", a.job_id) as guard:
             if a.backend in down:
                 _unavailable(plane, a, down[a.backend])
                 continue
-            outcome, why = _dispatch(plane, a, key)
-            created += outcome == CREATED
-            if outcome == UNAVAILABLE:
-                down[a.backend] = why
+            outcome, what = _dispatch(plane, a, key, jobs.get(a.job_id))
+            if isinstance(what, Made):
+                if not made:
+                    since = time.monotonic()
+                made.append(what)
+            elif outcome == UNAVAILABLE and isinstance(what, str):
+                down[a.backend] = what
         if guard.incident is not None:
             _failed(plane, a, guard.incident)
-    return created
+        if len(made) >= RECORD_EVERY or (made and time.monotonic() - since >= RECORD_AFTER_S):
+            created += _flush(plane, made)
+            made = []
+    return created + _flush(plane, made)
+
+
+def _flush(plane: ControlPlane, made: list[Made]) -> int:
+    if not made:
+        return 0
+    """Record `made`; one whose record failed is requeued as a failed dispatch is (`_failed`:
+    away from that pool; the reconciler cancels its object as an orphan). The number recorded."""
+    failed = _record(plane, made)
+    for m, incident in failed:
+        _failed(plane, m.attempt, incident)
+    return len(made) - len(failed)

@@ -1,5 +1,6 @@
 """What the queue estimate (policies/eta.py) learns from the store besides the cycle: the
-run-time model (policies/run_length.py) from recently ended attempts, and the running attempts
+run-time model (policies/run_length.py) from recently ended attempts (team, declared limit,
+GPUs, run time), and the running attempts
 whose declared and predicted ends it can match to the backends' releases.
 
 Both are read once per admission cycle; what never changes (an attempt's team, declared limit
@@ -27,8 +28,9 @@ MAX_RUNNING = 10_000
 """Running attempts matched to releases, at most (the others keep the factor)."""
 
 _Key = tuple[str, int]
-_Facts = tuple[str, float, tuple[str, ...] | None]
-"""Team, declared limit (s), placed nodes (None: not read yet; () placed by the backend)."""
+_Facts = tuple[str, float, tuple[str, ...] | None, int]
+"""Team, declared limit (s), placed nodes (None: not read yet; () placed by the backend),
+GPUs of the gang."""
 
 
 def _cache(plane: ControlPlane, name: str) -> dict[_Key, _Facts]:
@@ -41,7 +43,7 @@ def _cache(plane: ControlPlane, name: str) -> dict[_Key, _Facts]:
 
 def _facts(plane: ControlPlane, s: Session, keys: list[_Key],
            nodes: bool) -> dict[_Key, _Facts]:
-    """(team, declared limit in seconds, placed nodes) of attempts `keys`, cached."""
+    """(team, declared limit in seconds, placed nodes, GPUs) of attempts `keys`, cached."""
     cache = _cache(plane, "_eta_facts")
     missing = [k for k in keys if k not in cache or (nodes and cache[k][2] is None)]
     if missing:
@@ -55,7 +57,8 @@ def _facts(plane: ControlPlane, s: Session, keys: list[_Key],
             with JobGuard("run-time sample", k[0]):
                 team, spec = jobs[k[0]]
                 placed = _nodes(snaps[k]) if k in snaps else None
-                cache[k] = (team, float(plane.spec(k[0], spec).max_runtime), placed)
+                parsed = plane.spec(k[0], spec)
+                cache[k] = (team, float(parsed.max_runtime), placed, parsed.gang.total_gpus)
     return {k: cache[k] for k in keys if k in cache}
 
 
@@ -78,7 +81,7 @@ def runtime_model(plane: ControlPlane, s: Session) -> RuntimeModel:
     facts = _facts(plane, s, [(r.job_id, r.number) for r in rows], nodes=False)
     return RuntimeModel.learn(
         RunSample(facts[(r.job_id, r.number)][0], facts[(r.job_id, r.number)][1],
-                  (r.ended_at - r.started_at).total_seconds())
+                  (r.ended_at - r.started_at).total_seconds(), facts[(r.job_id, r.number)][3])
         for r in rows if (r.job_id, r.number) in facts
     )
 
@@ -99,9 +102,9 @@ def running_work(plane: ControlPlane, s: Session, model: RuntimeModel,
         f = facts.get((r.job_id, r.number))
         if f is None:
             continue
-        team, limit, nodes = f
+        team, limit, nodes, gpus = f
         elapsed = (now - r.started_at).total_seconds()
-        end = now + timedelta(seconds=model.remaining_s(team, limit, elapsed))
+        end = now + timedelta(seconds=model.remaining_s(team, limit, elapsed, gpus))
         declared = r.started_at + timedelta(seconds=limit)
         out.extend(Running(node, declared, end) for node in sorted(set(nodes or ())))
     return out

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from typing import Any
 
 import pytest
+from sqlalchemy import event
 
 from broker.api.group_commit import SubmitQueue
 from broker.config import IsthmusConfig
@@ -172,4 +175,69 @@ def test_a_group_commit_batch_is_written_batched_with_submit_manys_answers(
     assert ok[1].job.id == ok[2].job.id
     with db.read() as s:
         assert len(list_jobs(s, limit=100)) == 1 + 5 + 2
+        assert list(check_all(s)) == []
+
+
+def test_the_event_loop_runs_while_a_batch_commits(
+    db: Database, example_config: IsthmusConfig
+) -> None:
+    """Issue 17: a batch's COMMIT (the fsync) waits in a worker thread, so the event loop
+    keeps serving other work meanwhile; the submission is answered only after its commit."""
+    in_commit, released = threading.Event(), threading.Event()
+    waited: list[bool] = []
+
+    def hold(conn: Any) -> None:  # the engine's commit hook: runs where the COMMIT runs
+        in_commit.set()
+        waited.append(released.wait(timeout=10))
+
+    async def run() -> tuple[Submitted, bool]:
+        queue = SubmitQueue(db, example_config)
+        task = asyncio.create_task(queue.submit(Submission(spec().name("slow").build(), "a")))
+        deadline = time.monotonic() + 30
+        while not in_commit.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)  # the loop is free while the commit waits
+        answered_early = task.done()
+        released.set()
+        result = await task
+        return result, answered_early
+
+    event.listen(db.writer, "commit", hold)
+    try:
+        result, answered_early = asyncio.run(run())
+    finally:
+        event.remove(db.writer, "commit", hold)
+    assert waited == [True], "the loop was blocked while the batch committed"
+    assert not answered_early, "answered before its commit"
+    with db.read() as s:
+        assert [j.id for j in list_jobs(s, limit=10)] == [result.job.id]
+
+
+def test_a_failed_commit_is_done_again_with_savepoints(
+    db: Database, example_config: IsthmusConfig
+) -> None:
+    """The worker thread's COMMIT fails once: nobody is answered from that transaction; the
+    batch is written again (savepoints) and each request gets its own committed job."""
+    failures: list[str] = []
+
+    def fail_once(conn: Any) -> None:
+        if not failures:
+            failures.append("commit")
+            raise RuntimeError("the disk said no")
+
+    subs = [Submission(spec().name(f"f{i}").build(), "a", f"key{i}") for i in range(3)]
+
+    async def run() -> list[Submitted | BaseException]:
+        queue = SubmitQueue(db, example_config)
+        return await asyncio.gather(*(queue.submit(s) for s in subs), return_exceptions=True)
+
+    event.listen(db.writer, "commit", fail_once)
+    try:
+        results = asyncio.run(run())
+    finally:
+        event.remove(db.writer, "commit", fail_once)
+    assert failures == ["commit"]
+    assert all(isinstance(r, Submitted) and r.created for r in results), results
+    with db.read() as s:
+        stored = {j.name: j.id for j in list_jobs(s, limit=10)}
+        assert stored == {r.job.name: r.job.id for r in results if isinstance(r, Submitted)}
         assert list(check_all(s)) == []

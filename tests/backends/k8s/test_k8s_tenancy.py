@@ -121,3 +121,51 @@ def test_each_team_gets_its_own_namespace(k8s_cluster: K8sCluster) -> None:
         backend.close()
         for made_ns in made.values():
             k8s_cluster.delete_namespace(made_ns)
+
+
+def test_lookup_of_a_new_gang_is_answered_by_healthy_watches_without_listing(
+    k8s_cluster: K8sCluster,
+) -> None:
+    """Dispatch looks every new gang up before creating it; with per-team namespaces and both
+    watches healthy the caches answer, not two lists across every namespace."""
+    template = f"isthmus-{uuid.uuid4().hex[:6]}-{{team}}"
+    cfg = BackendConfig(name="k8s-local", kind="k8s", settings={
+        "kubeconfig": str(k8s_cluster.kubeconfig), "namespace": template,
+        "create_namespace": True, "all_ranks_timeout_s": 30,
+        "pod_annotations": {FAKE_DURATION: "never"}})
+    backend = k8s_adapter(cfg, [Pool(name="a100", backend="k8s-local", flavor="h100-80g",
+                                node_selector={"isthmus.io/pool": "a100"})])
+    lists: list[str] = []
+
+    def counted(what: str, fn: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            lists.append(what)
+            return fn(*args, **kwargs)
+        return call
+
+    try:
+        backend.start()
+        wait_until(lambda: all(r.healthy for r in backend.reflectors.values()), timeout=60,
+                   interval=0.2, what="the watches to sync")
+        apis = backend.apis
+        apis.batch.list_job_for_all_namespaces = counted(
+            "jobs", apis.batch.list_job_for_all_namespaces)
+        apis.core.list_pod_for_all_namespaces = counted(
+            "pods", apis.core.list_pod_for_all_namespaces)
+        req = request(pool="a100", replicas=1, gpus=1, job_id=new_job_id(), team="vision")
+        assert backend.lookup(req.name) is None
+        assert lists == []
+        backend.submit(req)
+        found = wait_until(lambda: backend.lookup(req.name), timeout=60, interval=0.2,
+                           what="the new gang in the caches")
+        assert found.job_id == req.job_id and lists == []
+        # a submit whose lookup missed an object (a watch lagging behind) adopts it on 409
+        assert backend.submit(req).adopted
+        # while a watch is not healthy the lists answer
+        backend.reflectors["pods"].connected = False
+        assert backend.lookup(f"{req.name}-other") is None
+        assert lists == ["jobs", "pods"]
+        assert backend.cancel(req.name, 0).found
+    finally:
+        backend.close()
+        k8s_cluster.delete_namespace(template.replace("{team}", "vision"))

@@ -9,6 +9,7 @@ import contextlib
 import functools
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlparse
@@ -188,5 +189,43 @@ def test_backend_unavailable_while_the_api_server_is_gone_then_the_watch_catches
         fact = next(f for f in backend.observe() if f.backend_name == req.name)
         assert fact.phase is Phase.SUCCEEDED, fact
         assert refl["jobs"].healthy  # ... and that came from the watch cache
+    finally:
+        backend.close()
+
+
+def test_on_change_calls_back_when_a_gang_changes_not_when_nothing_does(
+    k8s_cluster: K8sCluster, k8s_namespace: str
+) -> None:
+    """The hook a control loop can wake on: called from the watches as a gang's Job and pods
+    change (here: until it has ended), without anyone polling `observe`."""
+    backend = _backend(k8s_cluster, k8s_namespace, k8s_cluster.api_client(),
+                       pod_annotations={FAKE_DURATION: "1s"})
+    calls: list[float] = []
+    try:
+        backend.on_change(lambda: calls.append(time.monotonic()))
+        assert all(r.wait_for(lambda r: r.healthy, timeout=30)
+                   for r in backend.reflectors.values())
+        assert calls == []  # the first list is no change
+        req = request(pool="a100", replicas=1, gpus=1, job_id=new_job_id())
+        backend.submit(req)
+
+        def ended() -> bool:
+            pods = [p for p in backend.reflectors["pods"].snapshot()
+                    if p["metadata"]["labels"].get("isthmus.io/name") == req.name]
+            return bool(pods) and pods[0]["status"].get("phase") == "Succeeded"
+
+        wait_until(ended, timeout=60, interval=0.2, what="the gang's pod to succeed")
+        # the Job and its pod were added and modified up to the end: several calls
+        assert len(calls) >= 3
+        # a listener that fails does not stop the watch
+        def broken() -> None:
+            raise RuntimeError("a listener's bug")
+
+        backend.on_change(broken)
+        assert backend.cancel(req.name, 0).found
+        assert backend.reflectors["jobs"].wait_for(
+            lambda r: not any(j["metadata"]["name"] == req.name for j in r.snapshot()),
+            timeout=60)
+        assert backend.reflectors["jobs"].healthy
     finally:
         backend.close()

@@ -13,9 +13,10 @@ from tests.builders import spec
 from tests.harness.sim import Sim, attempts_of, cycle, run_until, submit
 
 
-def test_ended_attempts_teach_the_model_their_team_and_limit(sim: Sim) -> None:
+def test_ended_attempts_teach_the_model_their_team_limit_and_size(sim: Sim) -> None:
     """MIN_SAMPLES one-GPU jobs declaring an hour that run 6 minutes: the model then predicts
-    an hour-long job of that team at a tenth of its limit (the declared hour before)."""
+    an hour-long job of that team at a tenth of its limit (the declared hour before), from the
+    group of one-GPU jobs of that limit."""
     builder = spec().flavors("a100-80g").replicas(1).gpus(1).topology(None).set("max_runtime", 3600)
     ids = [submit(sim, builder, duration=360) for _ in range(MIN_SAMPLES)]
     with sim.plane.db.read() as s:
@@ -25,6 +26,7 @@ def test_ended_attempts_teach_the_model_their_team_and_limit(sim: Sim) -> None:
     with sim.plane.db.read() as s:
         model = runtime_model(sim.plane, s)
     assert model.samples == MIN_SAMPLES
+    assert len(model.groups[("d", "3600", "g", "1")]) == MIN_SAMPLES  # the gang's GPUs were read
     predicted = model.run_s("vision", 3600)
     assert 300 <= predicted <= 480, predicted  # 6 minutes, give or take the cycle steps
 

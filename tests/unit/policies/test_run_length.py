@@ -53,3 +53,19 @@ def test_samples_that_cannot_be_ratios_are_left_out() -> None:
     model = RuntimeModel.learn(bad + _samples("a", HOUR, [0.5] * MIN_SAMPLES))
     assert model.samples == MIN_SAMPLES
     assert model.run_s("a", HOUR) == 0.5 * HOUR
+
+
+def test_gangs_of_another_size_with_the_same_limit_are_predicted_apart() -> None:
+    """Big gangs run longer (backends/sim/trace.py; Helios): 64-GPU jobs declaring 4 h ran
+    90% of it, 1-GPU jobs declaring 4 h ran 10%. Grouped by limit alone, a 64-GPU job would be
+    predicted at the mixed mean (about 23%); grouped by limit and size, at its own 90%; running
+    work of that size likewise."""
+    history = [RunSample(t, 4 * HOUR, 0.1 * 4 * HOUR, 1) for t in "abcd" * 10] + [
+        RunSample(t, 4 * HOUR, 0.9 * 4 * HOUR, 64) for t in "abcd" * 3
+    ]
+    model = RuntimeModel.learn(history)
+    assert model.run_s("e", 4 * HOUR, 64) == pytest.approx(0.9 * 4 * HOUR)
+    assert model.run_s("e", 4 * HOUR, 1) == pytest.approx(0.1 * 4 * HOUR)
+    assert model.remaining_s("e", 4 * HOUR, HOUR, 64) == pytest.approx(0.9 * 4 * HOUR - HOUR)
+    # a size never seen with this limit: the limit's group
+    assert model.run_s("e", 4 * HOUR, 8) == pytest.approx((40 * 0.1 + 12 * 0.9) / 52 * 4 * HOUR)

@@ -1,0 +1,121 @@
+"""The fair-share history of the admission cycle, kept up to date instead of re-read whole.
+
+`decayed_from_ledger` (plane.py) reads every reservation of the last HISTORY_HALF_LIVES
+half-lives on each call: at 200 submits/s that is every job of the last 20 hours, each cycle
+(measured under the soak: the per-cycle read grew with the run's history). The decayed
+average is a sum over reservations, and a closed reservation's share only shrinks by one
+factor for all of them as time passes:
+
+    g x (2^-(now-end)/h - 2^-(now-start)/h) = 2^-(now-T0)/h x g x (2^(end-T0)/h - 2^(start-T0)/h)
+
+so the leader keeps, per (team, flavor), the sum of the closed reservations' terms relative to
+an origin T0, and each cycle reads only the open reservations and those released since its
+previous cycle (less WINDOW_S, for a release committed late or stamped by another replica's
+clock): what it counted is remembered by (job, attempt) until the window has passed it.
+
+Soft state on the plane (whose own fields belong to plane.py): a new leader, a changed half-life,
+a clock that went back, or FULL_EVERY_S of use start again from the whole history. A release
+committed more than WINDOW_S after its own timestamp is missed until then (its reservation drops
+out instead of decaying; a share of the fair-share weight, never a quota or the ledger).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+from sqlmodel import Session
+
+from broker.control.plane import HISTORY_HALF_LIVES, ControlPlane, decayed_from_ledger
+
+WINDOW_S = 120.0
+"""Releases stamped this long before the previous cycle are read again (late commits, skew)."""
+FULL_EVERY_S = 1800.0
+"""The whole history is read again this often (bounds what a missed late release costs)."""
+
+Key = tuple[str, str]
+
+
+@dataclass
+class History:
+    origin: float
+    """T0, epoch seconds: the closed sums are relative to it."""
+    rate: float
+    """ln 2 / half-life, per second."""
+    read_since: float
+    """Epoch seconds: releases from here on (less WINDOW_S) are read next cycle."""
+    closed: dict[Key, float] = field(default_factory=dict)
+    counted: dict[tuple[str, int], float] = field(default_factory=dict)
+    """Closed reservations already summed -> their release time (dropped once out of window)."""
+
+
+def _history(plane: ControlPlane, now: float, rate: float) -> History:
+    h: History | None = getattr(plane, "_usage_history", None)
+    if h is None or h.rate != rate or now < h.read_since or now - h.origin > FULL_EVERY_S:
+        horizon = now - HISTORY_HALF_LIVES * math.log(2) / rate
+        h = History(origin=now, rate=rate, read_since=horizon + WINDOW_S)
+        setattr(plane, "_usage_history", h)  # noqa: B010 - not a field of ControlPlane
+    return h
+
+
+def _rows(s: Session, released_from: float) -> sa.Result[tuple[object, ...]]:
+    """Reservations still open, or released at or after `released_from`."""
+    from broker.ledger import LedgerKind
+    from broker.store.ledger_tables import ENTRIES as LEDGER
+
+    rel = LEDGER.alias("rel")
+    since = datetime.fromtimestamp(released_from, UTC)
+    return s.connection().execute(
+        sa.select(LEDGER.c.team, LEDGER.c.flavor, LEDGER.c.gpus, LEDGER.c.job_id,
+                  LEDGER.c.attempt, LEDGER.c.at, rel.c.at)
+        .select_from(LEDGER.outerjoin(rel, sa.and_(
+            rel.c.job_id == LEDGER.c.job_id, rel.c.attempt == LEDGER.c.attempt,
+            rel.c.kind == LedgerKind.RELEASE.value,
+        )))
+        .where(LEDGER.c.kind == LedgerKind.RESERVE.value,
+               sa.or_(rel.c.at.is_(None), rel.c.at >= since))
+    )
+
+
+def decayed_usage(plane: ControlPlane, s: Session, now: datetime,
+                  in_use: Mapping[Key, int]) -> dict[Key, float]:
+    """What `ControlPlane.decayed_usage` returns (the same formula and clamps), reading only
+    what changed since the previous call on this plane. For the real admission cycle only
+    (a what-if keeps reading the ledger whole: it must not move this state)."""
+    half_life = plane.params.fair_share_half_life_s
+    if half_life <= 0:
+        out = decayed_from_ledger(s, now, half_life)
+    else:
+        out = _update(_history(plane, now.timestamp(), math.log(2) / half_life), s,
+                      now.timestamp())
+    for key in in_use:
+        out.setdefault(key, 0.0)
+    return out
+
+
+def _update(h: History, s: Session, t_now: float) -> dict[Key, float]:
+    exp, rate, origin = math.exp, h.rate, h.origin
+    released_from = h.read_since - WINDOW_S
+    open_: dict[Key, float] = {}
+    for team, flavor, gpus, job_id, attempt, start, end in _rows(s, released_from):
+        key = (team, flavor)
+        if end is None:  # held until now
+            t_start = min(start.timestamp(), t_now)
+            open_[key] = open_.get(key, 0.0) + gpus * (1.0 - exp(-rate * (t_now - t_start)))
+        elif (job_id, attempt) not in h.counted:
+            t_end = min(end.timestamp(), t_now)
+            t_start = min(start.timestamp(), t_end)
+            h.closed[key] = h.closed.get(key, 0.0) + gpus * (
+                exp(rate * (t_end - origin)) - exp(rate * (t_start - origin)))
+            h.counted[(job_id, attempt)] = end.timestamp()
+    h.counted = {k: at for k, at in h.counted.items() if at >= t_now - WINDOW_S}
+    h.read_since = t_now
+    scale = exp(-rate * (t_now - origin))
+    out = {key: total * scale for key, total in h.closed.items()}
+    for key, share in open_.items():
+        out[key] = out.get(key, 0.0) + share
+    return out
+

@@ -1,0 +1,163 @@
+"""Issue 17, the soak on PostgreSQL: the batched admission met the other writers of the quota
+counters (cancels, reconcile passes) in deadlocks, and one deadlock threw the whole pass away.
+A batch now takes the counters' locks last, one row per counter in key order, and a chunk
+aborted by a lock conflict is written again."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from broker.control import admission
+from broker.store import batch
+from tests.builders import spec
+from tests.harness.sim import Sim, consistent, state, submit
+from tests.integration.control.poison import events
+
+
+def _workload(sim: Sim) -> tuple[list[str], list[str]]:
+    """Admissions of two teams on two flavors and both backends (returned first), and two big
+    gangs that wait (returned second)."""
+    builders = [
+        *(spec().name(f"small-{i}").flavors("a100-80g").replicas(1).gpus(2).topology(None)
+          .backend("k8s") for i in range(6)),
+        *(spec().name(f"h100-{i}").flavors("h100-80g").replicas(1).gpus(8).topology(None)
+          for i in range(3)),
+        *(spec().name(f"lang-{i}").team("language").flavors("a100-80g").replicas(2).gpus(8)
+          .topology(None) for i in range(3)),
+    ]
+    waiting = [spec().name(f"big-{i}").flavors("h100-80g").replicas(4).gpus(8).topology(None)
+               for i in range(2)]  # the h100 pool has one free node left
+    return [submit(sim, b, 600) for b in builders], [submit(sim, b, 600) for b in waiting]
+
+
+class _Deadlock(Exception):
+    sqlstate = "40P01"
+
+
+def test_a_chunk_aborted_by_a_deadlock_is_written_again(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    jobs, waiting = _workload(sim)
+    original = batch.Deferred.flush
+    aborted = {"n": 0}
+
+    def deadlocked_once(self: batch.Deferred, session: Any) -> None:
+        if aborted["n"] == 0:
+            aborted["n"] += 1
+            original(self, session)  # written, then the database picks it as the victim
+            raise sa.exc.OperationalError("UPDATE quota_usage ...", {}, _Deadlock("deadlock"))
+        original(self, session)
+
+    monkeypatch.setattr(batch.Deferred, "flush", deadlocked_once)
+    with caplog.at_level(logging.WARNING, logger="isthmus.control"):
+        admission.run_admission(sim.plane)
+    assert aborted["n"] == 1
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("lock conflict" in m for m in messages)
+    assert not any("per job instead" in m for m in messages)
+    for j in jobs:
+        assert state(sim, j) == ("ADMITTED", "Admitted")
+    for j in waiting:
+        assert state(sim, j)[0] == "QUEUED"
+    consistent(sim)  # written once: counters equal the ledger
+
+
+def test_other_database_errors_still_end_the_pass(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _workload(sim)
+
+    def gone(self: batch.Deferred, session: Any) -> None:
+        raise sa.exc.OperationalError("INSERT ...", {}, Exception("server closed the connection"))
+
+    monkeypatch.setattr(batch.Deferred, "flush", gone)
+    with pytest.raises(sa.exc.OperationalError):
+        admission.run_admission(sim.plane)
+
+
+def test_a_batch_writes_each_counter_once_last_and_in_key_order(sim: Sim) -> None:
+    _workload(sim)  # admissions of two teams on two flavors, several per counter
+    sent: list[tuple[str, Any]] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, params: Any, context: Any,
+             many: bool) -> None:
+        sent.append((statement, params))
+
+    sa.event.listen(sa.engine.Engine, "before_cursor_execute", seen)
+    try:
+        admission.run_admission(sim.plane)
+    finally:
+        sa.event.remove(sa.engine.Engine, "before_cursor_execute", seen)
+    counters = [i for i, (sql, _) in enumerate(sent) if sql.startswith("INSERT INTO quota_usage")]
+    assert len(counters) == 1  # the chunk's counter writes in one statement
+    rows = sent[counters[0]][1]
+    rows = [rows] if isinstance(rows, dict) else list(rows)
+    keys = [(r["t"], r["f"]) if isinstance(r, dict) else tuple(r[:2]) for r in rows]
+    assert len(keys) >= 3 and keys == sorted(set(keys))  # one per counter, in key order
+    record = next(i for i, (sql, _) in enumerate(sent) if "INTO admission_cycles" in sql)
+    tables = ("jobs", "events", "attempts", "ledger_entries")
+    after = [sql for sql, _ in sent[counters[0] + 1:record]
+             if sql.split(" ", 1)[0] in ("INSERT", "UPDATE")
+             and any(f" {t} " in f" {sql.split()[2]} " for t in tables)]
+    assert after == []  # nothing of the chunk is written after the counters
+
+
+def test_a_waiting_jobs_view_is_built_once_until_its_exclusions_change(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from broker.store.records import JOBS
+
+    _, waiting = _workload(sim)
+    admission.run_admission(sim.plane)  # the workload's admissions; the big gangs wait
+    built: list[str] = []
+    from broker.policy_inputs import pending_job as original
+
+    def counted(config: Any, job_id: str, *args: Any, **kwargs: Any) -> Any:
+        built.append(job_id)
+        return original(config, job_id, *args, **kwargs)
+
+    monkeypatch.setattr(admission, "pending_job", counted)
+    admission.run_admission(sim.plane)
+    assert built == []  # both still waiting, their views kept from the first cycle
+    with sim.plane.db.write() as s:
+        s.connection().execute(sa.update(JOBS).where(JOBS.c.id == waiting[0])
+                               .values(exclude_json='{"pools": ["slurm-h100"]}'))
+    admission.run_admission(sim.plane)
+    assert built == [waiting[0]]  # a new view for the job whose exclusions changed
+    assert state(sim, waiting[1])[0] == "QUEUED"
+
+
+def test_a_preemption_aborted_by_a_deadlock_is_done_again_and_the_pass_goes_on(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from broker.control import preempt as preempt_module
+    from tests.harness.sim import cycle, run_until
+
+    lows = [submit(sim, spec().name(f"low-{t}").team(t).flavors("h100-80g").replicas(2)
+                   .topology(None).set("priority", "low"), 3600) for t in ("vision", "language")]
+    for j in lows:
+        run_until(sim, j, "RUNNING", step=20)
+    cycle(sim, 700)  # past the minimum runtime that protects new work
+    urgent = submit(sim, spec().name("urgent").flavors("h100-80g").replicas(2).topology(None)
+                    .set("priority", "high"), 60)
+    original = preempt_module.preempt
+    tries: list[str] = []
+
+    def deadlocked_once(plane: Any, victim: Any) -> bool:
+        tries.append(victim.job_id)
+        if len(tries) == 1:
+            raise sa.exc.OperationalError("INSERT INTO ledger_entries ...", {},
+                                          _Deadlock("deadlock"))
+        return original(plane, victim)
+
+    monkeypatch.setattr(admission, "preempt", deadlocked_once)
+    admission.run_admission(sim.plane)  # the deadlock ended the whole pass
+    assert tries[0] == tries[1]  # the same victim, again
+    victim = tries[0]
+    assert ("RETRYING", "Preempted") in [(e[0], e[1]) for e in events(sim, victim)]
+    assert state(sim, urgent)[0] == "QUEUED"
+    consistent(sim)

@@ -1,0 +1,81 @@
+"""The admission cycle's fair-share history (broker.control.admission_usage) equals what the
+ledger gives read whole (plane.decayed_from_ledger), while reading only the open reservations
+and those released since the previous cycle (less a window for late commits)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from broker import ledger
+from broker.control import admission_usage
+from broker.control.plane import decayed_from_ledger
+from broker.domain import JobState
+from tests.builders import insert_job_in_state
+from tests.harness.sim import Sim
+
+
+def _reserve(sim: Sim, team: str, gpus: int, at: datetime) -> str:
+    with sim.plane.db.write() as s:
+        job = insert_job_in_state(s, JobState.RUNNING)
+        ledger.reserve(s, ledger.Reservation(job, 1, team, "h100-80g", gpus), at)
+    return job
+
+
+def _release(sim: Sim, job: str, at: datetime) -> None:
+    with sim.plane.db.write() as s:
+        assert ledger.release(s, job, 1, at)
+
+
+def _both(sim: Sim, now: datetime) -> tuple[dict[Any, float], dict[Any, float]]:
+    half = sim.plane.params.fair_share_half_life_s
+    with sim.plane.db.read() as s:
+        kept = admission_usage.decayed_usage(sim.plane, s, now, {})
+        whole = decayed_from_ledger(s, now, half)
+    return kept, whole
+
+
+def test_the_kept_history_equals_the_ledger_read_whole(sim: Sim) -> None:
+    t0 = sim.clock.now
+    half = sim.plane.params.fair_share_half_life_s
+    old = _reserve(sim, "vision", 32, t0 - timedelta(seconds=2 * half))
+    _release(sim, old, t0 - timedelta(seconds=half))
+    held = _reserve(sim, "language", 16, t0 - timedelta(seconds=half))
+    now = t0
+    for step in range(6):
+        kept, whole = _both(sim, now)
+        assert kept == pytest.approx(whole, rel=1e-9, abs=1e-9), step
+        if step == 1:
+            _release(sim, held, now)
+        if step == 2:  # released late: stamped 60 s before the previous cycle, written now
+            late = _reserve(sim, "speech", 8, now - timedelta(seconds=600))
+            kept, whole = _both(sim, now)
+            _release(sim, late, now - timedelta(seconds=60))
+        now += timedelta(seconds=30 + 200 * step)
+    assert kept[("vision", "h100-80g")] > 0 and kept[("speech", "h100-80g")] > 0
+
+
+def test_a_cycle_reads_only_open_and_recently_released_reservations(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    t0 = sim.clock.now
+    for i in range(20):
+        job = _reserve(sim, "vision", 4, t0 - timedelta(seconds=7200 + i))
+        _release(sim, job, t0 - timedelta(seconds=3600 + i))
+    _reserve(sim, "language", 8, t0 - timedelta(seconds=60))  # still held
+    read: list[int] = []
+    original = admission_usage._rows
+
+    def counted(s: Any, released_from: float) -> list[Any]:
+        rows = list(original(s, released_from))
+        read.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(admission_usage, "_rows", counted)
+    first, _ = _both(sim, t0)
+    later, whole = _both(sim, t0 + timedelta(seconds=5))
+    assert read == [21, 1]  # the whole history once, then the one open reservation
+    assert later == pytest.approx(whole, rel=1e-9)
+    assert later[("vision", "h100-80g")] < first[("vision", "h100-80g")]
