@@ -151,7 +151,7 @@ class GatedBackend:
         snapshot: InventorySnapshot = self.start_inventory().future.result()
         return snapshot
 
-    def observe(self, names: Sequence[str] | None = None) -> list[Fact]:
+    def observe(self, names: Sequence[str] | None = None) -> Sequence[Fact]:
         previous = self.in_flight("observe")
         if previous is not None:
             raise BackendUnavailable(
@@ -161,7 +161,7 @@ class GatedBackend:
         wanted = None if names is None else list(names)
         flight = self._start("observe", lambda: self.inner.observe(wanted))
         try:
-            facts: list[Fact] = flight.future.result(timeout=self.observe_timeout)
+            facts: Sequence[Fact] = flight.future.result(timeout=self.observe_timeout)
         except TimeoutError:
             raise BackendUnavailable(
                 f"{self.name} did not answer observe within {self.observe_timeout:g}s"
