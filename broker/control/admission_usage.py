@@ -17,12 +17,12 @@ call and its chunks): what it counted is remembered by (job, attempt) until the 
 passed it.
 
 Soft state on the plane (whose own fields belong to plane.py): a new process, a changed
-half-life, a clock that went back, or FULL_EVERY_S of use start again from the whole history
-(a replica leading again keeps it: released reservations never change, and what was released
-meanwhile is read as above). On PostgreSQL entry ids are taken at insert, not at commit: a
-release whose transaction stayed open across a cycle's read and whose timestamp is more than
-WINDOW_S older is still missed until then (its reservation drops out instead of decaying; a
-share of the fair-share weight, never a quota or the ledger).
+half-life, a clock that went back, FULL_EVERY_S of use or MAX_EXPONENT start again from the
+whole history (a replica leading again keeps it: released reservations never change, and what
+was released meanwhile is read as above). On PostgreSQL entry ids are taken at insert, not at
+commit: a release whose transaction stayed open across a cycle's read and whose timestamp is
+more than WINDOW_S older is still missed until then (its reservation drops out instead of
+decaying; a share of the fair-share weight, never a quota or the ledger).
 """
 
 from __future__ import annotations
@@ -41,6 +41,10 @@ WINDOW_S = 120.0
 """Releases stamped this long before the previous cycle are read again (late commits, skew)."""
 FULL_EVERY_S = 1800.0
 """The whole history is read again this often (bounds what a missed late release costs)."""
+
+MAX_EXPONENT = 600.0
+"""The history also starts again once rate x (now - origin) passes this: its closed terms grow
+as e^(rate x age of the origin) and must stay within a float's range (e^709)."""
 
 Key = tuple[str, str]
 
@@ -63,7 +67,8 @@ class History:
 
 def _history(plane: ControlPlane, now: float, rate: float) -> History:
     h: History | None = getattr(plane, "_usage_history", None)
-    if h is None or h.rate != rate or now < h.read_since or now - h.origin > FULL_EVERY_S:
+    if (h is None or h.rate != rate or now < h.read_since or now - h.origin > FULL_EVERY_S
+            or rate * (now - h.origin) > MAX_EXPONENT):
         horizon = now - HISTORY_HALF_LIVES * math.log(2) / rate
         h = History(origin=now, rate=rate, read_since=horizon + WINDOW_S)
         setattr(plane, "_usage_history", h)  # noqa: B010 - not a field of ControlPlane
