@@ -7,10 +7,11 @@ what they can do, and refuse unsupported requests up front with a reason.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
+from datetime import datetime
 from enum import Flag, auto
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, overload, runtime_checkable
 
 from broker.domain.attempts import Placement, RunSnapshot
 from broker.domain.facts import Fact
@@ -137,10 +138,73 @@ class Backend(Protocol):
 
     def cancel(self, name: str, grace_seconds: int) -> CancelResult: ...
 
-    def observe(self, names: Sequence[str] | None = None) -> list[Fact]:
+    def observe(self, names: Sequence[str] | None = None) -> Sequence[Fact]:
         """Facts for every Isthmus-owned object, in one backend call (plus accounting for
-        objects that left the queue). `names` lists objects the caller expects to exist."""
+        objects that left the queue). `names` lists objects the caller expects to exist.
+        A list, or an `Observed` whose facts are built when read."""
         ...
+
+
+class Observed(Sequence[Fact]):
+    """An answer of `observe` whose Facts are built only when read. `said` holds each object's
+    phase and reason (their values), one entry per fact in their order, taken when the backend
+    was observed; `build(name)` makes that object's Fact as it was then. A caller that needs
+    only to see whether anything changed (the reconciler, over every live attempt on every
+    pass) reads `said` and builds the few facts that differ; every other caller reads a
+    Sequence of Facts as from any adapter. `newest` is the newest observation in it."""
+
+    __slots__ = ("_build", "_built", "_order", "newest", "said")
+
+    def __init__(self, said: dict[str, tuple[str, str]], build: Callable[[str], Fact],
+                 newest: datetime | None) -> None:
+        self.said = said
+        self.newest = newest
+        self._build = build
+        self._built: dict[str, Fact] = {}
+        self._order: list[str] | None = None
+
+    def fact(self, name: str) -> Fact | None:
+        """The Fact of object `name` (None when the answer has none)."""
+        if name not in self.said:
+            return None
+        built = self._built.get(name)
+        if built is None:
+            built = self._built[name] = self._build(name)
+        return built
+
+    def __len__(self) -> int:
+        return len(self.said)
+
+    @overload
+    def __getitem__(self, index: int) -> Fact: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[Fact]: ...
+
+    def __getitem__(self, index: int | slice) -> Fact | Sequence[Fact]:
+        if self._order is None:
+            self._order = list(self.said)
+        if isinstance(index, slice):
+            return [self._fact(n) for n in self._order[index]]
+        return self._fact(self._order[index])
+
+    def __iter__(self) -> Iterator[Fact]:
+        return (self._fact(n) for n in list(self.said))
+
+    def _fact(self, name: str) -> Fact:
+        fact = self.fact(name)
+        assert fact is not None
+        return fact
+
+    def __eq__(self, other: object) -> bool:  # as a list of its facts
+        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Observed({list(self)!r})"
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,7 @@
 
 1. 10,000 active jobs: time of one full reconcile pass (observe, compare, persist changes)
    when nothing changed and when ~1% of the jobs changed (finished) since the last pass.
+   The setup (submit, admit, dispatch, a first observation) is bench/reconcile_setup.py.
 2. Submit -> ADMITTED latency (wall clock) at a steady submission rate, with the admission
    cycle woken by submissions as the server does; goal: p50 under one admission interval.
 Last lines: `reconcile: <N> active <T> ms idle <U> ms with changes` and
@@ -11,23 +12,30 @@ Last lines: `reconcile: <N> active <T> ms idle <U> ms with changes` and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
+import fcntl
+import os
+import shutil
 import statistics
 import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import sqlalchemy as sa
+
 from backends.sim.backend import SimBackend, SimClock, SimPoolSpec
+from bench.reconcile_setup import prepare, rebuild, save
 from broker.config import parse_config
 from broker.control.admission import run_admission
-from broker.control.dispatch import run_dispatch
 from broker.control.plane import ControlPlane
-from broker.control.reconcile import run_reconcile
+from broker.control.reconcile import ReconcileReport, run_reconcile
 from broker.domain.spec import JobSpec
 from broker.orchestration.submission import Submission, submit_many
 from broker.store import open_database
 from broker.store.queries import get_job
+from broker.store.records import JOBS
 
 CONFIG = {
     "auth": {"mode": "none"},
@@ -47,6 +55,30 @@ def spec(i: int) -> JobSpec:
     })
 
 
+def measure(plane: ControlPlane, sim: SimBackend, profile: str | None
+            ) -> tuple[list[float], ReconcileReport, float]:
+    """Three idle passes, then one after ~1% of the jobs finished: the idle times, the
+    report and the time of the pass with changes (cProfile stats to PROFILE.idle and
+    PROFILE.reconcile when asked)."""
+    idle = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        run_reconcile(plane, sim.name)
+        idle.append(time.perf_counter() - t0)
+    if profile:
+        cProfile.runctx("run_reconcile(plane, sim.name)", globals(), locals(), f"{profile}.idle")
+    sim.clock.advance(3600 + 60)  # ~1% of the jobs finish (durations spread over 100 minutes)
+    sim.sync()
+    prof = cProfile.Profile() if profile else None
+    t0 = time.perf_counter()
+    report = prof.runcall(run_reconcile, plane, sim.name) if prof else run_reconcile(plane,
+                                                                                     sim.name)
+    t_changes = time.perf_counter() - t0
+    if prof:
+        prof.dump_stats(f"{profile}.reconcile")
+    return idle, report, t_changes
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--jobs", type=int, default=10_000)
@@ -62,8 +94,22 @@ def main() -> None:
                     help="write cProfile stats of an idle pass, of the pass with changes and "
                     "of part 2's admission cycles to PREFIX.idle / PREFIX.reconcile / "
                     "PREFIX.admission")
+    ap.add_argument("--setup", choices=("bulk", "loop"), default="bulk",
+                    help="bulk: the setup's dispatch and first observation through the same "
+                    "per-job functions with their writes grouped per 1,000 jobs; loop: "
+                    "run_dispatch and run_reconcile as they are (bench/reconcile_setup.py)")
+    ap.add_argument("--save-db", default=None,
+                    help="after the setup, copy the database (SQLite) to this file")
+    ap.add_argument("--from-db", default=None,
+                    help="no setup: measure a copy of a database saved by --save-db with the "
+                    "same --jobs (migrated to this tree's schema), the simulator rebuilt from it")
+    ap.add_argument("--lock", default=None,
+                    help="take this file's flock (e.g. /tmp/isthmus-bench.lock) for the "
+                    "measured passes only, after the setup")
     args = ap.parse_args()
     url = args.db or f"sqlite:///{Path(tempfile.mkdtemp()) / 'bench.db'}"
+    if args.from_db:
+        shutil.copyfile(args.from_db, url.removeprefix("sqlite:///"))
     db = open_database(url, sqlite_synchronous="NORMAL")
     config = parse_config(CONFIG)
     clock = SimClock(datetime(2026, 11, 29, tzinfo=UTC))
@@ -72,47 +118,35 @@ def main() -> None:
                      racks_per_block=max(1, nodes // 25), nodes_per_rack=25)], clock, seed=1)
     plane = ControlPlane(db, config, {"sim": sim}, clock=lambda: clock.now)
 
-    t0 = time.perf_counter()
-    for start in range(0, args.jobs, 500):
-        submit_many(db, config, [Submission(spec(i), "bench")
-                                 for i in range(start, min(args.jobs, start + 500))])
-    t_submit = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    run_admission(plane, limit=args.jobs)  # the whole backlog in one cycle
-    t_admit = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    passes = 0
-    while run_dispatch(plane) and (passes := passes + 1) != args.dispatch_passes:
-        pass
-    t_dispatch = time.perf_counter() - t0
-    clock.advance(60)
-    sim.sync()
-    t0 = time.perf_counter()
-    run_reconcile(plane, "sim")  # first pass: every job turns RUNNING
-    t_first = time.perf_counter() - t0
-    idle = []
-    for _ in range(3):
+    if args.from_db:
         t0 = time.perf_counter()
-        run_reconcile(plane, "sim")
-        idle.append(time.perf_counter() - t0)
-    if args.profile:
-        cProfile.runctx('run_reconcile(plane, "sim")', globals(), locals(), f"{args.profile}.idle")
-    clock.advance(3600 + 60)  # ~1% of the jobs finish (durations spread over 100 minutes)
-    sim.sync()
-    prof = cProfile.Profile() if args.profile else None
-    t0 = time.perf_counter()
-    report = prof.runcall(run_reconcile, plane, "sim") if prof else run_reconcile(plane, "sim")
-    t_changes = time.perf_counter() - t0
-    if prof:
-        prof.dump_stats(f"{args.profile}.reconcile")
-        prof = cProfile.Profile()
-    print(f"setup: submit {t_submit:.1f}s, admission of {args.jobs} {t_admit:.1f}s, "
-          f"dispatch {t_dispatch:.1f}s, first reconcile (all -> RUNNING) {t_first:.1f}s")
+        print(f"setup: simulator rebuilt from {args.from_db} with {rebuild(plane, sim)} jobs "
+              f"in {time.perf_counter() - t0:.1f}s", end="")
+    else:
+        times = prepare(plane, config, sim, args.jobs, spec, bulk=args.setup == "bulk",
+                        dispatch_passes=args.dispatch_passes)
+        print(times.line(args.jobs), end="")
+        if args.save_db:
+            save(url.removeprefix("sqlite:///"), args.save_db)
+    with plane.db.read() as s:
+        running = s.connection().execute(
+            sa.select(sa.func.count()).select_from(JOBS).where(JOBS.c.state == "RUNNING")
+        ).scalar_one()
+    print(f"; {running} jobs RUNNING", flush=True)
+    with contextlib.ExitStack() as held:
+        if args.lock:
+            t_wait = time.perf_counter()
+            fcntl.flock(held.enter_context(open(args.lock, "a")).fileno(), fcntl.LOCK_EX)
+            print(f"lock {args.lock} held after {time.perf_counter() - t_wait:.0f}s wait, "
+                  f"load average {os.getloadavg()[0]:.1f}", flush=True)
+        idle, report, t_changes = measure(plane, sim, args.profile)
     print(f"reconcile pass with {args.jobs} active: idle {statistics.median(idle) * 1000:.0f} ms;"
           f" with {report.transitions} transitions {t_changes * 1000:.0f} ms"
-          f" ({report.observed} attempts observed)")
+          f" ({report.observed} attempts observed; idle passes "
+          f"{', '.join(f'{t * 1000:.0f}' for t in idle)} ms)")
 
     # part 2: latency from submit commit to ADMITTED, woken like the server does
+    prof = cProfile.Profile() if args.profile else None
     latencies = []
     n = int(args.rate * args.seconds)
     next_cycle = start = time.perf_counter()

@@ -116,10 +116,10 @@ class ReconcileLag:
     def __init__(self) -> None:
         self._newest: dict[str, datetime] = {}
 
-    def observed(self, backend: str, now: datetime, facts: list[Fact]) -> None:
-        """A successful observe: the facts are as new as their newest observation (now, for a
-        backend with nothing of ours)."""
-        newest = max((f.observed_at for f in facts), default=now)
+    def observed(self, backend: str, now: datetime, newest: datetime | None) -> None:
+        """A successful observe: the facts are as new as their newest observation (`newest`;
+        None, or now, for a backend with nothing of ours)."""
+        newest = now if newest is None else newest
         self._newest[backend] = min(newest, now)
         RECONCILE_LAG.labels(backend).set(0.0 if newest >= now
                                           else (now - newest).total_seconds())

@@ -32,7 +32,7 @@ from backends.sim import faults, foreign, views
 from backends.sim.clock import SimClock
 from backends.sim.model import ExternalLoad, Job, Node, SimFailures, SimPoolSpec, fit_nodes
 from backends.sim.progress import PROGRESS_TOKEN_ENV, Report, Reporter, Reporting
-from broker.domain.facts import Fact, Finding, Phase
+from broker.domain.facts import Fact, Phase
 from broker.domain.failures import FailureCategory
 from broker.domain.inventory import InventorySnapshot, TopologyPath
 from broker.domain.reasons import FAILURE_REASON, Reason
@@ -211,15 +211,12 @@ class SimBackend:
         self._end(job, Phase.CANCELLED, Reason.CancelledByUser, "cancelled")
         return CancelResult(name, found=True, signalled=running and grace_seconds > 0)
 
-    def observe(self, names: Sequence[str] | None = None) -> list[Fact]:
+    def observe(self, names: Sequence[str] | None = None) -> Sequence[Fact]:
+        """Every Isthmus job, and each of `names` unknown here as LOST; the facts are built
+        when read (views.observed): the reconciler reads the phases and reasons of all and
+        the facts of the few that changed."""
         self._check()
-        facts = [views.fact(self, j) for j in self.jobs.values() if j.isthmus]
-        for n in names or ():
-            if n not in self.jobs:
-                facts.append(Finding(
-                    Phase.LOST, Reason.Orchestration, message="unknown to the simulated backend",
-                ).fact(backend=self.name, backend_name=n, observed_at=self.clock.now))
-        return facts
+        return views.observed(self, names)
 
     # ---- time ---------------------------------------------------------------------------
     def advance(self, dt: float) -> None:

@@ -6,7 +6,12 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from backends.base import BackendUnavailable, CancelResult, SubmitRequest, SubmitResult
+from backends.base import (
+    BackendUnavailable,
+    CancelResult,
+    SubmitRequest,
+    SubmitResult,
+)
 from backends.sim.backend import SimBackend
 from backends.sim.clock import WallClock
 from backends.sim.faults import Fault
@@ -45,7 +50,7 @@ class LiveSimBackend(SimBackend):
         self.sync()
         return super().cancel(name, grace_seconds)
 
-    def observe(self, names: Sequence[str] | None = None) -> list[Fact]:
+    def observe(self, names: Sequence[str] | None = None) -> Sequence[Fact]:
         self.sync()
         return super().observe(names)
 

@@ -3,13 +3,15 @@ expected releases, queue depth) and facts about jobs."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
-from backends.base import RankLog, tail_lines
+from backends.base import Observed, RankLog, tail_lines
 from backends.sim.clock import SimClock
 from backends.sim.model import ExternalLoad, Job, Node, SimFailures, SimPoolSpec
 from broker.domain.facts import Fact, Finding, Phase
+from broker.domain.failures import FailureCategory
 from broker.domain.inventory import InventorySnapshot, NodeSnapshot, PoolSnapshot, QueueDepth
 from broker.domain.reasons import Reason
 from broker.domain.spec import BackendKind
@@ -101,24 +103,70 @@ def _queue_depth(b: SimView, pool: str) -> QueueDepth:
 
 def fact(b: SimView, job: Job) -> Fact:
     """What the backend says of one job now (STARTING until every rank runs)."""
+    return _fact(b, job, _seen(b, job), b.clock.now)
+
+
+_Seen = tuple[Phase, Reason, FailureCategory | None, str, tuple[str, ...], tuple[str, ...],
+              float | None, float | None]
+"""What of a job can change after it was observed: phase and reason as shown, failure,
+message, nodes, blamed nodes, start, end."""
+
+
+def _seen(b: SimView, job: Job) -> _Seen:
     phase = job.phase
     started = job.started
     if phase is Phase.RUNNING and started is not None:
         phase = Phase.STARTING if b.synced_t < started + b.failures.start_delay_s else phase
     reason = Reason.WaitingForAllRanks if phase is Phase.STARTING else job.reason
+    return (phase, reason, job.failure, job.message, job.nodes, job.bad_nodes, started,
+            job.ended)
+
+
+def _fact(b: SimView, job: Job, seen: _Seen, now: datetime) -> Fact:
+    phase, reason, failure, message, nodes, bad_nodes, started, ended = seen
     return Finding(
         phase=phase,
         reason=reason,
-        failure=job.failure,
+        failure=failure,
         raw_state=phase.value,
-        message=job.message,
-        nodes=tuple(dict.fromkeys(job.nodes)),
-        bad_nodes=job.bad_nodes,
+        message=message,
+        nodes=tuple(dict.fromkeys(nodes)),
+        bad_nodes=bad_nodes,
         submitted_at=b.clock.at(job.submitted),
-        started_at=b.clock.at(job.started) if job.started is not None else None,
-        ended_at=b.clock.at(job.ended) if job.ended is not None else None,
+        started_at=b.clock.at(started) if started is not None else None,
+        ended_at=b.clock.at(ended) if ended is not None else None,
     ).fact(backend=b.name, backend_name=job.name, backend_id=job.backend_id,
-           job_id=job.job_id, attempt=job.attempt, observed_at=b.clock.now)
+           job_id=job.job_id, attempt=job.attempt, observed_at=now)
+
+
+LOST = (Phase.LOST.value, Reason.Orchestration.value)
+
+
+def observed(b: SimView, names: Sequence[str] | None) -> Observed:
+    """Every Isthmus job's phase and reason now, and a LOST fact for each of `names` the
+    backend does not know, as an `Observed`: a Fact is built only for the jobs a caller reads
+    (from what the job was now, whatever it has become by then)."""
+    now = b.clock.now
+    said: dict[str, tuple[str, str]] = {}
+    seen: dict[str, tuple[Job, _Seen]] = {}
+    for job in b.jobs.values():
+        if job.isthmus:
+            s = _seen(b, job)
+            said[job.name] = (s[0].value, s[1].value)
+            seen[job.name] = (job, s)
+    for n in names or ():
+        if n not in b.jobs:
+            said[n] = LOST
+
+    def build(name: str) -> Fact:
+        got = seen.get(name)
+        if got is not None:
+            return _fact(b, got[0], got[1], now)
+        return Finding(Phase.LOST, Reason.Orchestration,
+                       message="unknown to the simulated backend",
+                       ).fact(backend=b.name, backend_name=name, observed_at=now)
+
+    return Observed(said, build, now)
 
 
 def share(total: int, node: Node) -> int:

@@ -75,6 +75,16 @@ class GatedBackend:
     def __repr__(self) -> str:
         return f"GatedBackend({self.inner!r})"
 
+    def on_change(self, callback: Callable[[], None]) -> bool:
+        """Hand `callback` to the adapter's change feed (a Kubernetes backend's watches call it
+        on every Job, pod or Workload event), outside this gate's lock: it only wakes a
+        control job. False when the adapter has no feed (Slurm, the simulator)."""
+        hook = getattr(self.inner, "on_change", None)
+        if not callable(hook):
+            return False
+        hook(callback)
+        return True
+
     # ---- the lock ----------------------------------------------------------------------
     @contextmanager
     def _held(self, op: str, wait: float | None) -> Iterator[None]:
@@ -141,7 +151,7 @@ class GatedBackend:
         snapshot: InventorySnapshot = self.start_inventory().future.result()
         return snapshot
 
-    def observe(self, names: Sequence[str] | None = None) -> list[Fact]:
+    def observe(self, names: Sequence[str] | None = None) -> Sequence[Fact]:
         previous = self.in_flight("observe")
         if previous is not None:
             raise BackendUnavailable(
@@ -151,7 +161,7 @@ class GatedBackend:
         wanted = None if names is None else list(names)
         flight = self._start("observe", lambda: self.inner.observe(wanted))
         try:
-            facts: list[Fact] = flight.future.result(timeout=self.observe_timeout)
+            facts: Sequence[Fact] = flight.future.result(timeout=self.observe_timeout)
         except TimeoutError:
             raise BackendUnavailable(
                 f"{self.name} did not answer observe within {self.observe_timeout:g}s"

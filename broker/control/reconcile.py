@@ -15,10 +15,11 @@ they change, derive, transitions through set_state, retries decided and applied.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from backends.base import Backend, BackendUnavailable
+from backends.base import Backend, BackendUnavailable, Observed
 from broker import ledger, metrics
 from broker.control.derive import Derived
 from broker.control.guard import JobGuard
@@ -54,16 +55,30 @@ def _cancel(plane: ControlPlane, backend: Backend, a: att.AttemptRecord, grace: 
     log.info("cancel %s: %s", a.backend_name, result.message or "sent")
 
 
-def _changed(brief: list[att.Brief], by_name: dict[str, Fact]) -> list[tuple[str, int]]:
+def _said(facts: Sequence[Fact]) -> dict[str, tuple[str, str]]:
+    """Each object's phase and reason (values) as the backend said them: kept by an
+    `Observed` answer, read off the facts of a plain list."""
+    if isinstance(facts, Observed):
+        return facts.said
+    return {f.backend_name: (f.phase.value, f.reason.value) for f in facts}
+
+
+def _newest(facts: Sequence[Fact]) -> datetime | None:
+    if isinstance(facts, Observed):
+        return facts.newest
+    return max((f.observed_at for f in facts), default=None)
+
+
+def _changed(brief: list[att.Brief], said: dict[str, tuple[str, str]]) -> list[tuple[str, int]]:
     """The attempts `_one` would not leave alone, as (job id, number): all but the live
-    attempts of jobs not cancelled whose stored phase and reason are what the backend says
-    (one tuple comparison per attempt: this runs over every live attempt on every pass)."""
-    said = {name: (f.phase.value, f.reason.value)
-            for name, f in by_name.items() if f.phase is not Phase.LOST}
-    cancelled = JobState.CANCELLED.value
+    attempts of jobs not cancelled whose stored phase and reason are what the backend says,
+    LOST excepted (one tuple comparison per attempt: this runs over every live attempt on
+    every pass)."""
+    cancelled, lost = JobState.CANCELLED.value, Phase.LOST.value
+    get = said.get
     return [(b.job_id, b.number) for b in brief
             if b.job_state is None or b.job_state == cancelled
-            or said.get(b.backend_name) != (b.phase, b.job_reason)]
+            or (s := get(b.backend_name)) != (b.phase, b.job_reason) or s[0] == lost]
 
 
 def run_reconcile(plane: ControlPlane, backend_name: str) -> ReconcileReport:
@@ -79,7 +94,7 @@ def run_reconcile(plane: ControlPlane, backend_name: str) -> ReconcileReport:
         try:
             facts = backend.observe([b.backend_name for b in brief])
             BACKEND_UP.labels(backend_name).set(1)
-            metrics.LAG.observed(backend_name, now, facts)
+            metrics.LAG.observed(backend_name, now, _newest(facts))
         except BackendUnavailable as exc:
             metrics.LAG.failed(backend_name, now)
             _unreachable(plane, backend_name, brief, f"{backend_name}: {exc}", now)
@@ -91,30 +106,43 @@ def run_reconcile(plane: ControlPlane, backend_name: str) -> ReconcileReport:
         _unreachable(plane, backend_name, brief, why, now)
         report.unreachable = True
         return report
-    by_name = {f.backend_name: f for f in facts}
+    said = _said(facts)
     report.observed = len(facts)
-    live_names = {b.backend_name for b in brief}
-    todo = _changed(brief, by_name)
+    todo = _changed(brief, said)
     with plane.db.read() as s:
         live = [a for a in att.by_keys(s, todo)  # still live (the read above was earlier)
                 if a.ended_at is None and a.dispatch == att.CREATED]
         jobs: dict[str, JobRecord | None] = dict(jobs_by_ids(s, [a.job_id for a in live]))
+    fact_of = _fact_of(facts)
     changed: list[tuple[att.AttemptRecord, Fact]] = []  # applied in chunks below
     for a in live:
         with JobGuard("reconcile", a.job_id) as guard:
-            _one(plane, backend, a, jobs.get(a.job_id), by_name.get(a.backend_name), now,
+            _one(plane, backend, a, jobs.get(a.job_id), fact_of(a.backend_name), now,
                  report, changed)
         if guard.incident is not None:
             mark_one(plane, guard.incident, now)
     report.transitions += apply_all(plane, changed, now)
-    for fact in facts:  # Isthmus objects nobody owns any more
-        if fact.backend_name in live_names or fact.phase in ENDED_PHASES:
+    live_names = {b.backend_name for b in brief}
+    for name, (phase, _) in said.items():  # Isthmus objects nobody owns any more
+        if name in live_names or phase in _ENDED:
             continue
-        if not fact.job_id or not fact.attempt:
+        fact = fact_of(name)
+        if fact is None or not fact.job_id or not fact.attempt:
             continue
         with JobGuard("orphan check", fact.job_id):
             _orphan(plane, backend, backend_name, fact, report)
     return report
+
+
+_ENDED = frozenset(p.value for p in ENDED_PHASES)
+
+
+def _fact_of(facts: Sequence[Fact]) -> Callable[[str], Fact | None]:
+    """The fact of an object by name: built on demand from an `Observed` answer, looked up in
+    a plain list (the last fact of a name, as the backend listed them)."""
+    if isinstance(facts, Observed):
+        return facts.fact
+    return {f.backend_name: f for f in facts}.get
 
 
 def _unreachable(plane: ControlPlane, backend_name: str, brief: list[att.Brief], why: str,

@@ -26,7 +26,9 @@ dispatch that created backend objects wakes the reconcilers at once and again af
 `FOLLOW_UP_S` (a backend shows a fresh object as pending first). A wake that arrives while the
 job runs is not lost: the job runs again right after (its pass may have read the database
 before the commit that woke it); wakes closer than `min_wake_gap` are deferred to the end of
-the gap, not dropped.
+the gap, not dropped. A reconcile pass that moved a job wakes the admission cycle (an ended
+job's GPUs are free), and a backend with a change feed (Kubernetes watches) wakes its
+reconciler on every event, at most once per `min_wake_gap`.
 """
 
 from __future__ import annotations
@@ -104,8 +106,14 @@ class Runtime:
         self._add("admission", admission, iv.admission)
         self._add("dispatch", dispatch, iv.dispatch)
         self._add("decision-log", prune_decisions, iv.prune)
+        def reconcile(plane: ControlPlane, name: str) -> None:
+            report = run_reconcile(plane, name)
+            if report.transitions or report.lost or report.cancelled:
+                self.wake("admission")  # an ended job's quota and GPUs are free now
+
         for name in self.plane.backends:
-            self._add(f"reconcile:{name}", lambda p, n=name: run_reconcile(p, n), iv.reconcile)
+            self._add(f"reconcile:{name}", lambda p, n=name: reconcile(p, n), iv.reconcile)
+        self._follow_changes()
         self.scheduler.add_job(self.keep_lease, "interval", seconds=iv.lease_ttl / 3,
                                id="lease", next_run_time=datetime.now())
         self.scheduler.start()
@@ -180,11 +188,26 @@ class Runtime:
             except Exception:  # the scheduler is shutting down
                 log.debug("pause of %s ignored", job_id)
 
-    def wake(self, job_id: str) -> None:
+    def _follow_changes(self) -> None:
+        """A backend with a change feed (Kubernetes: its Job, pod and Workload watches) wakes
+        its reconciler on every event, at most once per `min_wake_gap`: a gang's end is seen,
+        and its quota released, at once instead of at the next reconcile interval."""
+        for name, backend in self.plane.backends.items():
+            hook = getattr(backend, "on_change", None)
+            if not callable(hook):
+                continue
+            try:
+                hook(lambda n=name: self.wake(f"reconcile:{n}", gap=self.min_wake_gap))
+            except Exception:
+                log.warning("backend %s: its change feed cannot be followed; its reconciler "
+                            "runs on its interval", name, exc_info=True)
+
+    def wake(self, job_id: str, gap: float | None = None) -> None:
         """Run a control job now (after a submit, after new facts) instead of at its interval.
         Wake-ups closer than `min_wake_gap` are merged into one run at the end of the gap:
-        under a burst of submissions the cycle runs often, not back to back. A wake while the
-        job runs makes it run again when that pass ends."""
+        under a burst of submissions the cycle runs often, not back to back (reconcilers:
+        `RECONCILE_WAKE_GAP_S`; `gap` overrides both). A wake while the job runs makes it run
+        again when that pass ends."""
         if not self.leading or job_id not in self._loop_ids:
             return
         with self._wake_lock:
@@ -195,9 +218,10 @@ class Runtime:
             last = self._woken.get(job_id)
             if last is not None and last > now:
                 return  # a run is already scheduled after this moment: it sees this wake's cause
-            gap = self.min_wake_gap
-            if job_id.startswith("reconcile:"):
-                gap = min(gap, RECONCILE_WAKE_GAP_S)
+            if gap is None:
+                gap = self.min_wake_gap
+                if job_id.startswith("reconcile:"):
+                    gap = min(gap, RECONCILE_WAKE_GAP_S)
             at = now if last is None else max(now, last + gap)
             self._woken[job_id] = at
         self._schedule(job_id, at - now)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from sqlmodel import Session
@@ -145,10 +145,10 @@ def snapshots(session: Session, keys: list[tuple[str, int]]) -> dict[tuple[str, 
     return out
 
 
-@dataclass(frozen=True, slots=True)
-class Brief:
+class Brief(NamedTuple):
     """A dispatched live attempt and its job's lifecycle fields: what a reconcile pass needs
-    to see that nothing changed (the full rows are read only for those that did)."""
+    to see that nothing changed (the full rows are read only for those that did). A tuple:
+    made straight from the row."""
 
     job_id: str
     number: int
@@ -159,20 +159,51 @@ class Brief:
     job_attempt: int | None
 
 
-def dispatched_brief(session: Session, backend: str) -> list[Brief]:
-    """The live attempts of `backend` whose object was created, with their jobs' state,
-    reason and current attempt: narrow columns, one statement."""
+def brief_statement(dialect: str) -> Any:
+    """The statement of `dispatched_brief` (parameters: backend), for `dialect`. Revision 0012
+    covers it: the live attempts' index in id order, the jobs' lifecycle index. SQLite would
+    search the jobs' primary key and read each job's row instead (it prefers a unique index),
+    so it is told which index to use."""
     from broker.store.records import JOBS
 
-    stmt = (
+    if dialect == "sqlite":
+        return sa.text(
+            "SELECT a.job_id, a.number, a.backend_name, a.phase, j.state, j.reason, j.attempt "
+            "FROM attempts AS a LEFT OUTER JOIN jobs AS j INDEXED BY ix_jobs_lifecycle "
+            "ON j.id = a.job_id WHERE a.ended_at IS NULL AND a.backend = :backend "
+            "AND a.dispatch = :created ORDER BY a.id"
+        ).bindparams(created=CREATED)
+    return (
         sa.select(ATTEMPTS.c.job_id, ATTEMPTS.c.number, ATTEMPTS.c.backend_name,
                   ATTEMPTS.c.phase, JOBS.c.state, JOBS.c.reason, JOBS.c.attempt)
         .select_from(ATTEMPTS.outerjoin(JOBS, JOBS.c.id == ATTEMPTS.c.job_id))
-        .where(ATTEMPTS.c.ended_at.is_(None), ATTEMPTS.c.backend == backend,
+        .where(ATTEMPTS.c.ended_at.is_(None), ATTEMPTS.c.backend == sa.bindparam("backend"),
                ATTEMPTS.c.dispatch == CREATED)
         .order_by(ATTEMPTS.c.id)
     )
-    return [Brief(*r) for r in session.connection().execute(stmt).all()]
+
+
+_BRIEF: dict[str, Any] = {}
+
+
+def dispatched_brief(session: Session, backend: str) -> list[Brief]:
+    """The live attempts of `backend` whose object was created, with their jobs' state,
+    reason and current attempt: narrow columns, one statement. On SQLite the driver's rows
+    are taken as they come (fetchall of plain tuples: SQLAlchemy's row objects cost more
+    than the query itself at tens of thousands of rows)."""
+    conn = session.connection()
+    dialect = conn.dialect.name
+    stmt: Any = _BRIEF.get(dialect)
+    if stmt is None:
+        stmt = brief_statement(dialect)
+        if dialect == "sqlite":  # its text, with the driver's placeholders
+            stmt = str(stmt.compile(dialect=conn.dialect))
+        _BRIEF[dialect] = stmt
+    if dialect == "sqlite":
+        driver = conn.connection.driver_connection
+        assert driver is not None
+        return list(map(Brief._make, driver.execute(stmt, (backend, CREATED)).fetchall()))
+    return list(map(Brief._make, conn.execute(stmt, {"backend": backend}).all()))
 
 
 def by_keys(session: Session, keys: list[tuple[str, int]]) -> list[AttemptRecord]:
@@ -214,13 +245,20 @@ def update(session: Session, job_id: str, number: int, **values: Any) -> None:
                                                      **params})
 
 
+_SET_RESOLVED = (
+    sa.update(ATTEMPTS)
+    .where(ATTEMPTS.c.job_id == sa.bindparam("k_job"),
+           ATTEMPTS.c.number == sa.bindparam("k_number"), ATTEMPTS.c.resolved_json.is_(None))
+    .values(resolved_json=sa.bindparam("v_resolved"))
+)
+"""Built once (its compiled form reused): the reconciler runs it for every attempt that
+starts."""
+
+
 def set_resolved_once(session: Session, job_id: str, number: int, resolved_json: str) -> bool:
     """Store what the attempt ran with, unless it was stored before (never rewritten)."""
     result = session.connection().execute(
-        sa.update(ATTEMPTS)
-        .where(ATTEMPTS.c.job_id == job_id, ATTEMPTS.c.number == number,
-               ATTEMPTS.c.resolved_json.is_(None))
-        .values(resolved_json=resolved_json)
+        _SET_RESOLVED, {"k_job": job_id, "k_number": number, "v_resolved": resolved_json}
     )
     return bool(result.rowcount)
 
@@ -259,16 +297,18 @@ def by_token_digest(session: Session, job_id: str, digest: str) -> AttemptRecord
     return None if row is None else _rec(row)
 
 
+_INSERT_FACT = sa.insert(FACTS)
+
+
 def insert_fact(
     session: Session, backend: str, name: str, job_id: str | None, attempt: int | None,
     phase: str, reason: str, observed_at: datetime, payload_json: str,
 ) -> int:
-    result = session.connection().execute(
-        sa.insert(FACTS).values(
-            backend=backend, backend_name=name, job_id=job_id, attempt=attempt, phase=phase,
-            reason=reason, observed_at=observed_at, payload_json=payload_json,
-        )
-    )
+    result = session.connection().execute(_INSERT_FACT, {
+        "backend": backend, "backend_name": name, "job_id": job_id, "attempt": attempt,
+        "phase": phase, "reason": reason, "observed_at": observed_at,
+        "payload_json": payload_json,
+    })
     key = result.inserted_primary_key
     return int(key[0]) if key else 0
 

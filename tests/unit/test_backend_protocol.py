@@ -6,6 +6,7 @@ assignments at the bottom structurally."""
 
 from __future__ import annotations
 
+import collections.abc
 import inspect
 import typing
 from datetime import UTC, datetime
@@ -40,7 +41,11 @@ def _shape(cls: type[Any], name: str) -> tuple[list[tuple[str, Any, Any, Any]], 
 
 def _narrows(returns: Any, declared: Any) -> bool:
     """The same return type, or one member of the protocol's union (an adapter may promise
-    more: Slurm renders a script, never manifests)."""
+    more: Slurm renders a script, never manifests), or a list where the protocol declares a
+    Sequence of the same items (Slurm's observe builds a list, the simulator's does not)."""
+    if (typing.get_origin(declared) is collections.abc.Sequence
+            and typing.get_origin(returns) is list):
+        return typing.get_args(returns) == typing.get_args(declared)
     return bool(returns == declared or returns in typing.get_args(declared))
 
 

@@ -39,7 +39,7 @@ class BlockingBackend:
         self._hold()
         return self.inner.inventory()
 
-    def observe(self, names: Sequence[str] | None = None) -> list[Fact]:
+    def observe(self, names: Sequence[str] | None = None) -> Sequence[Fact]:
         if self.observe_too:
             self._hold()
         return self.inner.observe(names)

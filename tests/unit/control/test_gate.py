@@ -11,6 +11,7 @@ import pytest
 from backends.base import BackendUnavailable, CancelResult, Capability
 from broker.control.gate import GatedBackend
 from broker.domain.facts import Fact
+from tests.harness.wait import wait_until
 
 
 class Hanging:
@@ -87,3 +88,24 @@ def test_observe_times_out_and_is_not_stacked(hanging: Hanging) -> None:
         assert time.monotonic() < deadline
         time.sleep(0.01)
     assert gate.observe(["a"]) == []
+
+
+def test_a_change_feed_is_handed_through_the_gate_and_its_lock_is_not_taken(
+    hanging: Hanging,
+) -> None:
+    feeds: list[object] = []
+    setattr(hanging, "on_change", feeds.append)
+    gate = GatedBackend(hanging, lock_wait=0.1)  # type: ignore[arg-type]
+    threading.Thread(target=lambda: gate.cancel("x", 0), daemon=True).start()
+    wait_until(lambda: gate._holder is not None, 10, "the cancel to hold the adapter's lock")
+
+    def wake() -> None:
+        pass
+
+    assert gate.on_change(wake) is True  # at once, although a call holds the adapter
+    assert feeds == [wake]
+
+
+def test_a_backend_without_a_change_feed_says_so(hanging: Hanging) -> None:
+    gate = GatedBackend(hanging)  # type: ignore[arg-type]
+    assert gate.on_change(lambda: None) is False

@@ -1,0 +1,80 @@
+"""Revision 0012: the reconciler's narrow read (attempts.dispatched_brief) is answered from
+two covering indexes, the live attempts' in id order and the jobs' lifecycle columns, on
+SQLite and PostgreSQL; and it returns what the tables hold."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+
+from broker.store import attempts as att
+from broker.store.db import Database
+from broker.store.records import JOBS
+
+T0 = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def _job(i: int, state: str) -> dict[str, object]:
+    return {"id": f"J{i:015d}", "name": f"j{i}", "team": "t", "queue": "default",
+            "priority": "normal", "state": state, "reason": f"R{i}", "message": "",
+            "attempt": 2, "last_seq": 1, "total_gpus": 1, "spec_json": "{}",
+            "spec_hash": "x" * 64, "submitted_by": "u", "created_at": T0, "updated_at": T0,
+            "exclude_json": "{}"}
+
+
+def _attempt(i: int, number: int, **kw: object) -> dict[str, object]:
+    row: dict[str, object] = {
+        "job_id": f"J{i:015d}", "number": number, "snapshot_json": "{}", "spec_hash": "x" * 64,
+        "backend_name": f"isthmus-{i}-{number}", "created_at": T0, "backend": "sim",
+        "pool": "p", "flavor": "f", "gpus": 1, "dispatch": "created", "phase": "RUNNING",
+        "preempted": False, "ended_at": None}
+    return row | kw
+
+
+def _seed(db: Database) -> None:
+    with db.write() as s:
+        c = s.connection()
+        c.execute(sa.insert(JOBS), [_job(i, "RUNNING") for i in range(6)])
+        c.execute(sa.insert(att.ATTEMPTS), [
+            _attempt(0, 1, ended_at=T0, phase="FAILED"), _attempt(0, 2),
+            _attempt(1, 2, dispatch="pending"), _attempt(2, 2, backend="other"),
+            _attempt(3, 2, phase="STARTING"), _attempt(4, 1), _attempt(5, 2),
+        ])
+
+
+def test_the_narrow_read_returns_the_live_dispatched_attempts_in_order(db: Database) -> None:
+    _seed(db)
+    with db.read() as s:
+        got = att.dispatched_brief(s, "sim")
+    assert [(b.job_id[-1], b.number, b.phase, b.job_state, b.job_reason, b.job_attempt)
+            for b in got] == [("0", 2, "RUNNING", "RUNNING", "R0", 2),
+                              ("3", 2, "STARTING", "RUNNING", "R3", 2),
+                              ("4", 1, "RUNNING", "RUNNING", "R4", 2),
+                              ("5", 2, "RUNNING", "RUNNING", "R5", 2)]
+
+
+def test_the_narrow_read_is_covered_by_the_indexes(db: Database) -> None:
+    _seed(db)
+    stmt = att.brief_statement(db.writer.dialect.name)
+    with db.write() as s:
+        c = s.connection()
+        if db.is_sqlite:
+            sql = str(stmt.compile(dialect=c.dialect))
+            plan = " / ".join(r[3] for r in c.exec_driver_sql(
+                f"EXPLAIN QUERY PLAN {sql}", ("sim", "created")))
+            assert "USING COVERING INDEX ix_attempts_reconcile" in plan, plan
+            assert "USING COVERING INDEX ix_jobs_lifecycle" in plan, plan
+            assert "TEMP B-TREE" not in plan, plan  # no sort: the index is in id order
+            return
+        c.exec_driver_sql("SET LOCAL enable_seqscan = off")
+        sql = stmt.params(backend="sim").compile(dialect=c.dialect,
+                                                 compile_kwargs={"literal_binds": True})
+        plan = " / ".join(r[0] for r in c.exec_driver_sql(f"EXPLAIN {sql}"))
+        assert "Index Only Scan using ix_attempts_reconcile" in plan, plan
+        assert "Sort" not in plan, plan
+        defs: dict[str, str] = {r[0]: r[1] for r in c.exec_driver_sql(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE indexname IN "
+            "('ix_attempts_reconcile', 'ix_jobs_lifecycle')")}
+        assert "WHERE (ended_at IS NULL)" in defs["ix_attempts_reconcile"]
+        assert "(id, state, reason, attempt)" in defs["ix_jobs_lifecycle"]
