@@ -11,12 +11,18 @@ factor for all of them as time passes:
 so the leader keeps, per (team, flavor), the sum of the closed reservations' terms relative to
 an origin T0, and each cycle reads only the open reservations and those released since its
 previous cycle (less WINDOW_S, for a release committed late or stamped by another replica's
-clock): what it counted is remembered by (job, attempt) until the window has passed it.
+clock), and any release entry newer than the last one read, whatever its timestamp (a
+reconciler pass stamps its releases with the time it started, before its backend's observe
+call and its chunks): what it counted is remembered by (job, attempt) until the window has
+passed it.
 
-Soft state on the plane (whose own fields belong to plane.py): a new leader, a changed half-life,
-a clock that went back, or FULL_EVERY_S of use start again from the whole history. A release
-committed more than WINDOW_S after its own timestamp is missed until then (its reservation drops
-out instead of decaying; a share of the fair-share weight, never a quota or the ledger).
+Soft state on the plane (whose own fields belong to plane.py): a new process, a changed
+half-life, a clock that went back, FULL_EVERY_S of use or MAX_EXPONENT start again from the
+whole history (a replica leading again keeps it: released reservations never change, and what
+was released meanwhile is read as above). On PostgreSQL entry ids are taken at insert, not at
+commit: a release whose transaction stayed open across a cycle's read and whose timestamp is
+more than WINDOW_S older is still missed until then (its reservation drops out instead of
+decaying; a share of the fair-share weight, never a quota or the ledger).
 """
 
 from __future__ import annotations
@@ -36,6 +42,10 @@ WINDOW_S = 120.0
 FULL_EVERY_S = 1800.0
 """The whole history is read again this often (bounds what a missed late release costs)."""
 
+MAX_EXPONENT = 600.0
+"""The history also starts again once rate x (now - origin) passes this: its closed terms grow
+as e^(rate x age of the origin) and must stay within a float's range (e^709)."""
+
 Key = tuple[str, str]
 
 
@@ -50,33 +60,47 @@ class History:
     closed: dict[Key, float] = field(default_factory=dict)
     counted: dict[tuple[str, int], float] = field(default_factory=dict)
     """Closed reservations already summed -> their release time (dropped once out of window)."""
+    last_release: int | None = None
+    """The highest ledger entry id when the history was built, then the highest release id
+    read: newer releases are read whatever their timestamp."""
 
 
 def _history(plane: ControlPlane, now: float, rate: float) -> History:
     h: History | None = getattr(plane, "_usage_history", None)
-    if h is None or h.rate != rate or now < h.read_since or now - h.origin > FULL_EVERY_S:
+    if (h is None or h.rate != rate or now < h.read_since or now - h.origin > FULL_EVERY_S
+            or rate * (now - h.origin) > MAX_EXPONENT):
         horizon = now - HISTORY_HALF_LIVES * math.log(2) / rate
         h = History(origin=now, rate=rate, read_since=horizon + WINDOW_S)
         setattr(plane, "_usage_history", h)  # noqa: B010 - not a field of ControlPlane
     return h
 
 
-def _rows(s: Session, released_from: float) -> sa.Result[tuple[object, ...]]:
-    """Reservations still open, or released at or after `released_from`."""
+def _last_id(s: Session) -> int:
+    from broker.store.ledger_tables import ENTRIES as LEDGER
+
+    return int(s.connection().execute(sa.select(sa.func.max(LEDGER.c.id))).scalar() or 0)
+
+
+def _rows(s: Session, released_from: float,
+          after_id: int | None = None) -> sa.Result[tuple[object, ...]]:
+    """Reservations still open, released at or after `released_from`, or whose release entry
+    is newer than `after_id` (a release written long after its own timestamp)."""
     from broker.ledger import LedgerKind
     from broker.store.ledger_tables import ENTRIES as LEDGER
 
     rel = LEDGER.alias("rel")
     since = datetime.fromtimestamp(released_from, UTC)
+    recent = sa.or_(rel.c.at.is_(None), rel.c.at >= since)
+    if after_id is not None:
+        recent = sa.or_(recent, rel.c.id > after_id)
     return s.connection().execute(
         sa.select(LEDGER.c.team, LEDGER.c.flavor, LEDGER.c.gpus, LEDGER.c.job_id,
-                  LEDGER.c.attempt, LEDGER.c.at, rel.c.at)
+                  LEDGER.c.attempt, LEDGER.c.at, rel.c.at, rel.c.id)
         .select_from(LEDGER.outerjoin(rel, sa.and_(
             rel.c.job_id == LEDGER.c.job_id, rel.c.attempt == LEDGER.c.attempt,
             rel.c.kind == LedgerKind.RELEASE.value,
         )))
-        .where(LEDGER.c.kind == LedgerKind.RESERVE.value,
-               sa.or_(rel.c.at.is_(None), rel.c.at >= since))
+        .where(LEDGER.c.kind == LedgerKind.RESERVE.value, recent)
     )
 
 
@@ -99,9 +123,14 @@ def decayed_usage(plane: ControlPlane, s: Session, now: datetime,
 def _update(h: History, s: Session, t_now: float) -> dict[Key, float]:
     exp, rate, origin = math.exp, h.rate, h.origin
     released_from = h.read_since - WINDOW_S
+    if h.last_release is None:  # a new history: what is newer than the ledger now is new
+        h.last_release = _last_id(s)
     open_: dict[Key, float] = {}
-    for team, flavor, gpus, job_id, attempt, start, end in _rows(s, released_from):
+    for team, flavor, gpus, job_id, attempt, start, end, rel_id in _rows(
+            s, released_from, h.last_release):
         key = (team, flavor)
+        if rel_id is not None and rel_id > h.last_release:
+            h.last_release = rel_id
         if end is None:  # held until now
             t_start = min(start.timestamp(), t_now)
             open_[key] = open_.get(key, 0.0) + gpus * (1.0 - exp(-rate * (t_now - t_start)))

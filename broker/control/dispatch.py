@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import yaml
+from sqlmodel import Session
 
 from backends.base import (
     BackendUnavailable,
@@ -34,7 +35,7 @@ from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
 from broker.store import attempts as att
 from broker.store.queries import get_job, jobs_by_ids
-from broker.store.records import JobRecord
+from broker.store.records import JobRecord, lock_jobs
 from broker.store.secrets import digest, progress_token, server_secret
 
 
@@ -129,13 +130,20 @@ def _dispatch(plane: ControlPlane, a: att.AttemptRecord, key: bytes,
     return CREATED, Made(a, result, token, shown, plane.clock())
 
 
-def _record(plane: ControlPlane, made: list[Made]) -> list[tuple[Made, Incident]]:
+def _record(plane: ControlPlane, made: list[Made]) -> tuple[list[tuple[Made, Incident]], int]:
     """The objects made, recorded in one transaction (attempt CREATED, job PREPARING), each
-    job in its savepoint: one that fails is undone alone and returned with its incident."""
+    job in its savepoint: one that fails is undone alone and returned with its incident. The
+    jobs are locked and checked first: one that moved on since the pass read it is skipped
+    (`_moved_on`). Returns the failed ones and the number recorded."""
     failed: list[tuple[Made, Incident]] = []
+    moved: set[int] = set()
     with plane.db.write() as s:
+        jobs = lock_jobs(s, [m.attempt.job_id for m in made])
         for m in made:
             a = m.attempt
+            if _moved_on(s, jobs.get(a.job_id), a, m.at):
+                moved.add(id(m))
+                continue
             with JobGuard("dispatch record", a.job_id) as guard, s.begin_nested():
                 att.update(
                     s, a.job_id, a.number, dispatch=att.CREATED,
@@ -147,16 +155,30 @@ def _record(plane: ControlPlane, made: list[Made]) -> list[tuple[Made, Incident]
                     s, a.job_id, JobState.PREPARING, Reason.BackendPending,
                     Cause("dispatcher", DISPATCHER, key=f"dispatched:{a.number}"),
                     f"{verb} {a.backend_name} on {a.backend} ({m.result.backend_id})",
-                    now=m.at,
+                    now=m.at, locked=jobs[a.job_id],
                 )
             if guard.incident is not None:
                 failed.append((m, guard.incident))
-    undone = {id(m) for m, _ in failed}
+    undone = {id(m) for m, _ in failed} | moved
     for m in made:
         if id(m) not in undone:
             log.info("dispatch %s: %s on %s", m.attempt.backend_name,
                      "adopted" if m.result.adopted else "created", m.attempt.backend)
-    return failed
+    return failed, len(made) - len(undone)
+
+
+def _moved_on(s: Session, job: JobRecord | None, a: att.AttemptRecord, now: datetime) -> bool:
+    """Whether the job left this attempt since the pass read it (cancelled, or preempted back
+    to the queue and maybe admitted again): its object is then not recorded, its attempt is
+    left ended, and the reconciler cancels the object as an orphan."""
+    if job is not None and job.state == JobState.ADMITTED and job.attempt == a.number:
+        return False
+    current = att.get_attempt(s, a.job_id, a.number)
+    ended = current.ended_at if current is not None and current.ended_at else now
+    att.update(s, a.job_id, a.number, dispatch=att.ABANDONED, ended_at=ended)
+    log.info("dispatch %s: its job moved on while the object was made; left to the "
+             "reconciler as an orphan", a.backend_name)
+    return True
 
 
 def _unavailable(plane: ControlPlane, a: att.AttemptRecord, why: str) -> None:
@@ -225,11 +247,11 @@ def run_dispatch(plane: ControlPlane) -> int:
 
 
 def _flush(plane: ControlPlane, made: list[Made]) -> int:
-    if not made:
-        return 0
     """Record `made`; one whose record failed is requeued as a failed dispatch is (`_failed`:
     away from that pool; the reconciler cancels its object as an orphan). The number recorded."""
-    failed = _record(plane, made)
+    if not made:
+        return 0
+    failed, recorded = _record(plane, made)
     for m, incident in failed:
         _failed(plane, m.attempt, incident)
-    return len(made) - len(failed)
+    return recorded

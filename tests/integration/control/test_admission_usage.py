@@ -68,8 +68,8 @@ def test_a_cycle_reads_only_open_and_recently_released_reservations(
     read: list[int] = []
     original = admission_usage._rows
 
-    def counted(s: Any, released_from: float) -> list[Any]:
-        rows = list(original(s, released_from))
+    def counted(s: Any, released_from: float, after_id: int | None = None) -> list[Any]:
+        rows = list(original(s, released_from, after_id))
         read.append(len(rows))
         return rows
 
@@ -79,3 +79,32 @@ def test_a_cycle_reads_only_open_and_recently_released_reservations(
     assert read == [21, 1]  # the whole history once, then the one open reservation
     assert later == pytest.approx(whole, rel=1e-9)
     assert later[("vision", "h100-80g")] < first[("vision", "h100-80g")]
+
+
+def test_a_release_written_long_after_its_timestamp_is_counted(sim: Sim) -> None:
+    """A reconciler pass stamps its releases with the time it started (before its backend's
+    observe call and all its chunks): one written more than the window after that stamp is
+    still found (by its entry's id), not dropped from the history until the next full read."""
+    t0 = sim.clock.now
+    job = _reserve(sim, "vision", 32, t0 - timedelta(seconds=3600))
+    _both(sim, t0)
+    _both(sim, t0 + timedelta(seconds=300))
+    _release(sim, job, t0)  # stamped at the pass's start, written 300 s later
+    kept, whole = _both(sim, t0 + timedelta(seconds=310))
+    assert kept == pytest.approx(whole, rel=1e-9, abs=1e-9)
+    assert kept[("vision", "h100-80g")] > 0
+
+
+def test_a_short_half_life_never_overflows_the_kept_sums(sim: Sim) -> None:
+    """The closed sums grow as 2^(age of the origin / half-life): with a half-life of a second
+    (the configuration allows any positive one) they left a float's range within FULL_EVERY_S,
+    and every admission cycle failed until the next full read."""
+    sim.plane.params.fair_share_half_life_s = 1.0
+    t0 = sim.clock.now
+    job = _reserve(sim, "vision", 8, t0 - timedelta(seconds=5))
+    _both(sim, t0)
+    _release(sim, job, t0 + timedelta(seconds=1100))
+    for later in (1101, 1102, 1500):
+        kept, whole = _both(sim, t0 + timedelta(seconds=later))
+        for key in kept.keys() | whole.keys():  # past the horizon: in one, ~0, not the other
+            assert kept.get(key, 0.0) == pytest.approx(whole.get(key, 0.0), rel=1e-9, abs=1e-9)

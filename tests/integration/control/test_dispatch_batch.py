@@ -14,7 +14,11 @@ import pytest
 from broker.control import dispatch
 from broker.control.admission import run_admission
 from broker.control.dispatch import run_dispatch
+from broker.domain import JobState, Reason
 from broker.orchestration import transitions
+from broker.orchestration.rules import Cause
+from broker.store import attempts as att
+from broker.store.queries import get_job
 from broker.store.secrets import server_secret
 from tests.builders import spec
 from tests.harness.sim import Sim, consistent, state, submit
@@ -87,3 +91,38 @@ def test_a_record_that_fails_requeues_that_job_alone(
     assert state(sim, bad) == ("QUEUED", "InternalError")
     assert "dispatch record (RuntimeError)" in events(sim, bad)[-1][2]
     consistent(sim)  # its reservation is released
+
+
+def test_a_job_preempted_and_admitted_again_during_the_pass_keeps_its_new_attempt(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pass reads its jobs once: a job preempted back to the queue (its intent abandoned)
+    and admitted again while the pass makes other objects must not have the object of its
+    old attempt recorded as its new attempt's (the record checks the job under its lock)."""
+    first, moved = _admitted(sim, 2)
+    with sim.plane.db.read() as s:
+        old = get_job(s, moved)
+    assert old is not None
+    original = dispatch._dispatch
+
+    def meanwhile(plane: Any, a: Any, key: bytes, job: Any) -> Any:
+        if a.job_id == first:  # a concurrent admission cycle preempts `moved`, admits it again
+            now = plane.clock()
+            with plane.db.write() as s:
+                att.update(s, moved, old.attempt, dispatch=att.ABANDONED, ended_at=now,
+                           preempted=True)
+                transitions.set_state(s, moved, JobState.QUEUED, Reason.Preempted,
+                                      Cause("admission", "system:preemption"), now=now)
+            run_admission(plane)
+            assert state(sim, moved)[0] == "ADMITTED"
+        return original(plane, a, key, job)
+
+    monkeypatch.setattr(dispatch, "_dispatch", meanwhile)
+    run_dispatch(sim.plane)
+    with sim.plane.db.read() as s:
+        stale = att.get_attempt(s, moved, old.attempt)
+        job = get_job(s, moved)
+    assert stale is not None and job is not None
+    assert stale.dispatch == att.ABANDONED  # never recorded as made
+    assert job.attempt == old.attempt + 1
+    assert state(sim, moved)[0] == "ADMITTED"  # its new intent is still to be made
