@@ -18,7 +18,7 @@ from broker.orchestration.submission import submit_job
 from broker.store import attempts as att
 from broker.store.db import Database
 from broker.store.queries import get_job, list_jobs
-from tests.builders import SpecBuilder
+from tests.builders import SpecBuilder, spec
 
 CONFIG: dict[str, Any] = {
     "auth": {"mode": "none"},
@@ -119,3 +119,20 @@ def make_sim(db: Database, config: IsthmusConfig) -> Sim:
     plane = ControlPlane(db, config, backends, clock=lambda: clock.now,
                          params=ControlParams(lost_grace_s=60))
     return Sim(plane, clock, backends)
+
+
+def mixed_backlog(sim: Sim) -> tuple[list[str], list[str]]:
+    """Jobs that one admission cycle admits: two teams, two flavors, both backends, several per
+    quota counter (returned first); and two big gangs that wait, with a new reason, because
+    the h100 pool has one free node left (returned second)."""
+    builders = [
+        *(spec().name(f"small-{i}").flavors("a100-80g").replicas(1).gpus(2).topology(None)
+          .backend("k8s") for i in range(6)),
+        *(spec().name(f"h100-{i}").flavors("h100-80g").replicas(1).gpus(8).topology(None)
+          for i in range(3)),
+        *(spec().name(f"lang-{i}").team("language").flavors("a100-80g").replicas(2).gpus(8)
+          .topology(None) for i in range(3)),
+    ]
+    waiting = [spec().name(f"big-{i}").flavors("h100-80g").replicas(4).gpus(8).topology(None)
+               for i in range(2)]
+    return [submit(sim, b, 600) for b in builders], [submit(sim, b, 600) for b in waiting]

@@ -19,8 +19,7 @@ from broker.store import Database, open_database
 from broker.store import attempts as att
 from broker.store.ledger_tables import ENTRIES
 from broker.store.records import EVENTS, JOBS
-from tests.builders import spec
-from tests.harness.sim import Sim, consistent, make_sim, state, submit
+from tests.harness.sim import Sim, consistent, make_sim, mixed_backlog, state
 from tests.integration.control.poison import events
 
 
@@ -28,21 +27,6 @@ def _sim(db: Database, config: IsthmusConfig) -> Sim:
     """The same federation as the `sim` fixture, on `db`."""
     return make_sim(db, config)
 
-
-def _workload(sim: Sim) -> tuple[list[str], list[str]]:
-    """Admissions on both backends (returned first), and jobs that wait with a new reason
-    (QUEUED -> QUEUED, returned second)."""
-    builders = [
-        *(spec().name(f"small-{i}").flavors("a100-80g").replicas(1).gpus(2).topology(None)
-          .backend("k8s") for i in range(6)),
-        *(spec().name(f"h100-{i}").flavors("h100-80g").replicas(1).gpus(8).topology(None)
-          for i in range(3)),
-        *(spec().name(f"lang-{i}").team("language").flavors("a100-80g").replicas(2).gpus(8)
-          .topology(None) for i in range(3)),
-    ]
-    waiting = [spec().name(f"big-{i}").flavors("h100-80g").replicas(4).gpus(8).topology(None)
-               for i in range(2)]  # the h100 pool has one free node left
-    return [submit(sim, b, 600) for b in builders], [submit(sim, b, 600) for b in waiting]
 
 
 def _written(db: Database) -> dict[str, Any]:
@@ -92,7 +76,7 @@ def test_the_batch_writes_what_the_per_job_path_writes(
 ) -> None:
     per_job = _sim(other_db, sim_config)
     for one in (sim, per_job):
-        _workload(one)
+        mixed_backlog(one)
     calls = {"batched": 0}
     original = admission_writes._persist_batched
 
@@ -117,7 +101,7 @@ def test_the_batch_writes_what_the_per_job_path_writes(
 def test_a_job_that_fails_in_the_batch_is_cut_out_alone(
     sim: Sim, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    jobs, _ = _workload(sim)
+    jobs, _ = mixed_backlog(sim)
     bad = jobs[1]
     original = att.insert_attempt
 
@@ -146,7 +130,7 @@ def test_a_job_that_fails_in_the_batch_is_cut_out_alone(
 def test_a_batch_that_fails_as_a_whole_is_redone_job_by_job(
     sim: Sim, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    jobs, waiting = _workload(sim)
+    jobs, waiting = mixed_backlog(sim)
     from broker.store import batch
 
     def broken_flush(self: batch.Deferred, session: Any) -> None:
@@ -177,7 +161,7 @@ def _count(src: str, dst: str) -> float:
 def test_a_batch_done_again_job_by_job_counts_each_transition_once(
     sim: Sim, monkeypatch: pytest.MonkeyPatch, where: str,
 ) -> None:
-    jobs, waiting = _workload(sim)
+    jobs, waiting = mixed_backlog(sim)
     from broker.store import batch
 
     failed = {"n": 0}

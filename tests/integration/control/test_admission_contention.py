@@ -14,24 +14,8 @@ import sqlalchemy as sa
 from broker.control import admission
 from broker.store import batch
 from tests.builders import spec
-from tests.harness.sim import Sim, consistent, state, submit
+from tests.harness.sim import Sim, consistent, mixed_backlog, state, submit
 from tests.integration.control.poison import events
-
-
-def _workload(sim: Sim) -> tuple[list[str], list[str]]:
-    """Admissions of two teams on two flavors and both backends (returned first), and two big
-    gangs that wait (returned second)."""
-    builders = [
-        *(spec().name(f"small-{i}").flavors("a100-80g").replicas(1).gpus(2).topology(None)
-          .backend("k8s") for i in range(6)),
-        *(spec().name(f"h100-{i}").flavors("h100-80g").replicas(1).gpus(8).topology(None)
-          for i in range(3)),
-        *(spec().name(f"lang-{i}").team("language").flavors("a100-80g").replicas(2).gpus(8)
-          .topology(None) for i in range(3)),
-    ]
-    waiting = [spec().name(f"big-{i}").flavors("h100-80g").replicas(4).gpus(8).topology(None)
-               for i in range(2)]  # the h100 pool has one free node left
-    return [submit(sim, b, 600) for b in builders], [submit(sim, b, 600) for b in waiting]
 
 
 class _Deadlock(Exception):
@@ -41,7 +25,7 @@ class _Deadlock(Exception):
 def test_a_chunk_aborted_by_a_deadlock_is_written_again(
     sim: Sim, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    jobs, waiting = _workload(sim)
+    jobs, waiting = mixed_backlog(sim)
     original = batch.Deferred.flush
     aborted = {"n": 0}
 
@@ -69,7 +53,7 @@ def test_a_chunk_aborted_by_a_deadlock_is_written_again(
 def test_other_database_errors_still_end_the_pass(
     sim: Sim, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    _workload(sim)
+    mixed_backlog(sim)
 
     def gone(self: batch.Deferred, session: Any) -> None:
         raise sa.exc.OperationalError("INSERT ...", {}, Exception("server closed the connection"))
@@ -80,7 +64,7 @@ def test_other_database_errors_still_end_the_pass(
 
 
 def test_a_batch_writes_each_counter_once_last_and_in_key_order(sim: Sim) -> None:
-    _workload(sim)  # admissions of two teams on two flavors, several per counter
+    mixed_backlog(sim)  # admissions of two teams on two flavors, several per counter
     sent: list[tuple[str, Any]] = []
 
     def seen(conn: Any, cursor: Any, statement: str, params: Any, context: Any,
@@ -111,7 +95,7 @@ def test_a_waiting_jobs_view_is_built_once_until_its_exclusions_change(
 ) -> None:
     from broker.store.records import JOBS
 
-    _, waiting = _workload(sim)
+    _, waiting = mixed_backlog(sim)
     admission.run_admission(sim.plane)  # the workload's admissions; the big gangs wait
     built: list[str] = []
     from broker.policy_inputs import pending_job as original
