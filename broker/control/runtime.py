@@ -35,8 +35,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -89,6 +91,8 @@ class Runtime:
         self._running: set[str] = set()
         self._rewake: set[str] = set()  # woken while running: run again when the pass ends
         self._cycles: dict[str, int] = {}  # passes started per control job (in log lines)
+        self._stopping = False  # set by stop() under _scheduling: no change to the scheduler after
+        self._scheduling = threading.Lock()
         self.min_wake_gap = min(0.5, self.intervals.admission / 4)
         plane.fence(lease.name)  # the loop's writes commit only under this replica's epoch
 
@@ -119,6 +123,8 @@ class Runtime:
         self.scheduler.start()
 
     def stop(self) -> None:
+        with self._scheduling:
+            self._stopping = True  # see _change_scheduler
         self.scheduler.shutdown(wait=True)
         if self.leading:
             self.lease.release()
@@ -167,7 +173,8 @@ class Runtime:
                 self.plane.epoch = self.lease.epoch
                 log.info("leading the control loop (epoch %d)", self.lease.epoch)
                 for job_id in self._loop_ids:
-                    self.scheduler.resume_job(job_id)
+                    self._change_scheduler(partial(self.scheduler.resume_job, job_id),
+                                           f"resume of {job_id}")
                     self.wake(job_id)
             elif not held and self.leading:
                 log.warning("lost the lease; pausing the control loop")
@@ -183,10 +190,21 @@ class Runtime:
     def _pause(self) -> None:
         self.leading = False
         for job_id in self._loop_ids:
+            self._change_scheduler(partial(self.scheduler.pause_job, job_id),
+                                   f"pause of {job_id}")
+
+    def _change_scheduler(self, change: Callable[[], object], what: str) -> None:
+        """Apply `change` to the scheduler unless `stop` has begun. The scheduler's shutdown
+        holds its job-store lock while it waits for the running control jobs, so a job that
+        changed the scheduler after that (a wake, a follow-up, a pause) would wait for ever,
+        and `stop` with it; `stop` sets `_stopping` under the same lock first."""
+        with self._scheduling:
+            if self._stopping:
+                return
             try:
-                self.scheduler.pause_job(job_id)
-            except Exception:  # the scheduler is shutting down
-                log.debug("pause of %s ignored", job_id)
+                change()
+            except Exception:  # the scheduler is not running
+                log.debug("%s ignored", what)
 
     def _follow_changes(self) -> None:
         """A backend with a change feed (Kubernetes: its Job, pod and Workload watches) wakes
@@ -237,17 +255,15 @@ class Runtime:
         wake_all()
         start = datetime.now()
         for delay in FOLLOW_UP_S:
-            try:
-                self.scheduler.add_job(wake_all, "date",
-                                       run_date=start + timedelta(seconds=delay))
-            except Exception:  # the scheduler is shutting down
-                log.debug("follow-up wake ignored")
+            self._change_scheduler(
+                partial(self.scheduler.add_job, wake_all, "date",
+                        run_date=start + timedelta(seconds=delay)),
+                "follow-up wake")
 
     def _schedule(self, job_id: str, delay: float) -> None:
         if not self.leading:
             return
-        try:
-            self.scheduler.modify_job(job_id,
-                                      next_run_time=datetime.now() + timedelta(seconds=delay))
-        except Exception:  # the scheduler is shutting down
-            log.debug("wake of %s ignored", job_id)
+        self._change_scheduler(
+            lambda: self.scheduler.modify_job(
+                job_id, next_run_time=datetime.now() + timedelta(seconds=delay)),
+            f"wake of {job_id}")

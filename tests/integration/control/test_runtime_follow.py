@@ -4,9 +4,11 @@ before any interval comes round (every interval here is 10 minutes)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 import pytest
+from apscheduler.schedulers.base import STATE_STOPPED
 
 from broker.control import runtime as runtime_module
 from broker.control.lease import LeaderLease
@@ -68,3 +70,38 @@ def test_a_reconcile_pass_that_moved_a_job_wakes_admission(
                    "the reconcile pass to wake admission", interval=0.02)
     finally:
         runtime.stop()
+
+
+def test_stop_returns_while_a_control_job_wakes_another(threaded_sim: Sim) -> None:
+    """The scheduler's shutdown holds its job-store lock while it waits for the running jobs; a
+    job that wakes another at that moment (a reconcile that moved a job wakes admission) once
+    waited for that lock for ever, and `stop` with it (seen as a hung test run)."""
+    runtime = _runtime(threaded_sim)
+    started, release = threading.Event(), threading.Event()
+
+    def probe(_plane: ControlPlane) -> None:
+        started.set()
+        release.wait(30)
+        runtime.wake("admission")
+
+    runtime._add("probe", probe, SLOW.admission)
+    runtime.start()
+    stopper = threading.Thread(target=runtime.stop, daemon=True)
+    try:
+        wait_until(started.is_set, 60, "the probe to run")
+        stopper.start()
+        lock = runtime.scheduler._jobstores_lock
+
+        def shutdown_holds_the_lock() -> bool:
+            if runtime.scheduler.state != STATE_STOPPED:
+                return False
+            if lock.acquire(blocking=False):  # not yet taken by the shutdown
+                lock.release()
+                return False
+            return True
+
+        wait_until(shutdown_holds_the_lock, QUICK_S, "the shutdown to wait for the probe")
+    finally:
+        release.set()
+    stopper.join(QUICK_S)
+    assert not stopper.is_alive(), "stop() hung on a wake made during the shutdown"
