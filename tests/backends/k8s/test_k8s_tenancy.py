@@ -25,14 +25,26 @@ pytestmark = pytest.mark.k8s
 TOKEN = "tok-" + "x" * 40
 
 
+def _backend(k8s_cluster: K8sCluster, namespace: str, *, create: bool) -> K8sBackend:
+    """The adapter on pool a100 whose pods never end by themselves, in `namespace` (one
+    namespace, or a per-team template with `{team}`)."""
+    cfg = BackendConfig(name="k8s-local", kind="k8s", settings={
+        "kubeconfig": str(k8s_cluster.kubeconfig), "namespace": namespace,
+        "create_namespace": create, "all_ranks_timeout_s": 30,
+        "pod_annotations": {FAKE_DURATION: "never"}})
+    return k8s_adapter(cfg, [Pool(name="a100", backend="k8s-local", flavor="h100-80g",
+                                  node_selector={"isthmus.io/pool": "a100"})])
+
+
+def _per_team() -> str:
+    """A per-team namespace template unique to this run (an earlier run's namespaces may still
+    be terminating)."""
+    return f"isthmus-{uuid.uuid4().hex[:6]}-{{team}}"
+
+
 @pytest.fixture
 def backend(k8s_cluster: K8sCluster, k8s_namespace: str) -> Iterator[K8sBackend]:
-    cfg = BackendConfig(name="k8s-local", kind="k8s", settings={
-        "kubeconfig": str(k8s_cluster.kubeconfig), "namespace": k8s_namespace,
-        "create_namespace": False, "all_ranks_timeout_s": 30,
-        "pod_annotations": {FAKE_DURATION: "never"}})
-    b = k8s_adapter(cfg, [Pool(name="a100", backend="k8s-local", flavor="h100-80g",
-                          node_selector={"isthmus.io/pool": "a100"})])
+    b = _backend(k8s_cluster, k8s_namespace, create=False)
     try:
         yield b
     finally:
@@ -83,14 +95,8 @@ def test_progress_token_is_a_secret_owned_by_the_job_and_deleted_with_it(
 
 
 def test_each_team_gets_its_own_namespace(k8s_cluster: K8sCluster) -> None:
-    # unique per run: an earlier run's namespaces may still be terminating
-    template = f"isthmus-{uuid.uuid4().hex[:6]}-{{team}}"
-    cfg = BackendConfig(name="k8s-local", kind="k8s", settings={
-        "kubeconfig": str(k8s_cluster.kubeconfig), "namespace": template,
-        "create_namespace": True, "all_ranks_timeout_s": 30,
-        "pod_annotations": {FAKE_DURATION: "never"}})
-    backend = k8s_adapter(cfg, [Pool(name="a100", backend="k8s-local", flavor="h100-80g",
-                                node_selector={"isthmus.io/pool": "a100"})])
+    template = _per_team()
+    backend = _backend(k8s_cluster, template, create=True)
     made = {team: template.replace("{team}", team) for team in ("vision", "nlp")}
     try:
         reqs = {team: request(pool="a100", replicas=1, gpus=1, job_id=new_job_id(), team=team)
@@ -128,13 +134,8 @@ def test_lookup_of_a_new_gang_is_answered_by_healthy_watches_without_listing(
 ) -> None:
     """Dispatch looks every new gang up before creating it; with per-team namespaces and both
     watches healthy the caches answer, not two lists across every namespace."""
-    template = f"isthmus-{uuid.uuid4().hex[:6]}-{{team}}"
-    cfg = BackendConfig(name="k8s-local", kind="k8s", settings={
-        "kubeconfig": str(k8s_cluster.kubeconfig), "namespace": template,
-        "create_namespace": True, "all_ranks_timeout_s": 30,
-        "pod_annotations": {FAKE_DURATION: "never"}})
-    backend = k8s_adapter(cfg, [Pool(name="a100", backend="k8s-local", flavor="h100-80g",
-                                node_selector={"isthmus.io/pool": "a100"})])
+    template = _per_team()
+    backend = _backend(k8s_cluster, template, create=True)
     lists: list[str] = []
 
     def counted(what: str, fn: Any) -> Any:
