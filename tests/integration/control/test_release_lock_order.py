@@ -2,7 +2,8 @@
 no longer holds the counter row from the middle of its transaction. Before, a reconcile chunk
 (job A released, counter row taken; then job B's row) and a cancel of B (B's row; then the
 counter row) took the two rows in opposite orders and PostgreSQL aborted one of them as a
-deadlock victim (the soak's 500s). Also: a route done again after an injected deadlock."""
+deadlock victim (the soak's 500s). Also: the reconciler ending a cancelled job's attempt
+takes the job row first, and a route is done again after an injected deadlock."""
 
 from __future__ import annotations
 
@@ -18,11 +19,13 @@ from broker import ledger
 from broker.api.app import create_app
 from broker.control.admission import run_admission
 from broker.control.dispatch import run_dispatch
+from broker.control.reconcile import run_reconcile
 from broker.domain import JobState, Reason
 from broker.orchestration import submission
 from broker.orchestration.rules import Cause, Outcome
-from broker.orchestration.submission import submit_job
+from broker.orchestration.submission import cancel_job, submit_job
 from broker.orchestration.transitions import TransitionResult, set_state
+from broker.store import attempts as att
 from broker.store import records
 from broker.store.queries import job_events
 from tests.builders import spec
@@ -113,3 +116,36 @@ def test_a_cancel_aborted_as_a_deadlock_victim_is_done_again_once(
         cancelled = [e for e in job_events(s, a) if e.to_state == "CANCELLED"]
         assert ledger.check(s) == [] and ledger.usage(s)[("vision", "h100-80g")][0] == 16  # B's
     assert len(cancelled) == 1  # the aborted try left nothing: one cancel, one release
+
+
+def test_a_reconcile_ending_a_cancelled_attempt_waits_for_a_progress_report(sim: Sim) -> None:
+    """The reconciler ends a cancelled job's attempt (attempt row, then ledger entries whose
+    foreign key takes a share lock on the job row) while a progress report holds the job row
+    and then updates the attempt: before, a lock-order cycle (the report's 500 in the soak)."""
+    a, _ = _two_admitted(sim)
+    assert cancel_job(sim.plane.db, a, "alice", False).accepted
+    with sim.plane.db.read() as s:
+        attempt = att.get_attempt(s, a, 1)
+    assert attempt is not None and attempt.ended_at is None
+    done: list[object] = []
+
+    def reconcile() -> None:
+        try:
+            done.append(run_reconcile(sim.plane, attempt.backend))
+        except BaseException as exc:  # reported by the assertion below
+            done.append(exc)
+
+    reconciler = threading.Thread(target=reconcile)
+    with sim.plane.db.write() as s:  # what the progress route does: job row, then attempt row
+        assert records.lock_job(s, a) is not None
+        reconciler.start()
+        wait_until(lambda: done or _waiting_on_a_lock(sim) >= 1, 60,
+                   "the reconcile pass to end or to wait on a lock")
+        att.update(s, a, 1, last_step=7)  # before: a lock-order cycle, one of the two aborted
+    reconciler.join(timeout=60)
+    assert not reconciler.is_alive()
+    assert len(done) == 1 and not isinstance(done[0], BaseException), done
+    with sim.plane.db.read() as s:
+        ended = att.get_attempt(s, a, 1)
+        assert ended is not None and ended.ended_at is not None and ended.last_step == 7
+        assert ledger.check(s) == []
