@@ -75,11 +75,17 @@ def apply(session: Session) -> None:
     """Write the noted changes: one statement per counter, in key order (called by commit)."""
     sums = pending(session)
     session.info.pop(_KEY, None)
-    conn = session.connection()
+    runs: list[tuple[Any, list[dict[str, Any]]]] = []  # same-statement runs, in key order
     for (team, flavor), (g, b) in sorted(sums.items()):
-        if (g, b) != (0, 0):
-            conn.execute(UPSERT if g >= 0 and b >= 0 else _DECREASE,
-                         {"t": team, "f": flavor, "g": g, "b": b})
+        if (g, b) == (0, 0):
+            continue
+        stmt = UPSERT if g >= 0 and b >= 0 else _DECREASE
+        if not runs or runs[-1][0] is not stmt:
+            runs.append((stmt, []))
+        runs[-1][1].append({"t": team, "f": flavor, "g": g, "b": b})
+    conn = session.connection()
+    for stmt, many in runs:  # executemany sends its rows in order
+        conn.execute(stmt, many)
 
 
 def _within(where: SessionTransaction | None, ended: SessionTransaction) -> bool:
