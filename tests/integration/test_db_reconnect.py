@@ -38,7 +38,7 @@ def _hold_connections(db: Database, n: int) -> None:
 
 
 def test_connections_of_terminated_backends_are_replaced_at_checkout(db: Database) -> None:
-    assert not db.writer.pool._pre_ping  # type: ignore[attr-defined]
+    assert not db.writer.pool._pre_ping
     _hold_connections(db, 4)
     pooled = db.writer.pool.checkedin()  # type: ignore[attr-defined]
     assert pooled >= 4

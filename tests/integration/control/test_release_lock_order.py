@@ -98,7 +98,7 @@ def test_a_cancel_aborted_as_a_deadlock_victim_is_done_again_once(
     sim: Sim, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     a, _ = _two_admitted(sim)
-    real, calls = submission.set_state, []
+    real, calls = set_state, []
 
     def victim_once(*args: Any, **kwargs: Any) -> TransitionResult:
         calls.append(1)
