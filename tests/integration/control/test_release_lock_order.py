@@ -95,7 +95,7 @@ def _deadlock() -> sa.exc.OperationalError:
 
 
 def test_a_cancel_aborted_as_a_deadlock_victim_is_done_again_once(
-    sim: Sim, monkeypatch: pytest.MonkeyPatch
+    sim: Sim, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     a, _ = _two_admitted(sim)
     real, calls = set_state, []
@@ -116,6 +116,8 @@ def test_a_cancel_aborted_as_a_deadlock_victim_is_done_again_once(
         cancelled = [e for e in job_events(s, a) if e.to_state == "CANCELLED"]
         assert ledger.check(s) == [] and ledger.usage(s)[("vision", "h100-80g")][0] == 16  # B's
     assert len(cancelled) == 1  # the aborted try left nothing: one cancel, one release
+    assert [r.name for r in caplog.records if "Retrying" in r.getMessage()] == [
+        "isthmus.store.conflicts"]  # each try again is logged
 
 
 def test_a_reconcile_ending_a_cancelled_attempt_waits_for_a_progress_report(sim: Sim) -> None:
