@@ -95,8 +95,9 @@ def _closed_by_server(dbapi_conn: Any) -> bool:
 def _postgres_engine(url: str) -> sa.Engine:
     """A pooled engine whose checkout replaces a connection the server closed, found without
     the round trip per transaction of `pool_pre_ping` (a SELECT before every checkout);
-    connections are renewed after 30 minutes. A connection that dies while in use fails
-    that transaction, and SQLAlchemy then invalidates every older connection of the pool."""
+    connections are renewed after 30 minutes. A connection that dies while in use, or whose
+    server's farewell has not arrived yet at checkout, fails that transaction, and SQLAlchemy
+    then invalidates every older connection of the pool."""
     engine = sa.create_engine(url, pool_size=10, max_overflow=10, pool_recycle=1800)
 
     @event.listens_for(engine, "checkout")
