@@ -347,10 +347,12 @@ def _p95(before: dict[float, float], after: dict[float, float]) -> float | None:
 
 
 async def monitor(load: Load, seconds: float, rows: dict[int, dict[str, Any]],
-                  events: dict[str, float], outage: Path, outage_s: float) -> None:
-    """Once a minute: RSS and the admission cycle p95; drives the outage and the kill."""
+                  events: dict[str, float], outage: Path, outage_s: float,
+                  drills: bool = True) -> None:
+    """Once a minute: RSS and the admission cycle p95; drives the outage and the kill (unless
+    `drills` is off)."""
     hist: dict[str, dict[float, float]] = {}
-    outage_at, kill_at = seconds / 3, seconds / 2
+    outage_at, kill_at = (seconds / 3, seconds / 2) if drills else (math.inf, math.inf)
     killed: Replica | None = None
     next_minute = 60.0
     while True:
@@ -429,11 +431,14 @@ def progress_answers(logs: list[Path]) -> Counter[str]:
     return out
 
 
-def final_counts(db: str, stats: Stats) -> dict[str, Any]:
+def final_counts(db: str, stats: Stats, wall0: float) -> dict[str, Any]:
     import psycopg
 
     with psycopg.connect(db.replace("postgresql+psycopg", "postgresql")) as conn:
         rows = conn.execute("SELECT id, name, state FROM jobs").fetchall()
+        admitted = conn.execute("SELECT extract(epoch FROM at) FROM job_events "
+                                "WHERE to_state = 'ADMITTED'").fetchall()
+    per_minute: Counter[int] = Counter(int((float(a) - wall0) // 60) + 1 for (a,) in admitted)
     by_name: dict[str, list[str]] = defaultdict(list)
     states: Counter[str] = Counter()
     for job_id, name, state in rows:
@@ -444,7 +449,7 @@ def final_counts(db: str, stats: Stats) -> dict[str, Any]:
     dup = [n for n, v in by_name.items() if len(v) > 1]
     stuck = sum(c for s, c in states.items() if s not in TERMINAL)
     return {"jobs": len(rows), "lost": lost, "duplicated": dup, "stuck": stuck,
-            "states": dict(states)}
+            "states": dict(states), "admitted_per_minute": dict(sorted(per_minute.items()))}
 
 
 async def drain(db: str, limit: float) -> None:
@@ -503,6 +508,8 @@ def main() -> None:
     ap.add_argument("--db", help="PostgreSQL URL (default: a private server)")
     ap.add_argument("--seed", type=int, default=17)
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
+    ap.add_argument("--no-drills", action="store_true",
+                    help="skip the backend outage and the leader kill (a profile run)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="isthmus-soak-"))
     pg = None if args.db else Postgres()
@@ -515,6 +522,7 @@ def main() -> None:
         _wait_healthy(reps[0])
         reps[1].start()
         _wait_healthy(reps[1])
+        note(f"replicas: {({r.name: r.proc.pid for r in reps if r.proc})}; work dir {work}")
         result = asyncio.run(_run(reps, args, outage, db))
     finally:
         for r in reps:
@@ -545,8 +553,10 @@ async def _run(reps: list[Replica], args: argparse.Namespace, outage: Path, db: 
     stats = Stats()
     rows: dict[int, dict[str, Any]] = {}
     events: dict[str, float] = {}
+    wall0 = time.time()
     load = Load(reps, time.monotonic(), stats, args.seed)
-    mon = asyncio.ensure_future(monitor(load, seconds, rows, events, outage, args.outage))
+    drills = not args.no_drills
+    mon = asyncio.ensure_future(monitor(load, seconds, rows, events, outage, args.outage, drills))
     n = await load.run(args.rate, seconds)
     note(f"load done: {n} submits offered")
     await mon
@@ -555,7 +565,7 @@ async def _run(reps: list[Replica], args: argparse.Namespace, outage: Path, db: 
     drained_s = time.monotonic() - sent_at
     note(f"drained in {drained_s:.0f} s")
     worst, growth = report(rows, stats, events, args.warmup)
-    counts = final_counts(db, stats)
+    counts = final_counts(db, stats, wall0)
     check = subprocess.run([sys.executable, "-m", "broker.cli.main", "db", "check", "--db", db],
                            cwd=ROOT, capture_output=True, text=True,
                            env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -568,6 +578,8 @@ async def _run(reps: list[Replica], args: argparse.Namespace, outage: Path, db: 
     print(f"after the load: drained in {drained_s:.0f} s; jobs by state {counts['states']}; "
           f"stuck {counts['stuck']}; duplicated {len(counts['duplicated'])}; lost "
           f"{len(counts['lost'])} {counts['lost'][:5]}")
+    print("admissions (ADMITTED events) per minute of the run (minutes past the load are the "
+          f"drain): {counts['admitted_per_minute']}")
     print(f"db check (exit {check.returncode}): {check.stdout.strip().splitlines()[-1:]}"
           f"{check.stderr.strip()[-300:]}")
     return (f"soak: {args.minutes:g} min {counts['jobs']} jobs 5xx {err5} lost "
