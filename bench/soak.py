@@ -156,6 +156,15 @@ class Replica:
                     return int(line.split()[1]) / 1024
         return 0.0
 
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system) the replica's process used so far (0 if it is down)."""
+        if not self.alive() or self.proc is None:
+            return 0.0
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return 0.0
+
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc is not None and self.alive():
             self.proc.send_signal(sig)
@@ -371,10 +380,12 @@ async def monitor(load: Load, seconds: float, rows: dict[int, dict[str, Any]],
                     if h.get(float("inf"), 0) > before.get(float("inf"), 0):
                         cycle = _p95(before, h)
                     hist[r.name] = h
-            rows[m] = {"rss": {r.name: r.rss_mb() for r in load.replicas}, "cycle_p95": cycle}
+            rows[m] = {"rss": {r.name: r.rss_mb() for r in load.replicas}, "cycle_p95": cycle,
+                       "cpu": {r.name: round(r.cpu_s()) for r in load.replicas}}
             lat = load.stats.lat.get(m, [])
             note(f"minute {m + 1}: {len(lat)} requests p99 {pct(lat, 0.99):.0f} ms "
-                 f"5xx {load.stats.err5.get(m, 0)} rss {rows[m]['rss']} cycle p95 {_bound(cycle)}")
+                 f"5xx {load.stats.err5.get(m, 0)} rss {rows[m]['rss']} cycle p95 {_bound(cycle)}"
+                 f" cpu s so far {rows[m]['cpu']}")
             next_minute += 60
             if el >= seconds:
                 return
