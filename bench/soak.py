@@ -449,6 +449,9 @@ def final_counts(db: str, stats: Stats, wall0: float) -> dict[str, Any]:
         rows = conn.execute("SELECT id, name, state FROM jobs").fetchall()
         admitted = conn.execute("SELECT extract(epoch FROM at) FROM job_events "
                                 "WHERE to_state = 'ADMITTED'").fetchall()
+        stages: list[Any] = []
+        with contextlib.suppress(psycopg.Error):  # a figure for the report, not a verdict
+            stages = conn.execute(_STAGES).fetchall()
     per_minute: Counter[int] = Counter(int((float(a) - wall0) // 60) + 1 for (a,) in admitted)
     by_name: dict[str, list[str]] = defaultdict(list)
     states: Counter[str] = Counter()
@@ -460,7 +463,28 @@ def final_counts(db: str, stats: Stats, wall0: float) -> dict[str, Any]:
     dup = [n for n, v in by_name.items() if len(v) > 1]
     stuck = sum(c for s, c in states.items() if s not in TERMINAL)
     return {"jobs": len(rows), "lost": lost, "duplicated": dup, "stuck": stuck,
-            "states": dict(states), "admitted_per_minute": dict(sorted(per_minute.items()))}
+            "states": dict(states), "admitted_per_minute": dict(sorted(per_minute.items())),
+            "stages": {name: (round(p50, 1), round(p95, 1)) for name, p50, p95 in stages}}
+
+
+# How long a job that succeeded spent in each stage (first event of each state), p50 and p95 s:
+# admitted -> object made (dispatch), made -> seen running, running -> seen ended (the run and
+# the reconciler's lag), admitted -> ended (how long it held its quota).
+_STAGES = """
+WITH f AS (SELECT job_id, to_state, min(extract(epoch FROM at)) AS t FROM job_events
+           GROUP BY job_id, to_state),
+     j AS (SELECT a.t AS adm, p.t AS prep, r.t AS run, e.t AS ended
+           FROM f a JOIN f p ON p.job_id = a.job_id AND p.to_state = 'PREPARING'
+           JOIN f r ON r.job_id = a.job_id AND r.to_state = 'RUNNING'
+           JOIN f e ON e.job_id = a.job_id AND e.to_state = 'SUCCEEDED'
+           WHERE a.to_state = 'ADMITTED'),
+     d AS (SELECT 'dispatch' AS s, prep - adm AS v FROM j UNION ALL
+           SELECT 'to running', run - prep FROM j UNION ALL
+           SELECT 'running to ended', ended - run FROM j UNION ALL
+           SELECT 'admitted to ended', ended - adm FROM j)
+SELECT s, percentile_cont(0.5) WITHIN GROUP (ORDER BY v),
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY v) FROM d GROUP BY s
+"""
 
 
 async def drain(db: str, limit: float) -> None:
@@ -591,6 +615,7 @@ async def _run(reps: list[Replica], args: argparse.Namespace, outage: Path, db: 
           f"{len(counts['lost'])} {counts['lost'][:5]}")
     print("admissions (ADMITTED events) per minute of the run (minutes past the load are the "
           f"drain): {counts['admitted_per_minute']}")
+    print(f"succeeded jobs' stages, p50 / p95 s: {counts['stages']}")
     print(f"db check (exit {check.returncode}): {check.stdout.strip().splitlines()[-1:]}"
           f"{check.stderr.strip()[-300:]}")
     return (f"soak: {args.minutes:g} min {counts['jobs']} jobs 5xx {err5} lost "
