@@ -201,13 +201,21 @@ def _written_again_on_conflict(plane: ControlPlane, chunk: list[tuple[att.Attemp
 def _write_chunk(plane: ControlPlane, chunk: list[tuple[att.AttemptRecord, Fact]],
                  now: datetime) -> _Written:
     """The chunk's transaction: its jobs locked first in one statement (in id order, as every
-    multi-row lock here is), then each attempt in its own savepoint."""
+    multi-row lock here is), then each attempt in its own savepoint, in the order of the quota
+    counter its ending releases (team, flavor): the counters' row locks are taken in the order
+    the admission's batch takes them (broker.store.batch.additive), not in job order (in job
+    order a reconcile chunk and an admission chunk deadlocked on two counters under the soak)."""
     out = _Written()
     crash_point("before-fact-persist")
     with plane.db.write() as s, batch.held_effects(s) as effects:
         locked = records.lock_jobs(s, [a.job_id for a, _ in chunk])
+
+        def counter(item: tuple[att.AttemptRecord, Fact]) -> tuple[str, str, str, int]:
+            job = locked.get(item[0].job_id)
+            return (job.team if job else "", item[0].flavor, item[0].job_id, item[0].number)
+
         seen: set[str] = set()
-        for a, fact in chunk:
+        for a, fact in sorted(chunk, key=counter):
             # a job met again in the chunk (two of its attempts) is read again: its row moved
             job = locked.get(a.job_id) if a.job_id not in seen else records.lock_job(s, a.job_id)
             seen.add(a.job_id)

@@ -105,3 +105,50 @@ def test_a_chunk_locks_its_jobs_in_one_statement_in_id_order(sim: Sim) -> None:
         for j in jobs:
             a = att.attempts_of(s, j)[-1]
             assert a.phase == "RUNNING" and a.started_at is not None and a.last_seen_at
+
+
+def test_a_chunk_releases_the_quota_counters_in_key_order(sim: Sim) -> None:
+    """Endings of two teams on two flavors, submitted so that job order and counter order
+    differ: the releases reach the counters in (team, flavor) order."""
+    jobs = []
+    for i, (team, flavor) in enumerate([("vision", "h100-80g"), ("language", "a100-80g"),
+                                        ("vision", "a100-80g"), ("language", "h100-80g")] * 2):
+        jobs.append(submit(sim, spec().name(f"k{i}").team(team).flavors(flavor).replicas(1)
+                           .gpus(1).topology(None), 300))
+    run_admission(sim.plane)
+    run_dispatch(sim.plane)
+    for _ in range(20):
+        sim.advance(10)
+        for backend in ("sim-k8s", "sim-slurm"):
+            run_reconcile(sim.plane, backend)
+        if all(state(sim, j)[0] == "RUNNING" for j in jobs):
+            break
+    for j in jobs:
+        assert state(sim, j)[0] == "RUNNING"
+    sent: list[tuple[str, str]] = []  # (team, flavor) of each counter write, in order
+
+    def seen(conn: Any, cursor: Any, statement: str, params: Any, context: Any,
+             many: bool) -> None:
+        verb = statement.split()[0]
+        if "quota_usage" not in statement or verb not in ("UPDATE", "INSERT"):
+            return
+        for p in params if many else [params]:
+            if isinstance(p, dict):
+                sent.append((p["t"], p["f"]))
+            else:  # SQLite's positional parameters: SET ... WHERE team, flavor / VALUES (t, f, ..)
+                sent.append((p[2], p[3]) if verb == "UPDATE" else (p[0], p[1]))
+
+    sim.advance(400)
+    sa.event.listen(sa.engine.Engine, "before_cursor_execute", seen)
+    try:
+        for backend in ("sim-k8s", "sim-slurm"):
+            start = len(sent)
+            run_reconcile(sim.plane, backend)
+            keys = sent[start:]
+            assert keys == sorted(keys), backend
+    finally:
+        sa.event.remove(sa.engine.Engine, "before_cursor_execute", seen)
+    assert len(sent) >= 4
+    for j in jobs:
+        assert state(sim, j)[0] == "SUCCEEDED"
+    consistent(sim)
