@@ -4,7 +4,10 @@ attempt's fact stored, its transitions through set_state, its ending booked in t
 The changed attempts of a pass are applied in chunks of APPLY_CHUNK, one transaction each (one
 commit and one fence check per chunk instead of two per attempt), every attempt in its own
 savepoint inside its own JobGuard: an attempt that fails is rolled back alone and marked
-InternalError after the chunk, the others stand. The metrics of the chunk's transitions and
+InternalError after the chunk, the others stand. A chunk locks its jobs first, in one
+statement in id order, and applies its attempts in the order of the quota counters they
+release; a chunk PostgreSQL aborted as a deadlock victim is written again (CONFLICT_RETRIES)
+instead of ending the pass. The metrics of the chunk's transitions and
 endings are counted once it committed (broker.store.batch.held_effects), those of a
 rolled-back attempt never: a chunk that fails counts nothing, and the next pass counts each
 once. The retry decision of an attempt that ended in a failure or a preemption
