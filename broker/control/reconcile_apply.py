@@ -213,9 +213,13 @@ def _write_chunk(plane: ControlPlane, chunk: list[tuple[att.AttemptRecord, Fact]
     with plane.db.write() as s, batch.held_effects(s) as effects:
         locked = records.lock_jobs(s, [a.job_id for a, _ in chunk])
 
+        first: dict[str, str] = {}  # a job's attempts stay together, oldest first
+        for a, _ in sorted(chunk, key=lambda item: item[0].number):
+            first.setdefault(a.job_id, a.flavor)
+
         def counter(item: tuple[att.AttemptRecord, Fact]) -> tuple[str, str, str, int]:
-            job = locked.get(item[0].job_id)
-            return (job.team if job else "", item[0].flavor, item[0].job_id, item[0].number)
+            a, job = item[0], locked.get(item[0].job_id)
+            return (job.team if job else "", first[a.job_id], a.job_id, a.number)
 
         seen: set[str] = set()
         for a, fact in sorted(chunk, key=counter):
