@@ -65,9 +65,9 @@ def worker_app() -> FastAPI:
     """The app of one worker (uvicorn calls this in each worker process): the database (the
     parent migrated it), and the runtime when the control loop is on, started with the app
     and stopped when the worker stops."""
-    from broker.server import build_control
     from broker.store.db import connect
     from broker.web import build_app
+    from broker.wiring.runtime import build_runtime
 
     logs.configure()
     args: dict[str, Any] = json.loads(os.environ[ENV])
@@ -75,7 +75,10 @@ def worker_app() -> FastAPI:
     db = connect(args["db"])
     runtime = None
     if config.control.enabled and args["control"]:
-        runtime = build_control(config, db, args["host"], args["port"])
+        # told the listener as it really is, as broker.server.build_control does
+        listening = config.server.model_copy(update={"host": args["host"],
+                                                     "port": args["port"]})
+        runtime = build_runtime(config.model_copy(update={"server": listening}), db)
     app = build_app(config, db, runtime)
 
     @contextlib.asynccontextmanager
