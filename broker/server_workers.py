@@ -1,16 +1,16 @@
 """`isthmus server --workers N`: N API worker processes on one listening socket (PostgreSQL).
 
 uvicorn's process supervisor binds the socket once and starts N worker processes that accept
-on it (the kernel hands each new connection to one of them) and restarts a worker that dies.
+on it (the kernel hands each new connection to one of them).
 A worker is a fresh interpreter (spawned, not forked: no database connection or thread is
 inherited), so what it needs crosses in one environment variable, read by `worker_app`.
 
 Every worker is a replica of its own: with the control loop on, each builds the runtime and
 runs the lease keeper, and the leader lease (broker.control.lease) elects exactly one of them
 to run the admission, dispatch and reconcile jobs, as it does among replicas on several
-machines. So a worker that dies hands the loop over to another within the lease TTL, with no
-special case. The others only answer the API (their /healthz says `standby`); a submission
-they commit is admitted at the leader's next cycle rather than woken at once.
+machines (whose hand-over when the leader dies tests/e2e/test_replicas.py shows), with no
+special case for workers. The others only answer the API (their /healthz says `standby`);
+a submission they commit is admitted at the leader's next cycle rather than woken at once.
 
 SQLite is refused (`check_workers`): it allows one writer, and the server holds a lock on
 the database file so that a second process never opens it.
