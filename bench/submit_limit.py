@@ -22,9 +22,9 @@ from broker.orchestration.submission import Submission, Submitted
 from broker.store.records import JobRecord
 
 
-def _in_memory(
+async def _in_memory(
     queue: SubmitQueue, subs: list[Submission]
-) -> tuple[None, list[Submitted | Exception]]:
+) -> list[Submitted | Exception]:
     out: list[Submitted | Exception] = []
     for sub in subs:
         spec = sub.spec
@@ -40,21 +40,21 @@ def _in_memory(
             created_at=now, updated_at=now,
         )
         out.append(Submitted(job, created=True))
-    return None, out  # nothing to commit
+    return out
 
 
 def worker_app() -> Any:
     """One worker of `--workers N`, answering without storing."""
     from broker.server_workers import worker_app as durable
 
-    SubmitQueue._batched = _in_memory  # type: ignore[method-assign, assignment]
+    SubmitQueue._store = _in_memory  # type: ignore[method-assign, assignment]
     return durable()
 
 
 def main() -> None:
     config, db_url, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
     workers = int(sys.argv[4]) if len(sys.argv) > 4 else 1
-    SubmitQueue._batched = _in_memory  # type: ignore[method-assign, assignment]
+    SubmitQueue._store = _in_memory  # type: ignore[method-assign, assignment]
     from broker.server import run
 
     run(Path(config), db_url=db_url, port=port, control=False, workers=workers,

@@ -3,9 +3,7 @@ next transaction, so durable submits cost one fsync per batch instead of one eac
 
 A batch's statements run on the event loop (short calls); its COMMIT, which waits for the
 disk (and on SQLite may run a WAL checkpoint), runs in one worker thread, so the loop keeps
-reading and validating the next requests meanwhile. When no batch is in flight, a request's
-job is written at once, alone, so that its commit overlaps the reading of the requests that
-arrived with it instead of following it. The thread makes a single driver call
+reading and validating the next requests meanwhile. The thread makes a single driver call
 that releases the GIL, so it does not fight the loop for it statement by statement.
 
 A request still gets its answer only after its own job is committed; a failure of one
@@ -19,7 +17,6 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 from broker.config import IsthmusConfig
 from broker.logs import get_logger
@@ -34,16 +31,6 @@ from broker.store import batch
 from broker.store.db import Database
 
 log = get_logger(__name__)
-
-
-@dataclass(slots=True)
-class _Staged:
-    """A batch written, its transaction open (`tx`; None with `out`: nothing to commit), or
-    whose write failed (`out` None)."""
-    batch: list[tuple[Submission, asyncio.Future[Submitted]]]
-    subs: list[Submission]
-    tx: contextlib.ExitStack | None
-    out: list[Submitted | Exception] | None
 
 
 class SubmitQueue:
@@ -64,64 +51,46 @@ class SubmitQueue:
         self._pending.append((sub, fut))
         if not self._draining:
             self._draining = True
-            # Written at once, in this request's turn, and committing while the loop reads
-            # and validates the requests that arrived with it (the next batch). Left to a
-            # task, it would wait for all of them, and the loop would then idle during the
-            # commit: with a closed loop of clients, every round trip would pay for both.
-            first = self._stage()
-            asyncio.get_running_loop().create_task(self._drain(first))
+            asyncio.get_running_loop().create_task(self._drain())
         return await fut
 
-    async def _drain(self, staged: _Staged) -> None:
+    async def _drain(self) -> None:
         try:
-            while True:
-                results = await self._complete(staged)
+            await asyncio.sleep(0)  # let requests that are already readable join this batch
+            while self._pending:
+                batch = self._pending[: self.max_batch]
+                del self._pending[: self.max_batch]
+                results = await self._store([s for s, _ in batch])
                 if self.on_commit is not None:
                     self.on_commit()  # wake the admission cycle: new jobs are queued
-                for (_, fut), result in zip(staged.batch, results, strict=True):
+                for (_, fut), result in zip(batch, results, strict=True):
                     if fut.done():
                         continue  # the client went away
                     if isinstance(result, Exception):
                         fut.set_exception(result)
                     else:
                         fut.set_result(result)
-                if not self._pending:
-                    return
-                staged = self._stage()
         finally:
             self._draining = False
 
-    def _stage(self) -> _Staged:
-        """The next batch taken from the queue and written on the loop with one statement per
-        table (`_batched`), its transaction left open; if that fails, `_complete` does it again
-        through `_commit` (the rare path)."""
-        batch = self._pending[: self.max_batch]
-        del self._pending[: self.max_batch]
-        subs = [s for s, _ in batch]
+    async def _store(self, subs: list[Submission]) -> list[Submitted | Exception]:
+        """The batch written on the loop with one statement per table (`_batched`) and
+        committed in the worker thread; if either fails, `_commit` (inline: the rare path)."""
         try:
             tx, out = self._batched(subs)
         except Exception as exc:
             log.info("a batch of %d submissions failed as one (%r); with savepoints now",
                      len(subs), exc)
-            return _Staged(batch, subs, None, None)
-        return _Staged(batch, subs, tx, out)
-
-    async def _complete(self, staged: _Staged) -> list[Submitted | Exception]:
-        """The staged batch committed in the worker thread (its answers once committed), or,
-        if its write or its commit failed, done again by `_commit`."""
-        if staged.out is None:
-            return self._commit(staged.subs)
-        if staged.tx is None:
-            return staged.out  # nothing to commit (the benchmark's no-store limit)
+            return self._commit(subs)
         if self._committer is None:
             self._committer = ThreadPoolExecutor(1, thread_name_prefix="isthmus-commit")
         try:
-            await asyncio.get_running_loop().run_in_executor(self._committer, staged.tx.close)
+            await asyncio.get_running_loop().run_in_executor(self._committer, tx.close)
         except Exception as exc:
             log.warning("the commit of a batch of %d submissions failed (%r); again with "
-                        "savepoints", len(staged.subs), exc)
-            return self._commit(staged.subs)
-        return staged.out
+                        "savepoints", len(subs), exc)
+            return self._commit(subs)
+        return out
 
     def _commit(self, subs: list[Submission]) -> list[Submitted | Exception]:
         """The batch again after its batched write failed, in one transaction through
