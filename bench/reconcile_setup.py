@@ -41,7 +41,7 @@ from broker.orchestration.rules import Cause
 from broker.orchestration.submission import Submission, submit_many
 from broker.orchestration.transitions import set_state
 from broker.store import attempts as att
-from broker.store import batch
+from broker.store import batch, records
 from broker.store.queries import jobs_by_ids
 from broker.store.secrets import digest, progress_token, server_secret
 
@@ -137,7 +137,7 @@ def first_observation_bulk(plane: ControlPlane, sim: SimBackend) -> None:
             for a in live[start:start + CHUNK]:
                 fact = facts.get(a.backend_name)
                 if fact is not None:
-                    _apply_in(s, plane, a, fact, now)
+                    _apply_in(s, plane, a, fact, now, records.lock_job(s, a.job_id))
 
 
 def save(db_file: str, path: str) -> None:

@@ -156,6 +156,15 @@ class Replica:
                     return int(line.split()[1]) / 1024
         return 0.0
 
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system) the replica's process used so far (0 if it is down)."""
+        if not self.alive() or self.proc is None:
+            return 0.0
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return 0.0
+
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc is not None and self.alive():
             self.proc.send_signal(sig)
@@ -347,10 +356,12 @@ def _p95(before: dict[float, float], after: dict[float, float]) -> float | None:
 
 
 async def monitor(load: Load, seconds: float, rows: dict[int, dict[str, Any]],
-                  events: dict[str, float], outage: Path, outage_s: float) -> None:
-    """Once a minute: RSS and the admission cycle p95; drives the outage and the kill."""
+                  events: dict[str, float], outage: Path, outage_s: float,
+                  drills: bool = True) -> None:
+    """Once a minute: RSS and the admission cycle p95; drives the outage and the kill (unless
+    `drills` is off)."""
     hist: dict[str, dict[float, float]] = {}
-    outage_at, kill_at = seconds / 3, seconds / 2
+    outage_at, kill_at = (seconds / 3, seconds / 2) if drills else (math.inf, math.inf)
     killed: Replica | None = None
     next_minute = 60.0
     while True:
@@ -369,10 +380,12 @@ async def monitor(load: Load, seconds: float, rows: dict[int, dict[str, Any]],
                     if h.get(float("inf"), 0) > before.get(float("inf"), 0):
                         cycle = _p95(before, h)
                     hist[r.name] = h
-            rows[m] = {"rss": {r.name: r.rss_mb() for r in load.replicas}, "cycle_p95": cycle}
+            rows[m] = {"rss": {r.name: r.rss_mb() for r in load.replicas}, "cycle_p95": cycle,
+                       "cpu": {r.name: round(r.cpu_s()) for r in load.replicas}}
             lat = load.stats.lat.get(m, [])
             note(f"minute {m + 1}: {len(lat)} requests p99 {pct(lat, 0.99):.0f} ms "
-                 f"5xx {load.stats.err5.get(m, 0)} rss {rows[m]['rss']} cycle p95 {_bound(cycle)}")
+                 f"5xx {load.stats.err5.get(m, 0)} rss {rows[m]['rss']} cycle p95 {_bound(cycle)}"
+                 f" cpu s so far {rows[m]['cpu']}")
             next_minute += 60
             if el >= seconds:
                 return
@@ -429,11 +442,17 @@ def progress_answers(logs: list[Path]) -> Counter[str]:
     return out
 
 
-def final_counts(db: str, stats: Stats) -> dict[str, Any]:
+def final_counts(db: str, stats: Stats, wall0: float) -> dict[str, Any]:
     import psycopg
 
     with psycopg.connect(db.replace("postgresql+psycopg", "postgresql")) as conn:
         rows = conn.execute("SELECT id, name, state FROM jobs").fetchall()
+        admitted = conn.execute("SELECT extract(epoch FROM at) FROM job_events "
+                                "WHERE to_state = 'ADMITTED'").fetchall()
+        stages: list[Any] = []
+        with contextlib.suppress(psycopg.Error):  # a figure for the report, not a verdict
+            stages = conn.execute(_STAGES).fetchall()
+    per_minute: Counter[int] = Counter(int((float(a) - wall0) // 60) + 1 for (a,) in admitted)
     by_name: dict[str, list[str]] = defaultdict(list)
     states: Counter[str] = Counter()
     for job_id, name, state in rows:
@@ -444,7 +463,28 @@ def final_counts(db: str, stats: Stats) -> dict[str, Any]:
     dup = [n for n, v in by_name.items() if len(v) > 1]
     stuck = sum(c for s, c in states.items() if s not in TERMINAL)
     return {"jobs": len(rows), "lost": lost, "duplicated": dup, "stuck": stuck,
-            "states": dict(states)}
+            "states": dict(states), "admitted_per_minute": dict(sorted(per_minute.items())),
+            "stages": {name: (round(p50, 1), round(p95, 1)) for name, p50, p95 in stages}}
+
+
+# How long a job that succeeded spent in each stage (first event of each state), p50 and p95 s:
+# admitted -> object made (dispatch), made -> seen running, running -> seen ended (the run and
+# the reconciler's lag), admitted -> ended (how long it held its quota).
+_STAGES = """
+WITH f AS (SELECT job_id, to_state, min(extract(epoch FROM at)) AS t FROM job_events
+           GROUP BY job_id, to_state),
+     j AS (SELECT a.t AS adm, p.t AS prep, r.t AS run, e.t AS ended
+           FROM f a JOIN f p ON p.job_id = a.job_id AND p.to_state = 'PREPARING'
+           JOIN f r ON r.job_id = a.job_id AND r.to_state = 'RUNNING'
+           JOIN f e ON e.job_id = a.job_id AND e.to_state = 'SUCCEEDED'
+           WHERE a.to_state = 'ADMITTED'),
+     d AS (SELECT 'dispatch' AS s, prep - adm AS v FROM j UNION ALL
+           SELECT 'to running', run - prep FROM j UNION ALL
+           SELECT 'running to ended', ended - run FROM j UNION ALL
+           SELECT 'admitted to ended', ended - adm FROM j)
+SELECT s, percentile_cont(0.5) WITHIN GROUP (ORDER BY v),
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY v) FROM d GROUP BY s
+"""
 
 
 async def drain(db: str, limit: float) -> None:
@@ -503,6 +543,8 @@ def main() -> None:
     ap.add_argument("--db", help="PostgreSQL URL (default: a private server)")
     ap.add_argument("--seed", type=int, default=17)
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
+    ap.add_argument("--no-drills", action="store_true",
+                    help="skip the backend outage and the leader kill (a profile run)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="isthmus-soak-"))
     pg = None if args.db else Postgres()
@@ -515,6 +557,7 @@ def main() -> None:
         _wait_healthy(reps[0])
         reps[1].start()
         _wait_healthy(reps[1])
+        note(f"replicas: {({r.name: r.proc.pid for r in reps if r.proc})}; work dir {work}")
         result = asyncio.run(_run(reps, args, outage, db))
     finally:
         for r in reps:
@@ -545,8 +588,10 @@ async def _run(reps: list[Replica], args: argparse.Namespace, outage: Path, db: 
     stats = Stats()
     rows: dict[int, dict[str, Any]] = {}
     events: dict[str, float] = {}
+    wall0 = time.time()
     load = Load(reps, time.monotonic(), stats, args.seed)
-    mon = asyncio.ensure_future(monitor(load, seconds, rows, events, outage, args.outage))
+    drills = not args.no_drills
+    mon = asyncio.ensure_future(monitor(load, seconds, rows, events, outage, args.outage, drills))
     n = await load.run(args.rate, seconds)
     note(f"load done: {n} submits offered")
     await mon
@@ -555,7 +600,7 @@ async def _run(reps: list[Replica], args: argparse.Namespace, outage: Path, db: 
     drained_s = time.monotonic() - sent_at
     note(f"drained in {drained_s:.0f} s")
     worst, growth = report(rows, stats, events, args.warmup)
-    counts = final_counts(db, stats)
+    counts = final_counts(db, stats, wall0)
     check = subprocess.run([sys.executable, "-m", "broker.cli.main", "db", "check", "--db", db],
                            cwd=ROOT, capture_output=True, text=True,
                            env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -568,6 +613,9 @@ async def _run(reps: list[Replica], args: argparse.Namespace, outage: Path, db: 
     print(f"after the load: drained in {drained_s:.0f} s; jobs by state {counts['states']}; "
           f"stuck {counts['stuck']}; duplicated {len(counts['duplicated'])}; lost "
           f"{len(counts['lost'])} {counts['lost'][:5]}")
+    print("admissions (ADMITTED events) per minute of the run (minutes past the load are the "
+          f"drain): {counts['admitted_per_minute']}")
+    print(f"succeeded jobs' stages, p50 / p95 s: {counts['stages']}")
     print(f"db check (exit {check.returncode}): {check.stdout.strip().splitlines()[-1:]}"
           f"{check.stderr.strip()[-300:]}")
     return (f"soak: {args.minutes:g} min {counts['jobs']} jobs 5xx {err5} lost "

@@ -25,6 +25,7 @@ from sqlmodel import Session
 from broker import ledger
 from broker.control import admission_usage, decision_log, eta_inputs, holds
 from broker.control import admission_writes as writes
+from broker.control.conflicts import CONFLICT_RETRIES, conflict
 from broker.control.faults import crash_point
 from broker.control.guard import SYSTEMIC, Incident, JobGuard
 from broker.control.plane import ControlPlane, hold_in_flight, log
@@ -232,12 +233,12 @@ def _stop(plane: ControlPlane, victim: Victim) -> None:
     victim's charge meets the reconcile pass that books the same counters: under the soak one
     such deadlock ended the whole admission pass). Its backend signal is sent again, as a
     next cycle would; after CONFLICT_RETRIES the victim is left to the next cycle."""
-    for tries in range(writes.CONFLICT_RETRIES + 1):
+    for tries in range(CONFLICT_RETRIES + 1):
         try:
             preempt(plane, victim)
             return
         except SYSTEMIC as exc:
-            if not writes.conflict(exc):
+            if not conflict(exc):
                 raise
             log.warning("preemption of %s aborted by a lock conflict (try %d)", victim.job_id,
                         tries + 1)

@@ -14,6 +14,7 @@ from datetime import datetime
 
 from sqlmodel import Session
 
+from broker.control.conflicts import CONFLICT_RETRIES, conflict
 from broker.control.faults import crash_point
 from broker.control.guard import SYSTEMIC, Incident, JobGuard, mark
 from broker.control.plane import ControlPlane, log
@@ -111,17 +112,6 @@ def persist(plane: ControlPlane, chunk: list[Decision], by_id: dict[str, JobReco
             log.warning("admission persist: batch of %d failed (%s: %s); per job instead",
                         len(chunk), type(exc).__name__, exc)
     _persist_each(plane, chunk, by_id, now, estimates)
-
-
-CONFLICT_RETRIES = 3
-"""A chunk whose transaction PostgreSQL aborted as a deadlock victim (or a serialization
-failure) is written again this many times before the pass gives up; nothing of it was kept."""
-_CONFLICTS = frozenset({"40P01", "40001"})  # deadlock_detected, serialization_failure
-
-
-def conflict(exc: BaseException) -> bool:
-    """Whether `exc` is a transaction PostgreSQL aborted for a lock conflict (to do again)."""
-    return getattr(getattr(exc, "orig", None), "sqlstate", None) in _CONFLICTS
 
 
 def _batched_again_on_conflict(plane: ControlPlane, chunk: list[Decision],

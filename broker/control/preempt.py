@@ -21,6 +21,7 @@ from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
 from broker.policy_inputs import running_job
 from broker.store import attempts as att
+from broker.store import records
 from broker.store.queries import get_job, jobs_by_ids
 from policies.preemption import Mode, PreemptionPlan, Preemptor, Victim
 from policies.types import PendingJob, PoolRoom, QuotaConfig, RunningJob
@@ -72,12 +73,18 @@ def preempt(plane: ControlPlane, victim: Victim) -> bool:
                         attempt.backend_name)
             return False
     with plane.db.write() as s:
-        if JobState(job.state) is JobState.ADMITTED:  # no object yet: straight back to queue
+        # The job row first, then the attempt's rows, the order set_state, the reconciler and
+        # the progress route take them: the attempt first deadlocked with a reconcile chunk
+        # holding the job under the soak. The job may have moved on since the read above.
+        locked = records.lock_job(s, job.id)
+        if locked is None or locked.state not in HOLDING or locked.attempt != attempt.number:
+            return False
+        if JobState(locked.state) is JobState.ADMITTED:  # no object yet: back to the queue
             att.update(s, job.id, attempt.number, dispatch=att.ABANDONED, ended_at=now,
                        preempted=True)
             set_state(s, job.id, JobState.QUEUED, Reason.Preempted,
                       Cause("admission", "system:preemption", key=f"preempt:{attempt.number}"),
-                      victim.message, now=now)
+                      victim.message, now=now, locked=locked)
             return True
         att.update(s, job.id, attempt.number, ended_at=now, preempted=True)
         # Charged up to the signal: the attempt is over for Isthmus from here (the reconciler
@@ -85,7 +92,7 @@ def preempt(plane: ControlPlane, victim: Victim) -> bool:
         charge(s, plane, job.team, attempt, ledger.Ending.PREEMPTED, now, now)
         set_state(s, job.id, JobState.RETRYING, Reason.Preempted,
                   Cause("admission", "system:preemption", key=f"preempt:{attempt.number}"),
-                  victim.message, now=now)
+                  victim.message, now=now, locked=locked)
     requeue.requeue_after(plane, job.id, attempt, preempted=True, failure=None, now=now)
     log.info("preempted %s (%s)", attempt.backend_name, victim.message)
     return True

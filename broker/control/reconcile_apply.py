@@ -4,7 +4,10 @@ attempt's fact stored, its transitions through set_state, its ending booked in t
 The changed attempts of a pass are applied in chunks of APPLY_CHUNK, one transaction each (one
 commit and one fence check per chunk instead of two per attempt), every attempt in its own
 savepoint inside its own JobGuard: an attempt that fails is rolled back alone and marked
-InternalError after the chunk, the others stand. The metrics of the chunk's transitions and
+InternalError after the chunk, the others stand. A chunk locks its jobs first, in one
+statement in id order, and applies its attempts in the order of the quota counters they
+release; a chunk PostgreSQL aborted as a deadlock victim is written again (CONFLICT_RETRIES)
+instead of ending the pass. The metrics of the chunk's transitions and
 endings are counted once it committed (broker.store.batch.held_effects), those of a
 rolled-back attempt never: a chunk that fails counts nothing, and the next pass counts each
 once. The retry decision of an attempt that ended in a failure or a preemption
@@ -14,17 +17,18 @@ transaction.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from sqlmodel import Session
 
 from broker import ledger, metrics
 from broker.control import requeue
+from broker.control.conflicts import CONFLICT_RETRIES, conflict
 from broker.control.derive import Derived, derive
 from broker.control.faults import crash_point
-from broker.control.guard import Incident, JobGuard, mark
-from broker.control.plane import ControlPlane
+from broker.control.guard import SYSTEMIC, Incident, JobGuard, mark
+from broker.control.plane import ControlPlane, log
 from broker.domain import FailureCategory, JobState, reproducibility
 from broker.domain.attempts import RunSnapshot
 from broker.domain.facts import Fact, Phase
@@ -96,13 +100,11 @@ def _count_charge(team: str, flavor: str, pool: str, hours: dict[ledger.LedgerKi
         metrics.FAILURES.labels(*failed).inc()
 
 
-def _store_fact(s: Session, a: att.AttemptRecord, fact: Fact, now: datetime) -> str:
+def _store_fact(s: Session, a: att.AttemptRecord, fact: Fact) -> str:
     fid = att.insert_fact(
         s, fact.backend, fact.backend_name, a.job_id, a.number, fact.phase.value,
         fact.reason.value, fact.observed_at, fact.model_dump_json(),
     )
-    att.update(s, a.job_id, a.number, phase=fact.phase.value, last_seen_at=now,
-               missing_since=None)
     return f"fact:{fid}"
 
 
@@ -116,16 +118,18 @@ def _resolve_once(s: Session, a: att.AttemptRecord, fact: Fact, now: datetime) -
 
 
 def _apply_in(s: Session, plane: ControlPlane, a: att.AttemptRecord, fact: Fact,
-              now: datetime) -> tuple[int, _Retry | None]:
-    """One attempt's fact, transitions and ending, in the caller's transaction: the
-    transitions made, and the retry decision to take after the commit (if any)."""
-    job = records.lock_job(s, a.job_id)
+              now: datetime, job: records.JobRecord | None) -> tuple[int, _Retry | None]:
+    """One attempt's fact, transitions and ending, in the caller's transaction, its job
+    locked by the caller (`job`; None: the job is gone): the transitions made, and the retry
+    decision to take after the commit (if any). The attempt's row is written once, last."""
     if job is None:
         return 0, None
     state = JobState(job.state)
     current = job.attempt == a.number
     d = derive(state if current else JobState.QUEUED, fact)
-    ref = _store_fact(s, a, fact, now)
+    ref = _store_fact(s, a, fact)
+    row: dict[str, object] = {"phase": fact.phase.value, "last_seen_at": now,
+                              "missing_since": None}
     moved = 0
     for i, step in enumerate(d.steps):
         key = f"{ref}:{i}" if step.state is not state else None
@@ -134,15 +138,16 @@ def _apply_in(s: Session, plane: ControlPlane, a: att.AttemptRecord, fact: Fact,
                       step.message, now=now, locked=job)
         moved += r.accepted
     if d.started and a.started_at is None:
-        att.update(s, a.job_id, a.number, started_at=fact.started_at or now)
+        row["started_at"] = fact.started_at or now
     if a.resolved_json is None and (d.started or fact.phase is Phase.RUNNING):
         _resolve_once(s, a, fact, now)
     if d.ended:
         end = fact.ended_at or now
-        att.update(s, a.job_id, a.number, ended_at=end,
-                   failure=d.failure.value if d.failure else None, preempted=d.preempted)
+        row.update(ended_at=end, failure=d.failure.value if d.failure else None,
+                   preempted=d.preempted)
         charge(s, plane, job.team, a, _ending(fact, d), end, now,
                running=fact.started_at or a.started_at, fact=fact, failure=d.failure)
+    att.update(s, a.job_id, a.number, **row)
     if current and (d.failure is not None or d.preempted):
         return moved, _Retry(a.job_id, a, d.preempted, d.failure, fact.bad_nodes)
     return moved, None
@@ -158,34 +163,81 @@ def apply_all(plane: ControlPlane, changed: list[tuple[att.AttemptRecord, Fact]]
     return moved
 
 
+@dataclass
+class _Written:
+    moved: int = 0
+    retries: list[_Retry] = field(default_factory=list)
+    incidents: list[Incident] = field(default_factory=list)
+
+
 def _apply_chunk(plane: ControlPlane, chunk: list[tuple[att.AttemptRecord, Fact]],
                  now: datetime) -> int:
-    moved = 0
-    retries: list[_Retry] = []
-    incidents: list[Incident] = []
-    crash_point("before-fact-persist")
-    with plane.db.write() as s, batch.held_effects(s) as effects:
-        for a, fact in chunk:
-            mark = effects.mark()
-            with JobGuard("reconcile", a.job_id) as guard, s.begin_nested():
-                n, retry = _apply_in(s, plane, a, fact, now)
-            if guard.incident is not None:  # its savepoint is undone; the others stand
-                effects.cut(mark)
-                incidents.append(guard.incident)
-                continue
-            moved += n
-            if retry is not None:
-                retries.append(retry)
-    effects.run_effects()  # metrics of the chunk's transitions and endings, once committed
-    for r in retries:
+    out = _written_again_on_conflict(plane, chunk, now)
+    for r in out.retries:
         with JobGuard("reconcile", r.job_id) as guard:
             requeue.requeue_after(plane, r.job_id, r.attempt, preempted=r.preempted,
                                   failure=r.failure, now=now, blamed=r.blamed)
         if guard.incident is not None:
-            incidents.append(guard.incident)
-    for incident in incidents:
+            out.incidents.append(guard.incident)
+    for incident in out.incidents:
         mark_one(plane, incident, now)
-    return moved
+    return out.moved
+
+
+def _written_again_on_conflict(plane: ControlPlane, chunk: list[tuple[att.AttemptRecord, Fact]],
+                               now: datetime) -> _Written:
+    """`_write_chunk`, done again when PostgreSQL aborted its transaction as a deadlock victim
+    (nothing of it was kept, its effects run only once it committed): under the soak such a
+    deadlock with a cancel or a progress report ended the whole pass, and the chunk's jobs
+    (their ends, the GPUs they free) waited for a later pass."""
+    for tries in range(CONFLICT_RETRIES + 1):
+        try:
+            return _write_chunk(plane, chunk, now)
+        except SYSTEMIC as exc:
+            if not conflict(exc) or tries == CONFLICT_RETRIES:
+                raise
+            log.warning("reconcile: chunk of %d aborted by a lock conflict (%s); writing it "
+                        "again", len(chunk), type(getattr(exc, "orig", exc)).__name__)
+    raise AssertionError("unreachable")
+
+
+def _write_chunk(plane: ControlPlane, chunk: list[tuple[att.AttemptRecord, Fact]],
+                 now: datetime) -> _Written:
+    """The chunk's transaction: its jobs locked first in one statement (in id order, as every
+    multi-row lock here is), then each attempt in its own savepoint, in the order of the quota
+    counter its ending releases (team, flavor): the counters' row locks are taken in the order
+    the admission's batch takes them (broker.store.batch.additive), not in job order (in job
+    order a reconcile chunk and an admission chunk deadlocked on two counters under the soak)."""
+    out = _Written()
+    crash_point("before-fact-persist")
+    with plane.db.write() as s, batch.held_effects(s) as effects:
+        locked = records.lock_jobs(s, [a.job_id for a, _ in chunk])
+
+        first: dict[str, str] = {}  # a job's attempts stay together, oldest first
+        for a, _ in sorted(chunk, key=lambda item: item[0].number):
+            first.setdefault(a.job_id, a.flavor)
+
+        def counter(item: tuple[att.AttemptRecord, Fact]) -> tuple[str, str, str, int]:
+            a, job = item[0], locked.get(item[0].job_id)
+            return (job.team if job else "", first[a.job_id], a.job_id, a.number)
+
+        seen: set[str] = set()
+        for a, fact in sorted(chunk, key=counter):
+            # a job met again in the chunk (two of its attempts) is read again: its row moved
+            job = locked.get(a.job_id) if a.job_id not in seen else records.lock_job(s, a.job_id)
+            seen.add(a.job_id)
+            mark = effects.mark()
+            with JobGuard("reconcile", a.job_id) as guard, s.begin_nested():
+                n, retry = _apply_in(s, plane, a, fact, now, job)
+            if guard.incident is not None:  # its savepoint is undone; the others stand
+                effects.cut(mark)
+                out.incidents.append(guard.incident)
+                continue
+            out.moved += n
+            if retry is not None:
+                out.retries.append(retry)
+    effects.run_effects()  # metrics of the chunk's transitions and endings, once committed
+    return out
 
 
 def mark_one(plane: ControlPlane, incident: Incident, now: datetime) -> None:

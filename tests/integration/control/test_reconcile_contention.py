@@ -1,0 +1,154 @@
+"""Issue 17, the soak on PostgreSQL: a reconcile chunk that lost a deadlock (against a cancel, a
+progress report or the admission) ended the whole pass, and the jobs of that chunk and of every
+chunk after it (their ends, the GPUs they free) waited for a later pass. The chunk is now
+written again; and it locks its jobs in one statement, in id order, as the admission does."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from broker.control import reconcile_apply
+from broker.control.admission import run_admission
+from broker.control.dispatch import run_dispatch
+from broker.control.reconcile import run_reconcile
+from broker.store import attempts as att
+from broker.store import records
+from tests.builders import spec
+from tests.harness.sim import Sim, consistent, state, submit
+from tests.integration.control.poison import events
+
+
+class _Deadlock(Exception):
+    sqlstate = "40P01"
+
+
+def _running(sim: Sim, n: int) -> list[str]:
+    jobs = [submit(sim, spec().name(f"r{i}").flavors("a100-80g").replicas(1).gpus(1)
+                   .topology(None).backend("k8s"), 60) for i in range(n)]
+    run_admission(sim.plane)
+    run_dispatch(sim.plane)
+    return jobs
+
+
+def test_a_chunk_aborted_by_a_deadlock_is_written_again_and_the_pass_goes_on(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    jobs = _running(sim, 5)
+    monkeypatch.setattr(reconcile_apply, "APPLY_CHUNK", 2)  # three chunks; the 2nd deadlocks
+    original = records.lock_jobs
+    calls: list[list[str]] = []
+
+    def deadlocked_once(session: Any, job_ids: list[str]) -> Any:
+        calls.append(sorted(job_ids))
+        if len(calls) == 2:  # the database picked this chunk's transaction as the victim
+            raise sa.exc.OperationalError("SELECT ... FOR UPDATE", {}, _Deadlock("deadlock"))
+        return original(session, job_ids)
+
+    monkeypatch.setattr(records, "lock_jobs", deadlocked_once)
+    sim.advance(30)
+    with caplog.at_level(logging.WARNING, logger="isthmus.control"):
+        report = run_reconcile(sim.plane, "sim-k8s")  # raised OperationalError
+    assert [len(c) for c in calls] == [2, 2, 2, 1]
+    assert calls[1] == calls[2]  # the same chunk, again
+    assert any("lock conflict" in r.getMessage() for r in caplog.records)
+    for j in jobs:
+        assert state(sim, j) == ("RUNNING", "Running")
+    assert report.transitions == len(jobs)  # counted once: the aborted try kept nothing
+    for j in jobs:
+        assert [e[0] for e in events(sim, j)].count("RUNNING") == 1
+    consistent(sim)
+
+
+def test_other_database_errors_still_end_the_pass(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _running(sim, 2)
+
+    def gone(session: Any, job_ids: list[str]) -> Any:
+        raise sa.exc.OperationalError("SELECT ...", {}, Exception("server closed the connection"))
+
+    monkeypatch.setattr(records, "lock_jobs", gone)
+    sim.advance(30)
+    with pytest.raises(sa.exc.OperationalError):
+        run_reconcile(sim.plane, "sim-k8s")
+
+
+def test_a_chunk_locks_its_jobs_in_one_statement_in_id_order(sim: Sim) -> None:
+    jobs = _running(sim, 6)
+    sent: list[tuple[str, str, Any]] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, params: Any, context: Any,
+             many: bool) -> None:
+        sent.append((conn.dialect.name, statement, params))
+
+    sim.advance(30)
+    sa.event.listen(sa.engine.Engine, "before_cursor_execute", seen)
+    try:
+        run_reconcile(sim.plane, "sim-k8s")
+    finally:
+        sa.event.remove(sa.engine.Engine, "before_cursor_execute", seen)
+    locks = [p for dialect, sql, p in sent if dialect == "postgresql"
+             and sql.startswith("SELECT jobs.id") and "FOR UPDATE" in sql]
+    if any(dialect == "postgresql" for dialect, _, _ in sent):  # SQLite has no row locks
+        assert len(locks) == 1  # the chunk's six jobs in one statement
+        values = locks[0].values() if isinstance(locks[0], dict) else locks[0]
+        flat = [x for v in values for x in (v if isinstance(v, list | tuple) else [v])]
+        assert [v for v in flat if v in jobs] == sorted(jobs)
+    writes = [sql for _, sql, _ in sent if sql.startswith("UPDATE attempts SET")
+              and "resolved_json" not in sql]
+    assert len(writes) == len(jobs)  # each attempt's row written once, not per field group
+    with sim.plane.db.read() as s:
+        for j in jobs:
+            a = att.attempts_of(s, j)[-1]
+            assert a.phase == "RUNNING" and a.started_at is not None and a.last_seen_at
+
+
+def test_a_chunk_releases_the_quota_counters_in_key_order(sim: Sim) -> None:
+    """Endings of two teams on two flavors, submitted so that job order and counter order
+    differ: the releases reach the counters in (team, flavor) order."""
+    jobs = []
+    for i, (team, flavor) in enumerate([("vision", "h100-80g"), ("language", "a100-80g"),
+                                        ("vision", "a100-80g"), ("language", "h100-80g")] * 2):
+        jobs.append(submit(sim, spec().name(f"k{i}").team(team).flavors(flavor).replicas(1)
+                           .gpus(1).topology(None), 300))
+    run_admission(sim.plane)
+    run_dispatch(sim.plane)
+    for _ in range(20):
+        sim.advance(10)
+        for backend in ("sim-k8s", "sim-slurm"):
+            run_reconcile(sim.plane, backend)
+        if all(state(sim, j)[0] == "RUNNING" for j in jobs):
+            break
+    for j in jobs:
+        assert state(sim, j)[0] == "RUNNING"
+    sent: list[tuple[str, str]] = []  # (team, flavor) of each counter write, in order
+
+    def seen(conn: Any, cursor: Any, statement: str, params: Any, context: Any,
+             many: bool) -> None:
+        verb = statement.split()[0]
+        if "quota_usage" not in statement or verb not in ("UPDATE", "INSERT"):
+            return
+        for p in params if many else [params]:
+            if isinstance(p, dict):
+                sent.append((p["t"], p["f"]))
+            else:  # SQLite's positional parameters: SET ... WHERE team, flavor / VALUES (t, f, ..)
+                sent.append((p[2], p[3]) if verb == "UPDATE" else (p[0], p[1]))
+
+    sim.advance(400)
+    sa.event.listen(sa.engine.Engine, "before_cursor_execute", seen)
+    try:
+        for backend in ("sim-k8s", "sim-slurm"):
+            start = len(sent)
+            run_reconcile(sim.plane, backend)
+            keys = sent[start:]
+            assert keys == sorted(keys), backend
+    finally:
+        sa.event.remove(sa.engine.Engine, "before_cursor_execute", seen)
+    assert len(sent) >= 4
+    for j in jobs:
+        assert state(sim, j)[0] == "SUCCEEDED"
+    consistent(sim)
