@@ -2,7 +2,9 @@
 
 `reserve` and `release` are idempotent (the unique key is job, attempt, kind) and update the
 per-(team, flavor) counter in the same transaction, so `quota_usage` always equals the sum of
-reservations that have no release. `check` proves it.
+reservations that have no release. `check` proves it. The counters are written at the
+transaction's commit, last and in key order (broker.store.quota_counters), not where the
+reservation or release happens.
 
 GPU-hours: `charge` books an ended attempt once, whatever its ending. Its usage entry is every
 GPU-hour the attempt held (from its backend object's creation to its end); the waste entries
@@ -34,10 +36,11 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from broker.store import batch
+from broker.store import quota_counters as counters
 from broker.store.ledger_tables import ENTRIES
-from broker.store.tables import AttemptRow, JobRow, QuotaUsageRow
+from broker.store.tables import AttemptRow, JobRow
 
-USAGE: sa.Table = QuotaUsageRow.__table__  # type: ignore[attr-defined]
+USAGE = counters.USAGE
 ATTEMPTS: sa.Table = AttemptRow.__table__  # type: ignore[attr-defined]
 JOBS: sa.Table = JobRow.__table__  # type: ignore[attr-defined]
 
@@ -141,41 +144,14 @@ _WHO = (
         ATTEMPTS.c.job_id == JOBS.c.id, ATTEMPTS.c.number == sa.bindparam("attempt"))))
     .where(JOBS.c.id == sa.bindparam("job_id"))
 )
-_RELEASE = (
-    sa.update(USAGE)
-    .where(USAGE.c.team == sa.bindparam("t"), USAGE.c.flavor == sa.bindparam("f"))
-    .values(
-        reserved_gpus=USAGE.c.reserved_gpus - sa.bindparam("g"),
-        borrowed_gpus=USAGE.c.borrowed_gpus - sa.bindparam("b"),
-    )
-)
-
-
-# One text statement for both databases (SQLite >= 3.24 and PostgreSQL share this syntax): the
-# dialects' on_conflict_do_update constructs have no cache key, so SQLAlchemy compiled them again
-# on every call, a fifth of the time of admitting a job.
-assert USAGE.name == "quota_usage"
-_UPSERT = sa.text(
-    "INSERT INTO quota_usage (team, flavor, reserved_gpus, borrowed_gpus) "
-    "VALUES (:t, :f, :g, :b) ON CONFLICT (team, flavor) DO UPDATE SET "
-    "reserved_gpus = quota_usage.reserved_gpus + excluded.reserved_gpus, "
-    "borrowed_gpus = quota_usage.borrowed_gpus + excluded.borrowed_gpus"
-)
-batch.additive(_UPSERT, key=("t", "f"))  # batched: summed per counter, sent last in key order
+# in a batch, summed per counter and handed to the counters' commit-time write
+batch.additive(counters.UPSERT, key=("t", "f"), apply=counters.add_many)
 
 
 def _entry(session: Session, job_id: str, attempt: int, kind: LedgerKind) -> Any:
     return session.connection().execute(
         _ENTRY, {"job_id": job_id, "attempt": attempt, "kind": kind.value}
     ).first()
-
-
-def _bump(session: Session, team: str, flavor: str, gpus: int, borrowed: int) -> None:
-    conn = session.connection()
-    if gpus < 0:  # a release: the row exists (SQLite checks CHECKs on the would-be insert)
-        conn.execute(_RELEASE, {"t": team, "f": flavor, "g": -gpus, "b": -borrowed})
-        return
-    conn.execute(_UPSERT, {"t": team, "f": flavor, "g": gpus, "b": borrowed})
 
 
 def reserve(session: Session, r: Reservation, now: datetime, note: str = "") -> bool:
@@ -194,8 +170,11 @@ def reserve(session: Session, r: Reservation, now: datetime, note: str = "") -> 
          "team": r.team, "flavor": r.flavor, "gpus": r.gpus, "borrowed_gpus": r.borrowed_gpus,
          "gpu_hours": 0.0, "at": now, "note": note, "cost": None},
     )
-    batch.write(session, _UPSERT, {"t": r.team, "f": r.flavor, "g": r.gpus,
-                                   "b": r.borrowed_gpus})
+    if batch.active(session):  # summed over the batch, then noted like a single change
+        batch.write(session, counters.UPSERT, {"t": r.team, "f": r.flavor, "g": r.gpus,
+                                               "b": r.borrowed_gpus})
+    else:
+        counters.add(session, r.team, r.flavor, r.gpus, r.borrowed_gpus)  # written at commit
     return True
 
 
@@ -210,7 +189,7 @@ def release(session: Session, job_id: str, attempt: int, now: datetime, note: st
          "team": held.team, "flavor": held.flavor, "gpus": held.gpus,
          "borrowed_gpus": held.borrowed_gpus, "gpu_hours": 0.0, "at": now, "note": note},
     )
-    _bump(session, held.team, held.flavor, -held.gpus, -held.borrowed_gpus)
+    counters.add(session, held.team, held.flavor, -held.gpus, -held.borrowed_gpus)  # at commit
     return True
 
 
@@ -271,9 +250,14 @@ def uncharged_attempts(session: Session) -> int:
 
 
 def usage(session: Session) -> dict[tuple[str, str], tuple[int, int]]:
-    """Live (reserved, borrowed) GPUs per (team, flavor), from the counters."""
+    """Live (reserved, borrowed) GPUs per (team, flavor), from the counters (with what this
+    transaction changed and writes at its commit)."""
     rows = session.connection().execute(sa.select(USAGE))
-    return {(r.team, r.flavor): (r.reserved_gpus, r.borrowed_gpus) for r in rows}
+    out = {(r.team, r.flavor): (r.reserved_gpus, r.borrowed_gpus) for r in rows}
+    for key, (g, b) in counters.pending(session).items():
+        g0, b0 = out.get(key, (0, 0))
+        out[key] = (g0 + g, b0 + b)
+    return out
 
 
 def live_reservations(session: Session) -> dict[tuple[str, str], tuple[int, int]]:

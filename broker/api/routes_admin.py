@@ -13,6 +13,7 @@ from broker.api.problems import Problem, problem_responses
 from broker.config import IsthmusConfig
 from broker.domain.clock import utcnow
 from broker.domain.text import Text
+from broker.store.conflicts import on_conflict
 from broker.store.db import Database
 from broker.store.pools import pool_states, set_drained
 
@@ -70,15 +71,19 @@ def pools(request: Request, caller: Admin) -> list[PoolOut]:
     return _pools(request)
 
 
+@on_conflict
+def _write_drained(db: Database, pool: str, drained: bool, reason: str, actor: str) -> None:
+    with db.write() as s:
+        set_drained(s, pool, drained, reason, actor, utcnow())
+
+
 def _set(request: Request, pool: str, drained: bool, reason: str, actor: str) -> PoolOut:
     config: IsthmusConfig = request.app.state.config
     if not any(p.name == pool for p in config.pools):
         known = ", ".join(p.name for p in config.pools) or "none"
         raise Problem(404, "pool-not-found", "Pool not found",
                       f"no pool '{pool}' in the configuration; pools: {known}")
-    db: Database = request.app.state.db
-    with db.write() as s:
-        set_drained(s, pool, drained, reason, actor, utcnow())
+    _write_drained(request.app.state.db, pool, drained, reason, actor)
     runtime = request.app.state.runtime
     if runtime is not None:
         runtime.wake("admission")

@@ -6,6 +6,7 @@ work lost since it. The token authenticates this one call for this one attempt, 
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Request
@@ -20,7 +21,9 @@ from broker.domain.text import Text
 from broker.metrics import TIME_TO_USEFUL_WORK
 from broker.store import attempts as att
 from broker.store import records
+from broker.store.conflicts import on_conflict
 from broker.store.db import Database
+from broker.store.records import JobRecord
 from broker.store.secrets import digest
 
 router = APIRouter(
@@ -57,14 +60,24 @@ def progress(
     if not is_job_id(job_id):
         raise Problem(404, "job-not-found", "Job not found", f"no job with id '{job_id}'")
     db: Database = request.app.state.db
-    token_digest = digest(authorization[7:].strip())
     now = utcnow()
+    number, first, job = _record(db, job_id, digest(authorization[7:].strip()), body, now)
+    if first:  # observed once the report committed: a report done again counts once
+        TIME_TO_USEFUL_WORK.labels(job.team).observe((now - job.created_at).total_seconds())
+    return ProgressAck(job_id=job_id, attempt=number, step=body.step,
+                       first_useful_work=first, checkpoint=body.checkpoint or None)
+
+
+@on_conflict  # a deadlock victim is written again: its aborted transaction left nothing
+def _record(db: Database, job_id: str, token_digest: str, body: Progress,
+            now: datetime) -> tuple[int, bool, JobRecord]:
+    """The report written: the attempt's number, whether it was the job's first, the job."""
     with db.write() as s:
         # Lock order job row -> attempt row, as set_state and the reconciler take them:
         # updating the attempt first deadlocked against a reconcile pass on PostgreSQL.
         job = records.lock_job(s, job_id)
         attempt = att.by_token_digest(s, job_id, token_digest) if job is not None else None
-        if attempt is None:
+        if job is None or attempt is None:
             raise Problem(401, "unauthenticated", "Invalid progress token",
                           "the token does not belong to an attempt of this job")
         if attempt.ended_at is not None:
@@ -76,7 +89,4 @@ def progress(
                           checkpoint_at=now)
         att.update(s, job_id, attempt.number, **values)
         first = records.set_first_useful_work(s, job_id, now)
-        if first and job is not None:
-            TIME_TO_USEFUL_WORK.labels(job.team).observe((now - job.created_at).total_seconds())
-    return ProgressAck(job_id=job_id, attempt=attempt.number, step=body.step,
-                       first_useful_work=first, checkpoint=body.checkpoint or None)
+    return attempt.number, first, job

@@ -31,6 +31,7 @@ from broker.metrics import BACKEND_UP
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
 from broker.store import attempts as att
+from broker.store import records
 from broker.store.queries import get_job, jobs_by_ids
 from broker.store.records import JobRecord
 
@@ -175,6 +176,10 @@ def _one(plane: ControlPlane, backend: Backend, a: att.AttemptRecord, job: JobRe
         ended = fact is not None and fact.phase in ENDED_PHASES
         end = (fact.ended_at if fact is not None and ended else None) or now
         with plane.db.write() as s:
+            # job row first, as set_state and the progress route take it: the attempt row
+            # first, then the ledger entries (whose key share on the job row waits for a
+            # progress report holding it) deadlocked with that report (it wants the attempt)
+            records.lock_job(s, a.job_id)
             att.update(s, a.job_id, a.number, ended_at=end)
             if ended:
                 assert fact is not None

@@ -20,7 +20,8 @@ from broker.feasibility import feasibility
 from broker.logs import get_logger
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import TransitionResult, append_event, set_state
-from broker.store import records
+from broker.store import batch, records
+from broker.store.conflicts import on_conflict
 from broker.store.db import Database
 from broker.store.queries import find_by_idempotency_key
 from broker.store.records import JobRecord
@@ -150,10 +151,13 @@ def submit_many(
     return out
 
 
+@on_conflict  # a deadlock victim is cancelled again: its aborted transaction left nothing
 def cancel_job(db: Database, job_id: str, actor: str, by_admin: bool) -> TransitionResult:
     reason = Reason.CancelledByAdmin if by_admin else Reason.CancelledByUser
-    with db.write() as s:
-        return set_state(
+    with db.write() as s, batch.held_effects(s) as effects:
+        result = set_state(
             s, job_id, JobState.CANCELLED, reason, Cause("api", actor),
             f"cancelled by {actor}",
         )
+    effects.run_effects()  # the transition's metrics, once it committed
+    return result

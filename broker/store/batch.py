@@ -75,20 +75,26 @@ class Deferred:
             if id(stmt) not in _ADDITIVE and not _executemany_plain(conn, stmt, many):
                 conn.execute(stmt, many)
         for stmt, many in shared:  # last, one row per key, in key order (see `additive`)
-            conn.execute(stmt, many)
+            apply = _ADDITIVE[id(stmt)][2]
+            if apply is None:
+                conn.execute(stmt, many)
+            else:
+                apply(session, many)
 
 
-_ADDITIVE: dict[int, tuple[Any, tuple[str, ...]]] = {}
+_Apply = Callable[[Session, list[dict[str, Any]]], None]
+_ADDITIVE: dict[int, tuple[Any, tuple[str, ...], _Apply | None]] = {}
 
 
-def additive(stmt: Any, key: tuple[str, ...]) -> None:
+def additive(stmt: Any, key: tuple[str, ...], apply: _Apply | None = None) -> None:
     """Declare `stmt` an additive write to rows shared by many jobs (a counter per team and
     flavor): parameters other than `key` are amounts to add. In a batch its parameter sets
     are summed per key and sent after every other statement, one per key in key order, so a
     batch holds the shared rows' locks only at its end and takes them in the order every
     batch does (on PostgreSQL two batches, or a batch and a single write, took them in job
-    order and deadlocked under the soak)."""
-    _ADDITIVE[id(stmt)] = (stmt, key)
+    order and deadlocked under the soak). `apply`: what to do with the summed parameter sets
+    instead of executing them (the quota counters wait for the transaction's commit)."""
+    _ADDITIVE[id(stmt)] = (stmt, key, apply)
 
 
 def _merged(key: tuple[str, ...], many: list[dict[str, Any]]) -> list[dict[str, Any]]:

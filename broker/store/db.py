@@ -9,6 +9,7 @@ they never wait for writers. PostgreSQL: one engine; row locks are SELECT ... FO
 from __future__ import annotations
 
 import contextlib
+import select
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -76,6 +77,37 @@ def _sqlite_engine(url: str, immediate: bool, synchronous: str) -> sa.Engine:
     return engine
 
 
+def _closed_by_server(dbapi_conn: Any) -> bool:
+    """Whether the server has closed this idle connection (backend terminated, server
+    restarted): with no query in flight, anything to read on its socket is the server's
+    farewell (a FATAL notice, the end of the stream). One poll(2) call, no round trip."""
+    if getattr(dbapi_conn, "closed", False):
+        return True
+    try:
+        fd = dbapi_conn.fileno()
+    except Exception:  # the driver no longer has a socket
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLPRI)
+    return bool(poller.poll(0))
+
+
+def _postgres_engine(url: str) -> sa.Engine:
+    """A pooled engine whose checkout replaces a connection the server closed, found without
+    the round trip per transaction of `pool_pre_ping` (a SELECT before every checkout);
+    connections are renewed after 30 minutes. A connection that dies while in use, or whose
+    server's farewell has not arrived yet at checkout, fails that transaction, and SQLAlchemy
+    then invalidates every older connection of the pool."""
+    engine = sa.create_engine(url, pool_size=10, max_overflow=10, pool_recycle=1800)
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
+        if _closed_by_server(dbapi_conn):
+            raise sa.exc.DisconnectionError("the server closed this pooled connection")
+
+    return engine
+
+
 @dataclass
 class Database:
     url: str
@@ -128,7 +160,7 @@ def connect(url: str, *, sqlite_synchronous: str = "FULL") -> Database:
         writer = _sqlite_engine(url, immediate=True, synchronous=sqlite_synchronous)
         reader = _sqlite_engine(url, immediate=False, synchronous=sqlite_synchronous)
     else:
-        writer = sa.create_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
+        writer = _postgres_engine(url)
         reader = writer
     lock = threading.Lock() if writer.dialect.name == "sqlite" else None
     return Database(url=url, writer=writer, reader=reader, _write_lock=lock)
