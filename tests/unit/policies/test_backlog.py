@@ -1,0 +1,73 @@
+"""Free GPUs held for Isthmus jobs already queued in a backend (policies/backlog.py): only
+where a queued gang can start, when the backend reports the gangs' shapes."""
+
+from __future__ import annotations
+
+from broker.domain import Reason
+from broker.domain.inventory import QueuedShape
+from broker.domain.topology import TopologyLevel
+from policies.cycle import admission_cycle
+from tests.unit.policies.builders import (
+    PoolBuilder,
+    at,
+    inventory,
+    make_job,
+    make_pool,
+    q,
+    quota_config,
+    usage,
+)
+
+QUOTAS = quota_config({"vision": ("research", {"h100": q(64)})})
+
+
+def queued(pool: PoolBuilder, *shapes: QueuedShape | None) -> PoolBuilder:
+    """`pool` with Isthmus jobs pending in its backend: 4 GPUs each when a shape is None
+    (shapes then not reported), else the given gangs."""
+    gpus = sum(4 if s is None else s.gpus for s in shapes)
+    reported = None if None in shapes else tuple(s for s in shapes if s is not None)
+    pool.queue = pool.queue.model_copy(update={
+        "isthmus_pending_gpus": gpus, "isthmus_pending_jobs": len(shapes),
+        "isthmus_pending_shapes": reported})
+    return pool.set(max_isthmus_pending=len(shapes))
+
+
+def two_half_free_nodes() -> PoolBuilder:
+    # one rack of 2 nodes, each with 4 of 8 GPUs free: 8 free, no node holds 8
+    return make_pool("p1").shape(1, 1, 2).use("p1-n0", 4).use("p1-n1", 4)
+
+
+def decide_one(pool: PoolBuilder, gpus: int = 4):  # type: ignore[no-untyped-def]
+    job = make_job().team("vision").gpus(gpus).build()
+    return admission_cycle([job], inventory(pool), QUOTAS, usage(), at(0)).decisions[0]
+
+
+def test_free_gpus_a_queued_gang_cannot_use_are_not_held() -> None:
+    # the queued job needs 8 GPUs on one node: the 4 + 4 free cannot start it, so the backend
+    # leaves them idle for it; a 4-GPU job starts there now
+    pool = queued(two_half_free_nodes(), QueuedShape(replicas=1, gpus_per_replica=8))
+    d = decide_one(pool)
+    assert d.admitted, d.message
+
+
+def test_free_gpus_a_queued_gang_can_start_on_are_held_and_the_reason_says_so() -> None:
+    pool = queued(two_half_free_nodes(), QueuedShape(replicas=2, gpus_per_replica=4))
+    d = decide_one(pool)
+    assert not d.admitted and d.reason is Reason.InsufficientCapacity
+    assert "needs 4 GPUs; 0 of 16 free, 8 more held for Isthmus jobs queued" in d.message
+
+
+def test_a_rack_gang_holds_nothing_when_no_one_rack_holds_it() -> None:
+    # 4 GPUs free in each of two racks; the queued 2 x 4 gang must share one rack
+    pool = make_pool("p1").shape(1, 2, 1).use("p1-n0", 4).use("p1-n1", 4)
+    shape = QueuedShape(replicas=2, gpus_per_replica=4, level=TopologyLevel.RACK)
+    assert decide_one(queued(pool, shape)).admitted
+    spread = QueuedShape(replicas=2, gpus_per_replica=4)  # any two nodes: it could start
+    pool = make_pool("p1").shape(1, 2, 1).use("p1-n0", 4).use("p1-n1", 4)
+    assert not decide_one(queued(pool, spread)).admitted
+
+
+def test_without_shapes_every_owed_gpu_is_held_as_before() -> None:
+    # a backend that does not report shapes: two 4-GPU jobs owed, all 8 free GPUs held
+    d = decide_one(queued(two_half_free_nodes(), None, None))
+    assert not d.admitted and "0 of 16 free, 8 more held" in d.message
