@@ -277,6 +277,7 @@ class _Cycle:
         if held is None or target is None:
             return None
         self.reservations += 1
+        pool.reserved_for = pool.reserved_for or job.id
         if pool.admitted_max_priority is None or job.priority > pool.admitted_max_priority:
             pool.admitted_max_priority = job.priority
         domain, per_node = held

@@ -280,11 +280,16 @@ def _short_now(job: PendingJob, pool: PoolIndex, top: int) -> tuple[Reason, str]
 def _queued(job: PendingJob, pool: PoolIndex, params: PlacementParams, reason: Reason,
             msg: str) -> PoolVerdict:
     """A small job that does not fit now may wait in a shared pool's backend queue, while
-    that queue holds fewer Isthmus jobs than its cap; else the pool is refused."""
+    that queue holds fewer Isthmus jobs than its cap and no starving gang holds capacity in
+    the pool this cycle (the backend, not knowing the hold, would start the job on the held
+    GPUs: a stream of small jobs would starve the gang); else the pool is refused."""
     s, w = pool.snap, params.weights
     need = job.gpus_per_replica * job.replicas
     limit = queue_cap(pool, params)
     small = s.shared and need <= params.queue_max_gpus
+    if small and limit and pool.reserved_for is not None:
+        return _verdict(pool, reason, f"{msg}; backend queue closed while capacity is held here "
+                                      f"for starving gang {pool.reserved_for}")
     if small and pool.queued < limit:
         wait = expected_wait(pool, params) + need / max(1, pool.total) * params.turnover_seconds
         score = (w.queued + w.flavor * _flavor_rank(job, s.flavor)
