@@ -19,9 +19,9 @@ from broker.domain.inventory import (
     QueueDepth,
     QueuedShape,
 )
-from broker.domain.topology import TopologyLevel
 from broker.domain.reasons import Reason
 from broker.domain.spec import BackendKind
+from broker.domain.topology import TopologyLevel
 
 
 class SimView(Protocol):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from broker.domain import Reason
 from broker.domain.inventory import QueuedShape
 from broker.domain.topology import TopologyLevel
-from policies.cycle import admission_cycle
+from policies.cycle import Decision, admission_cycle
 from tests.unit.policies.builders import (
     PoolBuilder,
     at,
@@ -38,7 +38,7 @@ def two_half_free_nodes() -> PoolBuilder:
     return make_pool("p1").shape(1, 1, 2).use("p1-n0", 4).use("p1-n1", 4)
 
 
-def decide_one(pool: PoolBuilder, gpus: int = 4):  # type: ignore[no-untyped-def]
+def decide_one(pool: PoolBuilder, gpus: int = 4) -> Decision:
     job = make_job().team("vision").gpus(gpus).build()
     return admission_cycle([job], inventory(pool), QUOTAS, usage(), at(0)).decisions[0]
 
