@@ -104,9 +104,10 @@ class PoolIndex:
         self.held = 0
         self.backlog_held = 0
         """GPUs held for Isthmus jobs queued in the backend (policies/backlog.py)."""
-        self.reserved_for: str | None = None
-        """A starving gang holding capacity here this cycle: the backend queue is then closed
-        to new jobs (the backend would start them on the held GPUs)."""
+        self.queue_closed_for: str | None = None
+        """A gang holding capacity here this cycle that has waited past
+        `OrderingParams.queue_closed_after_s`: the backend queue is then closed to new jobs
+        (the backend would start them on the held GPUs)."""
         self.claimed: set[str] = set()
         """Nodes whose releases an earlier reservation of this cycle already counts on."""
 

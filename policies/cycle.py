@@ -277,7 +277,9 @@ class _Cycle:
         if held is None or target is None:
             return None
         self.reservations += 1
-        pool.reserved_for = pool.reserved_for or job.id
+        waited = (self.now - job.submitted_at).total_seconds()
+        if waited >= self.params.ordering.queue_closed_after_s:
+            pool.queue_closed_for = pool.queue_closed_for or job.id
         if pool.admitted_max_priority is None or job.priority > pool.admitted_max_priority:
             pool.admitted_max_priority = job.priority
         domain, per_node = held

@@ -35,6 +35,9 @@ class OrderingParams:
     backfill: bool = True
     """Later jobs may use held GPUs where, by their time limits, they do not delay the
     gang's expected start (policies/backfill.py)."""
+    queue_closed_after_s: float = 4 * 3600.0
+    """A starving gang waiting this long closes the backend queue of the pool it holds
+    capacity in (the backend, not knowing the hold, would start queued jobs on it)."""
     backfill_factor: float = 1.0
     """A backfilled job's time limit counts this many times (a safety margin, >= 1)."""
     backfill_margin_s: float = 420.0

@@ -287,9 +287,9 @@ def _queued(job: PendingJob, pool: PoolIndex, params: PlacementParams, reason: R
     need = job.gpus_per_replica * job.replicas
     limit = queue_cap(pool, params)
     small = s.shared and need <= params.queue_max_gpus
-    if small and limit and pool.reserved_for is not None:
+    if small and limit and pool.queue_closed_for is not None:
         return _verdict(pool, reason, f"{msg}; backend queue closed while capacity is held here "
-                                      f"for starving gang {pool.reserved_for}")
+                                      f"for starving gang {pool.queue_closed_for}")
     if small and pool.queued < limit:
         wait = expected_wait(pool, params) + need / max(1, pool.total) * params.turnover_seconds
         score = (w.queued + w.flavor * _flavor_rank(job, s.flavor)

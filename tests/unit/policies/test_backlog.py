@@ -74,17 +74,23 @@ def test_without_shapes_every_owed_gpu_is_held_as_before() -> None:
     assert not d.admitted and "0 of 16 free, 8 more held" in d.message
 
 
-def test_no_job_is_queued_in_a_backend_where_a_starving_gang_holds_capacity() -> None:
+def test_no_job_is_queued_in_a_backend_where_a_long_starving_gang_holds_capacity() -> None:
     # the backend would start a queued job on the GPUs held for the gang (it does not know
-    # the reservation), so while the gang holds capacity in the pool its queue takes no job
+    # the reservation), so once the gang has waited queue_closed_after_s (4 h) and holds
+    # capacity in the pool, its queue takes no job
     pool = make_pool("p1").shape(1, 2, 2).use_all_but({"p1-n0": 4}).set(max_isthmus_pending=2)
-    gang = make_job().team("vision").gpus(8).replicas(2).topology("rack").submitted(-120).build()
     small = make_job().team("vision").gpus(8).submitted(-1).build()  # fits on no node now
-    d = admission_cycle([gang, small], inventory(pool), QUOTAS, usage(), at(0)).by_job()
-    assert d[gang.id].reservation is not None
-    assert not d[small.id].admitted, d[small.id].message
-    assert f"backend queue closed while capacity is held here for starving gang {gang.id}" in \
-        d[small.id].message
-    alone = admission_cycle([small], inventory(pool), QUOTAS, usage(), at(0)).decisions[0]
-    assert alone.admitted and alone.reason is Reason.Admitted and alone.placement is not None
-    assert alone.placement.nodes == ()  # queued in the backend when no gang holds capacity
+
+    def decide(waited_min: float) -> dict[str, Decision]:
+        gang = (make_job().id("gang").team("vision").gpus(8).replicas(2).topology("rack")
+                .submitted(-waited_min).build())
+        d = admission_cycle([gang, small], inventory(pool), QUOTAS, usage(), at(0)).by_job()
+        assert d["gang"].reservation is not None
+        return d
+
+    closed = decide(241)[small.id]
+    assert not closed.admitted, closed.message
+    assert "backend queue closed while capacity is held here for starving gang gang" in \
+        closed.message
+    queued = decide(120)[small.id]  # starving (a hold) but under the bound: queued
+    assert queued.admitted and queued.placement is not None and queued.placement.nodes == ()
