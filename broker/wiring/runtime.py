@@ -113,6 +113,7 @@ def policy_params(p: Policies, control: Control | None = None) -> dict[str, Any]
                 starvation_after_s=o.starvation_after,
                 reservation_min_gpus=o.reservation_min_gpus,
                 max_reservations=o.max_reservations,
+                queue_closed_after_s=o.queue_closed_after,
                 backfill=o.backfill,
                 backfill_margin_s=o.backfill_margin,
             ),

@@ -38,7 +38,7 @@ def test_every_parameter_reaches_the_policies() -> None:
         "placement": {"weights": {"flavor": 2, "wait_per_hour": 3, "foreign_wait": 0.5},
                       "turnover": 600, "max_isthmus_pending": 5, "queue_max_gpus": 16},
         "ordering": {"starvation_after": 900, "reservation_min_gpus": 16, "max_reservations": 1,
-                     "backfill": False, "backfill_margin": 60},
+                     "backfill": False, "backfill_margin": 60, "queue_closed_after": 7200},
         "fair_share": {"half_life": 7200},
         "admission": {"max_admissions": 50},
         "cancel_grace": 30,
@@ -55,6 +55,7 @@ def test_every_parameter_reaches_the_policies() -> None:
     assert (o.starvation_after_s, o.reservation_min_gpus, o.max_reservations) == (900.0, 16, 1)
     assert o.backfill is False
     assert o.backfill_margin_s == 60.0
+    assert o.queue_closed_after_s == 7200.0
     assert p.admission.max_admissions == 50
     assert (p.fair_share_half_life_s, p.cancel_grace_s) == (7200.0, 30)
 
