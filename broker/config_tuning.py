@@ -63,6 +63,9 @@ class PlacementTuning(Strict):
     max_isthmus_pending: int = Field(default=0, ge=0, le=10_000)
     """Isthmus jobs that may wait in one shared pool's backend queue (0: none ever do)."""
     queue_max_gpus: int = Field(default=8, ge=0, le=100_000)
+    hold_queued_by_shape: bool = False
+    """Hold free GPUs for Isthmus jobs queued in a backend only where their gangs can start
+    (backends that report the shapes: the simulated one); off: all their GPUs."""
     """Larger gangs never wait in a backend queue."""
 
 

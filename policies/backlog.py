@@ -7,11 +7,13 @@ cannot start on (fragments too small for its gang, or outside any one domain of 
 topology level) are not held: the backend would leave them idle for it anyway, and holding them
 only keeps the jobs of this cycle off them.
 
-When the backend reports the queued gangs' shapes (`QueueDepth.isthmus_pending_shapes`), each
+With `by_shape` (PlacementParams.hold_queued_by_shape, off by default: measured in
+docs/benchmarks.md) and when the backend reports the queued gangs' shapes
+(`QueueDepth.isthmus_pending_shapes`), each
 shape, in queue order, holds the GPUs of the place it fits now (best fit, the way admission
 places a gang), or nothing when it fits nowhere now. GPUs of queued jobs whose shapes are not
-reported (a backend that does not report them, or more jobs than the snapshot lists) are held
-the old way: free GPUs on partly used nodes in the fullest racks, up to their count.
+used (the option off, a backend that does not report them, or more jobs than the snapshot
+lists) are held the old way: free GPUs on partly used nodes in the fullest racks, up to their count.
 """
 
 from __future__ import annotations
@@ -20,14 +22,14 @@ from broker.domain.topology import rank_of
 from policies.capacity import PoolIndex
 
 
-def hold_backend_queue(pool: PoolIndex) -> int:
+def hold_backend_queue(pool: PoolIndex, by_shape: bool = True) -> int:
     """Hold in `pool` the free GPUs its backend-queued Isthmus jobs can start on; returns the
     GPUs held (also counted in `pool.backlog_held`)."""
     q = pool.snap.queue
     owed = q.isthmus_pending_gpus
     if not owed:
         return 0
-    shapes = q.isthmus_pending_shapes
+    shapes = q.isthmus_pending_shapes if by_shape else None
     held = 0
     if shapes is not None:
         for shape in shapes:

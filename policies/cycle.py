@@ -369,7 +369,7 @@ def admission_cycle(
     # 2 snapshot; free capacity owed to Isthmus jobs already queued in a backend is held
     index = CapacityIndex(inventory)
     for pool in index.pools.values():
-        hold_backend_queue(pool)
+        hold_backend_queue(pool, params.placement.hold_queued_by_shape)
     share = FairShare(quotas, usage)
     cycle = _Cycle(index, QuotaState(quotas, usage), share, now, params, preemptor)
     # 3 nominate happens lazily per job shape inside the cycle; 4 order

@@ -71,6 +71,9 @@ class PlacementParams:
     queue_max_gpus: int = 8
     """Larger gangs never wait in a backend queue: there a stream of small jobs can starve
     them, while waiting in Isthmus they get a topology-aware reservation."""
+    hold_queued_by_shape: bool = False
+    """Hold free GPUs for Isthmus jobs queued in a backend only where their gangs can start,
+    when the backend reports their shapes (policies/backlog.py); off: all their GPUs."""
 
 
 @dataclass(frozen=True, slots=True)

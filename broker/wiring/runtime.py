@@ -108,6 +108,7 @@ def policy_params(p: Policies, control: Control | None = None) -> dict[str, Any]
                 turnover_seconds=pl.turnover,
                 default_max_isthmus_pending=pl.max_isthmus_pending,
                 queue_max_gpus=pl.queue_max_gpus,
+                hold_queued_by_shape=pl.hold_queued_by_shape,
             ),
             ordering=OrderingParams(
                 starvation_after_s=o.starvation_after,

@@ -7,7 +7,8 @@ from __future__ import annotations
 from broker.domain import Reason
 from broker.domain.inventory import QueuedShape
 from broker.domain.topology import TopologyLevel
-from policies.cycle import Decision, admission_cycle
+from policies.cycle import AdmissionParams, Decision, admission_cycle
+from policies.placement import PlacementParams
 from tests.unit.policies.builders import (
     PoolBuilder,
     at,
@@ -38,9 +39,13 @@ def two_half_free_nodes() -> PoolBuilder:
     return make_pool("p1").shape(1, 1, 2).use("p1-n0", 4).use("p1-n1", 4)
 
 
-def decide_one(pool: PoolBuilder, gpus: int = 4) -> Decision:
+BY_SHAPE = AdmissionParams(placement=PlacementParams(hold_queued_by_shape=True))
+
+
+def decide_one(pool: PoolBuilder, gpus: int = 4,
+               params: AdmissionParams = BY_SHAPE) -> Decision:
     job = make_job().team("vision").gpus(gpus).build()
-    return admission_cycle([job], inventory(pool), QUOTAS, usage(), at(0)).decisions[0]
+    return admission_cycle([job], inventory(pool), QUOTAS, usage(), at(0), params).decisions[0]
 
 
 def test_free_gpus_a_queued_gang_cannot_use_are_not_held() -> None:
@@ -49,6 +54,8 @@ def test_free_gpus_a_queued_gang_cannot_use_are_not_held() -> None:
     pool = queued(two_half_free_nodes(), QueuedShape(replicas=1, gpus_per_replica=8))
     d = decide_one(pool)
     assert d.admitted, d.message
+    # the option off (the default): every owed GPU is held, whatever the shape
+    assert not decide_one(pool, params=AdmissionParams()).admitted
 
 
 def test_free_gpus_a_queued_gang_can_start_on_are_held_and_the_reason_says_so() -> None:
