@@ -76,7 +76,7 @@ class OrderingTuning(Strict):
     """Seconds a gang waits before it gets a capacity reservation."""
     reservation_min_gpus: int = Field(default=8, ge=1, le=100_000)
     max_reservations: int = Field(default=4, ge=0, le=1000)
-    queue_closed_after: float = Field(default=4 * 3600.0, ge=0, le=366 * DAY)
+    queue_closed_after: float = Field(default=24 * 3600.0, ge=0, le=366 * DAY)
     """Seconds a gang waits before its reservation also closes the pool's backend queue to new
     jobs (the backend, not knowing the hold, would start them on the held GPUs)."""
     backfill: bool = True

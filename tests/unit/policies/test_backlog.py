@@ -83,7 +83,7 @@ def test_without_shapes_every_owed_gpu_is_held_as_before() -> None:
 
 def test_no_job_is_queued_in_a_backend_where_a_long_starving_gang_holds_capacity() -> None:
     # the backend would start a queued job on the GPUs held for the gang (it does not know
-    # the reservation), so once the gang has waited queue_closed_after_s (4 h) and holds
+    # the reservation), so once the gang has waited queue_closed_after_s (24 h) and holds
     # capacity in the pool, its queue takes no job
     pool = make_pool("p1").shape(1, 2, 2).use_all_but({"p1-n0": 4}).set(max_isthmus_pending=2)
     small = make_job().team("vision").gpus(8).submitted(-1).build()  # fits on no node now
@@ -95,9 +95,9 @@ def test_no_job_is_queued_in_a_backend_where_a_long_starving_gang_holds_capacity
         assert d["gang"].reservation is not None
         return d
 
-    closed = decide(241)[small.id]
+    closed = decide(24 * 60 + 1)[small.id]
     assert not closed.admitted, closed.message
     assert "backend queue closed while capacity is held here for starving gang gang" in \
         closed.message
-    queued = decide(120)[small.id]  # starving (a hold) but under the bound: queued
+    queued = decide(23 * 60)[small.id]  # starving (a hold) but under the bound: queued
     assert queued.admitted and queued.placement is not None and queued.placement.nodes == ()

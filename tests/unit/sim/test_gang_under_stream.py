@@ -66,9 +66,10 @@ def gang_start_minute(params: AdmissionParams, hours: int) -> int | None:
 
 
 def test_a_large_gang_starts_under_a_stream_of_small_jobs() -> None:
-    # it holds a rack after an hour; after queue_closed_after_s (4 h) no new job is queued in
-    # the backend, whose queue drains within the hour (measured: it starts after 303 min)
-    params = AdmissionParams()
+    # it holds a rack after an hour; after queue_closed_after_s (4 h here, 24 h by default)
+    # no new job is queued in the backend, whose queue drains within the hour (measured: it
+    # starts after 303 min)
+    params = AdmissionParams(ordering=OrderingParams(queue_closed_after_s=4 * 3600))
     waited = gang_start_minute(params, hours=10)
     bound = params.ordering.queue_closed_after_s / 60 + 90
     assert waited is not None and waited <= bound, waited
@@ -76,5 +77,6 @@ def test_a_large_gang_starts_under_a_stream_of_small_jobs() -> None:
 
 def test_without_reservations_the_stream_starves_it() -> None:
     # what the test above guards: with no reservation the gang does not start in 10 h
-    params = AdmissionParams(ordering=OrderingParams(max_reservations=0))
+    params = AdmissionParams(ordering=OrderingParams(max_reservations=0,
+                                                     queue_closed_after_s=4 * 3600))
     assert gang_start_minute(params, hours=10) is None
