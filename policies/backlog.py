@@ -1,19 +1,17 @@
 """Free GPUs held for Isthmus jobs already waiting in a backend's queue (admission phase 2).
 
 A job Isthmus queued in a backend pool (a small job that did not fit when admitted) starts
-there as soon as the backend finds room for its gang. A new admission must not jump ahead of it
-on GPUs it could start on, so those are taken out of the cycle's working copy first. GPUs it
-cannot start on (fragments too small for its gang, or outside any one domain of its required
-topology level) are not held: the backend would leave them idle for it anyway, and holding them
-only keeps the jobs of this cycle off them.
+there as soon as the backend finds room for its gang. A new admission must not jump ahead of it,
+so free GPUs are taken out of the cycle's working copy first.
 
-With `by_shape` (PlacementParams.hold_queued_by_shape, off by default: measured in
-docs/benchmarks.md) and when the backend reports the queued gangs' shapes
-(`QueueDepth.isthmus_pending_shapes`), each
-shape, in queue order, holds the GPUs of the place it fits now (best fit, the way admission
-places a gang), or nothing when it fits nowhere now. GPUs of queued jobs whose shapes are not
-used (the option off, a backend that does not report them, or more jobs than the snapshot
-lists) are held the old way: free GPUs on partly used nodes in the fullest racks, up to their count.
+By default (and for a backend that does not report the queued gangs' shapes, or for jobs beyond
+those the snapshot lists) the GPUs held are free GPUs on partly used nodes in the fullest racks,
+up to the queued jobs' GPU count, whatever their shapes. With `by_shape`
+(PlacementParams.hold_queued_by_shape; off by default, measured in docs/benchmarks.md) each
+reported shape (`QueueDepth.isthmus_pending_shapes`), in queue order, holds the GPUs of the
+place its gang fits now (best fit, the way admission places a gang), or nothing when it fits
+nowhere now: GPUs it cannot start on (fragments too small for its gang, or not within one
+domain of its required level) would stay idle for it in the backend anyway.
 """
 
 from __future__ import annotations

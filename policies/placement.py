@@ -271,8 +271,7 @@ def _short_now(job: PendingJob, pool: PoolIndex, top: int) -> tuple[Reason, str]
     if pool.free < need:
         unsched = f", {pool.unschedulable} node(s) unschedulable" if pool.unschedulable else ""
         if pool.backlog_held:
-            unsched += (f", {pool.backlog_held} more held for Isthmus jobs queued in the "
-                        "backend that can start there")
+            unsched += f", {pool.backlog_held} more held for Isthmus jobs queued in the backend"
         return (Reason.InsufficientCapacity,
                 f"needs {need} GPUs; {pool.free} of {pool.total} free{unsched}")
     within = f"one {LEVEL_NAMES[top]}" if top < POOL else "the free nodes"
