@@ -114,16 +114,22 @@ def pct(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(len(s) * p / 100))] * 1000
 
 
-def start_server(db_url: str, port: int, limit: bool = False) -> subprocess.Popen[bytes]:
+def start_server(db_url: str, port: int, limit: bool = False,
+                 workers: int = 1) -> subprocess.Popen[bytes]:
     config = str(ROOT / "examples" / "isthmus.yaml")
-    cmd = ([sys.executable, "-m", "bench.submit_limit", config, db_url, str(port)] if limit
-           else [sys.executable, "-m", "broker.cli.main", "server", "--config", config,
-                 "--db", db_url, "--port", str(port), "--no-control"])
+    cmd = ([sys.executable, "-m", "bench.submit_limit", config, db_url, str(port), str(workers)]
+           if limit else
+           [sys.executable, "-m", "broker.cli.main", "server", "--config", config,
+            "--db", db_url, "--port", str(port), "--no-control", "--workers", str(workers)])
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    for _ in range(300):
+    for _ in range(600):
         try:
             httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).raise_for_status()
+            if workers > 1:
+                # the first worker answers; the others start alike within seconds, and the
+                # client's keep-alive connections are spread over the workers that accept
+                time.sleep(5)
             return proc
         except httpx.HTTPError:
             time.sleep(0.1)
@@ -170,7 +176,7 @@ class Run:
 
 def _measure(db_url: str, args: argparse.Namespace, limit: bool) -> Run:
     port = _port()
-    server = start_server(db_url, port, limit)
+    server = start_server(db_url, port, limit, args.workers)
     try:
         asyncio.run(closed_loop(port, 300, args.conns))  # warm-up
         rate, closed = asyncio.run(closed_loop(port, args.jobs, args.conns))
@@ -215,6 +221,8 @@ def main() -> None:
     ap.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--no-limit", action="store_true", help="skip the no-store side")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="server worker processes, both sides (PostgreSQL only)")
     args = ap.parse_args()
     if args.backend in ("sqlite", "both"):
         tmp = Path(tempfile.mkdtemp(prefix="isthmus-bench-"))
@@ -223,7 +231,8 @@ def main() -> None:
     if args.backend in ("postgres", "both"):
         pg = Postgres()
         try:
-            bench("postgres", pg.url, args)
+            label = "postgres" if args.workers == 1 else f"postgres-{args.workers}-workers"
+            bench(label, pg.url, args)
         finally:
             pg.stop()
 

@@ -4,13 +4,14 @@ submission is answered without touching the database: the job record is built in
 exactly as the durable path builds it (canonical spec, hash, feasibility verdict), then
 returned as a 201. Never used outside the benchmark.
 
-Run: python -m bench.submit_limit CONFIG DB_URL PORT
+Run: python -m bench.submit_limit CONFIG DB_URL PORT [WORKERS]
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 from broker.api.group_commit import SubmitQueue
 from broker.domain import JobState
@@ -42,12 +43,22 @@ async def _in_memory(
     return out
 
 
+def worker_app() -> Any:
+    """One worker of `--workers N`, answering without storing."""
+    from broker.server_workers import worker_app as durable
+
+    SubmitQueue._store = _in_memory  # type: ignore[method-assign, assignment]
+    return durable()
+
+
 def main() -> None:
     config, db_url, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    workers = int(sys.argv[4]) if len(sys.argv) > 4 else 1
     SubmitQueue._store = _in_memory  # type: ignore[method-assign, assignment]
     from broker.server import run
 
-    run(Path(config), db_url=db_url, port=port, control=False)
+    run(Path(config), db_url=db_url, port=port, control=False, workers=workers,
+        factory="bench.submit_limit:worker_app")
 
 
 if __name__ == "__main__":

@@ -21,8 +21,11 @@ class ServerError(RuntimeError):
 def run(
     config_path: Path, *, db_url: str | None = None, host: str | None = None,
     port: int | None = None,
-    control: bool = True,
+    control: bool = True, workers: int = 1, factory: str | None = None,
 ) -> None:
+    """Serve the API, and the control loop when it leads. With `workers` > 1 (PostgreSQL),
+    that many worker processes on one socket (broker.server_workers; `factory` names their
+    app factory, for the benchmark's variant)."""
     import uvicorn
 
     logs.configure()  # first: errors while building the backends come out formatted too
@@ -32,6 +35,10 @@ def run(
     host = host or config.server.host
     port = port or config.server.port
     check_config(config, config_path, host)
+    if workers != 1:
+        _serve_workers(config, config_path, db_url or config.database, host, port, control,
+                       workers, factory)
+        return
     db, lock = open_database(db_url or config.database)
     runtime = None
     if config.control.enabled and control:
@@ -49,6 +56,28 @@ def run(
             runtime.stop()
         if lock is not None:
             lock.release()
+
+
+def _serve_workers(config: IsthmusConfig, config_path: Path, db_url: str, host: str,
+                   port: int, control: bool, workers: int, factory: str | None) -> None:
+    """Refused on SQLite; otherwise the database is migrated here, once, and the workers
+    open it themselves."""
+    from sqlalchemy.engine import make_url
+
+    from broker.server_workers import FACTORY, WorkersRefused, check_workers, serve
+    from broker.store.db import DatabaseURLError, normalise_url
+
+    try:
+        check_workers(workers, make_url(normalise_url(db_url)).get_backend_name() == "sqlite")
+    except (WorkersRefused, DatabaseURLError) as exc:
+        raise ServerError(str(exc)) from None
+    db, _ = open_database(db_url)
+    db.dispose()
+    logs.get_logger(__name__).info(
+        "isthmus listening on %s:%d with %d workers (database %s, auth %s)", host, port,
+        workers, db.dialect, config.auth.mode,
+    )
+    serve(config_path, db.url, host, port, control, workers, factory or FACTORY)
 
 
 def check_config(config: IsthmusConfig, config_path: Path, host: str) -> None:

@@ -29,7 +29,7 @@ async def plain_query(request: Request) -> None:
             )
 
 
-def idempotency_key(
+async def idempotency_key(
     idempotency_key: Annotated[
         str | None,
         Header(
@@ -39,7 +39,8 @@ def idempotency_key(
     ] = None,
 ) -> str | None:
     """The Idempotency-Key header, or None when it is absent. An empty or blank key is a
-    client mistake (an unset variable in a script), never a key shared by every such request."""
+    client mistake (an unset variable in a script), never a key shared by every such request.
+    Async like the other dependencies of submit: a sync one would cost a worker-thread hop."""
     if idempotency_key is None:
         return None
     key = idempotency_key.strip()

@@ -52,12 +52,19 @@ def server(
     control: Annotated[
         bool, typer.Option("--control/--no-control", help="run the control loop when leading")
     ] = True,
+    workers: Annotated[
+        int, typer.Option(
+            "--workers", min=1,
+            help="API worker processes on the one port (PostgreSQL only; each a replica: "
+            "the leader lease lets exactly one of them run the control loop)",
+        ),
+    ] = 1,
 ) -> None:
     """Run the API server (and, when it holds the lease, the control loop)."""
     from broker.server import ServerError, run
 
     try:
-        run(config, db_url=db, host=host, port=port, control=control)
+        run(config, db_url=db, host=host, port=port, control=control, workers=workers)
     except (ConfigError, ServerError) as exc:
         _fail(str(exc))
 

@@ -101,8 +101,9 @@ class Server:
     """One `isthmus server` process."""
 
     def __init__(self, config: Path, db_url: str, log: Path,
-                 env: Mapping[str, str] | None = None) -> None:
+                 env: Mapping[str, str] | None = None, args: tuple[str, ...] = ()) -> None:
         self.config, self.db_url, self.log = config, db_url, log
+        self.args = args
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = dict(env or {})
@@ -113,7 +114,7 @@ class Server:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "broker.cli.main", "server", "--config", str(self.config),
-                 "--db", self.db_url, "--port", str(self.port)],
+                 "--db", self.db_url, "--port", str(self.port), *self.args],
                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env,
             )
         if wait:

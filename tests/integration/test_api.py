@@ -290,3 +290,24 @@ def test_openapi_documents_problems_and_the_bearer_scheme(client: TestClient) ->
                 assert content == {
                     "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}
                 }, (method, path, status)
+
+
+def test_a_submit_takes_no_worker_thread_hop(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 17: the submit path's dependencies run on the event loop; a sync one would be
+    sent to anyio's thread pool and back for every request."""
+    import anyio.to_thread
+
+    hops: list[object] = []
+    real = anyio.to_thread.run_sync
+
+    async def counted(func: Any, *args: Any, **kwargs: Any) -> Any:
+        hops.append(func)
+        return await real(func, *args, **kwargs)
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", counted)
+    r = client.post("/v1/jobs", json=spec().build().model_dump(mode="json"),
+                    headers={"Idempotency-Key": "no-hop"})
+    assert r.status_code == 201, r.text
+    assert hops == []
