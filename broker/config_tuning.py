@@ -63,6 +63,9 @@ class PlacementTuning(Strict):
     max_isthmus_pending: int = Field(default=0, ge=0, le=10_000)
     """Isthmus jobs that may wait in one shared pool's backend queue (0: none ever do)."""
     queue_max_gpus: int = Field(default=8, ge=0, le=100_000)
+    hold_queued_by_shape: bool = False
+    """Hold free GPUs for Isthmus jobs queued in a backend only where their gangs can start
+    (backends that report the shapes: the simulated one); off: all their GPUs."""
     """Larger gangs never wait in a backend queue."""
 
 
@@ -73,6 +76,9 @@ class OrderingTuning(Strict):
     """Seconds a gang waits before it gets a capacity reservation."""
     reservation_min_gpus: int = Field(default=8, ge=1, le=100_000)
     max_reservations: int = Field(default=4, ge=0, le=1000)
+    queue_closed_after: float = Field(default=24 * 3600.0, ge=0, le=366 * DAY)
+    """Seconds a gang waits before its reservation also closes the pool's backend queue to new
+    jobs (the backend, not knowing the hold, would start them on the held GPUs)."""
     backfill: bool = True
     """Later jobs may use held GPUs where, by their time limits, they do not delay the gang."""
     backfill_margin: float = Field(default=420.0, ge=0, le=DAY)

@@ -102,6 +102,8 @@ class PoolIndex:
         self.admitted_max_priority: int | None = None
         self.queued = snap.queue.isthmus_pending_jobs
         self.held = 0
+        self.backlog_held = 0  # for jobs queued in the backend (policies/backlog.py)
+        self.queue_closed_for: str | None = None  # a gang past queue_closed_after_s held here
         self.claimed: set[str] = set()
         """Nodes whose releases an earlier reservation of this cycle already counts on."""
 

@@ -3,7 +3,8 @@
 Phases (Kueue's, numbered in the decision record):
   1 heads      jobs still in retry backoff wait (BackoffAfterFailure); the rest are eligible
   2 snapshot   working copies of capacity (CapacityIndex) and of the ledger (QuotaState);
-               free GPUs owed to Isthmus jobs already queued in a backend are held first
+               free GPUs that Isthmus jobs already queued in a backend can start on are held
+               first (policies/backlog.py)
   3 nominate   candidate pools per job (flavor, backend kind), cached per job shape
   4 order      priority, then fair share, then submission time (FairQueue)
   5 admit      per job: quota per flavor, gang placement on the working copy; on success the
@@ -37,6 +38,7 @@ from typing import Protocol
 from broker.domain.inventory import InventorySnapshot
 from broker.domain.reasons import Reason
 from policies.backfill import Backfill, Held, try_backfill
+from policies.backlog import hold_backend_queue
 from policies.capacity import CapacityIndex, PoolIndex
 from policies.decisions import CycleRecord, CycleResult, Decision, inputs_digest
 from policies.ordering import FairQueue, FairShare, OrderingParams, is_starving
@@ -275,6 +277,9 @@ class _Cycle:
         if held is None or target is None:
             return None
         self.reservations += 1
+        waited = (self.now - job.submitted_at).total_seconds()
+        if waited >= self.params.ordering.queue_closed_after_s:
+            pool.queue_closed_for = pool.queue_closed_for or job.id
         if pool.admitted_max_priority is None or job.priority > pool.admitted_max_priority:
             pool.admitted_max_priority = job.priority
         domain, per_node = held
@@ -364,9 +369,7 @@ def admission_cycle(
     # 2 snapshot; free capacity owed to Isthmus jobs already queued in a backend is held
     index = CapacityIndex(inventory)
     for pool in index.pools.values():
-        owed = pool.snap.queue.isthmus_pending_gpus
-        if owed:
-            pool.hold_for_backend_queue(owed)
+        hold_backend_queue(pool, params.placement.hold_queued_by_shape)
     share = FairShare(quotas, usage)
     cycle = _Cycle(index, QuotaState(quotas, usage), share, now, params, preemptor)
     # 3 nominate happens lazily per job shape inside the cycle; 4 order

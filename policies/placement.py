@@ -71,6 +71,9 @@ class PlacementParams:
     queue_max_gpus: int = 8
     """Larger gangs never wait in a backend queue: there a stream of small jobs can starve
     them, while waiting in Isthmus they get a topology-aware reservation."""
+    hold_queued_by_shape: bool = False
+    """Hold free GPUs for Isthmus jobs queued in a backend only where their gangs can start,
+    when the backend reports their shapes (policies/backlog.py); off: all their GPUs."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +270,8 @@ def _short_now(job: PendingJob, pool: PoolIndex, top: int) -> tuple[Reason, str]
     need = g * r
     if pool.free < need:
         unsched = f", {pool.unschedulable} node(s) unschedulable" if pool.unschedulable else ""
+        if pool.backlog_held:
+            unsched += f", {pool.backlog_held} more held for Isthmus jobs queued in the backend"
         return (Reason.InsufficientCapacity,
                 f"needs {need} GPUs; {pool.free} of {pool.total} free{unsched}")
     within = f"one {LEVEL_NAMES[top]}" if top < POOL else "the free nodes"
@@ -277,11 +282,16 @@ def _short_now(job: PendingJob, pool: PoolIndex, top: int) -> tuple[Reason, str]
 def _queued(job: PendingJob, pool: PoolIndex, params: PlacementParams, reason: Reason,
             msg: str) -> PoolVerdict:
     """A small job that does not fit now may wait in a shared pool's backend queue, while
-    that queue holds fewer Isthmus jobs than its cap; else the pool is refused."""
+    that queue holds fewer Isthmus jobs than its cap and no starving gang holds capacity in
+    the pool this cycle (the backend, not knowing the hold, would start the job on the held
+    GPUs: a stream of small jobs would starve the gang); else the pool is refused."""
     s, w = pool.snap, params.weights
     need = job.gpus_per_replica * job.replicas
     limit = queue_cap(pool, params)
     small = s.shared and need <= params.queue_max_gpus
+    if small and limit and pool.queue_closed_for is not None:
+        return _verdict(pool, reason, f"{msg}; backend queue closed while capacity is held here "
+                                      f"for starving gang {pool.queue_closed_for}")
     if small and pool.queued < limit:
         wait = expected_wait(pool, params) + need / max(1, pool.total) * params.turnover_seconds
         score = (w.queued + w.flavor * _flavor_rank(job, s.flavor)

@@ -12,9 +12,16 @@ from backends.sim.clock import SimClock
 from backends.sim.model import ExternalLoad, Job, Node, SimFailures, SimPoolSpec
 from broker.domain.facts import Fact, Finding, Phase
 from broker.domain.failures import FailureCategory
-from broker.domain.inventory import InventorySnapshot, NodeSnapshot, PoolSnapshot, QueueDepth
+from broker.domain.inventory import (
+    InventorySnapshot,
+    NodeSnapshot,
+    PoolSnapshot,
+    QueueDepth,
+    QueuedShape,
+)
 from broker.domain.reasons import Reason
 from broker.domain.spec import BackendKind
+from broker.domain.topology import TopologyLevel
 
 
 class SimView(Protocol):
@@ -88,6 +95,11 @@ def _releases(b: SimView, node: Node) -> tuple[tuple[datetime, int], ...]:
     return tuple((b.clock.at(t), g) for t, g in sorted(out))
 
 
+MAX_SHAPES = 4096
+"""Shapes reported per pool (QueueDepth's bound); GPUs of the rest are held whatever their
+shape."""
+
+
 def _queue_depth(b: SimView, pool: str) -> QueueDepth:
     mine = [j for j in b.pending[pool] if j.isthmus]
     foreign = sum(j.gpus * j.replicas for j in b.pending[pool] if not j.isthmus)
@@ -98,6 +110,11 @@ def _queue_depth(b: SimView, pool: str) -> QueueDepth:
         foreign_pending_gpus=foreign,
         isthmus_pending_jobs=len(mine),
         expected_wait_seconds=pend / total * b.external.mean_duration_s,
+        isthmus_pending_shapes=tuple(
+            QueuedShape(replicas=j.replicas, gpus_per_replica=j.gpus,
+                        level=TopologyLevel(j.level) if j.level else None)
+            for j in mine[:MAX_SHAPES] if j.gpus > 0
+        ),
     )
 
 

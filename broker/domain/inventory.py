@@ -11,7 +11,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from broker.domain.spec import BackendKind
+from broker.domain.spec import BackendKind, Ceiling
+from broker.domain.topology import TopologyLevel
 
 
 def pool_is_candidate(flavor: str, kind: str, wanted_flavors: Collection[str],
@@ -61,6 +62,20 @@ class NodeSnapshot(_Frozen):
     )
 
 
+class QueuedShape(_Frozen):
+    """The gang of one Isthmus job waiting in a backend queue: what GPUs it can start on."""
+
+    replicas: int = Field(ge=1, le=Ceiling.REPLICAS)
+    gpus_per_replica: int = Field(ge=1, le=Ceiling.GPUS_PER_REPLICA)
+    level: TopologyLevel | None = Field(
+        default=None, description="the topology level all replicas must share (None: any)"
+    )
+
+    @property
+    def gpus(self) -> int:
+        return self.replicas * self.gpus_per_replica
+
+
 class QueueDepth(_Frozen):
     """GPU demand already pending in the backend for this pool."""
 
@@ -68,6 +83,13 @@ class QueueDepth(_Frozen):
     foreign_pending_gpus: int = Field(default=0, ge=0)
     isthmus_pending_jobs: int = Field(default=0, ge=0)
     expected_wait_seconds: float | None = Field(default=None, ge=0)
+    isthmus_pending_shapes: tuple[QueuedShape, ...] | None = Field(
+        default=None,
+        max_length=4096,
+        description="the gangs of the Isthmus jobs pending here, in queue order, when the "
+        "backend reports them (None: not reported; admission then holds free GPUs for all of "
+        "isthmus_pending_gpus whatever their shape)",
+    )
 
     @property
     def pending_gpus(self) -> int:

@@ -108,11 +108,13 @@ def policy_params(p: Policies, control: Control | None = None) -> dict[str, Any]
                 turnover_seconds=pl.turnover,
                 default_max_isthmus_pending=pl.max_isthmus_pending,
                 queue_max_gpus=pl.queue_max_gpus,
+                hold_queued_by_shape=pl.hold_queued_by_shape,
             ),
             ordering=OrderingParams(
                 starvation_after_s=o.starvation_after,
                 reservation_min_gpus=o.reservation_min_gpus,
                 max_reservations=o.max_reservations,
+                queue_closed_after_s=o.queue_closed_after,
                 backfill=o.backfill,
                 backfill_margin_s=o.backfill_margin,
             ),

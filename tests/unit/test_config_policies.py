@@ -36,9 +36,10 @@ def test_every_parameter_reaches_the_policies() -> None:
                   "preemption_delay": 60, "infra_pool_exclude_after": 4},
         "preemption": {"min_runtime": 60, "protect_near_end": 120, "max_victims": 2},
         "placement": {"weights": {"flavor": 2, "wait_per_hour": 3, "foreign_wait": 0.5},
-                      "turnover": 600, "max_isthmus_pending": 5, "queue_max_gpus": 16},
+                      "turnover": 600, "max_isthmus_pending": 5, "queue_max_gpus": 16,
+                      "hold_queued_by_shape": True},
         "ordering": {"starvation_after": 900, "reservation_min_gpus": 16, "max_reservations": 1,
-                     "backfill": False, "backfill_margin": 60},
+                     "backfill": False, "backfill_margin": 60, "queue_closed_after": 7200},
         "fair_share": {"half_life": 7200},
         "admission": {"max_admissions": 50},
         "cancel_grace": 30,
@@ -51,10 +52,12 @@ def test_every_parameter_reaches_the_policies() -> None:
             placement.weights.foreign_wait) == (2.0, 3.0, 0.5)
     assert (placement.turnover_seconds, placement.default_max_isthmus_pending,
             placement.queue_max_gpus) == (600.0, 5, 16)
+    assert placement.hold_queued_by_shape
     o = p.admission.ordering
     assert (o.starvation_after_s, o.reservation_min_gpus, o.max_reservations) == (900.0, 16, 1)
     assert o.backfill is False
     assert o.backfill_margin_s == 60.0
+    assert o.queue_closed_after_s == 7200.0
     assert p.admission.max_admissions == 50
     assert (p.fair_share_half_life_s, p.cancel_grace_s) == (7200.0, 30)
 

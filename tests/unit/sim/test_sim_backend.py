@@ -10,6 +10,7 @@ from backends.base import BackendUnavailable
 from backends.sim import ExternalLoad, SimBackend, SimClock, SimFailures, SimPoolSpec
 from broker.domain import FailureCategory, Reason
 from broker.domain.facts import Phase
+from broker.domain.inventory import QueuedShape
 from broker.domain.topology import TopologyLevel
 from tests.harness.requests import sim_request
 
@@ -45,6 +46,9 @@ def test_gang_waits_all_or_nothing_and_queue_depth_shows_it() -> None:
     assert b.lookup("isthmus-j2-1").phase is Phase.PENDING  # type: ignore[union-attr]
     q = b.inventory().pools[0].queue
     assert (q.isthmus_pending_jobs, q.isthmus_pending_gpus) == (1, 16)
+    assert q.isthmus_pending_shapes == (
+        QueuedShape(replicas=2, gpus_per_replica=8, level=TopologyLevel.RACK),
+    )
     b.advance(1100)
     f = b.lookup("isthmus-j2-1")
     assert f is not None and f.phase is Phase.RUNNING
