@@ -172,7 +172,12 @@ class _Written:
 
 def _apply_chunk(plane: ControlPlane, chunk: list[tuple[att.AttemptRecord, Fact]],
                  now: datetime) -> int:
-    out = _written_again_on_conflict(plane, chunk, now)
+    try:
+        out = _written_again_on_conflict(plane, chunk, now)
+    except SYSTEMIC:
+        raise
+    except Exception as exc:  # a per-job failure at the chunk's commit
+        out = _written_one_by_one(plane, chunk, now, exc)
     for r in out.retries:
         with JobGuard("reconcile", r.job_id) as guard:
             requeue.requeue_after(plane, r.job_id, r.attempt, preempted=r.preempted,
@@ -182,6 +187,27 @@ def _apply_chunk(plane: ControlPlane, chunk: list[tuple[att.AttemptRecord, Fact]
     for incident in out.incidents:
         mark_one(plane, incident, now)
     return out.moved
+
+
+def _written_one_by_one(plane: ControlPlane, chunk: list[tuple[att.AttemptRecord, Fact]],
+                        now: datetime, exc: Exception) -> _Written:
+    """The chunk again, an attempt per transaction, each under its job's guard: what failed
+    at the chunk's commit (the quota counters are written there, outside every attempt's
+    savepoint: a counter that drifted below what one team's release gives back breaks its
+    CHECK) fails alone and is shown on its job; the others' ends are recorded."""
+    log.warning("reconcile: chunk of %d failed at its commit (%s); writing its attempts one "
+                "by one", len(chunk), type(exc).__name__)
+    out = _Written()
+    for item in chunk:
+        with JobGuard("reconcile", item[0].job_id) as guard:
+            one = _written_again_on_conflict(plane, [item], now)
+        if guard.incident is not None:
+            out.incidents.append(guard.incident)
+            continue
+        out.moved += one.moved
+        out.retries += one.retries
+        out.incidents += one.incidents
+    return out
 
 
 def _written_again_on_conflict(plane: ControlPlane, chunk: list[tuple[att.AttemptRecord, Fact]],
