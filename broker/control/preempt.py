@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from sqlmodel import Session
+
 from backends.base import BackendUnavailable
 from broker import ledger
 from broker.control import requeue
@@ -21,8 +23,9 @@ from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
 from broker.policy_inputs import running_job
 from broker.store import attempts as att
-from broker.store import records
+from broker.store import batch, records
 from broker.store.queries import get_job, jobs_by_ids
+from broker.store.records import JobRecord
 from policies.preemption import Mode, PreemptionPlan, Preemptor, Victim
 from policies.types import PendingJob, PoolRoom, QuotaConfig, RunningJob
 
@@ -65,14 +68,16 @@ def preempt(plane: ControlPlane, victim: Victim) -> bool:
     if job is None or attempt is None or job.state not in HOLDING:
         return False
     backend = plane.backends.get(attempt.backend)
-    if backend is not None and attempt.dispatch == att.CREATED:
+    signalled = backend is not None and attempt.dispatch == att.CREATED
+    if backend is not None and signalled:
         try:
             backend.cancel(attempt.backend_name, victim.grace_seconds)
         except BackendUnavailable:
             log.warning("cannot signal victim %s: backend unreachable; retrying next cycle",
                         attempt.backend_name)
             return False
-    with plane.db.write() as s:
+    ended: att.AttemptRecord | None = None
+    with plane.db.write() as s, batch.held_effects(s) as effects:
         # The job row first, then the attempt's rows, the order set_state, the reconciler and
         # the progress route take them: the attempt first deadlocked with a reconcile chunk
         # holding the job under the soak. The job may have moved on since the read above.
@@ -85,17 +90,34 @@ def preempt(plane: ControlPlane, victim: Victim) -> bool:
             set_state(s, job.id, JobState.QUEUED, Reason.Preempted,
                       Cause("admission", "system:preemption", key=f"preempt:{attempt.number}"),
                       victim.message, now=now, locked=locked)
-            return True
-        att.update(s, job.id, attempt.number, ended_at=now, preempted=True)
-        # Charged up to the signal: the attempt is over for Isthmus from here (the reconciler
-        # no longer looks at it), so the grace it gets to checkpoint is not charged.
-        charge(s, plane, job.team, attempt, ledger.Ending.PREEMPTED, now, now)
-        set_state(s, job.id, JobState.RETRYING, Reason.Preempted,
-                  Cause("admission", "system:preemption", key=f"preempt:{attempt.number}"),
-                  victim.message, now=now, locked=locked)
-    requeue.requeue_after(plane, job.id, attempt, preempted=True, failure=None, now=now)
-    log.info("preempted %s (%s)", attempt.backend_name, victim.message)
+        elif backend is not None and not signalled:
+            return False  # its object was made after the read, unsignalled: a next cycle
+        else:
+            ended = _end_signalled(s, plane, locked, attempt.number, victim, now)
+            if ended is None:
+                return False
+    effects.run_effects()  # once committed: a preemption done again counts once
+    if ended is not None:
+        requeue.requeue_after(plane, job.id, ended, preempted=True, failure=None, now=now)
+        log.info("preempted %s (%s)", ended.backend_name, victim.message)
     return True
+
+
+def _end_signalled(s: Session, plane: ControlPlane, locked: JobRecord, number: int,
+                   victim: Victim, now: datetime) -> att.AttemptRecord | None:
+    """The signalled victim's attempt ended and charged, its job RETRYING (the requeue follows
+    the commit). The attempt is read again under the job's lock: it may have started since."""
+    attempt = att.get_attempt(s, locked.id, number)
+    if attempt is None:
+        return None
+    att.update(s, locked.id, number, ended_at=now, preempted=True)
+    # Charged up to the signal: the attempt is over for Isthmus from here (the reconciler
+    # no longer looks at it), so the grace it gets to checkpoint is not charged.
+    charge(s, plane, locked.team, attempt, ledger.Ending.PREEMPTED, now, now)
+    set_state(s, locked.id, JobState.RETRYING, Reason.Preempted,
+              Cause("admission", "system:preemption", key=f"preempt:{number}"),
+              victim.message, now=now, locked=locked)
+    return attempt
 
 
 class LazyPreemptor:
