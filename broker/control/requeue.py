@@ -108,8 +108,10 @@ def requeue_refused(plane: ControlPlane, a: att.AttemptRecord, why: str,
     from ADMITTED, and it would end a job that may run elsewhere."""
     now = plane.clock()
     with plane.db.write() as s:
+        # The job row first, then its attempt's: the order of set_state, the reconciler and a
+        # preemption (the attempt first could deadlock with a preemption of this job)
+        job = records.lock_job(s, a.job_id)
         att.update(s, a.job_id, a.number, dispatch=att.ABANDONED, ended_at=now)
-        job = get_job(s, a.job_id)
         refusals = sum(1 for x in att.attempts_of(s, a.job_id) if x.dispatch == att.ABANDONED)
         if job is None:
             return
