@@ -5,18 +5,13 @@ backend's connection failed (a 500 for the request that drew it)."""
 
 from __future__ import annotations
 
-import pytest
 import sqlalchemy as sa
 
 from broker.store.db import Database
-from tests.fixtures.postgres import PgServer
+from tests.fixtures.postgres import POSTGRES_ONLY
 from tests.harness.wait import wait_until
 
-
-@pytest.fixture(params=[pytest.param("postgres", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest) -> str:
-    server: PgServer = request.getfixturevalue("pg_server")
-    return server.url(server.new_database(request.getfixturevalue("pg_template")))
+pytestmark = POSTGRES_ONLY  # row-lock order matters only where rows are locked
 
 
 def _backends(db: Database) -> int:

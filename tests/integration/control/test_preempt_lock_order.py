@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import threading
 
-import pytest
-import sqlalchemy as sa
-
 from broker.control.preempt import preempt
 from broker.domain import Reason
 from broker.domain.clock import utcnow
@@ -17,24 +14,12 @@ from broker.store import attempts as att
 from broker.store import records
 from policies.preemption import Victim
 from tests.builders import spec
-from tests.fixtures.postgres import PgServer
+from tests.fixtures.postgres import POSTGRES_ONLY, lock_waiters
 from tests.harness.sim import Sim, consistent, run_until, submit
 from tests.harness.wait import wait_until
 from tests.integration.control.poison import events
 
-
-@pytest.fixture(params=[pytest.param("postgres", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest) -> str:
-    """Row-lock order matters only where rows are locked: PostgreSQL."""
-    server: PgServer = request.getfixturevalue("pg_server")
-    return server.url(server.new_database(request.getfixturevalue("pg_template")))
-
-
-def _lock_waiters(sim: Sim) -> int:
-    with sim.plane.db.read() as s:
-        return int(s.connection().execute(sa.text(
-            "SELECT count(*) FROM pg_stat_activity "
-            "WHERE wait_event_type = 'Lock' AND datname = current_database()")).scalar_one())
+pytestmark = POSTGRES_ONLY  # row-lock order matters only where rows are locked
 
 
 def test_a_preemption_waits_for_a_reconcile_holding_the_job_row(sim: Sim) -> None:
@@ -54,7 +39,7 @@ def test_a_preemption_waits_for_a_reconcile_holding_the_job_row(sim: Sim) -> Non
     with sim.plane.db.write() as s:  # what a reconcile chunk does: job row, then attempt row
         assert records.lock_job(s, job) is not None
         stopper.start()
-        wait_until(lambda: _lock_waiters(sim) >= 1, 60, "the preemption to wait on a lock")
+        wait_until(lambda: lock_waiters(sim.plane.db) >= 1, 60, "the preemption to wait on a lock")
         att.update(s, job, 1, last_seen_at=utcnow())  # raised DeadlockDetected
     stopper.join(timeout=60)
     assert not stopper.is_alive()

@@ -7,8 +7,6 @@ from __future__ import annotations
 import threading
 
 import httpx
-import pytest
-import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from broker.api.app import create_app
@@ -20,24 +18,11 @@ from broker.store import attempts as att
 from broker.store import records
 from broker.store.secrets import progress_token, server_secret
 from tests.builders import spec
-from tests.fixtures.postgres import PgServer
+from tests.fixtures.postgres import POSTGRES_ONLY, lock_waiters
 from tests.harness.sim import Sim
 from tests.harness.wait import wait_until
 
-
-@pytest.fixture(params=[pytest.param("postgres", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest) -> str:
-    """Row-lock order matters only where rows are locked: PostgreSQL (SQLite serialises writers
-    on the whole database)."""
-    server: PgServer = request.getfixturevalue("pg_server")
-    return server.url(server.new_database(request.getfixturevalue("pg_template")))
-
-
-def _lock_waiters(sim: Sim) -> int:
-    with sim.plane.db.read() as s:
-        return int(s.connection().execute(sa.text(
-            "SELECT count(*) FROM pg_stat_activity "
-            "WHERE wait_event_type = 'Lock' AND datname = current_database()")).scalar_one())
+pytestmark = POSTGRES_ONLY  # row-lock order matters only where rows are locked
 
 
 def test_a_progress_report_waits_for_a_reconcile_holding_the_job_row(sim: Sim) -> None:
@@ -56,7 +41,8 @@ def test_a_progress_report_waits_for_a_reconcile_holding_the_job_row(sim: Sim) -
     with sim.plane.db.write() as s:  # what a reconcile pass does: job row, then attempt row
         assert records.lock_job(s, job.id) is not None
         reporter.start()
-        wait_until(lambda: _lock_waiters(sim) >= 1, 60, "the progress report to wait on a lock")
+        wait_until(lambda: lock_waiters(sim.plane.db) >= 1, 60,
+                   "the progress report to wait on a lock")
         att.update(s, job.id, 1, last_seen_at=utcnow())
     reporter.join(timeout=60)
     assert not reporter.is_alive()

@@ -29,23 +29,11 @@ from broker.store import attempts as att
 from broker.store import records
 from broker.store.queries import job_events
 from tests.builders import spec
-from tests.fixtures.postgres import PgServer
+from tests.fixtures.postgres import POSTGRES_ONLY, lock_waiters
 from tests.harness.sim import Sim
 from tests.harness.wait import wait_until
 
-
-@pytest.fixture(params=[pytest.param("postgres", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest) -> str:
-    """Row-lock order matters only where rows are locked: PostgreSQL."""
-    server: PgServer = request.getfixturevalue("pg_server")
-    return server.url(server.new_database(request.getfixturevalue("pg_template")))
-
-
-def _waiting_on_a_lock(sim: Sim) -> int:
-    with sim.plane.db.read() as s:
-        return int(s.connection().execute(sa.text(
-            "SELECT count(*) FROM pg_stat_activity "
-            "WHERE wait_event_type = 'Lock' AND datname = current_database()")).scalar_one())
+pytestmark = POSTGRES_ONLY  # row-lock order matters only where rows are locked
 
 
 def _two_admitted(sim: Sim) -> tuple[str, str]:
@@ -77,7 +65,7 @@ def test_a_release_and_a_cancel_of_another_job_of_the_team_do_not_deadlock(sim: 
         assert set_state(s, a, JobState.FAILED, Reason.InfraTransient,
                          Cause("reconciler", "system:reconciler")).accepted
         canceller.start()  # B's row, B's release; before: then the counter row A holds
-        wait_until(lambda: done or _waiting_on_a_lock(sim) >= 1, 60,
+        wait_until(lambda: done or lock_waiters(sim.plane.db) >= 1, 60,
                    "the cancel to end or to wait on a lock")
         records.lock_job(s, b)  # before: a lock-order cycle, one of the two aborted
     canceller.join(timeout=60)
@@ -141,7 +129,7 @@ def test_a_reconcile_ending_a_cancelled_attempt_waits_for_a_progress_report(sim:
     with sim.plane.db.write() as s:  # what the progress route does: job row, then attempt row
         assert records.lock_job(s, a) is not None
         reconciler.start()
-        wait_until(lambda: done or _waiting_on_a_lock(sim) >= 1, 60,
+        wait_until(lambda: done or lock_waiters(sim.plane.db) >= 1, 60,
                    "the reconcile pass to end or to wait on a lock")
         att.update(s, a, 1, last_step=7)  # before: a lock-order cycle, one of the two aborted
     reconciler.join(timeout=60)
