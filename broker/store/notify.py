@@ -126,7 +126,7 @@ class Listener:
             self.connects += 1
             self.listening.set()
             while not self._stop.is_set():
-                for _ in conn.notifies(timeout=1.0):
+                for _ in conn.notifies(timeout=0.5):  # and so stop() waits at most that long
                     self.received += 1
                     try:
                         self.on_notify()
