@@ -104,6 +104,9 @@ class PoolIndex:
         self.held = 0
         self.backlog_held = 0  # for jobs queued in the backend (policies/backlog.py)
         self.queue_closed_for: str | None = None  # a gang past queue_closed_after_s held here
+        self.excluded: set[str] = set()  # held nodes kept out of queued placements (queue_guard)
+        self.excluded_for: tuple[str, str] = ("", "")  # (first gang, its domain)
+        self.excluded_cap: dict[tuple[int, int, int], int] = {}
         self.claimed: set[str] = set()
         """Nodes whose releases an earlier reservation of this cycle already counts on."""
 

@@ -37,6 +37,7 @@ from typing import Protocol
 
 from broker.domain.inventory import InventorySnapshot
 from broker.domain.reasons import Reason
+from policies import queue_guard
 from policies.backfill import Backfill, Held, try_backfill
 from policies.backlog import hold_backend_queue
 from policies.capacity import CapacityIndex, PoolIndex
@@ -277,9 +278,8 @@ class _Cycle:
         if held is None or target is None:
             return None
         self.reservations += 1
-        waited = (self.now - job.submitted_at).total_seconds()
-        if waited >= self.params.ordering.queue_closed_after_s:
-            pool.queue_closed_for = pool.queue_closed_for or job.id
+        queue_guard.guard(pool, job.id, target.domain, target.nodes,
+                          (self.now - job.submitted_at).total_seconds(), self.params.ordering)
         if pool.admitted_max_priority is None or job.priority > pool.admitted_max_priority:
             pool.admitted_max_priority = job.priority
         domain, per_node = held

@@ -37,8 +37,13 @@ class OrderingParams:
     gang's expected start (policies/backfill.py)."""
     queue_closed_after_s: float = 24 * 3600.0
     """A starving gang waiting this long closes the backend queue of the pool it holds
-    capacity in (the backend, not knowing the hold, would start queued jobs on it). Long:
-    closing costs small jobs their queue path (docs/benchmarks.md, 2026-12-01 session 5)."""
+    capacity in (the backend, not knowing the hold, would start queued jobs on it), in pools
+    where it cannot exclude the held nodes or `queue_exclude` is off. Long: closing costs
+    small jobs their queue path (docs/benchmarks.md, 2026-12-01 session 5)."""
+    queue_exclude: bool = True
+    """Where the backend honours exclusions (`PoolSnapshot.excludes_nodes`), a job queued
+    there while a starving gang holds capacity in the pool excludes the held nodes, and the
+    queue is never closed (policies/queue_guard.py)."""
     backfill_factor: float = 1.0
     """A backfilled job's time limit counts this many times (a safety margin, >= 1)."""
     backfill_margin_s: float = 420.0

@@ -1,0 +1,91 @@
+"""Keeping work Isthmus queues in a backend off the capacity held for a starving gang.
+
+A backend does not know Isthmus's reservations: a job queued there starts wherever room
+appears, held GPUs included, so a stream of small queued jobs can starve a gang for good
+(tests/unit/sim/test_gang_under_stream.py). Two guards, per pool, set when a gang's
+reservation holds capacity there (policies/cycle.py):
+
+- exclusion, in pools whose backend honours a placement's `exclude_nodes` for queued work
+  (`PoolSnapshot.excludes_nodes`) while `OrderingParams.queue_exclude` is on: from the hold
+  on, a job queued in that backend carries the nodes of every domain held in the pool this
+  cycle as excluded (Slurm `--exclude`, a Kubernetes node affinity `NotIn`), and a job that
+  could not run on the other nodes even when they are empty is not queued there. The queue
+  stays open. The exclusion is the attempt's: it stays after the gang has started;
+- closing, in every other pool: once a holding gang has waited
+  `OrderingParams.queue_closed_after_s`, no new job is queued in the pool that cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from broker.domain.topology import BLOCK, LEVEL_NAMES, NODE, POOL, RACK
+from policies.capacity import PoolIndex
+from policies.ordering import OrderingParams
+from policies.slots import NodeSlot
+from policies.types import PendingJob
+
+
+def guard(pool: PoolIndex, gang: str, domain: str, nodes: Collection[NodeSlot],
+          waited_s: float, params: OrderingParams) -> None:
+    """Called when `gang` holds capacity in `domain` (`nodes`) of `pool` this cycle."""
+    if params.queue_exclude and pool.snap.excludes_nodes:
+        if not pool.excluded:
+            pool.excluded_for = (gang, domain or "the pool")
+        pool.excluded.update(n.name for n in nodes)
+    elif waited_s >= params.queue_closed_after_s:
+        pool.queue_closed_for = pool.queue_closed_for or gang
+
+
+def refusal(pool: PoolIndex, job: PendingJob, level: int) -> str | None:
+    """Why `job` may not wait in `pool`'s backend queue because of a hold, or None."""
+    if pool.queue_closed_for is not None:
+        return f"backend queue closed while capacity is held here for starving gang " \
+               f"{pool.queue_closed_for}"
+    if pool.excluded and cap_outside(pool, job.gpus_per_replica, level) < job.replicas:
+        where = f"one {LEVEL_NAMES[level]}" if level < POOL else "the pool"
+        return (f"backend queue: no {job.replicas} x {job.gpus_per_replica} GPUs fit within "
+                f"{where} outside the {len(pool.excluded)} node(s) held for starving gang "
+                f"{pool.excluded_for[0]}, even when empty")
+    return None
+
+
+def note(pool: PoolIndex) -> str:
+    """What a queued job's message adds when its placement excludes held nodes."""
+    if not pool.excluded:
+        return ""
+    gang, domain = pool.excluded_for
+    return (f", kept off the {len(pool.excluded)} node(s) of {domain} held for starving "
+            f"gang {gang}")
+
+
+def excluded(pool: PoolIndex) -> tuple[str, ...]:
+    return tuple(sorted(pool.excluded))
+
+
+def cap_outside(pool: PoolIndex, g: int, level: int) -> int:
+    """Replicas of `g` GPUs the largest domain at `level` holds, empty, without the excluded
+    nodes (cached per cycle: the excluded set only grows, so its size keys it)."""
+    key = (g, level, len(pool.excluded))
+    c = pool.excluded_cap.get(key)
+    if c is not None:
+        return c
+    per_rack: list[tuple[str, int]] = []  # (block, replicas)
+    best_node = 0
+    for r in pool.racks:
+        caps = [n.total // g for n in r.nodes if n.name not in pool.excluded]
+        per_rack.append((r.block, sum(caps)))
+        best_node = max(best_node, *caps, 0)
+    if level == NODE:
+        c = best_node
+    elif level == RACK:
+        c = max((v for _, v in per_rack), default=0)
+    elif level == BLOCK:
+        blocks: dict[str, int] = {}
+        for b, v in per_rack:
+            blocks[b] = blocks.get(b, 0) + v
+        c = max(blocks.values(), default=0)
+    else:
+        c = sum(v for _, v in per_rack)
+    pool.excluded_cap[key] = c
+    return c
