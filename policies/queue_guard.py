@@ -3,16 +3,19 @@
 A backend does not know Isthmus's reservations: a job queued there starts wherever room
 appears, held GPUs included, so a stream of small queued jobs can starve a gang for good
 (tests/unit/sim/test_gang_under_stream.py). Two guards, per pool, set when a gang's
-reservation holds capacity there (policies/cycle.py):
+reservation holds capacity there (policies/cycle.py) and the gang has waited
+`OrderingParams.queue_closed_after_s` (24 h by default):
 
 - exclusion, in pools whose backend honours a placement's `exclude_nodes` for queued work
-  (`PoolSnapshot.excludes_nodes`) while `OrderingParams.queue_exclude` is on: from the hold
-  on, a job queued in that backend carries the nodes of every domain held in the pool this
-  cycle as excluded (Slurm `--exclude`, a Kubernetes node affinity `NotIn`), and a job that
-  could not run on the other nodes even when they are empty is not queued there. The queue
-  stays open. The exclusion is the attempt's: it stays after the gang has started;
-- closing, in every other pool: once a holding gang has waited
-  `OrderingParams.queue_closed_after_s`, no new job is queued in the pool that cycle.
+  (`PoolSnapshot.excludes_nodes`) while `OrderingParams.queue_exclude` is on: a job queued in
+  that backend this cycle carries the nodes of every such domain held in the pool as excluded
+  (Slurm `--exclude`, a Kubernetes node affinity `NotIn`), and a job that could not run on
+  the other nodes even when they are empty is not queued there. The queue stays open. The
+  exclusion is the attempt's: it stays after the gang has started;
+- closing, in every other pool: no new job is queued in the pool that cycle.
+
+Not from the first hold: each cycle chooses the held domain afresh, so early exclusions pile
+up on jobs that then wait for the racks left (docs/benchmarks.md, 2026-12-01 session 6).
 """
 
 from __future__ import annotations
@@ -29,11 +32,13 @@ from policies.types import PendingJob
 def guard(pool: PoolIndex, gang: str, domain: str, nodes: Collection[NodeSlot],
           waited_s: float, params: OrderingParams) -> None:
     """Called when `gang` holds capacity in `domain` (`nodes`) of `pool` this cycle."""
+    if waited_s < params.queue_closed_after_s:
+        return
     if params.queue_exclude and pool.snap.excludes_nodes:
         if not pool.excluded:
             pool.excluded_for = (gang, domain or "the pool")
         pool.excluded.update(n.name for n in nodes)
-    elif waited_s >= params.queue_closed_after_s:
+    else:
         pool.queue_closed_for = pool.queue_closed_for or gang
 
 

@@ -1,7 +1,7 @@
-"""Jobs queued in a backend while a starving gang holds capacity there (policies/queue_guard.py):
-where the backend honours exclusions they carry the held nodes as excluded and the queue stays
-open; elsewhere the queue closes after `queue_closed_after_s` (tests/unit/policies/
-test_backlog.py has that fallback)."""
+"""Jobs queued in a backend while a gang that has waited `queue_closed_after_s` holds capacity
+there (policies/queue_guard.py): where the backend honours exclusions they carry the held nodes
+as excluded and the queue stays open; elsewhere the queue closes (tests/unit/policies/
+test_backlog.py has that fallback too)."""
 
 from __future__ import annotations
 
@@ -41,14 +41,16 @@ def two_racks(excludes: bool) -> PoolBuilder:
             .set(max_isthmus_pending=2, excludes_nodes=excludes))
 
 
-def test_a_job_queued_while_a_gang_holds_a_rack_excludes_that_racks_nodes() -> None:
-    for waited in (61, DAY_MIN + 1):  # from the first hold, and past queue_closed_after_s
-        small = decide(two_racks(True), waited)["small"]
-        assert small.admitted and small.placement is not None, small.message
-        assert small.placement.nodes == ()  # queued in the backend
-        assert small.placement.exclude_nodes == ("p1-n0", "p1-n1")
-        assert "kept off the 2 node(s) of" in small.message
-        assert "held for starving gang gang" in small.message
+def test_a_job_queued_while_a_long_starving_gang_holds_a_rack_excludes_its_nodes() -> None:
+    small = decide(two_racks(True), DAY_MIN + 1)["small"]
+    assert small.admitted and small.placement is not None, small.message
+    assert small.placement.nodes == ()  # queued in the backend
+    assert small.placement.exclude_nodes == ("p1-n0", "p1-n1")
+    assert "kept off the 2 node(s) of b0/r00 held for starving gang gang" in small.message
+    # under queue_closed_after_s the hold does not reach the queue
+    early = decide(two_racks(True), DAY_MIN - 60)["small"]
+    assert early.admitted and early.placement is not None
+    assert early.placement.exclude_nodes == () and "kept off" not in early.message
 
 
 def test_without_the_capability_or_the_option_nothing_is_excluded() -> None:
@@ -56,9 +58,6 @@ def test_without_the_capability_or_the_option_nothing_is_excluded() -> None:
         (two_racks(False), None),
         (two_racks(True), AdmissionParams(ordering=OrderingParams(queue_exclude=False))),
     ):
-        small = decide(pool, 61, params)["small"]
-        assert small.admitted and small.placement is not None
-        assert small.placement.exclude_nodes == ()
         closed = decide(pool, DAY_MIN + 1, params)["small"]  # the fallback: queue closed
         assert not closed.admitted and "backend queue closed" in closed.message
 
@@ -67,7 +66,7 @@ def test_a_job_that_fits_nowhere_outside_the_held_nodes_is_not_queued_there() ->
     # one rack of two nodes: the gang holds the whole pool, so a queued job could never start
     pool = (make_pool("p1").shape(1, 1, 2).use_all_but({"p1-n0": 4})
             .set(max_isthmus_pending=2, excludes_nodes=True))
-    small = decide(pool, 61)["small"]
+    small = decide(pool, DAY_MIN + 1)["small"]
     assert not small.admitted
     assert ("no 1 x 8 GPUs fit within the pool outside the 2 node(s) held for starving gang "
             "gang, even when empty") in small.message

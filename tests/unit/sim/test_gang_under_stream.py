@@ -68,35 +68,35 @@ def gang_start_minute(params: AdmissionParams, hours: int, excludes: bool = True
 
 
 NEVER_CLOSED = 366 * 86400.0
-BOUND_MIN = 6 * 60
-"""Measured: 287 min. The hold moves between the two racks as their free GPUs change (20
-times in that run: each cycle chooses its domain afresh), and jobs queued while the other
-rack was held may start in the one held now."""
+GUARD_AFTER = {"queue_closed_after_s": 2 * 3600.0}  # 24 h by default; 2 h keeps it short
 
 
 def test_a_large_gang_starts_when_queued_jobs_exclude_its_rack() -> None:
-    # the default: jobs queued in the backend while the gang holds a rack exclude that rack's
-    # nodes, the queue stays open (never closed here) and the held rack drains
-    params = AdmissionParams(ordering=OrderingParams(queue_closed_after_s=NEVER_CLOSED))
+    # the default where the backend honours exclusions: once the gang has waited 2 h here,
+    # jobs queued in the backend exclude the rack it holds; the queue is never closed in such
+    # a pool. Measured: it starts after 330 min (after 950 min with the guard at 4 h, 1,538
+    # min at the default 24 h; closing instead: docs/benchmarks.md). Looser than closing:
+    # each cycle chooses the held rack afresh, and jobs queued while the other rack was held
+    # may start in the one held now.
+    params = AdmissionParams(ordering=OrderingParams(**GUARD_AFTER))
     waited = gang_start_minute(params, hours=10)
-    assert waited is not None and waited <= BOUND_MIN, waited
+    assert waited is not None and waited <= 6 * 60, waited
 
 
 def test_without_exclusion_or_closing_the_stream_starves_it() -> None:
-    # what the test above guards: the same stream with the exclusion off and the queue never
-    # closed, and with a backend that ignores exclusions: the gang does not start in 10 h
+    # what the test above guards: the exclusion off and the queue never closed, or a backend
+    # that ignores exclusions: the gang does not start in 10 h
     off = AdmissionParams(ordering=OrderingParams(queue_exclude=False,
                                                   queue_closed_after_s=NEVER_CLOSED))
     assert gang_start_minute(off, hours=10) is None
-    on = AdmissionParams(ordering=OrderingParams(queue_closed_after_s=NEVER_CLOSED))
+    on = AdmissionParams(ordering=OrderingParams(**GUARD_AFTER))
     assert gang_start_minute(on, hours=10, excludes=False) is None
 
 
 def test_a_backend_that_cannot_exclude_falls_back_to_closing_the_queue() -> None:
-    # it holds a rack after an hour; after queue_closed_after_s (4 h here, 24 h by default)
-    # no new job is queued in the backend, whose queue drains within the hour (measured: it
-    # starts after 303 min)
-    params = AdmissionParams(ordering=OrderingParams(queue_closed_after_s=4 * 3600))
+    # it holds a rack after an hour; after queue_closed_after_s no new job is queued in the
+    # backend, whose queue drains within the hour (measured: it starts after 298 min)
+    params = AdmissionParams(ordering=OrderingParams(queue_exclude=False, **GUARD_AFTER))
     waited = gang_start_minute(params, hours=10, excludes=False)
     bound = params.ordering.queue_closed_after_s / 60 + 90
     assert waited is not None and waited <= bound, waited
