@@ -328,10 +328,10 @@ class PoolIndex:
         level = next((lv for lv in range(level + 1) if self.static_cap(gpus, lv) >= replicas), -1)
         if level < 0:
             return None
-        domains = [d for d in self._domains(level, replicas * gpus) if d[1]]
+        domains = [d for d in self.domains(level, replicas * gpus) if d[1]]
         return reservation.choose_target(domains, gpus, replicas, self.has_releases, self.claimed)
 
-    def _domains(self, level: int, need: int) -> list[tuple[str, list[NodeSlot]]]:
+    def domains(self, level: int, need: int) -> list[tuple[str, list[NodeSlot]]]:
         """Every domain at `level` with its nodes (at NODE, only nodes that could hold
         `need` GPUs when empty), named as `Fit.domain` names them."""
         if level == NODE:

@@ -11,20 +11,26 @@ reservation holds capacity there (policies/cycle.py) and the gang has waited
   that backend this cycle carries the nodes of every such domain held in the pool as excluded
   (Slurm `--exclude`, a Kubernetes node affinity `NotIn`), and a job that could not run on
   the other nodes even when they are empty is not queued there. The queue stays open. The
-  exclusion is the attempt's: it stays after the gang has started;
+  exclusion is the attempt's: it stays after the gang has started. From then on the gang's
+  hold stays in one pool and one domain, chosen by its id among those that could hold it
+  (`hold_target`, `rank`): chosen afresh each cycle (where it would fit soonest), the hold
+  moved between racks and jobs queued while it held one rack started in the other;
 - closing, in every other pool: no new job is queued in the pool that cycle.
 
-Not from the first hold: each cycle chooses the held domain afresh, so early exclusions pile
-up on jobs that then wait for the racks left (docs/benchmarks.md, 2026-12-01 session 6).
+Not from the first hold: measured, early exclusions pile up on queued jobs that then wait for
+the racks left (docs/benchmarks.md, 2026-12-01 session 6).
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
 from collections.abc import Collection
 
 from broker.domain.topology import BLOCK, LEVEL_NAMES, NODE, POOL, RACK
 from policies.capacity import PoolIndex
 from policies.ordering import OrderingParams
+from policies.reservation import HoldTarget, fit_time
 from policies.slots import NodeSlot
 from policies.types import PendingJob
 
@@ -34,12 +40,49 @@ def guard(pool: PoolIndex, gang: str, domain: str, nodes: Collection[NodeSlot],
     """Called when `gang` holds capacity in `domain` (`nodes`) of `pool` this cycle."""
     if waited_s < params.queue_closed_after_s:
         return
-    if params.queue_exclude and pool.snap.excludes_nodes:
+    if excluding(pool, waited_s, params):
         if not pool.excluded:
             pool.excluded_for = (gang, domain or "the pool")
         pool.excluded.update(n.name for n in nodes)
     else:
         pool.queue_closed_for = pool.queue_closed_for or gang
+
+
+def excluding(pool: PoolIndex, waited_s: float, params: OrderingParams) -> bool:
+    """Whether a hold of a gang that has waited `waited_s` is guarded by exclusion here."""
+    return (params.queue_exclude and pool.snap.excludes_nodes
+            and waited_s >= params.queue_closed_after_s)
+
+
+def _spot(gang: str, where: str) -> float:
+    """A stable pseudo-random number in [0, 1) for the pair (gang, pool or domain)."""
+    return int.from_bytes(hashlib.sha256(f"{gang}/{where}".encode()).digest()[:6]) / 2**48
+
+
+def hold_target(pool: PoolIndex, job: PendingJob, level: int, waited_s: float,
+                params: OrderingParams) -> HoldTarget | None:
+    """Where the gang `job` holds capacity in `pool`: `PoolIndex.hold_target`, except once its hold
+    is guarded by exclusion there, then always the same domain (by its id, among those that
+    could hold it when empty): jobs queued while it held one domain must not find it in
+    another, where they may start, the next cycle."""
+    g, replicas = job.gpus_per_replica, job.replicas
+    if not excluding(pool, waited_s, params):
+        return pool.hold_target(g, replicas, level)
+    lv = next((lv for lv in range(level + 1) if pool.static_cap(g, lv) >= replicas), -1)
+    domains = [(d, ns) for d, ns in pool.domains(lv, replicas * g)
+               if sum(n.total // g for n in ns) >= replicas] if lv >= 0 else []
+    if not domains:
+        return None
+    domain, nodes = min(domains, key=lambda d: _spot(job.id, d[0]))
+    ready = fit_time(nodes, g, replicas, pool.claimed) if pool.has_releases else math.inf
+    return HoldTarget(domain, nodes, ready)
+
+
+def rank(pool: PoolIndex, gang: str, waited_s: float, params: OrderingParams,
+         ready: float) -> float:
+    """The key choosing among pools for a hold: when the gang fits (`ready`), except where
+    its hold is guarded by exclusion: a stable number, so that it stays in one pool."""
+    return _spot(gang, pool.name) - 1.0 if excluding(pool, waited_s, params) else ready
 
 
 def refusal(pool: PoolIndex, job: PendingJob, level: int) -> str | None:
