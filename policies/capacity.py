@@ -17,7 +17,7 @@ Topology levels are ranked as broker/domain/topology.py encodes them (node, rack
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from broker.domain.inventory import InventorySnapshot, PoolSnapshot
 from broker.domain.topology import BLOCK, LEVEL_NAMES, NODE, POOL, RACK
@@ -43,6 +43,18 @@ class Fit:
 
 
 NodeCap = Callable[[NodeSlot], int]
+
+
+@dataclass(slots=True)
+class Exclusion:
+    """Nodes held for starving gangs this cycle that jobs queued in the pool's backend must
+    exclude (policies/queue_guard.py)."""
+
+    nodes: set[str] = field(default_factory=set)
+    gang: str = ""  # the first gang, for reasons
+    domain: str = ""
+    caps: dict[tuple[int, int, int], int] = field(default_factory=dict)
+    """Replicas the largest domain outside `nodes` holds, per (GPUs, level, len(nodes))."""
 
 
 class PoolIndex:
@@ -104,9 +116,7 @@ class PoolIndex:
         self.held = 0
         self.backlog_held = 0  # for jobs queued in the backend (policies/backlog.py)
         self.queue_closed_for: str | None = None  # a gang past queue_closed_after_s held here
-        self.excluded: set[str] = set()  # held nodes kept out of queued placements (queue_guard)
-        self.excluded_for: tuple[str, str] = ("", "")  # (first gang, its domain)
-        self.excluded_cap: dict[tuple[int, int, int], int] = {}
+        self.exclusion = Exclusion()  # held nodes kept out of queued placements (queue_guard)
         self.claimed: set[str] = set()
         """Nodes whose releases an earlier reservation of this cycle already counts on."""
 

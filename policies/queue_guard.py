@@ -41,9 +41,10 @@ def guard(pool: PoolIndex, gang: str, domain: str, nodes: Collection[NodeSlot],
     if waited_s < params.queue_closed_after_s:
         return
     if excluding(pool, waited_s, params):
-        if not pool.excluded:
-            pool.excluded_for = (gang, domain or "the pool")
-        pool.excluded.update(n.name for n in nodes)
+        ex = pool.exclusion
+        if not ex.nodes:
+            ex.gang, ex.domain = gang, domain or "the pool"
+        ex.nodes.update(n.name for n in nodes)
     else:
         pool.queue_closed_for = pool.queue_closed_for or gang
 
@@ -90,38 +91,40 @@ def refusal(pool: PoolIndex, job: PendingJob, level: int) -> str | None:
     if pool.queue_closed_for is not None:
         return f"backend queue closed while capacity is held here for starving gang " \
                f"{pool.queue_closed_for}"
-    if pool.excluded and cap_outside(pool, job.gpus_per_replica, level) < job.replicas:
+    ex = pool.exclusion
+    if ex.nodes and cap_outside(pool, job.gpus_per_replica, level) < job.replicas:
         where = f"one {LEVEL_NAMES[level]}" if level < POOL else "the pool"
         return (f"backend queue: no {job.replicas} x {job.gpus_per_replica} GPUs fit within "
-                f"{where} outside the {len(pool.excluded)} node(s) held for starving gang "
-                f"{pool.excluded_for[0]}, even when empty")
+                f"{where} outside the {len(ex.nodes)} node(s) held for starving gang "
+                f"{ex.gang}, even when empty")
     return None
 
 
 def note(pool: PoolIndex) -> str:
     """What a queued job's message adds when its placement excludes held nodes."""
-    if not pool.excluded:
+    ex = pool.exclusion
+    if not ex.nodes:
         return ""
-    gang, domain = pool.excluded_for
-    return (f", kept off the {len(pool.excluded)} node(s) of {domain} held for starving "
-            f"gang {gang}")
+    return (f", kept off the {len(ex.nodes)} node(s) of {ex.domain} held for starving "
+            f"gang {ex.gang}")
 
 
 def excluded(pool: PoolIndex) -> tuple[str, ...]:
-    return tuple(sorted(pool.excluded))
+    return tuple(sorted(pool.exclusion.nodes))
 
 
 def cap_outside(pool: PoolIndex, g: int, level: int) -> int:
     """Replicas of `g` GPUs the largest domain at `level` holds, empty, without the excluded
     nodes (cached per cycle: the excluded set only grows, so its size keys it)."""
-    key = (g, level, len(pool.excluded))
-    c = pool.excluded_cap.get(key)
+    ex = pool.exclusion
+    key = (g, level, len(ex.nodes))
+    c = ex.caps.get(key)
     if c is not None:
         return c
     per_rack: list[tuple[str, int]] = []  # (block, replicas)
     best_node = 0
     for r in pool.racks:
-        caps = [n.total // g for n in r.nodes if n.name not in pool.excluded]
+        caps = [n.total // g for n in r.nodes if n.name not in ex.nodes]
         per_rack.append((r.block, sum(caps)))
         best_node = max(best_node, *caps, 0)
     if level == NODE:
@@ -135,5 +138,5 @@ def cap_outside(pool: PoolIndex, g: int, level: int) -> int:
         c = max(blocks.values(), default=0)
     else:
         c = sum(v for _, v in per_rack)
-    pool.excluded_cap[key] = c
+    ex.caps[key] = c
     return c

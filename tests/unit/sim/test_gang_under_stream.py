@@ -68,14 +68,14 @@ def gang_start_minute(params: AdmissionParams, hours: int, excludes: bool = True
 
 
 NEVER_CLOSED = 366 * 86400.0
-GUARD_AFTER = {"queue_closed_after_s": 2 * 3600.0}  # 24 h by default; 2 h keeps it short
+GUARD_AFTER = 2 * 3600.0  # queue_closed_after_s: 24 h by default; 2 h keeps the test short
 
 
 def test_a_large_gang_starts_when_queued_jobs_exclude_its_rack() -> None:
     # where the backend honours exclusions: once the gang has waited 2 h here, its hold stays
     # in one rack and jobs queued in the backend exclude that rack; the queue is never closed
     # in such a pool, and the rack drains (measured: it starts after 169 min; closing: 164)
-    params = AdmissionParams(ordering=OrderingParams(**GUARD_AFTER))
+    params = AdmissionParams(ordering=OrderingParams(queue_closed_after_s=GUARD_AFTER))
     waited = gang_start_minute(params, hours=10)
     bound = params.ordering.queue_closed_after_s / 60 + 90
     assert waited is not None and waited <= bound, waited
@@ -92,7 +92,7 @@ def test_without_exclusion_or_closing_the_stream_starves_it() -> None:
 def test_a_backend_that_cannot_exclude_falls_back_to_closing_the_queue() -> None:
     # it holds a rack after an hour; after queue_closed_after_s no new job is queued in the
     # backend, whose queue drains within the hour (measured: it starts after 164 min)
-    params = AdmissionParams(ordering=OrderingParams(**GUARD_AFTER))
+    params = AdmissionParams(ordering=OrderingParams(queue_closed_after_s=GUARD_AFTER))
     waited = gang_start_minute(params, hours=10, excludes=False)
     bound = params.ordering.queue_closed_after_s / 60 + 90
     assert waited is not None and waited <= bound, waited
