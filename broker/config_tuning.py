@@ -81,8 +81,8 @@ class OrderingTuning(Strict):
     backend, not knowing the hold, would start queued jobs on the held GPUs): new jobs queued
     there exclude the held nodes where the backend can (queue_exclude), else the queue closes."""
     queue_exclude: bool = True
-    """Guard by excluding the held nodes (Slurm CLI transport, Kubernetes plain and volcano
-    modes, the simulator); off: close the queue everywhere."""
+    """Guard by excluding the held nodes (Slurm CLI transport, Kubernetes plain mode, the
+    simulator); off, or on other pools: close the queue."""
     backfill: bool = True
     """Later jobs may use held GPUs where, by their time limits, they do not delay the gang."""
     backfill_margin: float = Field(default=420.0, ge=0, le=DAY)
