@@ -69,6 +69,35 @@ def server(
         _fail(str(exc))
 
 
+@app.command()
+def control(
+    config: Annotated[Path, typer.Option("--config", "-c", help="isthmus.yaml")],
+    db: DbUrl = None,
+    api_host: Annotated[
+        str | None, typer.Option("--api-host", help="where the API is reached (server.host)")
+    ] = None,
+    api_port: Annotated[
+        int | None, typer.Option("--api-port", help="the API's port (server.port)")
+    ] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option("--metrics-port", help="serve this process's metrics here")
+    ] = None,
+    metrics_host: Annotated[
+        str, typer.Option("--metrics-host", help="address of the metrics listener")
+    ] = "127.0.0.1",
+) -> None:
+    """Run the control loop without the API (PostgreSQL): a replica that leads when it holds
+    the lease; pair it with `isthmus server --no-control`."""
+    from broker.control_only import run_control
+    from broker.server import ServerError
+
+    try:
+        run_control(config, db_url=db, api_host=api_host, api_port=api_port,
+                    metrics=(metrics_host, metrics_port) if metrics_port else None)
+    except (ConfigError, ServerError) as exc:
+        _fail(str(exc))
+
+
 for _name, _fn in jobs.COMMANDS + admin_views.COMMANDS:
     app.command(_name)(_fn)
 admin_app.command("cycles")(admin_views.admin_cycles)
