@@ -231,9 +231,11 @@ def db_check(
     ] = None,
     as_json: AsJson = False,
 ) -> None:
-    """Rebuild every job from its events and compare with the stored rows (exit 1 on mismatch)."""
+    """Rebuild every job from its events and compare with the stored rows, the quota counters
+    and the ledger's daily sums with the ledger's entries (exit 1 on mismatch)."""
     from broker import ledger
     from broker.orchestration.replay import check_all
+    from broker.store import daily_sums
     from broker.store.db import DatabaseURLError, connect
 
     db = _db_url(db, config)
@@ -252,7 +254,7 @@ def db_check(
 
             checked = s.execute(select(func.count()).select_from(JOBS)).scalar_one()
             mismatches = list(check_all(s))
-            ledger_problems = ledger.check(s)
+            ledger_problems = ledger.check(s) + daily_sums.mismatches(s)
     except Exception as exc:
         _fail(f"cannot read {db}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}")
     finally:
