@@ -236,7 +236,7 @@ def db_check(
     from broker import ledger
     from broker.orchestration.replay import check_all
     from broker.store import daily_sums
-    from broker.store.db import DatabaseURLError, connect
+    from broker.store.db import DatabaseURLError, connect, masked
 
     db = _db_url(db, config)
     try:
@@ -256,7 +256,8 @@ def db_check(
             mismatches = list(check_all(s))
             ledger_problems = ledger.check(s) + daily_sums.mismatches(s)
     except Exception as exc:
-        _fail(f"cannot read {db}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}")
+        _fail(f"cannot read {masked(db)}: {exc.__class__.__name__}: "
+              f"{str(exc).splitlines()[0]}")
     finally:
         database.dispose()
     if as_json:
@@ -281,6 +282,39 @@ def db_check(
         )
     if mismatches or ledger_problems:
         raise typer.Exit(1)
+
+
+@db_app.command("rebuild-sums")
+def db_rebuild_sums(
+    db: DbUrl = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="isthmus.yaml naming the database")
+    ] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Write the ledger's daily sums (ledger_daily, read by `isthmus report`) anew from its
+    entries, in one transaction: after `db check` reported them drifted, e.g. entries booked
+    by a replica of a version before schema revision 0013 while an upgrade rolled."""
+    from broker.store import daily_sums
+    from broker.store.db import DatabaseURLError, connect, masked
+
+    url = _db_url(db, config)
+    try:
+        database = connect(url)
+    except DatabaseURLError as exc:
+        _fail(str(exc))
+    try:
+        with database.write() as s:
+            rows = daily_sums.rebuild(s)
+    except Exception as exc:
+        _fail(f"cannot rebuild the daily sums of {masked(url)}: {exc.__class__.__name__}: "
+              f"{str(exc).splitlines()[0] if str(exc) else ''}")
+    finally:
+        database.dispose()
+    if as_json:
+        emit_json({"ledger_daily_rows": rows})
+    else:
+        console.print(f"ledger_daily rebuilt from the entries: {rows} rows")
 
 
 @db_app.command("backup")

@@ -172,3 +172,19 @@ def mismatches(session: Session, limit: int = 20) -> list[str]:
             f"gpu_hours {float(h):+.6g} cost {float(c):+.6g} unpriced {float(u):+.6g} "
             f"entries {int(n):+d}"
             for dim, day, team, value, kind, h, c, u, n in rows]
+
+
+def rebuild(session: Session) -> int:
+    """ledger_daily written anew from the entries, in the caller's transaction; the number of
+    rows it now holds. For a table that drifted (entries inserted by a replica of a version
+    before revision 0013, whose trigger this revision dropped; `isthmus db check` names the
+    rows). On PostgreSQL the table is locked first (EXCLUSIVE: reads go on), so that a writer
+    committing meanwhile adds its sums after the rebuild, never into the rows it replaces."""
+    conn = session.connection()
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text("LOCK TABLE ledger_daily IN EXCLUSIVE MODE"))
+    conn.execute(sa.delete(DAILY))
+    for dim in DIMS:
+        conn.execute(sa.insert(DAILY).from_select(
+            [c.name for c in DAILY.columns], _summed(dim, conn.dialect.name, sa.true())))
+    return int(conn.execute(sa.select(sa.func.count()).select_from(DAILY)).scalar_one())
