@@ -125,7 +125,7 @@ def refusal(pool: PoolIndex, job: PendingJob, level: int) -> str | None:
     n = len(ex.nodes | _own(pool, job))
     if n > MAX_EXCLUDED_NODES:
         return (f"backend queue closed: it would have to exclude {n} node(s) "
-                f"({len(ex.nodes)} {_held_for(pool)}), more than the {MAX_EXCLUDED_NODES} "
+                f"({len(ex.nodes)} node(s) {_held_for(pool)}), more than the {MAX_EXCLUDED_NODES} "
                 "one placement may")
     return None
 

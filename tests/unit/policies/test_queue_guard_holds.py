@@ -52,8 +52,8 @@ def test_more_held_nodes_than_a_placement_may_exclude_refuse_the_pool_not_the_cy
     assert len({rack_of(d[f"gang{i}"]) for i in range(4)}) == 4
     s = d["small"]
     assert not s.admitted and s.placement is None
-    assert (f"backend queue closed: it would have to exclude 5600 node(s) (5600 of 4 domain(s) "
-            f"held for 4 starving gangs (gang0, gang1, gang2 and 1 more)), more than the "
+    assert (f"backend queue closed: it would have to exclude 5600 node(s) (5600 node(s) of 4 "
+            f"domain(s) held for 4 starving gangs (gang0, gang1, gang2 and 1 more)), more than the "
             f"{MAX_EXCLUDED_NODES} one placement may") in s.message
     # with two gangs (2,800 nodes) the same job is queued, kept off their racks
     d = cycle(pool, [*gangs(0, 1), small()])
