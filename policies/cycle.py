@@ -122,9 +122,10 @@ class _Cycle:
             return Decision(job.id, False, Reason.WaitingForAdmission,
                             f"this cycle admitted its limit of {limit} jobs", position=position)
         cands = self.candidates(job)
-        if is_starving(job, self.now, self.params.ordering):  # before it is placed
-            waited = (self.now - job.submitted_at).total_seconds()
-            queue_guard.free_held_domain(cands, job, waited, self.params.ordering)
+        o = self.params.ordering
+        if is_starving(job, self.now, o) and self.reservations < o.max_reservations:
+            waited = (self.now - job.submitted_at).total_seconds()  # before it is placed:
+            queue_guard.free_held_domain(cands, job, waited, o)
         gpus = job.total_gpus
         verdicts: dict[str, QuotaVerdict] = {}
         blocked: dict[str, tuple[Reason, str]] = {}
