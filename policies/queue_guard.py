@@ -124,9 +124,9 @@ def refusal(pool: PoolIndex, job: PendingJob, level: int) -> str | None:
                 "empty")
     n = len(ex.nodes | _own(pool, job))
     if n > MAX_EXCLUDED_NODES:
-        return (f"backend queue closed: it would have to exclude {n} node(s) "
-                f"({len(ex.nodes)} node(s) {_held_for(pool)}), more than the {MAX_EXCLUDED_NODES} "
-                "one placement may")
+        held = f" ({len(ex.nodes)} node(s) {_held_for(pool)})" if ex.nodes else ""
+        return (f"backend queue closed: it would have to exclude {n} node(s){held}, more than "
+                f"the {MAX_EXCLUDED_NODES} one placement may")
     return None
 
 

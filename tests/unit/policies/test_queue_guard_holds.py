@@ -128,3 +128,12 @@ def test_a_queued_job_also_excludes_the_nodes_it_failed_on_in_that_pool() -> Non
     assert s.placement.exclude_nodes == tuple(sorted({*held, "p1-n3"}))
     s = cycle(pool(False), [own])["small"]  # a backend that cannot exclude is not asked to
     assert s.placement is not None and s.placement.exclude_nodes == ()
+
+
+def test_a_job_that_failed_on_more_nodes_than_a_placement_may_exclude_is_not_queued() -> None:
+    pool = (make_pool("p1").shape(1, 1, MAX_EXCLUDED_NODES + 2).use_all_but({"p1-n0": 4})
+            .set(max_isthmus_pending=2, excludes_nodes=True))
+    s = cycle(pool, [small(*(f"p1-n{i}" for i in range(MAX_EXCLUDED_NODES + 1)))])["small"]
+    assert not s.admitted and s.placement is None
+    assert (f"backend queue closed: it would have to exclude {MAX_EXCLUDED_NODES + 1} node(s), "
+            f"more than the {MAX_EXCLUDED_NODES} one placement may") in s.message
