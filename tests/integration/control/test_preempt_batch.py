@@ -94,3 +94,18 @@ def test_one_bad_victim_does_not_keep_the_others_from_being_stopped(
     assert not _preempted(sim, bad)
     assert state(sim, bad)[0] == "RUNNING"  # left running, its incident logged and marked
     consistent(sim)
+
+
+def test_the_running_views_tell_a_borrowed_reservation_from_a_nominal_one(sim: Sim) -> None:
+    # language has no nominal h100 quota (all it holds there is borrowed); vision has 32
+    borrower = submit(sim, spec().name("borrower").team("language").flavors("h100-80g")
+                      .replicas(1).gpus(8).topology(None), 3600)
+    owner = submit(sim, spec().name("owner").team("vision").flavors("h100-80g")
+                   .replicas(1).gpus(8).topology(None), 3600)
+    for j in (borrower, owner):
+        run_until(sim, j, "RUNNING", step=20)
+
+    views = {v.id: v for v in preempt.running_views(sim.plane)}
+
+    assert views[borrower].borrowed is True
+    assert views[owner].borrowed is False
