@@ -192,6 +192,9 @@ def spec(name: str, team: str, rng: random.Random) -> dict[str, Any]:
 @dataclass
 class Stats:
     lat: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
+    by_kind: dict[int, dict[str, list[float]]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(list)))
+    """minute -> "<request kind>@<replica>" -> latencies (ms): which requests make the p99."""
     err5: Counter[int] = field(default_factory=Counter)
     other: Counter[tuple[int, str]] = field(default_factory=Counter)
     retries: Counter[int] = field(default_factory=Counter)
@@ -249,6 +252,14 @@ class Conns:
         return Answer(status, data)
 
 
+def request_kind(method: str, path: str) -> str:
+    if method == "POST":
+        return "cancel" if path.endswith("/cancel") else "submit"
+    if "?" in path:
+        return "list"
+    return "explain" if path.endswith("/explain") else "read"
+
+
 class Load:
     def __init__(self, replicas: list[Replica], t0: float, stats: Stats, seed: int) -> None:
         self.replicas, self.t0, self.stats = replicas, t0, stats
@@ -282,6 +293,8 @@ class Load:
             now = time.monotonic()
             m = self.minute(due)
             self.stats.lat[m].append((now - due) * 1000)
+            self.stats.by_kind[m][f"{request_kind(method, path)}@{r.name}"].append(
+                (now - due) * 1000)
             if resp.status >= 500:
                 self.stats.err5[m] += 1
             elif resp.status >= 400 and resp.status != 409:
@@ -520,6 +533,11 @@ def report(rows: dict[int, dict[str, Any]], stats: Stats, events: dict[str, floa
               f"{stats.err5.get(m, 0):>3}  {stats.retries.get(m, 0):>12}  " +
               "  ".join(f"{rows[m]['rss'][n]:>9.0f}" for n in names) +
               f"  {_bound(cyc)}{mark}")
+    print("p99 ms (count) per request kind and replica, per minute:")
+    for m in sorted(rows):
+        kinds = stats.by_kind.get(m, {})
+        print(f"{m + 1:>3}  " + "  ".join(
+            f"{k} {pct(v, 0.99):.0f} ({len(v)})" for k, v in sorted(kinds.items())))
     # the replica that ran throughout: the one not killed
     survivor = next((n for n in names if f"killed_{n}" not in events), names[0] if names else "")
     after = [rows[m]["rss"].get(survivor, 0.0) for m in sorted(rows) if m >= warmup]

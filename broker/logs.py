@@ -90,4 +90,7 @@ def configure(level: int | str = logging.INFO, stream: TextIO | None = None) -> 
     root.setLevel(level)
     logging.getLogger(ROOT).setLevel(level)
     logging.getLogger("apscheduler").setLevel(logging.ERROR)  # skipped overlapping runs are normal
+    # alembic lists the plugins it sets up on every start (seven INFO lines, even before a
+    # refusal); the migrations it runs ("Running upgrade ...") are still told
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
     return handler

@@ -25,6 +25,7 @@ from broker.api.routes_plan import router as plan_router
 from broker.api.routes_progress import router as progress_router
 from broker.api.routes_views import router as views_router
 from broker.api.schemas import Health
+from broker.api.wakes import admission_waker
 from broker.config import IsthmusConfig
 from broker.control.runtime import Runtime
 from broker.domain.spec import JobSpec
@@ -45,9 +46,8 @@ def create_app(config: IsthmusConfig, db: Database, runtime: Runtime | None = No
     app.state.config = config
     app.state.db = db
     app.state.authenticator = Authenticator(config)
-    app.state.submit_queue = SubmitQueue(
-        db, config, on_commit=(lambda: runtime.wake("admission")) if runtime else None
-    )
+    app.state.wake_admission = admission_waker(db, runtime)
+    app.state.submit_queue = SubmitQueue(db, config, on_commit=app.state.wake_admission)
     app.state.runtime = runtime
     app.add_middleware(BodyLimit, max_bytes=config.server.max_body_bytes)
     for router in ROUTERS:

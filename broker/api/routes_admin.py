@@ -84,9 +84,9 @@ def _set(request: Request, pool: str, drained: bool, reason: str, actor: str) ->
         raise Problem(404, "pool-not-found", "Pool not found",
                       f"no pool '{pool}' in the configuration; pools: {known}")
     _write_drained(request.app.state.db, pool, drained, reason, actor)
-    runtime = request.app.state.runtime
-    if runtime is not None:
-        runtime.wake("admission")
+    wake = request.app.state.wake_admission
+    if wake is not None:
+        wake()  # what admission may hand out changed
     return next(p for p in _pools(request) if p.name == pool)
 
 

@@ -14,7 +14,6 @@ from datetime import datetime
 
 from sqlmodel import Session
 
-from broker.control.conflicts import CONFLICT_RETRIES, conflict
 from broker.control.faults import crash_point
 from broker.control.guard import SYSTEMIC, Incident, JobGuard, mark
 from broker.control.plane import ControlPlane, log
@@ -24,6 +23,7 @@ from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
 from broker.store import attempts as att
 from broker.store import batch, records
+from broker.store.conflicts import on_conflict
 from broker.store.records import JobRecord
 from policies import eta
 from policies.cycle import Decision
@@ -104,7 +104,7 @@ def persist(plane: ControlPlane, chunk: list[Decision], by_id: dict[str, JobReco
     is done again job by job."""
     if BATCH and len(chunk) > 1:
         try:
-            _batched_again_on_conflict(plane, chunk, by_id, now, estimates)
+            _persist_batched(plane, chunk, by_id, now, estimates)
             return
         except SYSTEMIC:
             raise  # no job is to blame (database gone, deposed leader): the pass ends
@@ -114,23 +114,7 @@ def persist(plane: ControlPlane, chunk: list[Decision], by_id: dict[str, JobReco
     _persist_each(plane, chunk, by_id, now, estimates)
 
 
-def _batched_again_on_conflict(plane: ControlPlane, chunk: list[Decision],
-                               by_id: dict[str, JobRecord], now: datetime,
-                               estimates: dict[str, eta.Estimate]) -> None:
-    """`_persist_batched`, done again when its transaction was aborted as a deadlock victim
-    (the abort undid all of it, and its effects run only after a commit): without this one
-    deadlock with a cancel or a reconcile pass threw away the whole admission pass."""
-    for tries in range(CONFLICT_RETRIES + 1):
-        try:
-            _persist_batched(plane, chunk, by_id, now, estimates)
-            return
-        except SYSTEMIC as exc:
-            if not conflict(exc) or tries == CONFLICT_RETRIES:
-                raise
-            log.warning("admission persist: chunk of %d aborted by a lock conflict (%s); "
-                        "writing it again", len(chunk), type(getattr(exc, "orig", exc)).__name__)
-
-
+@on_conflict  # a deadlock victim's chunk is written again: the abort undid all of it
 def _persist_batched(plane: ControlPlane, chunk: list[Decision], by_id: dict[str, JobRecord],
                      now: datetime, estimates: dict[str, eta.Estimate]) -> None:
     """The chunk's jobs locked in one statement, their writes queued (broker.store.batch)

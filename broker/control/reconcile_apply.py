@@ -6,7 +6,7 @@ commit and one fence check per chunk instead of two per attempt), every attempt 
 savepoint inside its own JobGuard: an attempt that fails is rolled back alone and marked
 InternalError after the chunk, the others stand. A chunk locks its jobs first, in one
 statement in id order, and applies its attempts in the order of the quota counters they
-release; a chunk PostgreSQL aborted as a deadlock victim is written again (CONFLICT_RETRIES)
+release; a chunk PostgreSQL aborted as a deadlock victim is written again (on_conflict)
 instead of ending the pass. The metrics of the chunk's transitions and
 endings are counted once it committed (broker.store.batch.held_effects), those of a
 rolled-back attempt never: a chunk that fails counts nothing, and the next pass counts each
@@ -24,7 +24,6 @@ from sqlmodel import Session
 
 from broker import ledger, metrics
 from broker.control import requeue
-from broker.control.conflicts import CONFLICT_RETRIES, conflict
 from broker.control.derive import Derived, derive
 from broker.control.faults import crash_point
 from broker.control.guard import SYSTEMIC, Incident, JobGuard, mark
@@ -36,6 +35,7 @@ from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
 from broker.store import attempts as att
 from broker.store import batch, records
+from broker.store.conflicts import on_conflict
 
 RECONCILER = "system:reconciler"
 APPLY_CHUNK = 200
@@ -173,7 +173,7 @@ class _Written:
 def _apply_chunk(plane: ControlPlane, chunk: list[tuple[att.AttemptRecord, Fact]],
                  now: datetime) -> int:
     try:
-        out = _written_again_on_conflict(plane, chunk, now)
+        out = _write_chunk(plane, chunk, now)
     except SYSTEMIC:
         raise
     except Exception as exc:  # a per-job failure at the chunk's commit
@@ -200,7 +200,7 @@ def _written_one_by_one(plane: ControlPlane, chunk: list[tuple[att.AttemptRecord
     out = _Written()
     for item in chunk:
         with JobGuard("reconcile", item[0].job_id) as guard:
-            one = _written_again_on_conflict(plane, [item], now)
+            one = _write_chunk(plane, [item], now)
         if guard.incident is not None:
             out.incidents.append(guard.incident)
             continue
@@ -210,23 +210,7 @@ def _written_one_by_one(plane: ControlPlane, chunk: list[tuple[att.AttemptRecord
     return out
 
 
-def _written_again_on_conflict(plane: ControlPlane, chunk: list[tuple[att.AttemptRecord, Fact]],
-                               now: datetime) -> _Written:
-    """`_write_chunk`, done again when PostgreSQL aborted its transaction as a deadlock victim
-    (nothing of it was kept, its effects run only once it committed): under the soak such a
-    deadlock with a cancel or a progress report ended the whole pass, and the chunk's jobs
-    (their ends, the GPUs they free) waited for a later pass."""
-    for tries in range(CONFLICT_RETRIES + 1):
-        try:
-            return _write_chunk(plane, chunk, now)
-        except SYSTEMIC as exc:
-            if not conflict(exc) or tries == CONFLICT_RETRIES:
-                raise
-            log.warning("reconcile: chunk of %d aborted by a lock conflict (%s); writing it "
-                        "again", len(chunk), type(getattr(exc, "orig", exc)).__name__)
-    raise AssertionError("unreachable")
-
-
+@on_conflict  # a deadlock victim's chunk is written again: its aborted transaction left nothing
 def _write_chunk(plane: ControlPlane, chunk: list[tuple[att.AttemptRecord, Fact]],
                  now: datetime) -> _Written:
     """The chunk's transaction: its jobs locked first in one statement (in id order, as every

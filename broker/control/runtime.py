@@ -21,13 +21,14 @@ Concurrency, made explicit:
   caller goes on with BackendUnavailable (or the cached inventory).
 
 Wake-ups (submit -> admission -> dispatch -> the reconcile that sees the job start): a commit of
-new submissions wakes the admission cycle; a cycle that admitted wakes the dispatcher; a
-dispatch that created backend objects wakes the reconcilers at once and again after
-`FOLLOW_UP_S` (a backend shows a fresh object as pending first). A wake that arrives while the
-job runs is not lost: the job runs again right after (its pass may have read the database
-before the commit that woke it); wakes closer than `min_wake_gap` are deferred to the end of
-the gap, not dropped. A reconcile pass that moved a job wakes the admission cycle (an ended
-job's GPUs are free), and a backend with a change feed (Kubernetes watches) wakes its
+new submissions wakes the admission cycle (on PostgreSQL also when another replica committed
+them: it sends NOTIFY and this runtime listens, broker.store.notify); a cycle that admitted
+wakes the dispatcher; a dispatch that created backend objects wakes the reconcilers at once and
+again after `FOLLOW_UP_S` (a backend shows a fresh object as pending first). A wake that arrives
+while the job runs is not lost: the job runs again right after (its pass may have read the
+database before the commit that woke it); wakes closer than `min_wake_gap` are deferred to the
+end of the gap, not dropped. A reconcile pass that moved a job wakes the admission cycle (an
+ended job's GPUs are free), and a backend with a change feed (Kubernetes watches) wakes its
 reconciler on every event, at most once per `min_wake_gap`.
 """
 
@@ -50,6 +51,7 @@ from broker.control.lease import LeaderLease
 from broker.control.plane import ControlPlane
 from broker.control.reconcile import run_reconcile
 from broker.logs import control_cycle, get_logger
+from broker.store import notify
 from broker.store.fence import Deposed
 
 log = get_logger(__name__)
@@ -93,6 +95,7 @@ class Runtime:
         self._cycles: dict[str, int] = {}  # passes started per control job (in log lines)
         self._stopping = False  # set by stop() under _scheduling: no change to the scheduler after
         self._scheduling = threading.Lock()
+        self._listener: notify.Listener | None = None  # PostgreSQL: wakes sent by other replicas
         self.min_wake_gap = min(0.5, self.intervals.admission / 4)
         plane.fence(lease.name)  # the loop's writes commit only under this replica's epoch
 
@@ -118,6 +121,9 @@ class Runtime:
         for name in self.plane.backends:
             self._add(f"reconcile:{name}", lambda p, n=name: reconcile(p, n), iv.reconcile)
         self._follow_changes()
+        if notify.supported(self.plane.db):  # submits to other replicas wake this one's cycle
+            self._listener = notify.Listener(self.plane.db, lambda: self.wake("admission"))
+            self._listener.start()
         self.scheduler.add_job(self.keep_lease, "interval", seconds=iv.lease_ttl / 3,
                                id="lease", next_run_time=datetime.now())
         self.scheduler.start()
@@ -125,6 +131,8 @@ class Runtime:
     def stop(self) -> None:
         with self._scheduling:
             self._stopping = True  # see _change_scheduler
+        if self._listener is not None:
+            self._listener.stop()
         self.scheduler.shutdown(wait=True)
         if self.leading:
             self.lease.release()

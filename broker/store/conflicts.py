@@ -11,12 +11,11 @@ is raised at once.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
 from tenacity import (
-    before_sleep_log,
+    RetryCallState,
     retry,
     retry_if_exception,
     stop_after_attempt,
@@ -39,14 +38,21 @@ def conflict(exc: BaseException) -> bool:
     return getattr(getattr(exc, "orig", None), "sqlstate", None) in _CONFLICTS
 
 
+def _logged(state: RetryCallState) -> None:
+    exc = state.outcome.exception() if state.outcome is not None else None
+    name = getattr(state.fn, "__qualname__", "a write")
+    log.warning("%s aborted by a lock conflict (%s); done again (call %d of %d)", name,
+                type(getattr(exc, "orig", exc)).__name__, state.attempt_number + 1, ATTEMPTS)
+
+
 def on_conflict(fn: Callable[P, T]) -> Callable[P, T]:
     """`fn`, called again (up to ATTEMPTS calls, 10-200 ms jittered pauses) while it raises
-    a lock conflict."""
+    a lock conflict; each retry is logged as a warning naming `fn`."""
     wrapped: Callable[P, T] = retry(
         retry=retry_if_exception(conflict),
         stop=stop_after_attempt(ATTEMPTS),
         wait=wait_random_exponential(multiplier=0.01, min=0.01, max=0.2),
-        before_sleep=before_sleep_log(log, logging.WARNING),
+        before_sleep=_logged,
         reraise=True,
     )(fn)
     return wrapped

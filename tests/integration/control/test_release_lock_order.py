@@ -104,7 +104,7 @@ def test_a_cancel_aborted_as_a_deadlock_victim_is_done_again_once(
         cancelled = [e for e in job_events(s, a) if e.to_state == "CANCELLED"]
         assert ledger.check(s) == [] and ledger.usage(s)[("vision", "h100-80g")][0] == 16  # B's
     assert len(cancelled) == 1  # the aborted try left nothing: one cancel, one release
-    assert [r.name for r in caplog.records if "Retrying" in r.getMessage()] == [
+    assert [r.name for r in caplog.records if "aborted by a lock conflict" in r.getMessage()] == [
         "isthmus.store.conflicts"]  # each try again is logged
 
 
