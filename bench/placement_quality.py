@@ -8,6 +8,8 @@ under six strategies in the same process:
   across both backends, backend queueing bounded per pool, reservations for starving gangs,
   backfill into held GPUs where it does not delay the gang: policies/backfill.py);
 - isthmus-nobf: the same cycle without that backfill (the "before", same run, for reference);
+- isthmus-close: the same cycle without excluding held nodes from jobs queued in a backend
+  (the queue closes after `queue_closed_after_s` instead; policies/queue_guard.py);
 - static:  the same cycle, but each team pinned to one backend (the usual split estate);
 - firstfit: FIFO with skipping, first pool and first nodes with room, topology ignored.
   A gang that asked for one rack but got spread over several runs 25% longer (the all-reduce
@@ -24,9 +26,9 @@ run (`--workers` simulations in parallel; each is deterministic): per run a line
 `seed S load L: p95 wait ratio vs best baseline X (...)` with the allocation difference and
 whether the goal (ratio <= 0.8 and allocation not lower) holds; the best baseline is the one of
 static, greedy and kueue with the lowest p95 (firstfit breaks the rack requirement, so it is
-not a fair baseline; isthmus-nobf is Isthmus). Then a table of every run, per load and over
-all runs the mean of the per-run ratios (and their geometric mean, the mean allocation
-difference, the runs meeting the goal), and last
+not a fair baseline; isthmus-nobf and isthmus-close are Isthmus). Then a table of every run,
+per load and over all runs the mean of the per-run ratios (and their geometric mean, the mean
+allocation difference, the runs meeting the goal), and last
 `placement: p95 wait ratio vs best baseline <X> (<names>; mean of N per-run ratios, ...)`:
 X is the arithmetic mean of the per-run ratios over every seed x load, so a single lucky seed
 cannot carry it; <names> says which baseline was best in how many runs. Lower is better.
@@ -172,10 +174,11 @@ Strategy = Callable[
 ]
 
 
-def isthmus_strategy(quotas: QuotaConfig, backfill: bool = True) -> Strategy:
+def isthmus_strategy(quotas: QuotaConfig, backfill: bool = True, exclude: bool = True
+                     ) -> Strategy:
     params = AdmissionParams(
         placement=PlacementParams(default_max_isthmus_pending=0),
-        ordering=OrderingParams(backfill=backfill),
+        ordering=OrderingParams(backfill=backfill, queue_exclude=exclude),
     )
 
     def run(
@@ -341,10 +344,11 @@ def quotas_for() -> QuotaConfig:
     )
 
 
-STRATEGIES = ("isthmus", "isthmus-nobf", "static", "firstfit", "greedy", "kueue")
+STRATEGIES = ("isthmus", "isthmus-nobf", "isthmus-close", "static", "firstfit", "greedy",
+              "kueue")
 FAIR = ("static", "greedy", "kueue")
 """The baselines "best baseline" is chosen from (firstfit spreads rack-bound gangs: other gang
-semantics; isthmus-nobf is Isthmus)."""
+semantics; isthmus-nobf and isthmus-close are Isthmus)."""
 
 
 def strategy_for(name: str, quotas: QuotaConfig) -> tuple[Strategy, dict[str, str] | None]:
@@ -353,6 +357,9 @@ def strategy_for(name: str, quotas: QuotaConfig) -> tuple[Strategy, dict[str, st
         return isthmus_strategy(quotas), None
     if name == "isthmus-nobf":  # the same cycle without backfill into held GPUs
         return isthmus_strategy(quotas, backfill=False), None
+    if name == "isthmus-close":  # jobs queued in a backend do not exclude held nodes; the
+        # queue closes after queue_closed_after_s instead (the policy before exclusion)
+        return isthmus_strategy(quotas, exclude=False), None
     if name == "static":
         return isthmus_strategy(quotas), pin
     if name == "firstfit":
@@ -475,7 +482,8 @@ def main() -> None:
         help="backends report no expected ends of running work (reservations by free GPUs)",
     )
     ap.add_argument(
-        "--only", default="", help="strategies besides isthmus, e.g. kueue,greedy,isthmus-nobf"
+        "--only", default="",
+        help="strategies besides isthmus, e.g. kueue,greedy,isthmus-nobf,isthmus-close",
     )
     ap.add_argument("--workers", type=int, default=2, help="simulations run in parallel")
     args = ap.parse_args()

@@ -21,8 +21,9 @@ job to end, then counts: lost (an answered submit whose job is not in the databa
 duplicated (two jobs with one submit's name), stuck (not ended after the drain), failed, and
 runs `isthmus db check`. Last line:
 `soak: <minutes> min <N> jobs 5xx <k> lost <l> p99 <T> ms rss growth <g>%` (p99: the worst
-minute but the hand-over minute; rss growth: the replica that ran throughout, from the end of
-warm-up to the end).
+minute but the hand-over minute; rss growth: from the end of warm-up to the end, the largest of
+the processes that ran throughout). `--split` runs the API replicas with `--no-control` and
+the control loop in two `isthmus control` processes; the kill drill then kills the leading one.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,18 +130,27 @@ def write_config(work: Path, rate: float, outage_file: Path) -> Path:
 
 
 class Replica:
-    def __init__(self, name: str, config: Path, db: str, work: Path) -> None:
-        self.name, self.config, self.db = name, config, db
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+    """A process of the broker: `server` (API and, when it leads, the control loop), `api`
+    (`server --no-control`) or `control` (`isthmus control`, no API; `--split`)."""
+
+    def __init__(self, name: str, config: Path, db: str, work: Path, role: str = "server",
+                 api_port: int = 0) -> None:
+        self.name, self.config, self.db, self.role = name, config, db, role
+        self.port = api_port if role == "control" else _free_port()
+        self.metrics_port = _free_port() if role == "control" else self.port
+        self.url = f"http://127.0.0.1:{self.metrics_port}"  # control: its metrics only
         self.log = work / f"{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         with open(self.log, "ab") as log:
+            args = (["control", "--api-port", str(self.port), "--metrics-port",
+                     str(self.metrics_port)] if self.role == "control" else
+                    ["server", "--port", str(self.port)]
+                    + (["--no-control"] if self.role == "api" else []))
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "broker.cli.main", "server", "--config", str(self.config),
-                 "--db", self.db, "--port", str(self.port)],
+                [sys.executable, "-m", "broker.cli.main", args[0], "--config", str(self.config),
+                 "--db", self.db, *args[1:]],
                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONPATH": str(ROOT)},
             )
@@ -261,7 +272,10 @@ def request_kind(method: str, path: str) -> str:
 
 
 class Load:
-    def __init__(self, replicas: list[Replica], t0: float, stats: Stats, seed: int) -> None:
+    def __init__(self, processes: list[Replica], t0: float, stats: Stats, seed: int,
+                 db: str = "") -> None:
+        self.processes, self.db = processes, db
+        replicas = [r for r in processes if r.role != "control"]
         self.replicas, self.t0, self.stats = replicas, t0, stats
         self.rng = random.Random(seed)
         self.conns = {r.name: Conns(r.port, 24) for r in replicas}
@@ -382,7 +396,7 @@ async def monitor(load: Load, seconds: float, rows: dict[int, dict[str, Any]],
         if el >= next_minute or el >= seconds:
             m = int(next_minute // 60) - 1
             cycle = None
-            for r in load.replicas:
+            for r in load.processes:
                 with contextlib.suppress(httpx.HTTPError):
                     async with httpx.AsyncClient() as client:
                         text = (await client.get(r.url + "/metrics", timeout=10)).text
@@ -393,8 +407,8 @@ async def monitor(load: Load, seconds: float, rows: dict[int, dict[str, Any]],
                     if h.get(float("inf"), 0) > before.get(float("inf"), 0):
                         cycle = _p95(before, h)
                     hist[r.name] = h
-            rows[m] = {"rss": {r.name: r.rss_mb() for r in load.replicas}, "cycle_p95": cycle,
-                       "cpu": {r.name: round(r.cpu_s()) for r in load.replicas}}
+            rows[m] = {"rss": {r.name: r.rss_mb() for r in load.processes}, "cycle_p95": cycle,
+                       "cpu": {r.name: round(r.cpu_s()) for r in load.processes}}
             lat = load.stats.lat.get(m, [])
             note(f"minute {m + 1}: {len(lat)} requests p99 {pct(lat, 0.99):.0f} ms "
                  f"5xx {load.stats.err5.get(m, 0)} rss {rows[m]['rss']} cycle p95 {_bound(cycle)}"
@@ -423,6 +437,12 @@ async def monitor(load: Load, seconds: float, rows: dict[int, dict[str, Any]],
 
 
 async def _leader(load: Load) -> Replica | None:
+    control = [r for r in load.processes if r.role == "control"]
+    if control:  # no API to ask: the lease's holder is "<host>:<pid>:<nonce>"
+        with psycopg.connect(load.db) as conn:
+            rows = conn.execute("SELECT holder FROM leader_lease WHERE expires_at > now()")
+            pids = {h.split(":")[1] for (h,) in rows}
+        return next((r for r in control if r.proc and str(r.proc.pid) in pids), None)
     for r in load.replicas:
         with contextlib.suppress(httpx.HTTPError, ValueError):
             async with httpx.AsyncClient() as client:
@@ -538,10 +558,12 @@ def report(rows: dict[int, dict[str, Any]], stats: Stats, events: dict[str, floa
         kinds = stats.by_kind.get(m, {})
         print(f"{m + 1:>3}  " + "  ".join(
             f"{k} {pct(v, 0.99):.0f} ({len(v)})" for k, v in sorted(kinds.items())))
-    # the replica that ran throughout: the one not killed
-    survivor = next((n for n in names if f"killed_{n}" not in events), names[0] if names else "")
-    after = [rows[m]["rss"].get(survivor, 0.0) for m in sorted(rows) if m >= warmup]
-    growth = (after[-1] / after[0] - 1) * 100 if len(after) > 1 and after[0] else 0.0
+    # the processes that ran throughout (not killed): the largest growth of any of them
+    growth = 0.0
+    for n in [n for n in names if f"killed_{n}" not in events] or names[:1]:
+        after = [rows[m]["rss"].get(n, 0.0) for m in sorted(rows) if m >= warmup]
+        if len(after) > 1 and after[0]:
+            growth = max(growth, (after[-1] / after[0] - 1) * 100)
     return worst, growth
 
 
@@ -561,6 +583,10 @@ def main() -> None:
     ap.add_argument("--db", help="PostgreSQL URL (default: a private server)")
     ap.add_argument("--seed", type=int, default=17)
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
+    ap.add_argument("--split", action="store_true",
+                    help="API replicas a, b with --no-control and the control loop in two "
+                    "processes of its own, c and d (`isthmus control`); the kill drill kills "
+                    "the leading one")
     ap.add_argument("--no-drills", action="store_true",
                     help="skip the backend outage and the leader kill (a profile run)")
     args = ap.parse_args()
@@ -569,12 +595,15 @@ def main() -> None:
     db = args.db or (pg.url if pg else "")
     outage = work / "sim-slurm.outage"
     config = write_config(work, args.rate, outage)
-    reps = [Replica(n, config, db, work) for n in ("a", "b")]
+    reps = [Replica(n, config, db, work, role="api" if args.split else "server")
+            for n in ("a", "b")]
+    if args.split:  # the control loop in processes of their own; simulated jobs report to a
+        reps += [Replica(n, config, db, work, role="control", api_port=reps[0].port)
+                 for n in ("c", "d")]
     try:
-        reps[0].start()
-        _wait_healthy(reps[0])
-        reps[1].start()
-        _wait_healthy(reps[1])
+        for r in reps:
+            r.start()
+            _wait_healthy(r)
         note(f"replicas: {({r.name: r.proc.pid for r in reps if r.proc})}; work dir {work}")
         result = asyncio.run(_run(reps, args, outage, db))
     finally:
@@ -590,6 +619,9 @@ def main() -> None:
 
 
 def _wait_healthy(r: Replica) -> None:
+    if r.role == "control":  # no API: started once it logs so
+        _wait_logged(r, "control loop started")
+        return
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         with contextlib.suppress(httpx.HTTPError):
@@ -601,13 +633,24 @@ def _wait_healthy(r: Replica) -> None:
     raise RuntimeError(f"replica {r.name} did not answer")
 
 
+def _wait_logged(r: Replica, text: str) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if r.log.exists() and text in r.log.read_text(errors="replace"):
+            return
+        if not r.alive():
+            raise RuntimeError(f"{r.name} exited: {r.log.read_text()[-2000:]}")
+        time.sleep(0.5)
+    raise RuntimeError(f"{r.name} did not start")
+
+
 async def _run(reps: list[Replica], args: argparse.Namespace, outage: Path, db: str) -> str:
     seconds = args.minutes * 60
     stats = Stats()
     rows: dict[int, dict[str, Any]] = {}
     events: dict[str, float] = {}
     wall0 = time.time()
-    load = Load(reps, time.monotonic(), stats, args.seed)
+    load = Load(reps, time.monotonic(), stats, args.seed, db)
     drills = not args.no_drills
     mon = asyncio.ensure_future(monitor(load, seconds, rows, events, outage, args.outage, drills))
     n = await load.run(args.rate, seconds)

@@ -35,7 +35,7 @@ from broker.config import load_config
 from broker.control.plane import ControlPlane
 from broker.domain.ids import new_job_id
 from broker.domain.spec import JobSpec
-from broker.store import open_database
+from broker.store import daily_sums, open_database
 from broker.store.attempts import ATTEMPTS, CYCLES, EXPLANATIONS
 from broker.store.decision_log import DECISIONS
 from broker.store.records import EVENTS, JOBS
@@ -167,6 +167,7 @@ def seed(db: Any, jobs: int, rng: random.Random) -> dict[str, str]:
                             (DECISIONS, decisions)):
             for start in range(0, len(rows), 2000):
                 conn.execute(sa.insert(table), rows[start:start + 2000])
+        daily_sums.add_entries(s, sa.true())  # the bulk-loaded entries' day sums
     print(f"seeded {len(job_rows)} jobs, {len(event_rows)} events, {len(attempt_rows)} "
           f"attempts, {len(ledger)} ledger entries, {len(cycles)} cycles, "
           f"{len(decisions)} decisions")

@@ -77,8 +77,12 @@ class OrderingTuning(Strict):
     reservation_min_gpus: int = Field(default=8, ge=1, le=100_000)
     max_reservations: int = Field(default=4, ge=0, le=1000)
     queue_closed_after: float = Field(default=24 * 3600.0, ge=0, le=366 * DAY)
-    """Seconds a gang waits before its reservation also closes the pool's backend queue to new
-    jobs (the backend, not knowing the hold, would start them on the held GPUs)."""
+    """Seconds a gang waits before its reservation also guards the pool's backend queue (the
+    backend, not knowing the hold, would start queued jobs on the held GPUs): new jobs queued
+    there exclude the held nodes where the backend can (queue_exclude), else the queue closes."""
+    queue_exclude: bool = True
+    """Guard by excluding the held nodes (Slurm CLI transport, Kubernetes plain mode, the
+    simulator); off, or on other pools: close the queue."""
     backfill: bool = True
     """Later jobs may use held GPUs where, by their time limits, they do not delay the gang."""
     backfill_margin: float = Field(default=420.0, ge=0, le=DAY)

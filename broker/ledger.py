@@ -22,7 +22,9 @@ are the parts of that usage that bought nothing, one entry per kind:
 through the progress API marks work that survives into the next attempt; an attempt that never
 reported one loses its whole run. Every usage and waste entry carries its `cost`: GPU-hours x the
 flavor's cost weight x the pool's cost weight, and (from revision 0010) the attempt's pool and
-the job's submitter, which the usage report groups by.
+the job's submitter, which the usage report groups by. Every usage and waste entry is also
+added to the ledger's per-day sums (ledger_daily), at the transaction's commit like the
+counters (broker.store.daily_sums).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from broker.store import batch
+from broker.store import batch, daily_sums
 from broker.store import quota_counters as counters
 from broker.store.ledger_tables import ENTRIES
 from broker.store.tables import AttemptRow, JobRow
@@ -203,13 +205,25 @@ def record_hours(
         raise ValueError(f"record_hours takes usage or waste, not {kind}")
     if _entry(session, r.job_id, r.attempt, kind) is not None:
         return False
-    session.connection().execute(
+    conn = session.connection()
+    conn.execute(
         _INSERT_ENTRY,
         {"job_id": r.job_id, "attempt": r.attempt, "kind": kind.value, "team": r.team,
          "flavor": r.flavor, "gpus": r.gpus, "borrowed_gpus": 0, "gpu_hours": gpu_hours,
          "at": now, "note": note},
     )
+    # no pool or user on this entry: summed under its attempt's pool and job's submitter
+    who = conn.execute(_WHO, {"job_id": r.job_id, "attempt": r.attempt}).first()
+    _note_daily(session, r, kind, now, gpu_hours, None, who)
     return True
+
+
+def _note_daily(session: Session, r: Reservation, kind: LedgerKind, at: datetime,
+                gpu_hours: float, cost: float | None, who: Any) -> None:
+    """Add an entry to its day's sums (written at commit). `who`: the _WHO row."""
+    pool, user = (who.pool, who.submitted_by) if who is not None else (None, None)
+    daily_sums.note(session, team=r.team, flavor=r.flavor, kind=kind.value, at=at,
+                    gpu_hours=gpu_hours, cost=cost, pool=pool or "", user=user or "")
 
 
 def charge(
@@ -233,6 +247,7 @@ def charge(
              "cost": value * cost_weight, "pool": pool, "submitted_by": user, "at": now,
              "note": f"{ending.value}; weight {cost_weight:g}" + (f"; {note}" if note else "")},
         )
+        _note_daily(session, r, kind, now, value, value * cost_weight, who)
     return hours
 
 

@@ -10,7 +10,8 @@ runs the lease keeper, and the leader lease (broker.control.lease) elects exactl
 to run the admission, dispatch and reconcile jobs, as it does among replicas on several
 machines (whose hand-over when the leader dies tests/e2e/test_replicas.py shows), with no
 special case for workers. The others only answer the API (their /healthz says `standby`);
-a submission they commit is admitted at the leader's next cycle rather than woken at once.
+a submission they commit wakes the leader's admission through PostgreSQL NOTIFY
+(broker.store.notify), as one committed by another replica does.
 
 SQLite is refused (`check_workers`): it allows one writer, and the server holds a lock on
 the database file so that a second process never opens it.

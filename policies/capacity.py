@@ -17,7 +17,7 @@ Topology levels are ranked as broker/domain/topology.py encodes them (node, rack
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from broker.domain.inventory import InventorySnapshot, PoolSnapshot
 from broker.domain.topology import BLOCK, LEVEL_NAMES, NODE, POOL, RACK
@@ -43,6 +43,18 @@ class Fit:
 
 
 NodeCap = Callable[[NodeSlot], int]
+
+
+@dataclass(slots=True)
+class Exclusion:
+    """Nodes held for starving gangs this cycle that jobs queued in the pool's backend must
+    exclude (policies/queue_guard.py)."""
+
+    nodes: set[str] = field(default_factory=set)
+    gang: str = ""  # the first gang, for reasons
+    domain: str = ""
+    caps: dict[tuple[int, int, int], int] = field(default_factory=dict)
+    """Replicas the largest domain outside `nodes` holds, per (GPUs, level, len(nodes))."""
 
 
 class PoolIndex:
@@ -104,6 +116,7 @@ class PoolIndex:
         self.held = 0
         self.backlog_held = 0  # for jobs queued in the backend (policies/backlog.py)
         self.queue_closed_for: str | None = None  # a gang past queue_closed_after_s held here
+        self.exclusion = Exclusion()  # held nodes kept out of queued placements (queue_guard)
         self.claimed: set[str] = set()
         """Nodes whose releases an earlier reservation of this cycle already counts on."""
 
@@ -325,10 +338,10 @@ class PoolIndex:
         level = next((lv for lv in range(level + 1) if self.static_cap(gpus, lv) >= replicas), -1)
         if level < 0:
             return None
-        domains = [d for d in self._domains(level, replicas * gpus) if d[1]]
+        domains = [d for d in self.domains(level, replicas * gpus) if d[1]]
         return reservation.choose_target(domains, gpus, replicas, self.has_releases, self.claimed)
 
-    def _domains(self, level: int, need: int) -> list[tuple[str, list[NodeSlot]]]:
+    def domains(self, level: int, need: int) -> list[tuple[str, list[NodeSlot]]]:
         """Every domain at `level` with its nodes (at NODE, only nodes that could hold
         `need` GPUs when empty), named as `Fit.domain` names them."""
         if level == NODE:

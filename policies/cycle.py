@@ -37,6 +37,7 @@ from typing import Protocol
 
 from broker.domain.inventory import InventorySnapshot
 from broker.domain.reasons import Reason
+from policies import queue_guard
 from policies.backfill import Backfill, Held, try_backfill
 from policies.backlog import hold_backend_queue
 from policies.capacity import CapacityIndex, PoolIndex
@@ -261,15 +262,16 @@ class _Cycle:
         if not pools:
             return None
         rank = {f: i for i, f in enumerate(job.flavors)}
-        g, level = job.gpus_per_replica, max_level(job)
-        targets = {p.name: p.hold_target(g, job.replicas, level) for p in pools}
+        g, level, o = job.gpus_per_replica, max_level(job), self.params.ordering
+        waited = (self.now - job.submitted_at).total_seconds()
+        targets = {p.name: queue_guard.hold_target(p, job, level, waited, o) for p in pools}
 
         def ready(p: PoolIndex) -> float:
             t = targets[p.name]
-            return math.inf if t is None else t.ready
+            return math.inf if t is None else queue_guard.rank(p, job.id, waited, o, t.ready)
 
-        # within a flavor, the pool whose domain drains soonest; without release data every
-        # pool is inf and the most free GPUs decide, as before
+        # within a flavor, the pool whose domain drains soonest (without release data: the most
+        # free GPUs; a hold guarded by exclusion stays in one pool: policies/queue_guard.py)
         pool = min(pools, key=lambda p: (rank.get(p.flavor, 99), ready(p), -p.free, p.name))
         target = targets[pool.name]
         claimed = frozenset(pool.claimed)  # as `target.ready` was computed; hold() adds to it
@@ -277,9 +279,7 @@ class _Cycle:
         if held is None or target is None:
             return None
         self.reservations += 1
-        waited = (self.now - job.submitted_at).total_seconds()
-        if waited >= self.params.ordering.queue_closed_after_s:
-            pool.queue_closed_for = pool.queue_closed_for or job.id
+        queue_guard.guard(pool, job.id, target.domain, target.nodes, waited, o)
         if pool.admitted_max_priority is None or job.priority > pool.admitted_max_priority:
             pool.admitted_max_priority = job.priority
         domain, per_node = held

@@ -36,9 +36,14 @@ class OrderingParams:
     """Later jobs may use held GPUs where, by their time limits, they do not delay the
     gang's expected start (policies/backfill.py)."""
     queue_closed_after_s: float = 24 * 3600.0
-    """A starving gang waiting this long closes the backend queue of the pool it holds
-    capacity in (the backend, not knowing the hold, would start queued jobs on it). Long:
-    closing costs small jobs their queue path (docs/benchmarks.md, 2026-12-01 session 5)."""
+    """A starving gang waiting this long guards the backend queue of the pool it holds
+    capacity in (the backend, not knowing the hold, would start queued jobs on it): new jobs
+    queued there exclude the held nodes (`queue_exclude`, where the backend can), else the
+    queue closes (policies/queue_guard.py). Long: both cost small jobs (docs/benchmarks.md,
+    2026-12-01 sessions 5 and 6)."""
+    queue_exclude: bool = True
+    """Guard by excluding the held nodes, in pools whose backend honours exclusions
+    (`PoolSnapshot.excludes_nodes`); off, or elsewhere: close the queue."""
     backfill_factor: float = 1.0
     """A backfilled job's time limit counts this many times (a safety margin, >= 1)."""
     backfill_margin_s: float = 420.0

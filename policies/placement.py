@@ -29,6 +29,7 @@ from broker.domain.inventory import pool_is_candidate
 from broker.domain.reasons import Reason, most_severe, severity
 from broker.domain.spec import BackendKind
 from broker.domain.topology import LEVEL_NAMES, LEVELS, POOL, TopologyLevel, rank_of
+from policies import queue_guard
 from policies.capacity import (
     CapacityIndex,
     Fit,
@@ -282,23 +283,22 @@ def _short_now(job: PendingJob, pool: PoolIndex, top: int) -> tuple[Reason, str]
 def _queued(job: PendingJob, pool: PoolIndex, params: PlacementParams, reason: Reason,
             msg: str) -> PoolVerdict:
     """A small job that does not fit now may wait in a shared pool's backend queue, while
-    that queue holds fewer Isthmus jobs than its cap and no starving gang holds capacity in
-    the pool this cycle (the backend, not knowing the hold, would start the job on the held
-    GPUs: a stream of small jobs would starve the gang); else the pool is refused."""
+    that queue holds fewer Isthmus jobs than its cap and a starving gang's hold in the pool
+    allows it (kept off the held nodes, or the queue closed: policies/queue_guard.py); else
+    the pool is refused."""
     s, w = pool.snap, params.weights
     need = job.gpus_per_replica * job.replicas
     limit = queue_cap(pool, params)
     small = s.shared and need <= params.queue_max_gpus
-    if small and limit and pool.queue_closed_for is not None:
-        return _verdict(pool, reason, f"{msg}; backend queue closed while capacity is held here "
-                                      f"for starving gang {pool.queue_closed_for}")
+    if small and limit and (why := queue_guard.refusal(pool, job, max_level(job))):
+        return _verdict(pool, reason, f"{msg}; {why}")
     if small and pool.queued < limit:
         wait = expected_wait(pool, params) + need / max(1, pool.total) * params.turnover_seconds
         score = (w.queued + w.flavor * _flavor_rank(job, s.flavor)
                  + w.wait_per_hour * wait / 3600.0 + w.cost * s.cost_weight)
         qmsg = (
             f"{msg}; may wait in the backend queue (~{wait / 60:.0f} min expected, "
-            f"{pool.queued} of {limit} Isthmus jobs pending there)"
+            f"{pool.queued} of {limit} Isthmus jobs pending there{queue_guard.note(pool)})"
         )
         return _verdict(pool, Reason.BackendPending, qmsg, fits=True, score=round(score, 6),
                         level=job.topology_required, queued=True, expected_wait_s=wait)
@@ -368,6 +368,7 @@ def place(
         topology_level=best.level,
         topology_domain=best.domain or None,
         nodes=nodes,
+        exclude_nodes=queue_guard.excluded(pool) if fit is None else (),
     )
     reason = Reason.BackendPending if fit is None else Reason.Admitted
     return PlacementResult(

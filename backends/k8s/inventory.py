@@ -297,6 +297,10 @@ def build_pools(
             name=pool.name, backend_kind=BackendKind.K8S, backend=backend, flavor=pool.flavor,
             selector=pool.selector_text, cost_weight=pool.cost_weight, shared=pool.shared,
             drained=pool.drained, nodes=tuple(snaps), queue=depth[pool.name],
+            # a required node affinity NotIn keeps queued pods off held nodes (manifests.py),
+            # shown with kube-scheduler (plain mode); kueue mode does not render it (Kueue's
+            # topology-aware scheduling picks the nodes); volcano renders it, not yet tested
+            excludes_nodes=settings.mode(pool.name) == "plain",
         ))
     return tuple(out)
 

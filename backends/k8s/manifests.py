@@ -73,8 +73,9 @@ def node_affinity(
     request: SubmitRequest, pool: K8sPoolBinding, settings: K8sSettings, *, pin_domain: bool = True
 ) -> dict[str, Any]:
     """Every rank on the pool's nodes, inside the chosen topology domain (or on the chosen
-    nodes when the placement names them). Without `pin_domain` (kueue mode: Kueue's
-    topology-aware scheduling places the ranks) the pool's selector only."""
+    nodes when the placement names them), never on the placement's excluded nodes (held for
+    a starving gang while this job waits in the backend). Without `pin_domain` (kueue mode:
+    Kueue's topology-aware scheduling places the ranks) the pool's selector only."""
     placement = request.placement
     exprs: list[dict[str, Any]] = [
         {"key": k, "operator": "In", "values": [v]} for k, v in sorted(pool.node_selector.items())
@@ -100,6 +101,9 @@ def node_affinity(
             term["matchFields"] = [
                 {"key": "metadata.name", "operator": "In", "values": [domain_value(domain)]}
             ]
+    if placement.exclude_nodes and pin_domain:
+        exprs.append({"key": settings.hostname_label, "operator": "NotIn",
+                      "values": sorted(set(placement.exclude_nodes))})
     if not exprs:
         del term["matchExpressions"]
     if not term:

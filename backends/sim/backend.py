@@ -156,6 +156,8 @@ class SimBackend:
             attempt=request.attempt,
             level=pl.topology_level.value if pl.topology_level else None,
             wanted=pl.nodes,
+            exclude=frozenset(pl.exclude_nodes) if self.pools[pl.pool].excludes_nodes
+            else frozenset(),
             seq=self._seq,
             fault=faults.from_annotations(spec.annotations, request.attempt),
             done_before=float(done),

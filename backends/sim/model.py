@@ -30,6 +30,8 @@ class SimPoolSpec:
     """0: not reported (CPUs are not modelled)."""
     memory_per_node: int = 0
     """Bytes; 0: not reported."""
+    excludes_nodes: bool = True
+    """The pool honours a placement's exclude_nodes (never starts the job there)."""
 
     @property
     def nodes(self) -> int:
@@ -82,6 +84,8 @@ class Job:
     attempt: int | None = None
     level: str | None = None
     wanted: tuple[str, ...] = ()
+    exclude: frozenset[str] = frozenset()
+    """Nodes it must not start on (the placement's exclude_nodes, where the pool honours it)."""
     nodes: tuple[str, ...] = ()
     started: float | None = None
     ended: float | None = None
@@ -115,19 +119,20 @@ class Node:
 def fit_nodes(nodes: dict[str, Node], pool_nodes: dict[str, list[Node]], job: Job
               ) -> list[Node] | None:
     """The node of each replica of `job` if it fits now: on the nodes it asks for, else in
-    the first domain (by name) at its level with room, else None."""
+    the first domain (by name) at its level with room, else None; never on its excluded
+    nodes."""
     if job.wanted and len(job.wanted) == job.replicas:
         need: dict[str, int] = {}
         for wanted in job.wanted:
             need[wanted] = need.get(wanted, 0) + job.gpus
         if all(
             (nd := nodes.get(w)) is not None and nd.up and nd.free >= k
-            for w, k in need.items()
+            and w not in job.exclude for w, k in need.items()
         ):
             return [nodes[w] for w in job.wanted]
     groups: dict[str, list[Node]] = {}
     for n in pool_nodes[job.pool]:
-        if n.up and n.free >= job.gpus:
+        if n.up and n.free >= job.gpus and n.name not in job.exclude:
             key = n.topo.domain(job.level, n.name) if job.level else ""
             groups.setdefault(key, []).append(n)
     for key in sorted(groups):

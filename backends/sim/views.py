@@ -77,6 +77,7 @@ def inventory(b: SimView) -> InventorySnapshot:
                 shared=spec.shared,
                 drained=False,
                 max_isthmus_pending=spec.max_isthmus_pending,
+                excludes_nodes=spec.excludes_nodes,
                 nodes=tuple(nodes),
                 queue=_queue_depth(b, name),
             )

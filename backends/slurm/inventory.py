@@ -156,6 +156,7 @@ def pool_snapshots(
     switches: Sequence[Switch],
     jobs: Sequence[SlurmJob],
     now: datetime,
+    excludes_nodes: bool = False,
 ) -> tuple[PoolSnapshot, ...]:
     paths = topology_paths(switches)
     releases = node_releases(jobs)
@@ -173,6 +174,7 @@ def pool_snapshots(
             cost_weight=pool.cost_weight,
             shared=pool.shared,
             drained=pool.drained,
+            excludes_nodes=excludes_nodes,
             nodes=tuple(members),
             queue=queue_depth(pool.partition, jobs, total, now),
         ))

@@ -103,6 +103,7 @@ class BatchJob:
     user_output: str | None = None  # sbatch's --output of a batch script (replaces `output`)
     user_error: str | None = None  # sbatch's --error of a batch script
     exclusive: bool = False  # whole nodes (sbatch --exclusive)
+    exclude: tuple[str, ...] = ()  # nodes it must not start on (sbatch --exclude)
 
 
 def newest(records: Sequence[SlurmJob]) -> SlurmJob:

@@ -205,6 +205,7 @@ def batch_job(
         memory_per_gpu_mb=memory_per_gpu_mb,
         hold=hold,
         begin=_check_word("begin", begin) if begin else None,
+        exclude=tuple(_check_word("node", n) for n in placement.exclude_nodes),
     )
     return _with_script(with_batch_options(job, request), request, settings)
 
@@ -263,6 +264,8 @@ def directives(job: BatchJob, settings: RenderSettings) -> list[str]:
         lines.append(f"--signal={job.signal}")
     if job.switches:
         lines.append(f"--switches={job.switches}")
+    if job.exclude:  # held for a starving gang (policies/queue_guard.py)
+        lines.append(f"--exclude={','.join(job.exclude)}")
     if job.constraint:
         lines.append(f"--constraint={job.constraint}")
     if job.cpus_per_task:

@@ -194,6 +194,9 @@ class RestTransport:
         if shape.nodelist:
             log.warning("slurmrestd %s cannot pin nodes; %s may land on other nodes of %s",
                         dialect.openapi, job.name, job.partition)
+        if job.exclude:  # its pools say excludes_nodes=False, so admission sends none
+            log.warning("slurmrestd transport does not send excluded nodes; %s may start on "
+                        "%d node(s) held for a starving gang", job.name, len(job.exclude))
         # SLURM_UMASK: the output file is private from the start, as sbatch makes it
         env = {"PATH": JOB_PATH, "SLURM_UMASK": JOB_UMASK}
         props: dict[str, Any] = {

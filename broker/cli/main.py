@@ -69,6 +69,35 @@ def server(
         _fail(str(exc))
 
 
+@app.command()
+def control(
+    config: Annotated[Path, typer.Option("--config", "-c", help="isthmus.yaml")],
+    db: DbUrl = None,
+    api_host: Annotated[
+        str | None, typer.Option("--api-host", help="where the API is reached (server.host)")
+    ] = None,
+    api_port: Annotated[
+        int | None, typer.Option("--api-port", help="the API's port (server.port)")
+    ] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option("--metrics-port", help="serve this process's metrics here")
+    ] = None,
+    metrics_host: Annotated[
+        str, typer.Option("--metrics-host", help="address of the metrics listener")
+    ] = "127.0.0.1",
+) -> None:
+    """Run the control loop without the API (PostgreSQL): a replica that leads when it holds
+    the lease; pair it with `isthmus server --no-control`."""
+    from broker.control_only import run_control
+    from broker.server import ServerError
+
+    try:
+        run_control(config, db_url=db, api_host=api_host, api_port=api_port,
+                    metrics=(metrics_host, metrics_port) if metrics_port else None)
+    except (ConfigError, ServerError) as exc:
+        _fail(str(exc))
+
+
 for _name, _fn in jobs.COMMANDS + admin_views.COMMANDS:
     app.command(_name)(_fn)
 admin_app.command("cycles")(admin_views.admin_cycles)
@@ -202,10 +231,12 @@ def db_check(
     ] = None,
     as_json: AsJson = False,
 ) -> None:
-    """Rebuild every job from its events and compare with the stored rows (exit 1 on mismatch)."""
+    """Rebuild every job from its events and compare with the stored rows, the quota counters
+    and the ledger's daily sums with the ledger's entries (exit 1 on mismatch)."""
     from broker import ledger
     from broker.orchestration.replay import check_all
-    from broker.store.db import DatabaseURLError, connect
+    from broker.store import daily_sums
+    from broker.store.db import DatabaseURLError, connect, masked
 
     db = _db_url(db, config)
     try:
@@ -223,9 +254,10 @@ def db_check(
 
             checked = s.execute(select(func.count()).select_from(JOBS)).scalar_one()
             mismatches = list(check_all(s))
-            ledger_problems = ledger.check(s)
+            ledger_problems = ledger.check(s) + daily_sums.mismatches(s)
     except Exception as exc:
-        _fail(f"cannot read {db}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}")
+        _fail(f"cannot read {masked(db)}: {exc.__class__.__name__}: "
+              f"{str(exc).splitlines()[0]}")
     finally:
         database.dispose()
     if as_json:
@@ -250,6 +282,39 @@ def db_check(
         )
     if mismatches or ledger_problems:
         raise typer.Exit(1)
+
+
+@db_app.command("rebuild-sums")
+def db_rebuild_sums(
+    db: DbUrl = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="isthmus.yaml naming the database")
+    ] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Write the ledger's daily sums (ledger_daily, read by `isthmus report`) anew from its
+    entries, in one transaction: after `db check` reported them drifted, e.g. entries booked
+    by a replica of a version before schema revision 0013 while an upgrade rolled."""
+    from broker.store import daily_sums
+    from broker.store.db import DatabaseURLError, connect, masked
+
+    url = _db_url(db, config)
+    try:
+        database = connect(url)
+    except DatabaseURLError as exc:
+        _fail(str(exc))
+    try:
+        with database.write() as s:
+            rows = daily_sums.rebuild(s)
+    except Exception as exc:
+        _fail(f"cannot rebuild the daily sums of {masked(url)}: {exc.__class__.__name__}: "
+              f"{str(exc).splitlines()[0] if str(exc) else ''}")
+    finally:
+        database.dispose()
+    if as_json:
+        emit_json({"ledger_daily_rows": rows})
+    else:
+        console.print(f"ledger_daily rebuilt from the entries: {rows} rows")
 
 
 @db_app.command("backup")

@@ -10,6 +10,9 @@ from broker.domain.failures import FailureCategory
 from broker.domain.spec import BackendKind, JobSpec
 from broker.domain.topology import TopologyLevel
 
+MAX_EXCLUDED_NODES = 4096
+"""Most nodes one placement excludes (a held domain is a rack or block of a pool)."""
+
 
 def backend_object_name(job_id: str, attempt: int) -> str:
     """Deterministic backend name, so a lookup after a crash finds what was created."""
@@ -26,6 +29,11 @@ class Placement(BaseModel):
     topology_level: TopologyLevel | None = None
     topology_domain: str | None = Field(default=None, description="e.g. 'spine/rack2'")
     nodes: tuple[str, ...] = ()
+    exclude_nodes: tuple[str, ...] = Field(
+        default=(), max_length=MAX_EXCLUDED_NODES,
+        description="nodes the backend must not start this attempt on: a job queued in the "
+        "backend while a starving gang holds capacity there (policies/placement.py)",
+    )
 
 
 class RunSnapshot(BaseModel):

@@ -108,6 +108,12 @@ class PoolSnapshot(_Frozen):
     max_isthmus_pending: int | None = Field(
         default=None, description="cap on Isthmus jobs pending in this backend pool"
     )
+    excludes_nodes: bool = Field(
+        default=False,
+        description="the backend honours a placement's exclude_nodes for work it queues "
+        "(Slurm --exclude, a Kubernetes node affinity): jobs queued there while a starving gang "
+        "holds capacity are kept off the held nodes instead of the queue being closed",
+    )
     nodes: tuple[NodeSnapshot, ...] = ()
     queue: QueueDepth = Field(default_factory=QueueDepth)
     unavailable: str | None = Field(

@@ -9,6 +9,7 @@ they never wait for writers. PostgreSQL: one engine; row locks are SELECT ... FO
 from __future__ import annotations
 
 import contextlib
+import re
 import select
 import threading
 from collections.abc import Iterator
@@ -28,13 +29,18 @@ class DatabaseURLError(ValueError):
     pass
 
 
+def masked(url: str) -> str:
+    """`url` with its password (if any) replaced by ***: fit for messages and logs."""
+    return re.sub(r"(://[^:/@]*:).*@", r"\1***@", url)
+
+
 def normalise_url(url: str) -> str:
     """Accept postgres:// and postgresql:// and pin the psycopg 3 driver."""
     try:
         parsed = make_url(url)
     except sa.exc.ArgumentError as exc:
         raise DatabaseURLError(
-            f"database URL '{url}' is not valid; use sqlite:///path/to/isthmus.db or "
+            f"database URL '{masked(url)}' is not valid; use sqlite:///path/to/isthmus.db or "
             "postgresql://user@host:port/dbname"
         ) from exc
     backend = parsed.get_backend_name()

@@ -1,6 +1,6 @@
 """The ledger's tables, one home for every module that reads or writes them: the append-only
-entries (broker/ledger.py writes them) and their per-day sums that a trigger keeps
-(revision 0011; broker/store/reports.py reads both)."""
+entries (broker/ledger.py writes them) and their per-day sums (revision 0011; written at
+each commit by broker/store/daily_sums.py; broker/store/reports.py reads both)."""
 
 from __future__ import annotations
 

@@ -26,3 +26,13 @@ def upgrade(db: Database, revision: str = "head") -> None:
             conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_MIGRATION_LOCK})")
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
+
+
+def downgrade(db: Database, revision: str) -> None:
+    """Back to `revision` (only the revisions that have a downgrade; the others raise)."""
+    cfg = _config()
+    with db.writer.begin() as conn:
+        if not db.is_sqlite:
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_MIGRATION_LOCK})")
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, revision)

@@ -2,7 +2,8 @@
 
 Aggregates are computed by the database (GROUP BY), so a report over a million ledger rows
 moves a few rows to Python, not a million. Usage over whole UTC days is read from the daily
-sums of the ledger (ledger_daily, kept by a trigger on every ledger insert, revision 0011);
+sums of the ledger (ledger_daily, revision 0011, written at every commit that booked entries:
+broker/store/daily_sums.py);
 the entries of the partial days at a window's edges are read from the ledger itself.
 """
 

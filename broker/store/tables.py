@@ -150,8 +150,9 @@ class LedgerEntryRow(SQLModel, table=True):
 
 class LedgerDailyRow(SQLModel, table=True):
     """The ledger's usage and waste entries summed per UTC day, group and kind (revision
-    0011, kept by a trigger on ledger_entries). `dim` names the grouping (team, pool, flavor,
-    user) and `value` the group; `team` is on every row, for team-scoped reports."""
+    0011; written at each commit by broker.store.daily_sums since revision 0013). `dim` names
+    the grouping (team, pool, flavor, user) and `value` the group; `team` is on every row, for
+    team-scoped reports."""
 
     __tablename__ = "ledger_daily"
 

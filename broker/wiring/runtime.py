@@ -115,6 +115,7 @@ def policy_params(p: Policies, control: Control | None = None) -> dict[str, Any]
                 reservation_min_gpus=o.reservation_min_gpus,
                 max_reservations=o.max_reservations,
                 queue_closed_after_s=o.queue_closed_after,
+                queue_exclude=o.queue_exclude,
                 backfill=o.backfill,
                 backfill_margin_s=o.backfill_margin,
             ),

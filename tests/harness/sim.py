@@ -16,6 +16,7 @@ from broker.control.reconcile import run_reconcile
 from broker.orchestration.replay import check_all
 from broker.orchestration.submission import submit_job
 from broker.store import attempts as att
+from broker.store import daily_sums
 from broker.store.db import Database
 from broker.store.queries import get_job, list_jobs
 from tests.builders import SpecBuilder, spec
@@ -72,11 +73,12 @@ def state(sim: Sim, job_id: str) -> tuple[str, str]:
 
 
 def consistent(sim: Sim) -> None:
-    """Replay matches rows, ledger counters match entries, and the GPUs reserved equal the
-    GPUs of the jobs that hold a reservation (ADMITTED, PREPARING, RUNNING)."""
+    """Replay matches rows, ledger counters and daily sums match entries, and the GPUs
+    reserved equal the GPUs of the jobs that hold a reservation (ADMITTED, PREPARING, RUNNING)."""
     with sim.plane.db.read() as s:
         assert list(check_all(s)) == []
         assert ledger.check(s) == []
+        assert daily_sums.mismatches(s) == []
         holding = list_jobs(s, states=["ADMITTED", "PREPARING", "RUNNING"], limit=10_000)
         reserved = sum(g for (g, _) in ledger.usage(s).values())
         assert reserved == sum(j.total_gpus for j in holding)

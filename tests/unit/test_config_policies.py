@@ -39,7 +39,8 @@ def test_every_parameter_reaches_the_policies() -> None:
                       "turnover": 600, "max_isthmus_pending": 5, "queue_max_gpus": 16,
                       "hold_queued_by_shape": True},
         "ordering": {"starvation_after": 900, "reservation_min_gpus": 16, "max_reservations": 1,
-                     "backfill": False, "backfill_margin": 60, "queue_closed_after": 7200},
+                     "backfill": False, "backfill_margin": 60, "queue_closed_after": 7200,
+                     "queue_exclude": False},
         "fair_share": {"half_life": 7200},
         "admission": {"max_admissions": 50},
         "cancel_grace": 30,
@@ -58,6 +59,7 @@ def test_every_parameter_reaches_the_policies() -> None:
     assert o.backfill is False
     assert o.backfill_margin_s == 60.0
     assert o.queue_closed_after_s == 7200.0
+    assert o.queue_exclude is False
     assert p.admission.max_admissions == 50
     assert (p.fair_share_half_life_s, p.cancel_grace_s) == (7200.0, 30)
 

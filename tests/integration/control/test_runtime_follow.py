@@ -11,34 +11,22 @@ import pytest
 from apscheduler.schedulers.base import STATE_STOPPED
 
 from broker.control import runtime as runtime_module
-from broker.control.lease import LeaderLease
 from broker.control.plane import ControlPlane
 from broker.control.reconcile import ReconcileReport
-from broker.control.runtime import Intervals, Runtime
+from tests.harness.runtime import QUICK_S, SLOW, idle, slow_runtime
 from tests.harness.sim import Sim
 from tests.harness.wait import wait_until
-
-SLOW = Intervals(admission=600.0, dispatch=600.0, reconcile=600.0, lease_ttl=1.5)
-QUICK_S = 20.0
-
-
-def _idle(runtime: Runtime, job_id: str) -> bool:
-    return runtime._cycles.get(job_id, 0) >= 1 and job_id not in runtime._running
-
-
-def _runtime(sim: Sim) -> Runtime:
-    return Runtime(sim.plane, LeaderLease(sim.plane.db, holder="r1", ttl=SLOW.lease_ttl), SLOW)
 
 
 def test_a_backend_change_feed_wakes_its_reconciler(threaded_sim: Sim) -> None:
     name = next(iter(threaded_sim.plane.backends))
     feeds: list[Callable[[], None]] = []
     setattr(threaded_sim.backends[name], "on_change", feeds.append)
-    runtime = _runtime(threaded_sim)
+    runtime = slow_runtime(threaded_sim)
     runtime.start()
     job = f"reconcile:{name}"
     try:
-        wait_until(lambda: _idle(runtime, job), 60, "the first reconcile pass")
+        wait_until(lambda: idle(runtime, job), 60, "the first reconcile pass")
         assert len(feeds) == 1, "the runtime follows the backend's change feed"
         before = runtime._cycles[job]
         feeds[0]()  # e.g. a pod of a gang ended
@@ -57,11 +45,11 @@ def test_a_reconcile_pass_that_moved_a_job_wakes_admission(
         return ReconcileReport(observed=1, transitions=1 if moved["now"] else 0)
 
     monkeypatch.setattr(runtime_module, "run_reconcile", run_reconcile)
-    runtime = _runtime(threaded_sim)
+    runtime = slow_runtime(threaded_sim)
     runtime.start()
     reconciler = f"reconcile:{next(iter(threaded_sim.plane.backends))}"
     try:
-        wait_until(lambda: all(_idle(runtime, j) for j in ("admission", reconciler)), 60,
+        wait_until(lambda: all(idle(runtime, j) for j in ("admission", reconciler)), 60,
                    "the first passes")
         before = runtime._cycles["admission"]
         moved["now"] = True  # e.g. a job ended: its GPUs and quota are free
@@ -76,7 +64,7 @@ def test_stop_returns_while_a_control_job_wakes_another(threaded_sim: Sim) -> No
     """The scheduler's shutdown holds its job-store lock while it waits for the running jobs; a
     job that wakes another at that moment (a reconcile that moved a job wakes admission) once
     waited for that lock for ever, and `stop` with it (seen as a hung test run)."""
-    runtime = _runtime(threaded_sim)
+    runtime = slow_runtime(threaded_sim)
     started, release = threading.Event(), threading.Event()
 
     def probe(_plane: ControlPlane) -> None:

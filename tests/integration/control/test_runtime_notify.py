@@ -10,16 +10,14 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from broker.api.app import create_app
-from broker.control.lease import LeaderLease
-from broker.control.runtime import Runtime
 from broker.store.db import Database
 from broker.store.notify import Listener, Notifier
 from broker.store.queries import get_job
 from tests.builders import spec
 from tests.fixtures.postgres import POSTGRES_ONLY
+from tests.harness.runtime import QUICK_S, SLOW, idle, slow_runtime
 from tests.harness.sim import Sim
 from tests.harness.wait import wait_until
-from tests.integration.control.test_runtime_wake import QUICK_S, SLOW, _idle
 
 pytestmark = POSTGRES_ONLY  # one process on SQLite: nothing to notify
 
@@ -34,11 +32,10 @@ def test_a_submit_to_a_replica_that_does_not_lead_wakes_the_leaders_admission(
     threaded_sim: Sim,
 ) -> None:
     sim = threaded_sim
-    leader = Runtime(sim.plane, LeaderLease(sim.plane.db, holder="r1", ttl=SLOW.lease_ttl),
-                     SLOW)
+    leader = slow_runtime(sim)
     leader.start()
     try:
-        wait_until(lambda: _idle(leader, "admission") and leader._listener is not None
+        wait_until(lambda: idle(leader, "admission") and leader._listener is not None
                    and leader._listener.listening.is_set(), 60,
                    "the first admission pass and the leader's LISTEN")
         passes = leader._cycles["admission"]

@@ -14,12 +14,9 @@ from broker.control.lease import LeaderLease
 from broker.control.runtime import RECONCILE_WAKE_GAP_S, Intervals, Runtime
 from broker.store.queries import get_job
 from tests.builders import spec
+from tests.harness.runtime import QUICK_S, SLOW, idle, slow_runtime
 from tests.harness.sim import Sim
 from tests.harness.wait import wait_until
-
-SLOW = Intervals(admission=600.0, dispatch=600.0, reconcile=600.0, lease_ttl=1.5)
-QUICK_S = 20.0
-"""Generous for a loaded machine, and still 30 times shorter than any interval."""
 
 
 def _state(sim: Sim, job_id: str) -> str:
@@ -28,16 +25,11 @@ def _state(sim: Sim, job_id: str) -> str:
         return job.state if job is not None else "missing"
 
 
-def _idle(runtime: Runtime, job_id: str) -> bool:
-    return runtime._cycles.get(job_id, 0) >= 1 and job_id not in runtime._running
-
-
 def test_a_submit_is_admitted_dispatched_and_seen_running_before_any_interval(
     threaded_sim: Sim,
 ) -> None:
     sim = threaded_sim
-    runtime = Runtime(sim.plane, LeaderLease(sim.plane.db, holder="r1", ttl=SLOW.lease_ttl),
-                      SLOW)
+    runtime = slow_runtime(sim)
     runtime.start()
     stop = threading.Event()
 
@@ -48,7 +40,7 @@ def test_a_submit_is_admitted_dispatched_and_seen_running_before_any_interval(
     mover = threading.Thread(target=backends_move, daemon=True)
     try:
         # the first passes run when the lease is taken; after them only wakes run the loop
-        wait_until(lambda: all(_idle(runtime, j) for j in ("admission", "dispatch")), 60,
+        wait_until(lambda: all(idle(runtime, j) for j in ("admission", "dispatch")), 60,
                    "the first admission and dispatch passes")
         mover.start()
         client = TestClient(create_app(sim.plane.config, sim.plane.db, runtime))
@@ -74,8 +66,7 @@ def test_a_wake_while_the_job_runs_makes_it_run_again(threaded_sim: Sim) -> None
     """The pass that is running may have read the queue before the commit that woke it: the
     job runs once more when that pass ends (APScheduler alone would skip the wake)."""
     sim = threaded_sim
-    runtime = Runtime(sim.plane, LeaderLease(sim.plane.db, holder="r1", ttl=SLOW.lease_ttl),
-                      SLOW)
+    runtime = slow_runtime(sim)
     started = threading.Event()
     release = threading.Event()
     passes: list[float] = []
@@ -99,15 +90,14 @@ def test_a_wake_while_the_job_runs_makes_it_run_again(threaded_sim: Sim) -> None
 
 def test_wakes_closer_than_the_gap_are_deferred_not_dropped(threaded_sim: Sim) -> None:
     sim = threaded_sim
-    runtime = Runtime(sim.plane, LeaderLease(sim.plane.db, holder="r1", ttl=SLOW.lease_ttl),
-                      SLOW)
+    runtime = slow_runtime(sim)
     passes: list[float] = []
     runtime._add("probe", lambda _p: passes.append(time.monotonic()), SLOW.admission)
     runtime.start()
     try:
-        wait_until(lambda: len(passes) >= 1 and _idle(runtime, "probe"), 60, "the first pass")
+        wait_until(lambda: len(passes) >= 1 and idle(runtime, "probe"), 60, "the first pass")
         runtime.wake("probe")
-        wait_until(lambda: len(passes) >= 2 and _idle(runtime, "probe"), QUICK_S, "a woken pass")
+        wait_until(lambda: len(passes) >= 2 and idle(runtime, "probe"), QUICK_S, "a woken pass")
         runtime.wake("probe")  # within the gap of the previous wake (or just after it)
         wait_until(lambda: len(passes) >= 3, QUICK_S, "the second wake's pass")
     finally:

@@ -32,13 +32,15 @@ def _request(job: PendingJob, decision_placement: object, run_s: float) -> Submi
                          env={DURATION_ENV: str(run_s)})
 
 
-def gang_start_minute(params: AdmissionParams, hours: int) -> int | None:
+def gang_start_minute(params: AdmissionParams, hours: int, excludes: bool = True
+                      ) -> int | None:
     """Minutes from its submission until the 4 x 8 rack gang starts (None: not within
     `hours`), under one small job a minute (1, 2 or 4 GPUs, 20-60 min of work: ~1.3x the
-    pool's 64 GPUs), on one pool of 2 racks x 4 nodes x 8 GPUs that queues up to 2 jobs."""
+    pool's 64 GPUs), on one pool of 2 racks x 4 nodes x 8 GPUs that queues up to 2 jobs;
+    `excludes`: the pool honours a placement's excluded nodes."""
     clock = SimClock(T0)
     pool = SimPoolSpec("p1", "h100", blocks=1, racks_per_block=2, nodes_per_rack=4,
-                       max_isthmus_pending=2)
+                       max_isthmus_pending=2, excludes_nodes=excludes)
     backend = SimBackend("sim-a", "slurm", [pool], clock, seed=1)
     run_s: dict[str, float] = {}
     pending: dict[str, PendingJob] = {}
@@ -65,18 +67,38 @@ def gang_start_minute(params: AdmissionParams, hours: int) -> int | None:
     return None
 
 
-def test_a_large_gang_starts_under_a_stream_of_small_jobs() -> None:
-    # it holds a rack after an hour; after queue_closed_after_s (4 h here, 24 h by default)
-    # no new job is queued in the backend, whose queue drains within the hour (measured: it
-    # starts after 303 min)
-    params = AdmissionParams(ordering=OrderingParams(queue_closed_after_s=4 * 3600))
+NEVER_CLOSED = 366 * 86400.0
+GUARD_AFTER = 2 * 3600.0  # queue_closed_after_s: 24 h by default; 2 h keeps the test short
+
+
+def test_a_large_gang_starts_when_queued_jobs_exclude_its_rack() -> None:
+    # where the backend honours exclusions: once the gang has waited 2 h here, its hold stays
+    # in one rack and jobs queued in the backend exclude that rack; the queue is never closed
+    # in such a pool, and the rack drains (measured: it starts after 169 min; closing: 164)
+    params = AdmissionParams(ordering=OrderingParams(queue_closed_after_s=GUARD_AFTER))
     waited = gang_start_minute(params, hours=10)
     bound = params.ordering.queue_closed_after_s / 60 + 90
     assert waited is not None and waited <= bound, waited
 
 
+def test_without_exclusion_or_closing_the_stream_starves_it() -> None:
+    # what the test above guards: the exclusion off and the queue never closed: the gang does
+    # not start in 10 h
+    off = AdmissionParams(ordering=OrderingParams(queue_exclude=False,
+                                                  queue_closed_after_s=NEVER_CLOSED))
+    assert gang_start_minute(off, hours=10) is None
+
+
+def test_a_backend_that_cannot_exclude_falls_back_to_closing_the_queue() -> None:
+    # it holds a rack after an hour; after queue_closed_after_s no new job is queued in the
+    # backend, whose queue drains within the hour (measured: it starts after 164 min)
+    params = AdmissionParams(ordering=OrderingParams(queue_closed_after_s=GUARD_AFTER))
+    waited = gang_start_minute(params, hours=10, excludes=False)
+    bound = params.ordering.queue_closed_after_s / 60 + 90
+    assert waited is not None and waited <= bound, waited
+
+
 def test_without_reservations_the_stream_starves_it() -> None:
-    # what the test above guards: with no reservation the gang does not start in 10 h
-    params = AdmissionParams(ordering=OrderingParams(max_reservations=0,
-                                                     queue_closed_after_s=4 * 3600))
+    # what the tests above guard: with no reservation the gang does not start in 10 h
+    params = AdmissionParams(ordering=OrderingParams(max_reservations=0))
     assert gang_start_minute(params, hours=10) is None

@@ -5,6 +5,7 @@ ledger_daily: the usage and waste entries of the ledger summed per UTC day, kind
 ledger_entries, so that usage reports over long windows read the sums of whole days instead
 of every entry (broker/store/reports.py adds the raw entries of partial days at the edges).
 
+(Revision 0013 drops the trigger: the application writes the sums at each commit.)
 The trigger, not the application, keeps it: every writer of the ledger (the control loop,
 a migration, a bulk load) updates it in the same transaction, and the ledger is append-only,
 so inserts are the only change to follow. An entry without a pool or submitter (booked before
@@ -123,6 +124,16 @@ def upgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
         op.execute(PG_POSITION)
         _backfill(PG_DAY.format(row="l"))
+    else:
+        _sqlite_position()
+        _backfill(SQLITE_DAY.format(row="l"))
+    create_trigger(op.get_bind().dialect.name)
+
+
+def create_trigger(dialect: str) -> None:
+    """The trigger that adds each new usage or waste entry to its rows (revision 0013 drops
+    it, and its downgrade makes it again with this function)."""
+    if dialect == "postgresql":
         op.execute(
             "CREATE FUNCTION isthmus_ledger_daily() RETURNS trigger AS $$ BEGIN "
             f"INSERT INTO ledger_daily AS r ({COLUMNS}) VALUES "
@@ -135,8 +146,6 @@ def upgrade() -> None:
             f"WHEN (NEW.{HOURS}) EXECUTE FUNCTION isthmus_ledger_daily()"
         )
     else:
-        _sqlite_position()
-        _backfill(SQLITE_DAY.format(row="l"))
         op.execute(
             "CREATE TRIGGER ledger_daily_rollup AFTER INSERT ON ledger_entries "
             f"WHEN NEW.{HOURS} BEGIN "
