@@ -91,6 +91,8 @@ def worker_app() -> FastAPI:
         finally:
             if runtime is not None:
                 runtime.stop()
+            if app.state.wake_admission is not None:
+                app.state.wake_admission.stop()
             db.dispose()
 
     app.router.lifespan_context = lifespan

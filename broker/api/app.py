@@ -46,8 +46,10 @@ def create_app(config: IsthmusConfig, db: Database, runtime: Runtime | None = No
     app.state.config = config
     app.state.db = db
     app.state.authenticator = Authenticator(config)
-    app.state.wake_admission = admission_waker(db, runtime)
-    app.state.submit_queue = SubmitQueue(db, config, on_commit=app.state.wake_admission)
+    app.state.wake_admission = waker = admission_waker(db, runtime)
+    if waker is not None:
+        app.router.on_shutdown.append(waker.stop)
+    app.state.submit_queue = SubmitQueue(db, config, on_commit=waker)
     app.state.runtime = runtime
     app.add_middleware(BodyLimit, max_bytes=config.server.max_body_bytes)
     for router in ROUTERS:

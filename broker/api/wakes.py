@@ -5,24 +5,33 @@ one process, so the local runtime is the only one to wake."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from broker.control.runtime import Runtime
 from broker.store.db import Database
 from broker.store.notify import Notifier, supported
 
 
-def admission_waker(db: Database, runtime: Runtime | None) -> Callable[[], None] | None:
-    """A function to call after such a commit (cheap, never blocks, never raises), or None
-    when there is nothing to wake (SQLite without a control loop)."""
+class AdmissionWaker:
+    """Call it after such a commit: cheap, never blocks, never raises. `stop` ends the
+    notifier's thread (the app's shutdown)."""
+
+    def __init__(self, runtime: Runtime | None, notifier: Notifier | None) -> None:
+        self.runtime, self.notifier = runtime, notifier
+
+    def __call__(self) -> None:
+        if self.runtime is not None and self.runtime.leading:
+            self.runtime.wake("admission")
+        elif self.notifier is not None:
+            self.notifier.poke()
+
+    def stop(self) -> None:
+        if self.notifier is not None:
+            self.notifier.stop()
+
+
+def admission_waker(db: Database, runtime: Runtime | None) -> AdmissionWaker | None:
+    """The waker for this replica, or None when there is nothing to wake (SQLite without a
+    control loop)."""
     notifier = Notifier(db) if supported(db) else None
     if runtime is None and notifier is None:
         return None
-
-    def wake() -> None:
-        if runtime is not None and runtime.leading:
-            runtime.wake("admission")
-        elif notifier is not None:
-            notifier.poke()
-
-    return wake
+    return AdmissionWaker(runtime, notifier)

@@ -16,11 +16,14 @@ Failures are logged without the connection string (it may hold a password).
 from __future__ import annotations
 
 import threading
+import time
+import uuid
 from collections.abc import Callable
 
 import psycopg
 import sqlalchemy as sa
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 from broker.logs import get_logger
 from broker.store.db import Database
@@ -30,6 +33,11 @@ log = get_logger(__name__)
 ADMISSION = "isthmus_admission"
 RECONNECT_S = (0.5, 1.0, 2.0, 5.0)
 """Pauses before a lost listener connects again (the last one repeats)."""
+PING_S = 30.0
+"""How often a listener checks its connection with a ping to itself (see Listener)."""
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
+              "keepalives_count": 3, "tcp_user_timeout": 60_000}
+"""libpq's TCP keepalives for the listening connection, which is idle between notifications."""
 
 
 def supported(db: Database) -> bool:
@@ -83,14 +91,23 @@ class Notifier:
 
 class Listener:
     """Calls `on_notify` (in its own daemon thread) for every notification on `channel`, on a
-    connection of its own, connecting again after any failure."""
+    connection of its own, connecting again after any failure.
+
+    A connection can also die without an error (a NAT or load balancer dropping it while idle,
+    a failover without a reset): TCP keepalives find some of those; for the rest the listener
+    sends itself a ping on a channel of its own every `ping_s` seconds, through the database's
+    pool, and connects again when one has not come back within `ping_s` more. After connecting
+    again it calls `on_notify` once: what was sent while it was away is not lost."""
 
     def __init__(self, db: Database, on_notify: Callable[[], None],
-                 channel: str = ADMISSION) -> None:
-        self.db, self.on_notify, self.channel = db, on_notify, channel
+                 channel: str = ADMISSION, ping_s: float = PING_S,
+                 conninfo: str | None = None) -> None:
+        self.db, self.on_notify, self.channel, self.ping_s = db, on_notify, channel, ping_s
         self.received = 0
         self.connects = 0  # LISTENs that took effect (more than one: it came back)
         self.listening = threading.Event()  # set while LISTEN is in effect
+        self._conninfo = conninfo or _conninfo(db)
+        self._ping = f"isthmus_ping_{uuid.uuid4().hex[:12]}"
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"listen-{channel}")
 
@@ -101,10 +118,6 @@ class Listener:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
-
-    def _conninfo(self) -> str:
-        url = self.db.writer.url.set(drivername="postgresql")
-        return url.render_as_string(hide_password=False)
 
     def _run(self) -> None:
         failures = 0
@@ -121,17 +134,47 @@ class Listener:
                 self._stop.wait(pause)
 
     def _listen(self) -> None:
-        with psycopg.connect(self._conninfo(), autocommit=True, connect_timeout=10) as conn:
-            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+        info = make_conninfo(self._conninfo, connect_timeout=10, **KEEPALIVES)
+        with psycopg.connect(info, autocommit=True) as conn:
+            for channel in (self.channel, self._ping):
+                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
             self.connects += 1
             self.listening.set()
+            if self.connects > 1:
+                self._woken()  # what was notified while this listener was away
+            sent, awaiting = time.monotonic(), True
+            self._send_ping()
             while not self._stop.is_set():
-                for _ in conn.notifies(timeout=0.5):  # and so stop() waits at most that long
+                for n in conn.notifies(timeout=0.5):  # and so stop() waits at most that long
+                    if n.channel == self._ping:
+                        awaiting = False
+                        continue
                     self.received += 1
-                    try:
-                        self.on_notify()
-                    except Exception:  # the runtime's wake: never ends the listener
-                        log.exception("wake on %s failed", self.channel)
+                    self._woken()
                     if self._stop.is_set():
-                        return
+                        break
+                waited = time.monotonic() - sent
+                if awaiting and waited > self.ping_s:
+                    raise TimeoutError(f"no ping back in {self.ping_s:.0f} s")
+                if not awaiting and waited >= self.ping_s:
+                    sent, awaiting = time.monotonic(), True
+                    self._send_ping()
         self.listening.clear()
+
+    def _woken(self) -> None:
+        try:
+            self.on_notify()
+        except Exception:  # the runtime's wake: never ends the listener
+            log.exception("wake on %s failed", self.channel)
+
+    def _send_ping(self) -> None:
+        try:
+            with self.db.writer.connect() as conn:
+                conn.execute(sa.select(sa.func.pg_notify(self._ping, "")))
+                conn.commit()
+        except Exception as exc:  # the database is away: the missing ping reconnects later
+            log.warning("ping on %s failed (%s)", self._ping, type(exc).__name__)
+
+
+def _conninfo(db: Database) -> str:
+    return db.writer.url.set(drivername="postgresql").render_as_string(hide_password=False)
