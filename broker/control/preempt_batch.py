@@ -10,7 +10,7 @@ jobs are locked in id order (records.lock_jobs), their attempts read again under
 and each is ended, charged and requeued (preempt.end_locked). The quota counters are written
 at the commit (broker.store.quota_counters); the metrics are counted once it committed.
 
-A batch aborted as a deadlock victim is written again (CONFLICT_RETRIES); a batch that still
+A batch aborted as a deadlock victim is written again (on_conflict); a batch that still
 fails, or fails for any other reason, is done again victim by victim (preempt.preempt, each
 guarded and marked alone), so one bad victim never keeps the others from being stopped.
 """
@@ -20,13 +20,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from broker.control.conflicts import CONFLICT_RETRIES, conflict
 from broker.control.guard import SYSTEMIC, Incident, JobGuard
 from broker.control.plane import ControlPlane, log
 from broker.control.preempt import end_locked, preempt, signal_victim
 from broker.domain import HOLDING
 from broker.store import attempts as att
 from broker.store import batch, records
+from broker.store.conflicts import conflict, on_conflict
 from broker.store.queries import jobs_by_ids
 from policies.preemption import Victim
 
@@ -68,16 +68,8 @@ def _batch_again_on_conflict(plane: ControlPlane, victims: list[Victim]) -> list
     signalled, incidents = _read_and_signal(plane, victims)
     if not signalled:
         return incidents
-    for tries in range(CONFLICT_RETRIES + 1):
-        try:
-            _write(plane, signalled, now)
-            return incidents
-        except SYSTEMIC as exc:
-            if not conflict(exc) or tries == CONFLICT_RETRIES:
-                raise
-            log.warning("preemption batch of %d aborted by a lock conflict (try %d)",
-                        len(signalled), tries + 1)
-    return incidents  # not reached: the last try returns or raises
+    on_conflict(_write)(plane, signalled, now)  # the abort undid all of it: written again
+    return incidents
 
 
 def _read_and_signal(plane: ControlPlane,
@@ -123,7 +115,7 @@ def _write(plane: ControlPlane, signalled: list[_Signalled], now: datetime) -> N
 
 def _each(plane: ControlPlane, victims: list[Victim]) -> list[Incident]:
     """Victim by victim, each done again on a lock conflict (its signal sent again, as a next
-    cycle would); after CONFLICT_RETRIES the victim is left to the next cycle."""
+    cycle would); after on_conflict's last try the victim is left to the next cycle."""
     incidents: list[Incident] = []
     for v in victims:
         with JobGuard("preemption", v.job_id) as guard:
@@ -134,12 +126,10 @@ def _each(plane: ControlPlane, victims: list[Victim]) -> list[Incident]:
 
 
 def _stop(plane: ControlPlane, victim: Victim) -> None:
-    for tries in range(CONFLICT_RETRIES + 1):
-        try:
-            preempt(plane, victim)
-            return
-        except SYSTEMIC as exc:
-            if not conflict(exc):
-                raise
-            log.warning("preemption of %s aborted by a lock conflict (try %d)", victim.job_id,
-                        tries + 1)
+    try:
+        on_conflict(preempt)(plane, victim)
+    except SYSTEMIC as exc:
+        if not conflict(exc):
+            raise
+        log.warning("preemption of %s left to the next cycle: its last try also met a lock "
+                    "conflict", victim.job_id)
