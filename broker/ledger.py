@@ -304,3 +304,20 @@ def borrowed_of(session: Session, job_id: str, attempt: int) -> int:
     """GPUs of an attempt's reservation that lie above its team's nominal quota."""
     row = _entry(session, job_id, attempt, LedgerKind.RESERVE)
     return int(row.borrowed_gpus) if row is not None else 0
+
+
+def borrowed_of_many(session: Session,
+                     keys: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """`borrowed_of` for many attempts (job id, number), a few statements in all; attempts
+    without a reservation are left out (0 borrowed)."""
+    out: dict[tuple[str, int], int] = {}
+    conn = session.connection()
+    for start in range(0, len(keys), 500):
+        rows = conn.execute(
+            sa.select(ENTRIES.c.job_id, ENTRIES.c.attempt, ENTRIES.c.borrowed_gpus).where(
+                ENTRIES.c.kind == LedgerKind.RESERVE.value,
+                sa.tuple_(ENTRIES.c.job_id, ENTRIES.c.attempt).in_(keys[start:start + 500]),
+            )
+        )
+        out.update({(r.job_id, r.attempt): int(r.borrowed_gpus) for r in rows})
+    return out

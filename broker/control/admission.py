@@ -25,11 +25,11 @@ from sqlmodel import Session
 from broker import ledger
 from broker.control import admission_usage, decision_log, eta_inputs, holds
 from broker.control import admission_writes as writes
-from broker.control.conflicts import CONFLICT_RETRIES, conflict
 from broker.control.faults import crash_point
-from broker.control.guard import SYSTEMIC, Incident, JobGuard
+from broker.control.guard import Incident, JobGuard
 from broker.control.plane import ControlPlane, hold_in_flight, log
-from broker.control.preempt import LazyPreemptor, preempt
+from broker.control.preempt import LazyPreemptor
+from broker.control.preempt_batch import preempt_all
 from broker.domain import JobState
 from broker.domain.attempts import Placement
 from broker.domain.exclusions import Exclusions
@@ -42,7 +42,6 @@ from broker.store.queries import list_jobs
 from broker.store.records import JobRecord
 from policies import eta
 from policies.cycle import CycleResult, admission_cycle
-from policies.preemption import Victim
 from policies.run_length import RuntimeModel
 from policies.types import PendingJob, QuotaConfig, Usage
 
@@ -228,22 +227,6 @@ def decide(
     return result, estimates
 
 
-def _stop(plane: ControlPlane, victim: Victim) -> None:
-    """`preempt`, done again when PostgreSQL aborted its transaction as a deadlock victim (a
-    victim's charge meets the reconcile pass that books the same counters: under the soak one
-    such deadlock ended the whole admission pass). Its backend signal is sent again, as a
-    next cycle would; after CONFLICT_RETRIES the victim is left to the next cycle."""
-    for tries in range(CONFLICT_RETRIES + 1):
-        try:
-            preempt(plane, victim)
-            return
-        except SYSTEMIC as exc:
-            if not conflict(exc):
-                raise
-            log.warning("preemption of %s aborted by a lock conflict (try %d)", victim.job_id,
-                        tries + 1)
-
-
 def run_admission(plane: ControlPlane, limit: int = 10_000) -> CycleResult:
     with ADMISSION_CYCLE.time():
         return _run_admission(plane, limit)
@@ -258,13 +241,11 @@ def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
             writes.mark_all(s, inputs.unreadable, now)
     result, estimates = decide(plane, inputs)
     by_id = {j.id: j for j in queued}
-    for d in result.decisions:  # victims first: signals go out before the space is handed on
-        for victim in d.victims:
-            with JobGuard("preemption", victim.job_id) as guard:
-                _stop(plane, victim)
-            if guard.incident is not None:
-                with plane.db.write() as s:
-                    writes.mark_all(s, [guard.incident], now)
+    # victims first, all in one batch: signals go out before the space is handed on
+    failed = preempt_all(plane, [v for d in result.decisions for v in d.victims])
+    if failed:
+        with plane.db.write() as s:
+            writes.mark_all(s, failed, now)
     todo = [d for d in result.decisions
             if d.admitted or by_id[d.job_id].reason != d.reason.value
             or by_id[d.job_id].message != d.message]

@@ -39,6 +39,9 @@ def running_views(plane: ControlPlane) -> list[RunningJob]:
     with plane.db.read() as s:
         live = att.live(s)
         jobs = jobs_by_ids(s, [a.job_id for a in live])
+        # one statement for every live attempt's reservation (one each was a tenth of a
+        # cycle that planned a preemption under the soak)
+        borrowed = ledger.borrowed_of_many(s, [(a.job_id, a.number) for a in live])
         for a in live:
             job = jobs.get(a.job_id)
             if job is None or job.state not in HOLDING or job.attempt != a.number:
@@ -52,7 +55,7 @@ def running_views(plane: ControlPlane) -> list[RunningJob]:
                         flavor=a.flavor, pool=a.pool,
                         started_at=a.started_at or a.dispatched_at or a.created_at,
                         last_checkpoint_at=a.checkpoint_at,
-                        borrowed=ledger.borrowed_of(s, job.id, a.number) > 0,
+                        borrowed=borrowed.get((job.id, a.number), 0) > 0,
                         nodes=placement.nodes if placement else (),
                     )
                 )
@@ -60,56 +63,67 @@ def running_views(plane: ControlPlane) -> list[RunningJob]:
 
 
 def preempt(plane: ControlPlane, victim: Victim) -> bool:
-    """Stop one victim. True when its job left the running states."""
+    """Stop one victim: a read, its backend signal, one write transaction (its job locked,
+    then its attempt read again, ended, charged and requeued). True when its job left the
+    running states. The batch of a whole cycle is `preempt_all`; this is its fallback."""
     now = plane.clock()
     with plane.db.read() as s:
         job = get_job(s, victim.job_id)
         attempt = att.get_attempt(s, victim.job_id, job.attempt) if job else None
     if job is None or attempt is None or job.state not in HOLDING:
         return False
-    backend = plane.backends.get(attempt.backend)
-    signalled = backend is not None and attempt.dispatch == att.CREATED
-    if backend is not None and signalled:
-        try:
-            backend.cancel(attempt.backend_name, victim.grace_seconds)
-        except BackendUnavailable:
-            log.warning("cannot signal victim %s: backend unreachable; retrying next cycle",
-                        attempt.backend_name)
-            return False
-    ended: att.AttemptRecord | None = None
+    signal = signal_victim(plane, victim, attempt)
+    if signal is None:
+        return False
     with plane.db.write() as s, batch.held_effects(s) as effects:
         # The job row first, then the attempt's rows, the order set_state, the reconciler and
         # the progress route take them: the attempt first deadlocked with a reconcile chunk
         # holding the job under the soak. The job may have moved on since the read above.
         locked = records.lock_job(s, job.id)
-        if locked is None or locked.state not in HOLDING or locked.attempt != attempt.number:
-            return False
-        if JobState(locked.state) is JobState.ADMITTED:  # no object yet: back to the queue
-            att.update(s, job.id, attempt.number, dispatch=att.ABANDONED, ended_at=now,
-                       preempted=True)
-            set_state(s, job.id, JobState.QUEUED, Reason.Preempted,
-                      Cause("admission", "system:preemption", key=f"preempt:{attempt.number}"),
-                      victim.message, now=now, locked=locked)
-        elif backend is not None and not signalled:
-            return False  # its object was made after the read, unsignalled: a next cycle
-        else:
-            ended = _end_signalled(s, plane, locked, attempt.number, victim, now)
-            if ended is None:
-                return False
+        fresh = att.get_attempt(s, job.id, attempt.number) if locked is not None else None
+        ended = end_locked(s, plane, locked, fresh, attempt.number, victim, signal, now)
     effects.run_effects()  # once committed: a preemption done again counts once
-    if ended is not None:
-        requeue.requeue_after(plane, job.id, ended, preempted=True, failure=None, now=now)
-        log.info("preempted %s (%s)", ended.backend_name, victim.message)
+    if ended:
+        log.info("preempted %s (%s)", attempt.backend_name, victim.message)
+    return ended
+
+
+def signal_victim(plane: ControlPlane, victim: Victim, attempt: att.AttemptRecord) -> bool | None:
+    """Send the victim's backend object its stop signal with the victim's grace. True: sent;
+    False: no object to signal (none made yet, or its backend is not configured); None: the
+    object exists or may be made meanwhile and could not be signalled (a next cycle)."""
+    backend = plane.backends.get(attempt.backend)
+    if backend is None:
+        return False
+    if attempt.dispatch != att.CREATED:
+        return False  # no object yet (or made after the read: end_locked sees it)
+    try:
+        backend.cancel(attempt.backend_name, victim.grace_seconds)
+    except BackendUnavailable:
+        log.warning("cannot signal victim %s: backend unreachable; retrying next cycle",
+                    attempt.backend_name)
+        return None
     return True
 
 
-def _end_signalled(s: Session, plane: ControlPlane, locked: JobRecord, number: int,
-                   victim: Victim, now: datetime) -> att.AttemptRecord | None:
-    """The signalled victim's attempt ended and charged, its job RETRYING (the requeue follows
-    the commit). The attempt is read again under the job's lock: it may have started since."""
-    attempt = att.get_attempt(s, locked.id, number)
-    if attempt is None:
-        return None
+def end_locked(s: Session, plane: ControlPlane, locked: JobRecord | None,
+               attempt: att.AttemptRecord | None, number: int, victim: Victim,
+               signalled: bool, now: datetime) -> bool:
+    """Under the job's lock, with its attempt `number` read again under it: the victim's job
+    back to the queue (no object yet) or its attempt ended and charged and the job through
+    RETRYING to what the retry engine says, in the caller's transaction. False when the job
+    moved on since the victim was signalled (or its object was made meanwhile, unsignalled)."""
+    if locked is None or attempt is None or locked.state not in HOLDING \
+            or locked.attempt != number:
+        return False
+    if JobState(locked.state) is JobState.ADMITTED:  # no object yet: back to the queue
+        att.update(s, locked.id, number, dispatch=att.ABANDONED, ended_at=now, preempted=True)
+        set_state(s, locked.id, JobState.QUEUED, Reason.Preempted,
+                  Cause("admission", "system:preemption", key=f"preempt:{number}"),
+                  victim.message, now=now, locked=locked)
+        return True
+    if not signalled and plane.backends.get(attempt.backend) is not None:
+        return False  # its object was made after the read, unsignalled: a next cycle
     att.update(s, locked.id, number, ended_at=now, preempted=True)
     # Charged up to the signal: the attempt is over for Isthmus from here (the reconciler
     # no longer looks at it), so the grace it gets to checkpoint is not charged.
@@ -117,7 +131,8 @@ def _end_signalled(s: Session, plane: ControlPlane, locked: JobRecord, number: i
     set_state(s, locked.id, JobState.RETRYING, Reason.Preempted,
               Cause("admission", "system:preemption", key=f"preempt:{number}"),
               victim.message, now=now, locked=locked)
-    return attempt
+    requeue.retry(s, plane, locked, attempt, preempted=True, failure=None, now=now, locked=True)
+    return True
 
 
 class LazyPreemptor:

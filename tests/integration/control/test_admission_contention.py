@@ -118,7 +118,7 @@ def test_a_waiting_jobs_view_is_built_once_until_its_exclusions_change(
 def test_a_preemption_aborted_by_a_deadlock_is_done_again_and_the_pass_goes_on(
     sim: Sim, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from broker.control import preempt as preempt_module
+    from broker.control import preempt_batch
     from tests.harness.sim import cycle, run_until
 
     lows = [submit(sim, spec().name(f"low-{t}").team(t).flavors("h100-80g").replicas(2)
@@ -128,20 +128,20 @@ def test_a_preemption_aborted_by_a_deadlock_is_done_again_and_the_pass_goes_on(
     cycle(sim, 700)  # past the minimum runtime that protects new work
     urgent = submit(sim, spec().name("urgent").flavors("h100-80g").replicas(2).topology(None)
                     .set("priority", "high"), 60)
-    original = preempt_module.preempt
-    tries: list[str] = []
+    original = preempt_batch._write
+    tries: list[list[str]] = []
 
-    def deadlocked_once(plane: Any, victim: Any) -> bool:
-        tries.append(victim.job_id)
+    def deadlocked_once(plane: Any, signalled: Any, now: Any) -> None:
+        tries.append([v.job_id for v, _, _ in signalled])
         if len(tries) == 1:
             raise sa.exc.OperationalError("INSERT INTO ledger_entries ...", {},
                                           _Deadlock("deadlock"))
-        return original(plane, victim)
+        original(plane, signalled, now)
 
-    monkeypatch.setattr(admission, "preempt", deadlocked_once)
+    monkeypatch.setattr(preempt_batch, "_write", deadlocked_once)
     admission.run_admission(sim.plane)  # the deadlock ended the whole pass
-    assert tries[0] == tries[1]  # the same victim, again
-    victim = tries[0]
-    assert ("RETRYING", "Preempted") in [(e[0], e[1]) for e in events(sim, victim)]
+    assert len(tries) == 2 and tries[0] == tries[1]  # the same victims' batch, again
+    for victim in tries[0]:
+        assert ("RETRYING", "Preempted") in [(e[0], e[1]) for e in events(sim, victim)]
     assert state(sim, urgent)[0] == "QUEUED"
     consistent(sim)
