@@ -12,12 +12,19 @@ reported shape (`QueueDepth.isthmus_pending_shapes`), in queue order, holds the 
 place its gang fits now (best fit, the way admission places a gang), or nothing when it fits
 nowhere now: GPUs it cannot start on (fragments too small for its gang, or not within one
 domain of its required level) would stay idle for it in the backend anyway.
+
+Jobs queued while a starving gang's hold is guarded by exclusion (policies/queue_guard.py) can
+never start on that gang's domain: `give_back` returns what was held there before the gang is
+placed, so the gang is not refused for GPUs kept for jobs that cannot use them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from broker.domain.topology import rank_of
 from policies.capacity import PoolIndex
+from policies.slots import NodeSlot
 
 
 def hold_backend_queue(pool: PoolIndex, by_shape: bool = True) -> int:
@@ -34,11 +41,45 @@ def hold_backend_queue(pool: PoolIndex, by_shape: bool = True) -> int:
             owed -= shape.gpus
             fit = pool.find(shape.gpus_per_replica, shape.replicas, rank_of(shape.level))
             if fit is not None:
-                pool.allocate(fit, shape.gpus_per_replica)
-                pool.held += shape.gpus
+                for node, k in fit.nodes:
+                    _hold(pool, node, k * shape.gpus_per_replica)
                 held += shape.gpus
-        pool.start_free = pool.free
     if owed > 0:
-        held += pool.hold_for_backend_queue(owed)
-    pool.backlog_held += held
+        held += _hold_anywhere(pool, owed)
+    pool.start_free = pool.free
     return held
+
+
+def _hold(pool: PoolIndex, node: NodeSlot, gpus: int) -> None:
+    pool.take(node, gpus)
+    pool.held += gpus
+    pool.backlog_held += gpus
+    pool.backlog_nodes[node.name] = pool.backlog_nodes.get(node.name, 0) + gpus
+
+
+def _hold_anywhere(pool: PoolIndex, gpus: int) -> int:
+    """Hold `gpus` free GPUs where a small queued job would go: partly used nodes in the
+    fullest racks first, leaving whole racks to gangs. Returns the GPUs held."""
+    held = 0
+    for rack in sorted(pool.racks, key=lambda r: (r.free, r.key)):
+        for n in sorted(rack.nodes, key=lambda n: (n.free, n.name)):
+            if held >= gpus:
+                return held
+            if n.free:
+                take = min(n.free, gpus - held)
+                _hold(pool, n, take)
+                held += take
+    return held
+
+
+def give_back(pool: PoolIndex, nodes: Iterable[NodeSlot]) -> int:
+    """Free again the GPUs held on `nodes` for backend-queued jobs; returns how many."""
+    given = 0
+    for n in nodes:
+        gpus = pool.backlog_nodes.pop(n.name, 0)
+        if gpus:
+            pool.take(n, -gpus)
+            pool.held -= gpus
+            pool.backlog_held -= gpus
+            given += gpus
+    return given

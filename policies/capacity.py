@@ -51,8 +51,10 @@ class Exclusion:
     exclude (policies/queue_guard.py)."""
 
     nodes: set[str] = field(default_factory=set)
-    gang: str = ""  # the first gang, for reasons
-    domain: str = ""
+    holds: dict[str, str] = field(default_factory=dict)
+    """The domain of each gang whose held nodes are in `nodes`, for reasons."""
+    taken: set[str] = field(default_factory=set)
+    """Nodes of every domain held for a gang this cycle, guarded or not."""
     caps: dict[tuple[int, int, int], int] = field(default_factory=dict)
     """Replicas the largest domain outside `nodes` holds, per (GPUs, level, len(nodes))."""
 
@@ -115,10 +117,10 @@ class PoolIndex:
         self.queued = snap.queue.isthmus_pending_jobs
         self.held = 0
         self.backlog_held = 0  # for jobs queued in the backend (policies/backlog.py)
+        self.backlog_nodes: dict[str, int] = {}  # GPUs of backlog_held, per node
         self.queue_closed_for: str | None = None  # a gang past queue_closed_after_s held here
         self.exclusion = Exclusion()  # held nodes kept out of queued placements (queue_guard)
-        self.claimed: set[str] = set()
-        """Nodes whose releases an earlier reservation of this cycle already counts on."""
+        self.claimed: set[str] = set()  # nodes whose releases an earlier hold counts on
 
     # ---- capacity questions -------------------------------------------------------------
     def static_cap(self, gpus: int, level: int) -> int:
@@ -309,26 +311,6 @@ class PoolIndex:
             if mem and node.free_mem is not None:
                 node.free_mem -= k * mem
 
-    def hold_for_backend_queue(self, gpus: int) -> int:
-        """Keep free GPUs for Isthmus jobs already waiting in this pool's backend queue, so a
-        new admission does not jump ahead of them. Only small jobs queue in backends (see
-        PlacementParams.queue_max_gpus), so the GPUs are taken where such a job would go:
-        partly used nodes in the fullest racks first, leaving whole racks to gangs."""
-        held = 0
-        for rack in sorted(self.racks, key=lambda r: (r.free, r.key)):
-            for n in sorted(rack.nodes, key=lambda n: (n.free, n.name)):
-                if held >= gpus:
-                    break
-                if n.free:
-                    take = min(n.free, gpus - held)
-                    self._take(n, take)
-                    held += take
-            if held >= gpus:
-                break
-        self.held += held
-        self.start_free = self.free
-        return held
-
     def hold_target(self, gpus: int, replicas: int, level: int) -> HoldTarget | None:
         """Where a starving gang's reservation goes: a domain at `level` (or the tightest
         level that could ever hold the gang). With release data in the pool, the domain where
@@ -355,7 +337,7 @@ class PoolIndex:
         return [("", list(self.nodes.values()))]
 
     def take(self, node: NodeSlot, gpus: int) -> None:
-        """Take `gpus` free GPUs of `node` (policies/backfill.py)."""
+        """Take `gpus` free GPUs of `node` (policies/backfill.py); negative: give them back."""
         if gpus:
             self._take(node, gpus)
 

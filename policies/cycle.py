@@ -119,14 +119,13 @@ class _Cycle:
     def decide(self, job: PendingJob, position: int) -> Decision:
         limit = self.params.max_admissions
         if limit is not None and self.admitted >= limit:
-            return Decision(
-                job.id,
-                False,
-                Reason.WaitingForAdmission,
-                f"this cycle admitted its limit of {limit} jobs",
-                position=position,
-            )
+            return Decision(job.id, False, Reason.WaitingForAdmission,
+                            f"this cycle admitted its limit of {limit} jobs", position=position)
         cands = self.candidates(job)
+        o = self.params.ordering
+        if is_starving(job, self.now, o) and self.reservations < o.max_reservations:
+            waited = (self.now - job.submitted_at).total_seconds()  # before it is placed:
+            queue_guard.free_held_domain(cands, job, waited, o)
         gpus = job.total_gpus
         verdicts: dict[str, QuotaVerdict] = {}
         blocked: dict[str, tuple[Reason, str]] = {}

@@ -298,7 +298,7 @@ def _queued(job: PendingJob, pool: PoolIndex, params: PlacementParams, reason: R
                  + w.wait_per_hour * wait / 3600.0 + w.cost * s.cost_weight)
         qmsg = (
             f"{msg}; may wait in the backend queue (~{wait / 60:.0f} min expected, "
-            f"{pool.queued} of {limit} Isthmus jobs pending there{queue_guard.note(pool)})"
+            f"{pool.queued} of {limit} Isthmus jobs pending there{queue_guard.note(pool, job)})"
         )
         return _verdict(pool, Reason.BackendPending, qmsg, fits=True, score=round(score, 6),
                         level=job.topology_required, queued=True, expected_wait_s=wait)
@@ -368,7 +368,7 @@ def place(
         topology_level=best.level,
         topology_domain=best.domain or None,
         nodes=nodes,
-        exclude_nodes=queue_guard.excluded(pool) if fit is None else (),
+        exclude_nodes=queue_guard.excluded(pool, job) if fit is None else (),
     )
     reason = Reason.BackendPending if fit is None else Reason.Admitted
     return PlacementResult(

@@ -14,7 +14,10 @@ reservation holds capacity there (policies/cycle.py) and the gang has waited
   exclusion is the attempt's: it stays after the gang has started. From then on the gang's
   hold stays in one pool and one domain, chosen by its id among those that could hold it
   (`hold_target`, `rank`): chosen afresh each cycle (where it would fit soonest), the hold
-  moved between racks and jobs queued while it held one rack started in the other;
+  moved between racks and jobs queued while it held one rack started in the other. Domains
+  another gang already holds this cycle come last, so two starving gangs do not pin the same
+  rack. A placement excludes at most MAX_EXCLUDED_NODES nodes: when the held nodes (with the
+  job's own failed nodes in the pool) are more, the job is not queued in that pool;
 - closing, in every other pool: no new job is queued in the pool that cycle.
 
 Not from the first hold: measured, early exclusions pile up on queued jobs that then wait for
@@ -27,7 +30,9 @@ import hashlib
 import math
 from collections.abc import Collection
 
-from broker.domain.topology import BLOCK, LEVEL_NAMES, NODE, POOL, RACK
+from broker.domain.attempts import MAX_EXCLUDED_NODES
+from broker.domain.topology import BLOCK, LEVEL_NAMES, NODE, POOL, RACK, rank_of
+from policies.backlog import give_back
 from policies.capacity import PoolIndex
 from policies.ordering import OrderingParams
 from policies.reservation import HoldTarget, fit_time
@@ -38,12 +43,12 @@ from policies.types import PendingJob
 def guard(pool: PoolIndex, gang: str, domain: str, nodes: Collection[NodeSlot],
           waited_s: float, params: OrderingParams) -> None:
     """Called when `gang` holds capacity in `domain` (`nodes`) of `pool` this cycle."""
+    pool.exclusion.taken.update(n.name for n in nodes)
     if waited_s < params.queue_closed_after_s:
         return
     if excluding(pool, waited_s, params):
         ex = pool.exclusion
-        if not ex.nodes:
-            ex.gang, ex.domain = gang, domain or "the pool"
+        ex.holds[gang] = domain or "the pool"
         ex.nodes.update(n.name for n in nodes)
     else:
         pool.queue_closed_for = pool.queue_closed_for or gang
@@ -64,8 +69,8 @@ def hold_target(pool: PoolIndex, job: PendingJob, level: int, waited_s: float,
                 params: OrderingParams) -> HoldTarget | None:
     """Where the gang `job` holds capacity in `pool`: `PoolIndex.hold_target`, except once its hold
     is guarded by exclusion there, then always the same domain (by its id, among those that
-    could hold it when empty): jobs queued while it held one domain must not find it in
-    another, where they may start, the next cycle."""
+    could hold it when empty, those no other gang holds this cycle first): jobs queued while
+    it held one domain must not find it in another, where they may start, the next cycle."""
     g, replicas = job.gpus_per_replica, job.replicas
     if not excluding(pool, waited_s, params):
         return pool.hold_target(g, replicas, level)
@@ -74,9 +79,29 @@ def hold_target(pool: PoolIndex, job: PendingJob, level: int, waited_s: float,
                if sum(n.total // g for n in ns) >= replicas] if lv >= 0 else []
     if not domains:
         return None
-    domain, nodes = min(domains, key=lambda d: _spot(job.id, d[0]))
+    taken = pool.exclusion.taken
+
+    def key(d: tuple[str, list[NodeSlot]]) -> tuple[bool, float]:
+        return (any(n.name in taken for n in d[1]), _spot(job.id, d[0]))
+
+    domain, nodes = min(domains, key=key)
     ready = fit_time(nodes, g, replicas, pool.claimed) if pool.has_releases else math.inf
     return HoldTarget(domain, nodes, ready)
+
+
+def free_held_domain(pools: list[PoolIndex], job: PendingJob, waited_s: float,
+                     params: OrderingParams) -> None:
+    """Before a starving gang is placed: where its hold is guarded by exclusion (in the pool
+    `rank` puts first among its flavor's), the GPUs held in its domain for jobs queued in the
+    backend (policies/backlog.py) are freed: jobs queued while it held that domain exclude it."""
+    flavors = {f: i for i, f in enumerate(job.flavors)}
+    pool = min(pools, default=None, key=lambda p: (
+        flavors.get(p.flavor, 99), not excluding(p, waited_s, params), _spot(job.id, p.name)))
+    if pool is None or not pool.backlog_nodes or not excluding(pool, waited_s, params):
+        return
+    t = hold_target(pool, job, rank_of(job.topology_required), waited_s, params)
+    if t is not None:
+        give_back(pool, t.nodes)
 
 
 def rank(pool: PoolIndex, gang: str, waited_s: float, params: OrderingParams,
@@ -95,22 +120,49 @@ def refusal(pool: PoolIndex, job: PendingJob, level: int) -> str | None:
     if ex.nodes and cap_outside(pool, job.gpus_per_replica, level) < job.replicas:
         where = f"one {LEVEL_NAMES[level]}" if level < POOL else "the pool"
         return (f"backend queue: no {job.replicas} x {job.gpus_per_replica} GPUs fit within "
-                f"{where} outside the {len(ex.nodes)} node(s) held for starving gang "
-                f"{ex.gang}, even when empty")
+                f"{where} outside the {len(ex.nodes)} node(s) {_held_for(pool)}, even when "
+                "empty")
+    n = len(ex.nodes | _own(pool, job))
+    if n > MAX_EXCLUDED_NODES:
+        held = f" ({len(ex.nodes)} node(s) {_held_for(pool)})" if ex.nodes else ""
+        return (f"backend queue closed: it would have to exclude {n} node(s){held}, more than "
+                f"the {MAX_EXCLUDED_NODES} one placement may")
     return None
 
 
-def note(pool: PoolIndex) -> str:
-    """What a queued job's message adds when its placement excludes held nodes."""
+def _own(pool: PoolIndex, job: PendingJob) -> set[str]:
+    """The job's own excluded nodes (failed there: policies/retry.py) in a pool that honours
+    exclusions for queued work."""
+    if not pool.snap.excludes_nodes or not job.exclude_nodes:
+        return set()
+    return {n for n in job.exclude_nodes if n in pool.nodes}
+
+
+def _held_for(pool: PoolIndex) -> str:
+    """"of b0/r00 held for starving gang g1" or, for several, how many and which."""
+    holds = pool.exclusion.holds
+    if len(holds) == 1:
+        (gang, domain), = holds.items()
+        return f"of {domain} held for starving gang {gang}"
+    first = sorted(holds)[:3]
+    more = f" and {len(holds) - 3} more" if len(holds) > 3 else ""
+    domains = sorted(set(holds.values()))
+    return (f"of {len(domains)} domain(s) held for {len(holds)} starving gangs "
+            f"({', '.join(first)}{more})")
+
+
+def note(pool: PoolIndex, job: PendingJob) -> str:
+    """What a queued job's message adds when its placement excludes nodes."""
     ex = pool.exclusion
-    if not ex.nodes:
-        return ""
-    return (f", kept off the {len(ex.nodes)} node(s) of {ex.domain} held for starving "
-            f"gang {ex.gang}")
+    held = f", kept off the {len(ex.nodes)} node(s) {_held_for(pool)}" if ex.nodes else ""
+    own = _own(pool, job) - ex.nodes
+    return f"{held}, kept off {len(own)} node(s) it failed on" if own else held
 
 
-def excluded(pool: PoolIndex) -> tuple[str, ...]:
-    return tuple(sorted(pool.exclusion.nodes))
+def excluded(pool: PoolIndex, job: PendingJob) -> tuple[str, ...]:
+    """The nodes a placement of `job` queued in `pool`'s backend excludes (at most
+    MAX_EXCLUDED_NODES: `refusal` refuses the pool beyond)."""
+    return tuple(sorted(pool.exclusion.nodes | _own(pool, job)))
 
 
 def cap_outside(pool: PoolIndex, g: int, level: int) -> int:

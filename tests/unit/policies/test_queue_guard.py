@@ -68,5 +68,5 @@ def test_a_job_that_fits_nowhere_outside_the_held_nodes_is_not_queued_there() ->
             .set(max_isthmus_pending=2, excludes_nodes=True))
     small = decide(pool, DAY_MIN + 1)["small"]
     assert not small.admitted
-    assert ("no 1 x 8 GPUs fit within the pool outside the 2 node(s) held for starving gang "
-            "gang, even when empty") in small.message
+    assert ("no 1 x 8 GPUs fit within the pool outside the 2 node(s) of b0/r00 held for "
+            "starving gang gang, even when empty") in small.message
