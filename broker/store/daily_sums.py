@@ -21,12 +21,11 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import event
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import Session, SessionTransaction
+from sqlalchemy.orm import Session
 
-# imported first, so that the counters' commit listener is registered (and runs) before this one's
-from broker.store import quota_counters  # noqa: F401
+# imported first, so that the counters' commit writer is registered (and runs) before this one's
+from broker.store import commit_notes, quota_counters  # noqa: F401
 from broker.store.attempts import ATTEMPTS
 from broker.store.ledger_tables import DAILY, ENTRIES
 from broker.store.records import JOBS
@@ -55,19 +54,21 @@ def note(session: Session, *, team: str, flavor: str, kind: str, at: datetime,
     `pool` and `user`: the entry's, else its attempt's pool and its job's submitter, else ''."""
     if kind in NOT_HOURS:
         return
-    noted: list[tuple[SessionTransaction | None, Key, float, float, float]] = (
-        session.info.setdefault(_KEY, []))
-    where = session.get_nested_transaction() or session.get_transaction()
     day = at.astimezone(UTC).date()
     unpriced = gpu_hours if cost is None else 0.0
     for dim, value in zip(DIMS, (team, pool, flavor, user), strict=True):
-        noted.append((where, (dim, day, team, value, kind), gpu_hours, cost or 0.0, unpriced))
+        commit_notes.note(session, _KEY,
+                          ((dim, day, team, value, kind), gpu_hours, cost or 0.0, unpriced))
 
 
 def pending(session: Session) -> dict[Key, tuple[float, float, float, int]]:
     """(GPU-hours, cost, unpriced GPU-hours, entries) noted per row and not yet written."""
+    return _summed_notes(commit_notes.noted(session, _KEY))
+
+
+def _summed_notes(items: list[tuple[Any, ...]]) -> dict[Key, tuple[float, float, float, int]]:
     sums: dict[Key, tuple[float, float, float, int]] = {}
-    for _, key, h, c, u in session.info.get(_KEY, ()):
+    for key, h, c, u in items:
         h0, c0, u0, n0 = sums.get(key, (0.0, 0.0, 0.0, 0))
         sums[key] = (h0 + h, c0 + c, u0 + u, n0 + 1)
     return sums
@@ -76,34 +77,11 @@ def pending(session: Session) -> dict[Key, tuple[float, float, float, int]]:
 def apply(session: Session) -> None:
     """Write the noted sums: one row each, in key order, in one executemany (called by
     commit; executemany sends its rows in order)."""
-    sums = pending(session)
-    session.info.pop(_KEY, None)
+    sums = _summed_notes(commit_notes.take(session, _KEY))
     if sums:
         session.connection().execute(UPSERT, [
             {"dim": k[0], "day": k[1], "team": k[2], "value": k[3], "kind": k[4],
              "h": h, "c": c, "u": u, "n": n} for k, (h, c, u, n) in sorted(sums.items())])
-
-
-def _within(where: SessionTransaction | None, ended: SessionTransaction) -> bool:
-    while where is not None:
-        if where is ended:
-            return True
-        where = where.parent
-    return False
-
-
-@event.listens_for(Session, "before_commit")
-def _before_commit(session: Session) -> None:
-    # also fired when a savepoint is released: the sums wait for the transaction's end
-    if session.info.get(_KEY) and not session.in_nested_transaction():
-        apply(session)
-
-
-@event.listens_for(Session, "after_soft_rollback")
-def _after_rollback(session: Session, previous: SessionTransaction) -> None:
-    noted = session.info.get(_KEY)
-    if noted:
-        noted[:] = [n for n in noted if not _within(n[0], previous)]
 
 
 def _day(dialect: str) -> sa.ColumnElement[Any]:
@@ -188,3 +166,6 @@ def rebuild(session: Session) -> int:
         conn.execute(sa.insert(DAILY).from_select(
             [c.name for c in DAILY.columns], _summed(dim, conn.dialect.name, sa.true())))
     return int(conn.execute(sa.select(sa.func.count()).select_from(DAILY)).scalar_one())
+
+
+commit_notes.register(_KEY, lambda session: apply(session))  # looked up when called

@@ -19,9 +19,9 @@ from __future__ import annotations
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import event
-from sqlalchemy.orm import Session, SessionTransaction
+from sqlalchemy.orm import Session
 
+from broker.store import commit_notes
 from broker.store.tables import QuotaUsageRow
 
 USAGE: sa.Table = QuotaUsageRow.__table__  # type: ignore[attr-defined]
@@ -50,10 +50,7 @@ _DECREASE = (
 
 def add(session: Session, team: str, flavor: str, gpus: int, borrowed: int) -> None:
     """Note a change of the (team, flavor) counter (negative: a release), applied at commit."""
-    noted: list[tuple[SessionTransaction | None, Key, int, int]] = session.info.setdefault(
-        _KEY, [])
-    where = session.get_nested_transaction() or session.get_transaction()
-    noted.append((where, (team, flavor), gpus, borrowed))
+    commit_notes.note(session, _KEY, ((team, flavor), gpus, borrowed))
 
 
 def add_many(session: Session, many: list[dict[str, Any]]) -> None:
@@ -64,8 +61,12 @@ def add_many(session: Session, many: list[dict[str, Any]]) -> None:
 
 def pending(session: Session) -> dict[Key, tuple[int, int]]:
     """The (reserved, borrowed) this transaction has noted per counter and not yet applied."""
+    return _summed(commit_notes.noted(session, _KEY))
+
+
+def _summed(items: list[tuple[Any, ...]]) -> dict[Key, tuple[int, int]]:
     sums: dict[Key, tuple[int, int]] = {}
-    for _, key, g, b in session.info.get(_KEY, ()):
+    for key, g, b in items:
         g0, b0 = sums.get(key, (0, 0))
         sums[key] = (g0 + g, b0 + b)
     return sums
@@ -73,8 +74,7 @@ def pending(session: Session) -> dict[Key, tuple[int, int]]:
 
 def apply(session: Session) -> None:
     """Write the noted changes: one statement per counter, in key order (called by commit)."""
-    sums = pending(session)
-    session.info.pop(_KEY, None)
+    sums = _summed(commit_notes.take(session, _KEY))
     runs: list[tuple[Any, list[dict[str, Any]]]] = []  # same-statement runs, in key order
     for (team, flavor), (g, b) in sorted(sums.items()):
         if (g, b) == (0, 0):
@@ -88,23 +88,4 @@ def apply(session: Session) -> None:
         conn.execute(stmt, many)
 
 
-def _within(where: SessionTransaction | None, ended: SessionTransaction) -> bool:
-    while where is not None:
-        if where is ended:
-            return True
-        where = where.parent
-    return False
-
-
-@event.listens_for(Session, "before_commit")
-def _before_commit(session: Session) -> None:
-    # also fired when a savepoint is released: the counters wait for the transaction's end
-    if session.info.get(_KEY) and not session.in_nested_transaction():
-        apply(session)
-
-
-@event.listens_for(Session, "after_soft_rollback")
-def _after_rollback(session: Session, previous: SessionTransaction) -> None:
-    noted = session.info.get(_KEY)
-    if noted:
-        noted[:] = [n for n in noted if not _within(n[0], previous)]
+commit_notes.register(_KEY, lambda session: apply(session))  # looked up when called
