@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from broker.cli.common import AsJson, fail
 from broker.cli.output import console, emit_json
 from broker.config import ConfigError, load_config
+
+if TYPE_CHECKING:
+    from broker.store.db import Database
 
 db_app = typer.Typer(no_args_is_help=True, help="Database maintenance.", rich_markup_mode=None)
 # The database URL carries a password: deployments pass it from a secret through this env var
@@ -33,6 +38,28 @@ def _db_url(db: str | None, config: Path | None) -> str:
         _fail(str(exc))
 
 
+@contextlib.contextmanager
+def _opened(db: str | None, config: Path | None, doing: str) -> Iterator[Database]:
+    """The database named by --db or --config, disposed after; a URL that does not parse and
+    any error of the body exit 2 with one line (`cannot <doing> <URL, password masked>: ...`)."""
+    from broker.store.db import DatabaseURLError, connect, masked
+
+    url = _db_url(db, config)
+    try:
+        database = connect(url)
+    except DatabaseURLError as exc:
+        _fail(str(exc))
+    try:
+        yield database
+    except typer.Exit:
+        raise
+    except Exception as exc:
+        _fail(f"cannot {doing} {masked(url)}: {exc.__class__.__name__}: "
+              f"{str(exc).splitlines()[0] if str(exc) else ''}")
+    finally:
+        database.dispose()
+
+
 @db_app.command("upgrade")
 def db_upgrade(
     db: DbUrl = None,
@@ -43,25 +70,14 @@ def db_upgrade(
 ) -> None:
     """Apply the schema migrations up to the newest (what `server` also does at start-up);
     safe to run from several places at once: replicas migrate one at a time."""
-    from broker.store.db import DatabaseURLError, connect
+    from sqlalchemy import text
+
     from broker.store.migrate import upgrade
 
-    url = _db_url(db, config)
-    try:
-        database = connect(url)
-    except DatabaseURLError as exc:
-        _fail(str(exc))
-    try:
+    with _opened(db, config, "migrate") as database:
         upgrade(database)
-        from sqlalchemy import text
-
         with database.read() as s:
             head = s.execute(text("SELECT version_num FROM alembic_version")).scalar_one()
-    except Exception as exc:
-        _fail(f"cannot migrate {database.dialect} database: {exc.__class__.__name__}: "
-              f"{str(exc).splitlines()[0] if str(exc) else ''}")
-    finally:
-        database.dispose()
     if as_json:
         emit_json({"revision": head})
     else:
@@ -78,33 +94,17 @@ def db_check(
 ) -> None:
     """Rebuild every job from its events and compare with the stored rows, the quota counters
     and the ledger's daily sums with the ledger's entries (exit 1 on mismatch)."""
+    from sqlalchemy import func, select
+
     from broker import ledger
     from broker.orchestration.replay import check_all
     from broker.store import daily_sums
-    from broker.store.db import DatabaseURLError, connect, masked
+    from broker.store.records import JOBS
 
-    db = _db_url(db, config)
-    try:
-        database = connect(db)
-    except DatabaseURLError as exc:
-        _fail(str(exc))
-    checked = 0
-    mismatches = []
-    ledger_problems: list[str] = []
-    try:
-        with database.read() as s:
-            from sqlalchemy import func, select
-
-            from broker.store.records import JOBS
-
-            checked = s.execute(select(func.count()).select_from(JOBS)).scalar_one()
-            mismatches = list(check_all(s))
-            ledger_problems = ledger.check(s) + daily_sums.mismatches(s)
-    except Exception as exc:
-        _fail(f"cannot read {masked(db)}: {exc.__class__.__name__}: "
-              f"{str(exc).splitlines()[0]}")
-    finally:
-        database.dispose()
+    with _opened(db, config, "read") as database, database.read() as s:
+        checked = s.execute(select(func.count()).select_from(JOBS)).scalar_one()
+        mismatches = list(check_all(s))
+        ledger_problems = ledger.check(s) + daily_sums.mismatches(s)
     if as_json:
         emit_json(
             {
@@ -141,21 +141,9 @@ def db_rebuild_sums(
     entries, in one transaction: after `db check` reported them drifted, e.g. entries booked
     by a replica of a version before schema revision 0013 while an upgrade rolled."""
     from broker.store import daily_sums
-    from broker.store.db import DatabaseURLError, connect, masked
 
-    url = _db_url(db, config)
-    try:
-        database = connect(url)
-    except DatabaseURLError as exc:
-        _fail(str(exc))
-    try:
-        with database.write() as s:
-            rows = daily_sums.rebuild(s)
-    except Exception as exc:
-        _fail(f"cannot rebuild the daily sums of {masked(url)}: {exc.__class__.__name__}: "
-              f"{str(exc).splitlines()[0] if str(exc) else ''}")
-    finally:
-        database.dispose()
+    with _opened(db, config, "rebuild the daily sums of") as database, database.write() as s:
+        rows = daily_sums.rebuild(s)
     if as_json:
         emit_json({"ledger_daily_rows": rows})
     else:
