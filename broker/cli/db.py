@@ -24,6 +24,10 @@ DbUrl = Annotated[
     str | None, typer.Option("--db", envvar=DB_ENV, help="database URL", show_default=False)
 ]
 
+ConfigFile = Annotated[
+    Path | None, typer.Option("--config", "-c", help="isthmus.yaml naming the database")
+]
+
 _fail = fail
 
 
@@ -64,9 +68,7 @@ def _opened(db: str | None, config: Path | None, doing: str) -> Iterator[Databas
 def db_upgrade(
     db: DbUrl = None,
     as_json: AsJson = False,
-    config: Annotated[
-        Path | None, typer.Option("--config", "-c", help="isthmus.yaml naming the database")
-    ] = None,
+    config: ConfigFile = None,
 ) -> None:
     """Apply the schema migrations up to the newest (what `server` also does at start-up);
     safe to run from several places at once: replicas migrate one at a time."""
@@ -87,9 +89,7 @@ def db_upgrade(
 @db_app.command("check")
 def db_check(
     db: DbUrl = None,
-    config: Annotated[
-        Path | None, typer.Option("--config", "-c", help="isthmus.yaml naming the database")
-    ] = None,
+    config: ConfigFile = None,
     as_json: AsJson = False,
 ) -> None:
     """Rebuild every job from its events and compare with the stored rows, the quota counters
@@ -132,9 +132,7 @@ def db_check(
 @db_app.command("rebuild-sums")
 def db_rebuild_sums(
     db: DbUrl = None,
-    config: Annotated[
-        Path | None, typer.Option("--config", "-c", help="isthmus.yaml naming the database")
-    ] = None,
+    config: ConfigFile = None,
     as_json: AsJson = False,
 ) -> None:
     """Write the ledger's daily sums (ledger_daily, read by `isthmus report`) anew from its
@@ -154,9 +152,7 @@ def db_rebuild_sums(
 def db_backup(
     file: Annotated[Path, typer.Argument(help="where to write the backup")],
     db: DbUrl = None,
-    config: Annotated[
-        Path | None, typer.Option("--config", "-c", help="isthmus.yaml naming the database")
-    ] = None,
+    config: ConfigFile = None,
     force: Annotated[bool, typer.Option("--force", help="replace an existing file")] = False,
     as_json: AsJson = False,
 ) -> None:
@@ -179,9 +175,7 @@ def db_backup(
 def db_restore(
     file: Annotated[Path, typer.Argument(help="a backup made by `isthmus db backup`")],
     db: DbUrl = None,
-    config: Annotated[
-        Path | None, typer.Option("--config", "-c", help="isthmus.yaml naming the database")
-    ] = None,
+    config: ConfigFile = None,
     yes: Annotated[bool, typer.Option("--yes", help="confirm: replaces the database")] = False,
     as_json: AsJson = False,
 ) -> None:
