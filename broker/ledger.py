@@ -37,7 +37,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from broker.store import batch, daily_sums
+from broker.store import batch, daily_sums, ledger_lookups
 from broker.store import quota_counters as counters
 from broker.store.ledger_tables import ENTRIES
 from broker.store.tables import AttemptRow, JobRow
@@ -139,6 +139,10 @@ _ENTRY = sa.select(ENTRIES).where(
     ENTRIES.c.kind == sa.bindparam("kind"),
 )
 _INSERT_ENTRY = sa.insert(ENTRIES)
+# the same insert for releases and for charges (each its own set of columns): kept apart so
+# that a batch (broker.store.batch) groups each kind's rows into an executemany of its own
+_INSERT_RELEASE = sa.insert(ENTRIES)
+_INSERT_CHARGE = sa.insert(ENTRIES)
 # the attempt's pool and the job's submitter, written on usage and waste entries for reports
 _WHO = (
     sa.select(ATTEMPTS.c.pool, JOBS.c.submitted_by)
@@ -151,6 +155,11 @@ batch.additive(counters.UPSERT, key=("t", "f"), apply=counters.add_many)
 
 
 def _entry(session: Session, job_id: str, attempt: int, kind: LedgerKind) -> Any:
+    """The entry, from the transaction's read-ahead (broker.store.ledger_lookups) when it
+    holds the key, else from the database."""
+    known, row = ledger_lookups.lookup(session, job_id, attempt, kind.value)
+    if known:
+        return row
     return session.connection().execute(
         _ENTRY, {"job_id": job_id, "attempt": attempt, "kind": kind.value}
     ).first()
@@ -166,12 +175,12 @@ def reserve(session: Session, r: Reservation, now: datetime, note: str = "") -> 
         session, r.job_id, r.attempt, LedgerKind.RESERVE
     ) is not None:
         return False
-    batch.write(  # both writes may be batched across jobs (broker.store.batch)
-        session, _INSERT_ENTRY,
-        {"job_id": r.job_id, "attempt": r.attempt, "kind": LedgerKind.RESERVE.value,
-         "team": r.team, "flavor": r.flavor, "gpus": r.gpus, "borrowed_gpus": r.borrowed_gpus,
-         "gpu_hours": 0.0, "at": now, "note": note, "cost": None},
-    )
+    params = {"job_id": r.job_id, "attempt": r.attempt, "kind": LedgerKind.RESERVE.value,
+              "team": r.team, "flavor": r.flavor, "gpus": r.gpus,
+              "borrowed_gpus": r.borrowed_gpus, "gpu_hours": 0.0, "at": now, "note": note,
+              "cost": None}
+    batch.write(session, _INSERT_ENTRY, params)  # both writes may be batched across jobs
+    ledger_lookups.learn(session, params)
     if batch.active(session):  # summed over the batch, then noted like a single change
         batch.write(session, counters.UPSERT, {"t": r.team, "f": r.flavor, "g": r.gpus,
                                                "b": r.borrowed_gpus})
@@ -185,12 +194,11 @@ def release(session: Session, job_id: str, attempt: int, now: datetime, note: st
     held = _entry(session, job_id, attempt, LedgerKind.RESERVE)
     if held is None or _entry(session, job_id, attempt, LedgerKind.RELEASE) is not None:
         return False
-    session.connection().execute(
-        _INSERT_ENTRY,
-        {"job_id": job_id, "attempt": attempt, "kind": LedgerKind.RELEASE.value,
-         "team": held.team, "flavor": held.flavor, "gpus": held.gpus,
-         "borrowed_gpus": held.borrowed_gpus, "gpu_hours": 0.0, "at": now, "note": note},
-    )
+    params = {"job_id": job_id, "attempt": attempt, "kind": LedgerKind.RELEASE.value,
+              "team": held.team, "flavor": held.flavor, "gpus": held.gpus,
+              "borrowed_gpus": held.borrowed_gpus, "gpu_hours": 0.0, "at": now, "note": note}
+    batch.write(session, _INSERT_RELEASE, params)  # queued inside a batch (a reconcile chunk)
+    ledger_lookups.learn(session, params)
     counters.add(session, held.team, held.flavor, -held.gpus, -held.borrowed_gpus)  # at commit
     return True
 
@@ -228,26 +236,37 @@ def _note_daily(session: Session, r: Reservation, kind: LedgerKind, at: datetime
 
 def charge(
     session: Session, r: Reservation, held: Held, ending: Ending, cost_weight: float,
-    now: datetime, note: str = "",
+    now: datetime, note: str = "", who: tuple[str | None, str | None] | None = None,
 ) -> dict[LedgerKind, float]:
     """Book an ended attempt's usage and waste, once: its usage entry says it was booked, so
     every later call (another path that saw the same ending) books nothing and returns {}.
-    `cost_weight`: the flavor's cost weight times the pool's."""
+    `cost_weight`: the flavor's cost weight times the pool's. `who`: the attempt's pool and
+    the job's submitter when the caller has them (else read here). Its entries are sent as
+    one statement (queued inside a batch)."""
     if _entry(session, r.job_id, r.attempt, LedgerKind.USAGE) is not None:
         return {}
     hours = split(held, ending)
-    conn = session.connection()
-    who = conn.execute(_WHO, {"job_id": r.job_id, "attempt": r.attempt}).first()
-    pool, user = (who.pool, who.submitted_by) if who is not None else (None, None)
-    for kind, value in hours.items():
-        conn.execute(
-            _INSERT_ENTRY,
-            {"job_id": r.job_id, "attempt": r.attempt, "kind": kind.value, "team": r.team,
+    if who is None:
+        row = session.connection().execute(
+            _WHO, {"job_id": r.job_id, "attempt": r.attempt}).first()
+        who = (row.pool, row.submitted_by) if row is not None else (None, None)
+    pool, user = who
+    text = f"{ending.value}; weight {cost_weight:g}" + (f"; {note}" if note else "")
+    rows = [{"job_id": r.job_id, "attempt": r.attempt, "kind": kind.value, "team": r.team,
              "flavor": r.flavor, "gpus": r.gpus, "borrowed_gpus": 0, "gpu_hours": value,
              "cost": value * cost_weight, "pool": pool, "submitted_by": user, "at": now,
-             "note": f"{ending.value}; weight {cost_weight:g}" + (f"; {note}" if note else "")},
-        )
-        _note_daily(session, r, kind, now, value, value * cost_weight, who)
+             "note": text} for kind, value in hours.items()]
+    if batch.active(session):
+        for params in rows:
+            batch.write(session, _INSERT_CHARGE, params)
+    else:
+        session.connection().execute(_INSERT_CHARGE, rows)
+    for params in rows:
+        ledger_lookups.learn(session, params)
+    for kind, value in hours.items():
+        daily_sums.note(session, team=r.team, flavor=r.flavor, kind=kind.value, at=now,
+                        gpu_hours=value, cost=value * cost_weight, pool=pool or "",
+                        user=user or "")
     return hours
 
 

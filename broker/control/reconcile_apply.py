@@ -7,12 +7,18 @@ savepoint inside its own JobGuard: an attempt that fails is rolled back alone an
 InternalError after the chunk, the others stand. A chunk locks its jobs first, in one
 statement in id order, and applies its attempts in the order of the quota counters they
 release; a chunk PostgreSQL aborted as a deadlock victim is written again (on_conflict)
-instead of ending the pass. The metrics of the chunk's transitions and
-endings are counted once it committed (broker.store.batch.held_effects), those of a
-rolled-back attempt never: a chunk that fails counts nothing, and the next pass counts each
-once. The retry decision of an attempt that ended in a failure or a preemption
-(broker.control.requeue) is taken after its chunk committed, as before, in its own
-transaction.
+instead of ending the pass. The chunk holds its jobs' rows for as few statements as it can:
+the ledger entries its attempts look up are read in one statement once the jobs are locked
+(broker.store.ledger_lookups), and its writes that nothing in the chunk reads back (events,
+job states, ledger entries, attempt rows) are queued and sent as one executemany per
+statement at its end (broker.store.batch); an attempt that fails has its savepoint rolled
+back and its queued writes cut, and a chunk whose queued writes fail when sent is written
+again attempt by attempt, as one that fails at its commit. The metrics of the chunk's
+transitions and endings are counted once it committed (broker.store.batch.deferred with
+effects=False), those of a rolled-back attempt never: a chunk that fails counts nothing,
+and the next pass counts each once. The retry decision of an attempt that ended in a
+failure or a preemption (broker.control.requeue) is taken after its chunk committed, as
+before, in its own transaction.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from broker.domain.facts import Fact, Phase
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
 from broker.store import attempts as att
-from broker.store import batch, records
+from broker.store import batch, ledger_lookups, records
 from broker.store.conflicts import on_conflict
 
 RECONCILER = "system:reconciler"
@@ -68,10 +74,11 @@ def _ending(fact: Fact, d: Derived) -> ledger.Ending:
 def charge(s: Session, plane: ControlPlane, team: str, a: att.AttemptRecord,
            ending: ledger.Ending, end: datetime, now: datetime,
            running: datetime | None = None, fact: Fact | None = None,
-           failure: FailureCategory | None = None) -> bool:
+           failure: FailureCategory | None = None, submitted_by: str | None = None) -> bool:
     """Book an ended attempt in the ledger (usage, waste by kind, cost) and count it in the
     metrics. Every path that ends an attempt calls this; the ledger books each attempt once,
-    so a second path that sees the same ending adds nothing. False when already booked."""
+    so a second path that sees the same ending adds nothing. False when already booked.
+    `submitted_by`: the job's submitter, when the caller holds the job's row (saves a read)."""
     flavor = plane.config.flavor(a.flavor)
     pool = next((p for p in plane.config.pools if p.name == a.pool), None)
     weight = (flavor.cost_weight if flavor else 1.0) * (pool.cost_weight if pool else 1.0)
@@ -80,7 +87,8 @@ def charge(s: Session, plane: ControlPlane, team: str, a: att.AttemptRecord,
         else None, until=end, running=running or a.started_at, progress=a.checkpoint_at,
     )
     r = ledger.Reservation(a.job_id, a.number, team, a.flavor, a.gpus)
-    hours = ledger.charge(s, r, held, ending, weight, now, note=f"pool {a.pool}")
+    who = (a.pool, submitted_by) if submitted_by is not None else None
+    hours = ledger.charge(s, r, held, ending, weight, now, note=f"pool {a.pool}", who=who)
     if not hours:
         return False
     failed = None
@@ -146,8 +154,9 @@ def _apply_in(s: Session, plane: ControlPlane, a: att.AttemptRecord, fact: Fact,
         row.update(ended_at=end, failure=d.failure.value if d.failure else None,
                    preempted=d.preempted)
         charge(s, plane, job.team, a, _ending(fact, d), end, now,
-               running=fact.started_at or a.started_at, fact=fact, failure=d.failure)
-    att.update(s, a.job_id, a.number, **row)
+               running=fact.started_at or a.started_at, fact=fact, failure=d.failure,
+               submitted_by=job.submitted_by)
+    att.update_queued(s, a.job_id, a.number, **row)
     if current and (d.failure is not None or d.preempted):
         return moved, _Retry(a.job_id, a, d.preempted, d.failure, fact.bad_nodes)
     return moved, None
@@ -220,34 +229,50 @@ def _write_chunk(plane: ControlPlane, chunk: list[tuple[att.AttemptRecord, Fact]
     order a reconcile chunk and an admission chunk deadlocked on two counters under the soak)."""
     out = _Written()
     crash_point("before-fact-persist")
-    with plane.db.write() as s, batch.held_effects(s) as effects:
+    with plane.db.write() as s:
         locked = records.lock_jobs(s, [a.job_id for a, _ in chunk])
-
-        first: dict[str, str] = {}  # a job's attempts stay together, oldest first
-        for a, _ in sorted(chunk, key=lambda item: item[0].number):
-            first.setdefault(a.job_id, a.flavor)
-
-        def counter(item: tuple[att.AttemptRecord, Fact]) -> tuple[str, str, str, int]:
-            a, job = item[0], locked.get(item[0].job_id)
-            return (job.team if job else "", first[a.job_id], a.job_id, a.number)
-
-        seen: set[str] = set()
-        for a, fact in sorted(chunk, key=counter):
-            # a job met again in the chunk (two of its attempts) is read again: its row moved
-            job = locked.get(a.job_id) if a.job_id not in seen else records.lock_job(s, a.job_id)
-            seen.add(a.job_id)
-            mark = effects.mark()
-            with JobGuard("reconcile", a.job_id) as guard, s.begin_nested():
-                n, retry = _apply_in(s, plane, a, fact, now, job)
-            if guard.incident is not None:  # its savepoint is undone; the others stand
-                effects.cut(mark)
-                out.incidents.append(guard.incident)
-                continue
-            out.moved += n
-            if retry is not None:
-                out.retries.append(retry)
+        keys = {(a.job_id, a.number) for a, _ in chunk} | {(j.id, j.attempt)
+                                                          for j in locked.values()}
+        with ledger_lookups.read_ahead(s, sorted(keys)), \
+                batch.deferred(s, effects=False) as effects:
+            _write_locked(s, plane, chunk, now, locked, effects, out)
     effects.run_effects()  # metrics of the chunk's transitions and endings, once committed
     return out
+
+
+def _write_locked(s: Session, plane: ControlPlane, chunk: list[tuple[att.AttemptRecord, Fact]],
+                  now: datetime, locked: dict[str, records.JobRecord], effects: batch.Deferred,
+                  out: _Written) -> None:
+    """The chunk's attempts, its jobs locked, each in its own savepoint, its writes queued."""
+    first: dict[str, str] = {}  # a job's attempts stay together, oldest first
+    for a, _ in sorted(chunk, key=lambda item: item[0].number):
+        first.setdefault(a.job_id, a.flavor)
+
+    def counter(item: tuple[att.AttemptRecord, Fact]) -> tuple[str, str, str, int]:
+        a, job = item[0], locked.get(item[0].job_id)
+        return (job.team if job else "", first[a.job_id], a.job_id, a.number)
+
+    seen: set[str] = set()
+    for a, fact in sorted(chunk, key=counter):
+        # a job met again in the chunk (two of its attempts) is read again: its row moved,
+        # so what the chunk queued is sent first
+        if a.job_id in seen:
+            effects.flush(s)
+            job = records.lock_job(s, a.job_id)
+        else:
+            job = locked.get(a.job_id)
+        seen.add(a.job_id)
+        mark = effects.mark()
+        with JobGuard("reconcile", a.job_id) as guard, s.begin_nested():
+            n, retry = _apply_in(s, plane, a, fact, now, job)
+        if guard.incident is not None:  # its savepoint is undone; the others stand
+            effects.cut(mark)
+            ledger_lookups.forget(s, a.job_id)
+            out.incidents.append(guard.incident)
+            continue
+        out.moved += n
+        if retry is not None:
+            out.retries.append(retry)
 
 
 def mark_one(plane: ControlPlane, incident: Incident, now: datetime) -> None:

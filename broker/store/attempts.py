@@ -236,13 +236,22 @@ def _update_of(names: tuple[str, ...]) -> Any:
 
 
 def update(session: Session, job_id: str, number: int, **values: Any) -> None:
+    session.connection().execute(*_update(job_id, number, values))
+
+
+def update_queued(session: Session, job_id: str, number: int, **values: Any) -> None:
+    """`update`, queued inside a batch of deferred writes (broker.store.batch; at once
+    outside one): for a caller that does not read the row back before the batch is sent."""
+    batch.write(session, *_update(job_id, number, values))
+
+
+def _update(job_id: str, number: int, values: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     bad = set(values) - set(_FIELDS)
     if bad:
         raise ValueError(f"unknown attempt field(s) {sorted(bad)}")
     names = tuple(sorted(values))
     params = {f"v_{n}": values[n] for n in names}
-    session.connection().execute(_update_of(names), {"k_job": job_id, "k_number": number,
-                                                     **params})
+    return _update_of(names), {"k_job": job_id, "k_number": number, **params}
 
 
 _SET_RESOLVED = (

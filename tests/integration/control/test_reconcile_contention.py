@@ -98,9 +98,10 @@ def test_a_chunk_locks_its_jobs_in_one_statement_in_id_order(sim: Sim) -> None:
         values = locks[0].values() if isinstance(locks[0], dict) else locks[0]
         flat = [x for v in values for x in (v if isinstance(v, list | tuple) else [v])]
         assert [v for v in flat if v in jobs] == sorted(jobs)
-    writes = [sql for _, sql, _ in sent if sql.startswith("UPDATE attempts SET")
+    writes = [p for _, sql, p in sent if sql.startswith("UPDATE attempts SET")
               and "resolved_json" not in sql]
-    assert len(writes) == len(jobs)  # each attempt's row written once, not per field group
+    assert len(writes) == 1  # the chunk's attempt rows in one executemany
+    assert len(writes[0]) == len(jobs)  # each attempt's row written once, not per field group
     with sim.plane.db.read() as s:
         for j in jobs:
             a = att.attempts_of(s, j)[-1]

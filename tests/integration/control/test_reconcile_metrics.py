@@ -1,6 +1,6 @@
 """The metrics of a reconcile chunk (transitions, GPU-seconds charged, failures) are counted
 once the chunk's transaction committed (broker.control.reconcile_apply, broker.store.batch
-held_effects): a chunk that fails counts nothing, and the next pass counts each once."""
+deferred, effects held): a chunk that fails counts nothing, and the next pass counts each once."""
 
 from __future__ import annotations
 
@@ -49,24 +49,24 @@ def test_a_chunk_that_fails_at_its_commit_counts_nothing(
     k8s = sim.backends["sim-k8s"]
     k8s.fail_node(k8s.jobs[attempts_of(sim, jobs[0])[-1].backend_name].nodes[0])
     sim.advance(700)  # the others succeed
-    original = batch.held_effects
+    original = batch.deferred
     failed = {"n": 0}
 
     @contextlib.contextmanager
-    def failing(session: Any) -> Iterator[batch.Deferred]:
-        with original(session) as held:
+    def failing(session: Any, *, effects: bool = True) -> Iterator[batch.Deferred]:
+        with original(session, effects=effects) as held:
             yield held
         failed["n"] += 1  # every attempt applied, then the transaction fails
         raise sa.exc.OperationalError("COMMIT", {}, Exception("the connection was lost"))
 
-    monkeypatch.setattr(batch, "held_effects", failing)
+    monkeypatch.setattr(batch, "deferred", failing)
     before = _samples()
     with pytest.raises(sa.exc.OperationalError):
         run_reconcile(sim.plane, "sim-k8s")
     assert failed["n"] == 1
     assert _samples() == before
     assert [state(sim, j)[0] for j in jobs] == ["RUNNING"] * 3
-    monkeypatch.setattr(batch, "held_effects", original)
+    monkeypatch.setattr(batch, "deferred", original)
     run_reconcile(sim.plane, "sim-k8s")
     after = _samples()
     assert [state(sim, j)[0] for j in jobs[1:]] == ["SUCCEEDED"] * 2

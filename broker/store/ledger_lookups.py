@@ -1,0 +1,83 @@
+"""The ledger entries a transaction already read, so that a reconcile chunk looks its attempts'
+entries up in one statement instead of three per attempt (broker.ledger's `release` asks for
+the reservation and the release, `charge` for the usage entry).
+
+`read_ahead(session, keys)` reads the reserve, release and usage entries of the (job, attempt)
+keys at once; until the block ends, broker.ledger answers those look-ups for those keys from
+what it read and from what it wrote since (`learn`), so a look-up still sees the entry the
+same transaction queued a moment before (broker.store.batch may not have sent it yet). Keys
+not read ahead are looked up in the database, as outside the block.
+
+What makes this safe: the caller holds the keys' job rows locked before it reads ahead, and
+every path that writes a job's ledger entries holds its job's row lock (set_state's ledger
+rules, `charge` of the reconciler and of the preemption, the cancel): nobody else can add an
+entry for these keys until the caller commits. A savepoint the caller rolls back takes its
+entries with it: the caller then `forget`s that job's keys, whose look-ups go back to the
+database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import sqlalchemy as sa
+from sqlmodel import Session
+
+from broker.store.ledger_tables import ENTRIES
+
+KINDS = ("reserve", "release", "usage")  # the kinds broker.ledger looks up before it writes
+_KEY = "isthmus_ledger_lookups"
+_Known = dict[tuple[str, int], dict[str, Any]]
+
+
+@contextlib.contextmanager
+def read_ahead(session: Session, keys: list[tuple[str, int]]) -> Iterator[None]:
+    """Read the looked-up entries of `keys` (job id, attempt) in one statement per 500 keys
+    and answer their look-ups from them in this block (the keys' jobs locked by the caller)."""
+    if _KEY in session.info:
+        raise RuntimeError("ledger read-ahead does not nest")
+    known: _Known = {key: {} for key in keys}
+    ordered = sorted(known)
+    conn = session.connection()
+    for start in range(0, len(ordered), 500):
+        rows = conn.execute(sa.select(ENTRIES).where(
+            ENTRIES.c.kind.in_(KINDS),
+            sa.tuple_(ENTRIES.c.job_id, ENTRIES.c.attempt).in_(ordered[start:start + 500]),
+        ))
+        for row in rows:
+            known[(row.job_id, row.attempt)][row.kind] = row
+    session.info[_KEY] = known
+    try:
+        yield
+    finally:
+        session.info.pop(_KEY, None)
+
+
+def lookup(session: Session, job_id: str, attempt: int, kind: str) -> tuple[bool, Any]:
+    """(True, the entry or None) when the key was read ahead; (False, None): ask the
+    database."""
+    known: _Known | None = session.info.get(_KEY)
+    entries = known.get((job_id, attempt)) if known is not None else None
+    if entries is None or kind not in KINDS:
+        return False, None
+    return True, entries.get(kind)
+
+
+def learn(session: Session, params: dict[str, Any]) -> None:
+    """An entry this transaction wrote (or queued): later look-ups of a read-ahead key see it."""
+    known: _Known | None = session.info.get(_KEY)
+    entries = known.get((params["job_id"], params["attempt"])) if known is not None else None
+    if entries is not None and params["kind"] in KINDS:
+        entries[params["kind"]] = SimpleNamespace(**params)
+
+
+def forget(session: Session, job_id: str) -> None:
+    """The job's writes were rolled back (its savepoint): its keys are looked up again in the
+    database."""
+    known: _Known | None = session.info.get(_KEY)
+    if known is not None:
+        for key in [k for k in known if k[0] == job_id]:
+            del known[key]
