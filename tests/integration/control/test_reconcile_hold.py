@@ -1,0 +1,124 @@
+"""Issue 17, the 50/s soak: a reconcile chunk holds its jobs' rows until it commits, and the
+progress reports and the preemption wait for them. A chunk sent about thirteen statements per
+ended attempt (three ledger look-ups, the submitter's look-up, an insert per ledger entry, the
+event, the job's state, the attempt's row); it now reads its ledger entries in one statement
+and sends its writes as one executemany per statement (broker.control.reconcile_apply), and a
+write that fails when the chunk is sent still harms only its own job."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from broker import ledger
+from broker.control.admission import run_admission
+from broker.control.dispatch import run_dispatch
+from broker.control.reconcile import run_reconcile
+from broker.store import ledger_lookups
+from broker.store.ledger_tables import ENTRIES
+from tests.builders import spec
+from tests.harness.sim import Sim, attempts_of, consistent, state, submit
+from tests.integration.control.poison import events
+
+ENDED = 8
+
+
+def _running(sim: Sim, n: int) -> list[str]:
+    jobs = [submit(sim, spec().name(f"h{i}").flavors("a100-80g").replicas(1).gpus(1)
+                   .topology(None).backend("k8s"), 60) for i in range(n)]
+    run_admission(sim.plane)
+    run_dispatch(sim.plane)
+    for _ in range(10):
+        sim.advance(10)
+        run_reconcile(sim.plane, "sim-k8s")
+        if all(state(sim, j)[0] == "RUNNING" for j in jobs):
+            break
+    assert [state(sim, j)[0] for j in jobs] == ["RUNNING"] * n
+    return jobs
+
+
+def _statements(sim: Sim) -> list[tuple[str, int]]:
+    """The statements of one reconcile pass of sim-k8s: (first 60 characters, parameter
+    sets)."""
+    sent: list[tuple[str, int]] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, params: Any, context: Any,
+             many: bool) -> None:
+        sent.append((" ".join(statement.split())[:60], len(params) if many else 1))
+
+    sa.event.listen(sa.engine.Engine, "before_cursor_execute", seen)
+    try:
+        run_reconcile(sim.plane, "sim-k8s")
+    finally:
+        sa.event.remove(sa.engine.Engine, "before_cursor_execute", seen)
+    return sent
+
+
+def test_a_chunks_ledger_lookups_and_writes_are_sent_once_not_per_attempt(sim: Sim) -> None:
+    jobs = _running(sim, ENDED)
+    sim.advance(120)  # every job succeeds: one chunk of ENDED ended attempts
+    sent = _statements(sim)
+    assert [state(sim, j)[0] for j in jobs] == ["SUCCEEDED"] * ENDED
+    by_start = Counter(sql for sql, _ in sent)
+    lookups = [n for sql, n in sent if sql.startswith("SELECT ledger_entries")]
+    assert len(lookups) == 1, by_start  # the chunk's entries read at once (was 3 per attempt)
+    assert not any("submitted_by FROM jobs" in sql for sql, _ in sent)  # from the locked row
+    for table in ("INSERT INTO job_events", "UPDATE jobs SET", "UPDATE attempts SET"):
+        writes = [n for sql, n in sent if sql.startswith(table)]
+        assert writes == [ENDED], (table, writes)  # one executemany of a row per attempt
+    entries = [n for sql, n in sent if sql.startswith("INSERT INTO ledger_entries")]
+    assert sorted(entries) == [ENDED, ENDED], entries  # the releases, the usage entries
+    # per attempt only its fact, its cause-key look-up and its savepoint remain (13 before)
+    assert len(sent) <= 5 * ENDED + 16, by_start
+    with sim.plane.db.read() as s:
+        rows = s.connection().execute(
+            sa.select(ENTRIES.c.job_id, ENTRIES.c.kind, ENTRIES.c.pool,
+                      ENTRIES.c.submitted_by)
+            .where(ENTRIES.c.job_id.in_(jobs))).all()
+    booked = Counter(kind for _, kind, _, _ in rows)
+    assert booked == {"reserve": ENDED, "release": ENDED, "usage": ENDED}, booked
+    assert {(pool, user) for _, kind, pool, user in rows if kind == "usage"} == {
+        (attempts_of(sim, jobs[0])[-1].pool, "tester")}
+    consistent(sim)
+
+
+def test_a_write_that_fails_when_the_chunk_is_sent_harms_only_its_own_job(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The chunk's queued writes are sent at its end; one that breaks a constraint there (here
+    a usage entry the chunk's read-ahead is made to miss, so its charge books it twice) fails
+    the chunk, which is written again attempt by attempt: the others' ends are recorded, the
+    bad one is marked on its job and applied by a later pass."""
+    jobs = _running(sim, 4)
+    bad = sorted(jobs)[1]
+    a = attempts_of(sim, bad)[-1]
+    with sim.plane.db.write() as s:  # booked by another path the read-ahead will not see
+        ledger.record_hours(s, ledger.Reservation(bad, a.number, "vision", a.flavor, a.gpus),
+                            ledger.LedgerKind.USAGE, 0.0, a.created_at)
+    original = ledger_lookups.lookup
+
+    def blind(session: Any, job_id: str, attempt: int, kind: str) -> tuple[bool, Any]:
+        if job_id == bad and kind == "usage":
+            return True, None
+        return original(session, job_id, attempt, kind)
+
+    monkeypatch.setattr(ledger_lookups, "lookup", blind)
+    sim.advance(120)
+    run_reconcile(sim.plane, "sim-k8s")
+    for j in jobs:
+        if j != bad:
+            assert state(sim, j)[0] == "SUCCEEDED", events(sim, j)
+    assert state(sim, bad) == ("RUNNING", "InternalError")
+    assert "reconcile (IntegrityError)" in events(sim, bad)[-1][2]
+    monkeypatch.undo()
+    run_reconcile(sim.plane, "sim-k8s")  # the next pass applies it; its usage booked once
+    assert state(sim, bad)[0] == "SUCCEEDED"
+    with sim.plane.db.read() as s:
+        usage = s.connection().execute(
+            sa.select(sa.func.count()).select_from(ENTRIES).where(
+                ENTRIES.c.job_id == bad, ENTRIES.c.kind == "usage")).scalar_one()
+    assert usage == 1
+    consistent(sim)
