@@ -22,7 +22,8 @@ What differs:
   directory; the harness counts the 5xx among them. On Kubernetes nothing runs in a pod: kwok
   ends it after the `isthmus.io/fake-duration` annotation (the same 2-6 s); no progress there.
 - the outage is real: SIGTERM to the cluster's slurmctld (its pid file), and at its end
-  `deploy/testenv/slurm/up` starts it again. Meanwhile every 5 s the harness notes the jobs
+  `deploy/testenv/slurm/up` starts it again (run with that cluster's own state dir, port base
+  and size, read from its `env` file, so that it restarts this cluster and no other). Meanwhile every 5 s the harness notes the jobs
   whose reason is `BackendUnavailable`; the report prints how many distinct jobs it saw.
 """
 
@@ -72,6 +73,16 @@ def cluster_env(state: Path) -> dict[str, str]:
         if sep and key.strip() and not key.startswith("#"):
             out[key.strip()] = value.strip()
     return out
+
+
+def slurm_up_env(slurm: dict[str, str], state: Path) -> dict[str, str]:
+    """The variables under which `deploy/testenv/slurm/up` finds this very cluster again: its
+    state dir, port base (its slurmrestd listens on base + 20) and nodes per partition. With
+    another port base or size `up` would wipe it and start a new one, so none is inherited."""
+    rest_port = int(slurm["SLURMRESTD_URL"].rsplit(":", 1)[1])
+    per_type = len(slurm["SLURM_NODES"].split(",")) // len(slurm["SLURM_PARTITIONS"].split(","))
+    return {"ISTHMUS_SLURM_STATE": str(state), "ISTHMUS_SLURM_PORT_BASE": str(rest_port - 20),
+            "ISTHMUS_SLURM_NODES_PER_TYPE": str(per_type)}
 
 
 def config_for(slurm: dict[str, str], k8s: dict[str, str], namespace: str,
@@ -252,7 +263,7 @@ def main() -> None:
     reps = [Replica(n, config, pg.url, work) for n in ("a", "b")]
     outage = SlurmctldOutage(
         args.slurm_state / "run" / "slurmctld.pid", [str(SLURM_UP)],
-        {**os.environ, "ISTHMUS_SLURM_STATE": str(args.slurm_state)},
+        {**os.environ, **slurm_up_env(slurm, args.slurm_state)},
         lambda: unavailable_now(pg.url))
     try:
         for r in reps:

@@ -25,13 +25,15 @@ from bench.soak_real import (
     config_for,
     job_command,
     real_spec,
+    slurm_up_env,
     status_classes,
 )
 from broker.config import parse_config
 from broker.domain.spec import JobSpec
 from tests.harness.wait import wait_until
 
-SLURM = {"SLURM_CONF": "/tmp/s/etc/slurm.conf", "SLURM_PARTITIONS": "a100,h100",
+SLURM = {"SLURM_CONF": "/tmp/s/etc/slurm.conf", "SLURMRESTD_URL": "http://127.0.0.1:19220",
+         "SLURM_PARTITIONS": "a100,h100",
          "SLURM_NODES": "a100-1,a100-2,a100-3,h100-1,h100-2,h100-3", "SLURM_GPUS_PER_NODE": "8"}
 K8S = {"KUBECONFIG": "/tmp/k/kubeconfig", "K8S_NODES_PER_POOL": "8", "K8S_GPUS_PER_NODE": "8"}
 
@@ -39,6 +41,15 @@ K8S = {"KUBECONFIG": "/tmp/k/kubeconfig", "K8S_NODES_PER_POOL": "8", "K8S_GPUS_P
 def test_cluster_env_reads_the_up_scripts_env_file(tmp_path: Path) -> None:
     (tmp_path / "env").write_text("SLURM_CONF=/x/slurm.conf\nSLURM_JWT=a=b\n\n")
     assert cluster_env(tmp_path) == {"SLURM_CONF": "/x/slurm.conf", "SLURM_JWT": "a=b"}
+
+
+def test_the_restart_finds_the_same_cluster_again() -> None:
+    # deploy/testenv/slurm/up: REST_PORT=$((PORT_BASE + 20)); NODES_PER_TYPE per partition
+    assert slurm_up_env(SLURM, Path("/tmp/slurm-soak")) == {
+        "ISTHMUS_SLURM_STATE": "/tmp/slurm-soak", "ISTHMUS_SLURM_PORT_BASE": "19200",
+        "ISTHMUS_SLURM_NODES_PER_TYPE": "3"}
+    up = (Path(__file__).resolve().parents[3] / "deploy/testenv/slurm/up").read_text()
+    assert "REST_PORT=$((PORT_BASE + 20))" in up
 
 
 def test_config_points_at_the_clusters_and_shares_their_gpus(tmp_path: Path) -> None:
