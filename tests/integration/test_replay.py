@@ -19,7 +19,7 @@ from broker.orchestration import replay as replay_module
 from broker.orchestration.replay import check_all, replay
 from broker.orchestration.submission import cancel_job, submit_job
 from broker.store import Database
-from broker.store.queries import get_job, job_events, list_jobs
+from broker.store.queries import events_of_jobs, get_job, job_events, list_jobs
 from tests.builders import spec
 
 STATES = list(JobState)
@@ -109,7 +109,7 @@ def test_db_check_reads_one_snapshot_while_a_job_moves(
     is no mismatch. On PostgreSQL in READ COMMITTED each statement saw its own snapshot, and
     such a job came out with the events one step ahead of its row."""
     job = submit_job(db, example_config, spec().build(), "t").job
-    real = replay_module.events_of_jobs
+    real = events_of_jobs
     moved: list[str] = []
 
     def events_after_a_commit(session: Any, ids: list[str]) -> Any:
