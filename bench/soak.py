@@ -19,7 +19,8 @@ the admission cycle p95 (from the leader's `isthmus_admission_cycle_seconds` his
 a bucket bound). After the run, load stops; the harness waits up to `--drain` seconds for every
 job to end, then counts: lost (an answered submit whose job is not in the database),
 duplicated (two jobs with one submit's name), stuck (not ended after the drain), failed, and
-runs `isthmus db check`. Last line:
+runs `isthmus db check` twice, printing its mismatch lines: while the replicas still run (a
+backlog not drained is still being written), and once they stopped. Last line:
 `soak: <minutes> min <N> jobs 5xx <k> lost <l> p99 <T> ms rss growth <g>%` (p99: the worst
 minute but the hand-over minute; rss growth: from the end of warm-up to the end, the largest of
 the processes that ran throughout). `--split` runs the API replicas with `--no-control` and
