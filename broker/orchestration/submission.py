@@ -112,10 +112,12 @@ def submit_job(
     """Store a new job (or return the one this idempotency key already made)."""
     sub = Submission(spec, actor, key)
     try:
-        with db.write() as s:
-            return _submit_in(s, config, sub)
+        with db.write() as s, batch.held_effects(s) as effects:
+            done = _submit_in(s, config, sub)
     except IntegrityError:
         return _after_race(db, sub)
+    effects.run_effects()  # the transition metrics, once the job is committed
+    return done
 
 
 def submit_many(
@@ -126,23 +128,29 @@ def submit_many(
     Each submission runs in its own savepoint, so one that fails (an idempotency conflict, a
     lost race, or anything the database refuses, such as a string PostgreSQL cannot store) is
     rolled back alone and reported in its slot; the others commit together. One team's bad
-    request must never fail another team's submission.
+    request must never fail another team's submission. The transition metrics count only
+    what committed: a rolled-back savepoint's are dropped, the rest run after the commit.
     """
     out: list[Submitted | Exception] = []
     raced: list[int] = []
-    with db.write() as s:
+    with db.write() as s, batch.held_effects(s) as effects:
         for i, sub in enumerate(subs):
+            mark = effects.mark()
             try:
                 with s.begin_nested():
                     out.append(_submit_in(s, config, sub))
             except IntegrityError:
+                effects.cut(mark)
                 raced.append(i)
                 out.append(RuntimeError("lost a race"))
             except IdempotencyConflict as exc:
+                effects.cut(mark)
                 out.append(exc)
             except Exception as exc:  # reported to that caller only; the savepoint is undone
+                effects.cut(mark)
                 log.warning("submission %d of a batch of %d failed: %r", i + 1, len(subs), exc)
                 out.append(exc)
+    effects.run_effects()
     for i in raced:
         try:
             out[i] = _after_race(db, subs[i])

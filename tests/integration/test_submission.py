@@ -241,3 +241,60 @@ def test_a_failed_commit_is_done_again_with_savepoints(
         stored = {j.name: j.id for j in list_jobs(s, limit=10)}
         assert stored == {r.job.name: r.job.id for r in results if isinstance(r, Submitted)}
         assert list(check_all(s)) == []
+
+
+def _queued_count() -> float:
+    from broker.metrics import TRANSITIONS
+    return float(TRANSITIONS.labels("VALIDATING", "QUEUED")._value.get())
+
+
+def test_a_batch_whose_commit_fails_counts_each_submission_once(
+    db: Database, example_config: IsthmusConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The transition metrics of a group-commit batch run after its commit: a batch whose
+    commit fails and is done again with savepoints counts each job's QUEUED once."""
+    real = SubmitQueue._batched
+    failed: list[int] = []
+
+    def commit_fails_once(self: SubmitQueue, subs: list[Submission]) -> Any:
+        tx, out, held = real(self, subs)
+        if not failed:
+            failed.append(len(subs))
+
+            def boom() -> None:
+                raise RuntimeError("the disk is full")
+
+            tx.callback(boom)  # runs before the commit: the transaction is rolled back
+        return tx, out, held
+
+    monkeypatch.setattr(SubmitQueue, "_batched", commit_fails_once)
+    before = _queued_count()
+
+    async def run() -> list[Submitted | BaseException]:
+        queue = SubmitQueue(db, example_config)
+        subs = [Submission(spec().name(f"c{i}").build(), "a") for i in range(3)]
+        return await asyncio.gather(*(queue.submit(s) for s in subs), return_exceptions=True)
+
+    results = asyncio.run(run())
+    assert failed == [3] and all(isinstance(r, Submitted) and r.created for r in results)
+    assert _queued_count() - before == 3
+
+
+def test_a_rolled_back_submission_is_not_counted(
+    db: Database, example_config: IsthmusConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In submit_many, a submission whose savepoint is rolled back (after its transitions
+    were made) counts nothing; the others count once."""
+    real_insert = records.insert_new_job
+
+    def refuse_poison(s: Any, job: Any) -> None:
+        if job.name == "poison":
+            raise ValueError("the database refused the row")
+        real_insert(s, job)
+
+    monkeypatch.setattr(records, "insert_new_job", refuse_poison)
+    before = _queued_count()
+    subs = [Submission(spec().name(n).build(), "a") for n in ("one", "poison", "two")]
+    results = submit_many(db, example_config, subs)
+    assert isinstance(results[1], ValueError)
+    assert _queued_count() - before == 2
