@@ -25,6 +25,7 @@ from broker.orchestration.submission import (
     Submission,
     Submitted,
     _submit_in,
+    known_keys,
     submit_many,
 )
 from broker.store import batch
@@ -128,11 +129,12 @@ class SubmitQueue:
         out: list[Submitted | Exception] = []
         with contextlib.ExitStack() as tx:
             s = tx.enter_context(self.db.write())
+            known = known_keys(s, subs)  # one look-up for the batch's keys
             with batch.deferred(s, effects=False) as queued:
                 for sub in subs:
                     mark = queued.mark()
                     try:
-                        out.append(_submit_in(s, self.config, sub))
+                        out.append(_submit_in(s, self.config, sub, known))
                     except IdempotencyConflict as exc:
                         queued.cut(mark)
                         out.append(exc)

@@ -23,10 +23,11 @@ from broker.orchestration.transitions import TransitionResult, append_event, set
 from broker.store import batch, records
 from broker.store.conflicts import on_conflict
 from broker.store.db import Database
-from broker.store.queries import find_by_idempotency_key
+from broker.store.queries import find_by_idempotency_key, jobs_by_idempotency_keys
 from broker.store.records import JobRecord
 
 VALIDATOR = "system:validator"
+KnownKeys = dict[tuple[str, str], JobRecord]
 log = get_logger(__name__)
 
 
@@ -45,8 +46,13 @@ class Submitted:
     created: bool
 
 
-def _replay_of(session: Session, spec: JobSpec, spec_hash: str, key: str) -> JobRecord | None:
-    existing = find_by_idempotency_key(session, spec.team, key)
+def _replay_of(
+    session: Session, spec: JobSpec, spec_hash: str, key: str, known: KnownKeys | None = None
+) -> JobRecord | None:
+    if known is None:
+        existing = find_by_idempotency_key(session, spec.team, key)
+    else:
+        existing = known.get((spec.team, key))
     if existing is None:
         return None
     if existing.spec_hash != spec_hash:
@@ -61,13 +67,23 @@ class Submission:
     key: str | None = None
 
 
-def _submit_in(s: Session, config: IsthmusConfig, sub: Submission) -> Submitted:
+def known_keys(s: Session, subs: list[Submission]) -> KnownKeys:
+    """The jobs already made under the keys of a batch, looked up in one statement."""
+    return jobs_by_idempotency_keys(
+        s, [(sub.spec.team, sub.key) for sub in subs if sub.key is not None]
+    )
+
+
+def _submit_in(
+    s: Session, config: IsthmusConfig, sub: Submission, known: KnownKeys | None = None
+) -> Submitted:
+    """`known`: the batch's keys looked up beforehand (`known_keys`), else one look-up here."""
     spec, actor, key = sub.spec, sub.actor, sub.key
     spec_json = spec.canonical_json()
     spec_hash = spec.spec_hash()
     verdict = feasibility(config, spec)
     if key is not None:
-        existing = _replay_of(s, spec, spec_hash, key)
+        existing = _replay_of(s, spec, spec_hash, key, known)
         if existing is not None:
             return Submitted(existing, created=False)
     now = utcnow()

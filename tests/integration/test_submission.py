@@ -298,3 +298,41 @@ def test_a_rolled_back_submission_is_not_counted(
     results = submit_many(db, example_config, subs)
     assert isinstance(results[1], ValueError)
     assert _queued_count() - before == 2
+
+
+def test_a_batchs_idempotency_keys_are_looked_up_in_one_statement(
+    db: Database, example_config: IsthmusConfig
+) -> None:
+    """Issue 17: a group-commit batch of keyed submissions looks its keys up in one SELECT,
+    not one per submission, and still answers replays, conflicts and new keys as before."""
+    made = {k: submit_job(db, example_config, spec().name(k).build(), "a", k).job
+            for k in ("r0", "r1")}
+    other = submit_job(db, example_config, spec().name("x").team("language").build(), "b",
+                       "shared").job
+    subs = [
+        Submission(spec().name("r0").build(), "a", "r0"),  # replay
+        Submission(spec().name("changed").build(), "a", "r1"),  # key reused, new body
+        Submission(spec().name("shared").build(), "a", "shared"),  # another team's key
+        *(Submission(spec().name(f"n{i}").build(), "a", f"n{i}") for i in range(4)),
+    ]
+    selects: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "jobs" in statement:
+            selects.append(statement)
+
+    async def run() -> list[Submitted | BaseException]:
+        queue = SubmitQueue(db, example_config)
+        return await asyncio.gather(*(queue.submit(s) for s in subs), return_exceptions=True)
+
+    event.listen(db.writer, "before_cursor_execute", count)
+    try:
+        results = asyncio.run(run())
+    finally:
+        event.remove(db.writer, "before_cursor_execute", count)
+    assert len(selects) == 1, selects
+    r0, conflict, shared, *new = results
+    assert isinstance(r0, Submitted) and not r0.created and r0.job.id == made["r0"].id
+    assert isinstance(conflict, IdempotencyConflict) and conflict.job_id == made["r1"].id
+    assert isinstance(shared, Submitted) and shared.created and shared.job.id != other.id
+    assert all(isinstance(r, Submitted) and r.created for r in new)
