@@ -25,6 +25,18 @@ from broker.store.queries import list_jobs
 from tests.builders import spec
 
 
+def gathered(
+    db: Database, config: IsthmusConfig, subs: list[Submission]
+) -> list[Submitted | BaseException]:
+    """The submissions sent to one SubmitQueue at once (they share its batches)."""
+
+    async def run() -> list[Submitted | BaseException]:
+        queue = SubmitQueue(db, config)
+        return await asyncio.gather(*(queue.submit(s) for s in subs), return_exceptions=True)
+
+    return asyncio.run(run())
+
+
 def test_batch_with_conflict_and_duplicate_keys(
     db: Database, example_config: IsthmusConfig
 ) -> None:
@@ -73,9 +85,12 @@ def test_an_unexpected_error_in_one_submission_fails_alone(
         real(session, job)
 
     monkeypatch.setattr(records, "insert_new_job", insert)
+    before = _queued_count()
     batch = [Submission(spec().name(n).build(), "a") for n in ("one", "poison", "two")]
     results = submit_many(db, example_config, batch)
     assert isinstance(results[1], ValueError)
+    # the metrics count what committed: the rolled-back savepoint's transitions are dropped
+    assert _queued_count() - before == 2
     assert isinstance(results[0], Submitted) and isinstance(results[2], Submitted)
     with db.read() as s:
         assert {j.name for j in list_jobs(s, limit=100)} == {"one", "two"}
@@ -92,11 +107,7 @@ def test_concurrent_submissions_in_one_batch_survive_a_poisoned_one(
     subs += [Submission(spec().name(f"l{i}").team("language").build(), "bob") for i in range(4)]
     subs.insert(3, Submission(poison, "mallory"))
 
-    async def run() -> list[Submitted | BaseException]:
-        queue = SubmitQueue(db, example_config)
-        return await asyncio.gather(*(queue.submit(s) for s in subs), return_exceptions=True)
-
-    results = asyncio.run(run())
+    results = gathered(db, example_config, subs)
     good = [r for i, r in enumerate(results) if i != 3]
     assert all(isinstance(r, Submitted) and r.created for r in good), results
     with db.read() as s:
@@ -125,11 +136,7 @@ def test_a_whole_batch_failure_is_retried_one_by_one(
     monkeypatch.setattr(SubmitQueue, "_batched", unbatched)
     subs = [Submission(spec().name(n).build(), "a") for n in ("one", "poison", "two")]
 
-    async def run() -> list[Submitted | BaseException]:
-        queue = SubmitQueue(db, example_config)
-        return await asyncio.gather(*(queue.submit(s) for s in subs), return_exceptions=True)
-
-    results = asyncio.run(run())
+    results = gathered(db, example_config, subs)
     assert isinstance(results[1], RuntimeError)
     assert isinstance(results[0], Submitted) and isinstance(results[2], Submitted)
 
@@ -155,19 +162,16 @@ def test_a_group_commit_batch_is_written_batched_with_submit_manys_answers(
 
     monkeypatch.setattr(SubmitQueue, "_batched", spy)
 
-    async def run(subs: list[Submission]) -> list[Submitted | BaseException]:
-        queue = SubmitQueue(db, example_config)
-        return await asyncio.gather(*(queue.submit(s) for s in subs), return_exceptions=True)
-
-    plain = asyncio.run(run([Submission(spec().name(f"p{i}").build(), "a") for i in range(5)]))
+    plain = gathered(
+        db, example_config, [Submission(spec().name(f"p{i}").build(), "a") for i in range(5)])
     assert outcomes == ["batched"]
     assert all(isinstance(r, Submitted) and r.created for r in plain)
-    mixed = asyncio.run(run([
+    mixed = gathered(db, example_config, [
         Submission(spec().name("one").build(), "a"),
         Submission(spec().name("other-body").build(), "a", "k0"),  # key reused, new body
         Submission(spec().name("two").build(), "a", "k1"),
         Submission(spec().name("two").build(), "a", "k1"),  # same key and body in one batch
-    ]))
+    ])
     assert outcomes == ["batched", "failed"]
     assert isinstance(mixed[1], IdempotencyConflict) and mixed[1].job_id == first.id
     ok = [r for r in mixed if isinstance(r, Submitted)]
@@ -226,13 +230,9 @@ def test_a_failed_commit_is_done_again_with_savepoints(
 
     subs = [Submission(spec().name(f"f{i}").build(), "a", f"key{i}") for i in range(3)]
 
-    async def run() -> list[Submitted | BaseException]:
-        queue = SubmitQueue(db, example_config)
-        return await asyncio.gather(*(queue.submit(s) for s in subs), return_exceptions=True)
-
     event.listen(db.writer, "commit", fail_once)
     try:
-        results = asyncio.run(run())
+        results = gathered(db, example_config, subs)
     finally:
         event.remove(db.writer, "commit", fail_once)
     assert failures == ["commit"]
@@ -270,34 +270,10 @@ def test_a_batch_whose_commit_fails_counts_each_submission_once(
     monkeypatch.setattr(SubmitQueue, "_batched", commit_fails_once)
     before = _queued_count()
 
-    async def run() -> list[Submitted | BaseException]:
-        queue = SubmitQueue(db, example_config)
-        subs = [Submission(spec().name(f"c{i}").build(), "a") for i in range(3)]
-        return await asyncio.gather(*(queue.submit(s) for s in subs), return_exceptions=True)
-
-    results = asyncio.run(run())
+    subs = [Submission(spec().name(f"c{i}").build(), "a") for i in range(3)]
+    results = gathered(db, example_config, subs)
     assert failed == [3] and all(isinstance(r, Submitted) and r.created for r in results)
     assert _queued_count() - before == 3
-
-
-def test_a_rolled_back_submission_is_not_counted(
-    db: Database, example_config: IsthmusConfig, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """In submit_many, a submission whose savepoint is rolled back (after its transitions
-    were made) counts nothing; the others count once."""
-    real_insert = records.insert_new_job
-
-    def refuse_poison(s: Any, job: Any) -> None:
-        if job.name == "poison":
-            raise ValueError("the database refused the row")
-        real_insert(s, job)
-
-    monkeypatch.setattr(records, "insert_new_job", refuse_poison)
-    before = _queued_count()
-    subs = [Submission(spec().name(n).build(), "a") for n in ("one", "poison", "two")]
-    results = submit_many(db, example_config, subs)
-    assert isinstance(results[1], ValueError)
-    assert _queued_count() - before == 2
 
 
 def test_a_batchs_idempotency_keys_are_looked_up_in_one_statement(
@@ -321,13 +297,9 @@ def test_a_batchs_idempotency_keys_are_looked_up_in_one_statement(
         if statement.lstrip().upper().startswith("SELECT") and "jobs" in statement:
             selects.append(statement)
 
-    async def run() -> list[Submitted | BaseException]:
-        queue = SubmitQueue(db, example_config)
-        return await asyncio.gather(*(queue.submit(s) for s in subs), return_exceptions=True)
-
     event.listen(db.writer, "before_cursor_execute", count)
     try:
-        results = asyncio.run(run())
+        results = gathered(db, example_config, subs)
     finally:
         event.remove(db.writer, "before_cursor_execute", count)
     assert len(selects) == 1, selects
