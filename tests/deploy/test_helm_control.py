@@ -267,3 +267,9 @@ def test_the_rendered_control_command_takes_the_lease_and_answers_its_probe(
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=60)
+
+
+def test_lint_is_clean_with_separate(helm: Path, tmp_path: Path) -> None:
+    out = run_helm(helm, ["lint", "--strict", str(CHART)],
+                   values=merge(merge(SITE_VALUES, SEPARATE), MONITORED), tmp=tmp_path)
+    assert "1 chart(s) linted, 0 chart(s) failed" in out.stdout
