@@ -19,7 +19,8 @@ the admission cycle p95 (from the leader's `isthmus_admission_cycle_seconds` his
 a bucket bound). After the run, load stops; the harness waits up to `--drain` seconds for every
 job to end, then counts: lost (an answered submit whose job is not in the database),
 duplicated (two jobs with one submit's name), stuck (not ended after the drain), failed, and
-runs `isthmus db check`. Last line:
+runs `isthmus db check` twice, printing its mismatch lines: while the replicas still run (a
+backlog not drained is still being written), and once they stopped. Last line:
 `soak: <minutes> min <N> jobs 5xx <k> lost <l> p99 <T> ms rss growth <g>%` (p99: the worst
 minute but the hand-over minute; rss growth: from the end of warm-up to the end, the largest of
 the processes that ran throughout). `--split` runs the API replicas with `--no-control` and
@@ -605,6 +606,21 @@ def report(rows: dict[int, dict[str, Any]], stats: Stats, events: dict[str, floa
     return worst, growth
 
 
+def db_check(db: str, when: str) -> int:
+    """Run `isthmus db check`; print its first mismatch and ledger lines (up to 30) and its
+    summary; its exit code."""
+    check = subprocess.run([sys.executable, "-m", "broker.cli.main", "db", "check", "--db", db],
+                           cwd=ROOT, capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "300"})
+    lines = check.stdout.strip().splitlines()
+    problems = [x for x in lines if x.startswith(("MISMATCH", "LEDGER"))]
+    print(f"db check {when} (exit {check.returncode}): {lines[-1:]}"
+          f"{check.stderr.strip()[-300:]}")
+    for line in problems[:30]:
+        print(f"  {line}")
+    return check.returncode
+
+
 def note(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
@@ -644,6 +660,9 @@ def main() -> None:
             _wait_healthy(r)
         note(f"replicas: {({r.name: r.proc.pid for r in reps if r.proc})}; work dir {work}")
         result = asyncio.run(_run(reps, args, FileOutage(outage), db))
+        for r in reps:
+            r.kill(signal.SIGTERM)
+        db_check(db, "after the replicas stopped")
     finally:
         for r in reps:
             r.kill(signal.SIGTERM)
@@ -704,9 +723,7 @@ async def _run(reps: list[Replica], args: argparse.Namespace, outage: Outage, db
     note(f"drained in {drained_s:.0f} s")
     worst, growth = report(rows, stats, events, args.warmup)
     counts = final_counts(db, stats, wall0)
-    check = subprocess.run([sys.executable, "-m", "broker.cli.main", "db", "check", "--db", db],
-                           cwd=ROOT, capture_output=True, text=True,
-                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+    db_check(db, "while the replicas still run")
     progress = (progress_of() if progress_of is not None
                 else progress_answers([r.log for r in reps]))
     err5 = sum(stats.err5.values()) + progress.get("5xx", 0)
@@ -720,8 +737,6 @@ async def _run(reps: list[Replica], args: argparse.Namespace, outage: Outage, db
     print("admissions (ADMITTED events) per minute of the run (minutes past the load are the "
           f"drain): {counts['admitted_per_minute']}")
     print(f"succeeded jobs' stages, p50 / p95 s: {counts['stages']}")
-    print(f"db check (exit {check.returncode}): {check.stdout.strip().splitlines()[-1:]}"
-          f"{check.stderr.strip()[-300:]}")
     return (f"soak: {args.minutes:g} min {counts['jobs']} jobs 5xx {err5} lost "
             f"{len(counts['lost'])} p99 {worst:.0f} ms rss growth "
             f"{growth:.1f}%")

@@ -6,7 +6,8 @@ server` replicas (one leads the control loop), the open-loop load from four team
 an Idempotency-Key, a cancel of one submit in ten, list/explain/read requests), the backend
 outage at 1/3 of the run, the SIGKILL of the leader at 1/2 (restarted 20 s later), the per
 minute p50/p99, 5xx, RSS per replica and admission cycle p95, the drain, the lost/duplicated
-counts, `isthmus db check` and the same last line
+counts, `isthmus db check` (twice: while the replicas still run, and once they stopped) and
+the same last line
 `soak: <minutes> min <N> jobs 5xx <k> lost <l> p99 <T> ms rss growth <g>%`.
 
 What differs:
@@ -23,8 +24,9 @@ What differs:
   ends it after the `isthmus.io/fake-duration` annotation (the same 2-6 s); no progress there.
 - the outage is real: SIGTERM to the cluster's slurmctld (its pid file), and at its end
   `deploy/testenv/slurm/up` starts it again (run with that cluster's own state dir, port base
-  and size, read from its `env` file, so that it restarts this cluster and no other). Meanwhile every 5 s the harness notes the jobs
-  whose reason is `BackendUnavailable`; the report prints how many distinct jobs it saw.
+  and size, read from its `env` file, so that it restarts this cluster and no other).
+  Meanwhile every 5 s the harness notes the jobs whose reason is `BackendUnavailable`; the
+  report prints how many distinct jobs it saw, and how many have such an event.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from bench.soak import (
     Replica,
     _run,
     _wait_healthy,
+    db_check,
     note,
 )
 
@@ -274,6 +277,9 @@ def main() -> None:
         make = real_spec([r.url for r in reps], codes)
         result = asyncio.run(_run(reps, args, outage, pg.url, make,
                                   lambda: Counter(status_classes(codes))))
+        for r in reps:
+            r.kill(signal.SIGTERM)
+        db_check(pg.url, "after the replicas stopped")
         print(f"slurmctld outage: restart exit {outage.finish()}; jobs seen waiting with "
               f"BackendUnavailable during it {len(outage.seen)}; jobs with a "
               f"BackendUnavailable event {unavailable_events(pg.url)}")

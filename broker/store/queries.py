@@ -41,6 +41,26 @@ def find_by_idempotency_key(session: Session, team: str, key: str) -> JobRecord 
     return None if row is None else job_from_row(row)
 
 
+def jobs_by_idempotency_keys(
+    session: Session, pairs: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], JobRecord]:
+    """The jobs made under these (team, Idempotency-Key) pairs, one statement per 500 pairs
+    (a group-commit batch's look-ups in one round trip instead of one each)."""
+    out: dict[tuple[str, str], JobRecord] = {}
+    wanted = list(dict.fromkeys(pairs))
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start:start + 500]
+        stmt = select_jobs().where(
+            JOBS.c.team.in_({team for team, _ in chunk}),
+            JOBS.c.idempotency_key.in_({key for _, key in chunk}),
+        )
+        for row in session.connection().execute(stmt):
+            job = job_from_row(row)
+            if job.idempotency_key is not None:
+                out[(job.team, job.idempotency_key)] = job
+    return {pair: out[pair] for pair in wanted if pair in out}
+
+
 def list_jobs(
     session: Session,
     *,
