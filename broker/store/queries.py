@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from sqlalchemy import tuple_
 from sqlmodel import Session
 
 from broker.store.records import (
@@ -50,10 +51,8 @@ def jobs_by_idempotency_keys(
     wanted = list(dict.fromkeys(pairs))
     for start in range(0, len(wanted), 500):
         chunk = wanted[start:start + 500]
-        stmt = select_jobs().where(
-            JOBS.c.team.in_({team for team, _ in chunk}),
-            JOBS.c.idempotency_key.in_({key for _, key in chunk}),
-        )
+        # the exact pairs: a team's look-up never reads another team's jobs
+        stmt = select_jobs().where(tuple_(JOBS.c.team, JOBS.c.idempotency_key).in_(chunk))
         for row in session.connection().execute(stmt):
             job = job_from_row(row)
             if job.idempotency_key is not None:

@@ -308,3 +308,30 @@ def test_a_batchs_idempotency_keys_are_looked_up_in_one_statement(
     assert isinstance(conflict, IdempotencyConflict) and conflict.job_id == made["r1"].id
     assert isinstance(shared, Submitted) and shared.created and shared.job.id != other.id
     assert all(isinstance(r, Submitted) and r.created for r in new)
+
+
+def test_the_key_look_up_reads_only_the_pairs_asked_for(
+    db: Database, example_config: IsthmusConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One team's batch never reads the jobs of another team that happens to use the same
+    key names: the look-up matches (team, key) pairs, not every team with every key."""
+    from broker.store import queries
+
+    for team in ("vision", "language"):
+        for i in range(5):
+            submit_job(db, example_config, spec().name(f"{team}{i}").team(team).build(), "a",
+                       f"k{i}")
+    decoded: list[str] = []
+    real = queries.job_from_row  # type: ignore[attr-defined]
+
+    def counting(row: Any) -> Any:
+        job = real(row)
+        decoded.append(job.team)
+        return job
+
+    monkeypatch.setattr(queries, "job_from_row", counting)
+    pairs = [("vision", f"k{i}") for i in range(5)] + [("language", "unused")]
+    with db.read() as s:
+        found = queries.jobs_by_idempotency_keys(s, pairs)
+    assert sorted(found) == sorted(pairs[:5])
+    assert decoded == ["vision"] * 5
