@@ -252,6 +252,7 @@ class Conns:
 
     def __init__(self, port: int, size: int) -> None:
         self.port, self.size = port, size
+        self.reopened = 0  # kept connections that failed and were opened again, request resent
         self.free: asyncio.Queue[tuple[asyncio.StreamReader, asyncio.StreamWriter] | None] = (
             asyncio.Queue())
         for _ in range(size):
@@ -273,6 +274,7 @@ class Conns:
                     conn[1].close()
                 conn = None
                 if reused and not isinstance(exc, TimeoutError):  # a slow server: no retry
+                    self.reopened += 1  # counted (a drop without an answer looks the same)
                     continue
                 self.free.put_nowait(None)
                 raise ConnectionError(f"replica on port {self.port}") from None
@@ -731,6 +733,8 @@ async def _run(reps: list[Replica], args: argparse.Namespace, outage: Outage, db
     print(f"events (s into the run): {json.dumps({k: round(v) for k, v in events.items()})}")
     print(f"offered {n} submits at {args.rate:g}/s; answered {len(stats.acked)}; unanswered "
           f"{len(stats.unanswered)}; other 4xx {dict(stats.other)}")
+    print("kept connections reopened and the request sent again, per replica: "
+          f"{ {name: c.reopened for name, c in load.conns.items()} }")
     print(f"after the load: drained in {drained_s:.0f} s; jobs by state {counts['states']}; "
           f"stuck {counts['stuck']}; duplicated {len(counts['duplicated'])}; lost "
           f"{len(counts['lost'])} {counts['lost'][:5]}")
