@@ -19,7 +19,8 @@ the admission cycle p95 (from the leader's `isthmus_admission_cycle_seconds` his
 a bucket bound). After the run, load stops; the harness waits up to `--drain` seconds for every
 job to end, then counts: lost (an answered submit whose job is not in the database),
 duplicated (two jobs with one submit's name), stuck (not ended after the drain), failed, and
-runs `isthmus db check`. Last line:
+runs `isthmus db check` twice, printing its mismatch lines: while the replicas still run (a
+backlog not drained is still being written), and once they stopped. Last line:
 `soak: <minutes> min <N> jobs 5xx <k> lost <l> p99 <T> ms rss growth <g>%` (p99: the worst
 minute but the hand-over minute; rss growth: from the end of warm-up to the end, the largest of
 the processes that ran throughout). `--split` runs the API replicas with `--no-control` and
@@ -46,7 +47,7 @@ import time
 from collections import Counter, defaultdict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 import psycopg
@@ -127,6 +128,28 @@ def write_config(work: Path, rate: float, outage_file: Path) -> Path:
     path = work / "isthmus.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
+
+
+class Outage(Protocol):
+    """A backend made unreachable by `begin` and reachable again by `end` (the drill)."""
+
+    def begin(self) -> None: ...
+
+    def end(self) -> None: ...
+
+
+@dataclass
+class FileOutage:
+    """The simulated backend's drill: `sim-slurm` is unreachable while its `outage_file`
+    exists (backends/sim/live.py)."""
+
+    path: Path
+
+    def begin(self) -> None:
+        self.path.write_text("drill\n")
+
+    def end(self) -> None:
+        self.path.unlink(missing_ok=True)
 
 
 class Replica:
@@ -229,6 +252,7 @@ class Conns:
 
     def __init__(self, port: int, size: int) -> None:
         self.port, self.size = port, size
+        self.reopened = 0  # kept connections that failed and were opened again, request resent
         self.free: asyncio.Queue[tuple[asyncio.StreamReader, asyncio.StreamWriter] | None] = (
             asyncio.Queue())
         for _ in range(size):
@@ -237,30 +261,45 @@ class Conns:
     async def request(self, method: str, path: str, body: bytes | None,
                       headers: dict[str, str]) -> Answer:
         conn = await self.free.get()
-        try:
-            if conn is None:
-                conn = await asyncio.wait_for(
-                    asyncio.open_connection("127.0.0.1", self.port), 10)
-            reader, writer = conn
-            extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-            head = (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra}"
-                    f"Content-Type: application/json\r\nContent-Length: {len(body or b'')}"
-                    "\r\n\r\n").encode()
-            writer.write(head + (body or b""))
-            raw = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 60)
-            status = int(raw.split(b" ", 2)[1])
-            length = 0
-            for line in raw.split(b"\r\n"):
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":")[1])
-            data = await asyncio.wait_for(reader.readexactly(length), 60)
-        except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError, IndexError):
-            if conn is not None:
-                conn[1].close()
-            self.free.put_nowait(None)
-            raise ConnectionError(f"replica on port {self.port}") from None
-        self.free.put_nowait(conn)
-        return Answer(status, data)
+        for _ in range(2):  # a kept connection the server closed (idle > its keep-alive
+            reused = conn is not None  # timeout, 5 s: low rates) is opened again, once
+            try:
+                if conn is None:
+                    conn = await asyncio.wait_for(
+                        asyncio.open_connection("127.0.0.1", self.port), 10)
+                status, data = await self._exchange(conn, method, path, body, headers)
+            except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError,
+                    IndexError) as exc:
+                if conn is not None:
+                    conn[1].close()
+                conn = None
+                if reused and not isinstance(exc, TimeoutError):  # a slow server: no retry
+                    self.reopened += 1  # counted (a drop without an answer looks the same)
+                    continue
+                self.free.put_nowait(None)
+                raise ConnectionError(f"replica on port {self.port}") from None
+            self.free.put_nowait(conn)
+            return Answer(status, data)
+        self.free.put_nowait(None)
+        raise ConnectionError(f"replica on port {self.port}")
+
+    @staticmethod
+    async def _exchange(conn: tuple[asyncio.StreamReader, asyncio.StreamWriter], method: str,
+                        path: str, body: bytes | None,
+                        headers: dict[str, str]) -> tuple[int, bytes]:
+        reader, writer = conn
+        extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        head = (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra}"
+                f"Content-Type: application/json\r\nContent-Length: {len(body or b'')}"
+                "\r\n\r\n").encode()
+        writer.write(head + (body or b""))
+        raw = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 60)
+        status = int(raw.split(b" ", 2)[1])
+        length = 0
+        for line in raw.split(b"\r\n"):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        return status, await asyncio.wait_for(reader.readexactly(length), 60)
 
 
 def request_kind(method: str, path: str) -> str:
@@ -273,8 +312,10 @@ def request_kind(method: str, path: str) -> str:
 
 class Load:
     def __init__(self, processes: list[Replica], t0: float, stats: Stats, seed: int,
-                 db: str = "") -> None:
+                 db: str = "", make_spec: Any = None) -> None:
         self.processes, self.db = processes, db
+        self.make_spec = make_spec or spec
+        """(name, team, rng) -> the job spec of one submit."""
         replicas = [r for r in processes if r.role != "control"]
         self.replicas, self.t0, self.stats = replicas, t0, stats
         self.rng = random.Random(seed)
@@ -324,7 +365,7 @@ class Load:
     async def submit(self, i: int, due: float) -> None:
         team = TEAMS[i % len(TEAMS)]
         name = f"soak-{i:07d}"
-        body = spec(name, team, self.rng)
+        body = self.make_spec(name, team, self.rng)
         resp = await self.call("POST", "/v1/jobs", due, body, {"Idempotency-Key": name})
         if resp is None or resp.status not in (200, 201):
             self.stats.unanswered.append(name)
@@ -383,7 +424,7 @@ def _p95(before: dict[float, float], after: dict[float, float]) -> float | None:
 
 
 async def monitor(load: Load, seconds: float, rows: dict[int, dict[str, Any]],
-                  events: dict[str, float], outage: Path, outage_s: float,
+                  events: dict[str, float], outage: Outage, outage_s: float,
                   drills: bool = True) -> None:
     """Once a minute: RSS and the admission cycle p95; drives the outage and the kill (unless
     `drills` is off)."""
@@ -417,11 +458,11 @@ async def monitor(load: Load, seconds: float, rows: dict[int, dict[str, Any]],
             if el >= seconds:
                 return
         if "outage" not in events and el >= outage_at:
-            outage.write_text("drill\n")
+            outage.begin()
             events["outage"] = el
             note("outage starts")
         if "outage" in events and "outage_end" not in events and el >= events["outage"] + outage_s:
-            outage.unlink(missing_ok=True)
+            outage.end()
             events["outage_end"] = el
         if "kill" not in events and el >= kill_at:
             killed = await _leader(load)
@@ -567,6 +608,21 @@ def report(rows: dict[int, dict[str, Any]], stats: Stats, events: dict[str, floa
     return worst, growth
 
 
+def db_check(db: str, when: str) -> int:
+    """Run `isthmus db check`; print its first mismatch and ledger lines (up to 30) and its
+    summary; its exit code."""
+    check = subprocess.run([sys.executable, "-m", "broker.cli.main", "db", "check", "--db", db],
+                           cwd=ROOT, capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "300"})
+    lines = check.stdout.strip().splitlines()
+    problems = [x for x in lines if x.startswith(("MISMATCH", "LEDGER"))]
+    print(f"db check {when} (exit {check.returncode}): {lines[-1:]}"
+          f"{check.stderr.strip()[-300:]}")
+    for line in problems[:30]:
+        print(f"  {line}")
+    return check.returncode
+
+
 def note(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
@@ -605,7 +661,10 @@ def main() -> None:
             r.start()
             _wait_healthy(r)
         note(f"replicas: {({r.name: r.proc.pid for r in reps if r.proc})}; work dir {work}")
-        result = asyncio.run(_run(reps, args, outage, db))
+        result = asyncio.run(_run(reps, args, FileOutage(outage), db))
+        for r in reps:
+            r.kill(signal.SIGTERM)
+        db_check(db, "after the replicas stopped")
     finally:
         for r in reps:
             r.kill(signal.SIGTERM)
@@ -644,13 +703,17 @@ def _wait_logged(r: Replica, text: str) -> None:
     raise RuntimeError(f"{r.name} did not start")
 
 
-async def _run(reps: list[Replica], args: argparse.Namespace, outage: Path, db: str) -> str:
+async def _run(reps: list[Replica], args: argparse.Namespace, outage: Outage, db: str,
+               make_spec: Any = None, progress_of: Any = None) -> str:
+    """The run, the drain and the report; its last line. `make_spec` (default `spec`) makes a
+    submit's job; `progress_of` (default: the replicas' logs, `progress_answers`) counts the
+    jobs' progress reports by answer class."""
     seconds = args.minutes * 60
     stats = Stats()
     rows: dict[int, dict[str, Any]] = {}
     events: dict[str, float] = {}
     wall0 = time.time()
-    load = Load(reps, time.monotonic(), stats, args.seed, db)
+    load = Load(reps, time.monotonic(), stats, args.seed, db, make_spec)
     drills = not args.no_drills
     mon = asyncio.ensure_future(monitor(load, seconds, rows, events, outage, args.outage, drills))
     n = await load.run(args.rate, seconds)
@@ -662,23 +725,22 @@ async def _run(reps: list[Replica], args: argparse.Namespace, outage: Path, db: 
     note(f"drained in {drained_s:.0f} s")
     worst, growth = report(rows, stats, events, args.warmup)
     counts = final_counts(db, stats, wall0)
-    check = subprocess.run([sys.executable, "-m", "broker.cli.main", "db", "check", "--db", db],
-                           cwd=ROOT, capture_output=True, text=True,
-                           env={**os.environ, "PYTHONPATH": str(ROOT)})
-    progress = progress_answers([r.log for r in reps])
+    db_check(db, "while the replicas still run")
+    progress = (progress_of() if progress_of is not None
+                else progress_answers([r.log for r in reps]))
     err5 = sum(stats.err5.values()) + progress.get("5xx", 0)
-    print(f"progress reports posted by the simulated jobs: {dict(progress)}")
+    print(f"progress reports posted by the jobs: {dict(progress)}")
     print(f"events (s into the run): {json.dumps({k: round(v) for k, v in events.items()})}")
     print(f"offered {n} submits at {args.rate:g}/s; answered {len(stats.acked)}; unanswered "
           f"{len(stats.unanswered)}; other 4xx {dict(stats.other)}")
+    print("kept connections reopened and the request sent again, per replica: "
+          f"{ {name: c.reopened for name, c in load.conns.items()} }")
     print(f"after the load: drained in {drained_s:.0f} s; jobs by state {counts['states']}; "
           f"stuck {counts['stuck']}; duplicated {len(counts['duplicated'])}; lost "
           f"{len(counts['lost'])} {counts['lost'][:5]}")
     print("admissions (ADMITTED events) per minute of the run (minutes past the load are the "
           f"drain): {counts['admitted_per_minute']}")
     print(f"succeeded jobs' stages, p50 / p95 s: {counts['stages']}")
-    print(f"db check (exit {check.returncode}): {check.stdout.strip().splitlines()[-1:]}"
-          f"{check.stderr.strip()[-300:]}")
     return (f"soak: {args.minutes:g} min {counts['jobs']} jobs 5xx {err5} lost "
             f"{len(counts['lost'])} p99 {worst:.0f} ms rss growth "
             f"{growth:.1f}%")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import pwd
@@ -25,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,13 +42,21 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-def _request(port: int) -> bytes:
+_KEYS = itertools.count()
+
+
+def _requests(port: int, keyed: bool) -> Callable[[], bytes]:
+    """The submit request; `keyed`: each with an Idempotency-Key of its own (as a client that
+    retries safely sends), so the server looks every key up before it stores."""
     body = json.dumps(SPEC).encode()
     head = (
         f"POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
+        f"Content-Length: {len(body)}\r\n"
     ).encode()
-    return head + body
+    if not keyed:
+        plain = head + b"\r\n" + body
+        return lambda: plain
+    return lambda: head + f"Idempotency-Key: bench-{next(_KEYS)}\r\n\r\n".encode() + body
 
 
 async def _one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, req: bytes) -> int:
@@ -61,8 +71,10 @@ async def _one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, req: 
     return status
 
 
-async def closed_loop(port: int, total: int, conns: int) -> tuple[float, list[float]]:
-    req = _request(port)
+async def closed_loop(
+    port: int, total: int, conns: int, keyed: bool = False
+) -> tuple[float, list[float]]:
+    req = _requests(port, keyed)
     latencies: list[float] = []
     remaining = total
 
@@ -72,7 +84,7 @@ async def closed_loop(port: int, total: int, conns: int) -> tuple[float, list[fl
         while remaining > 0:
             remaining -= 1
             t0 = time.perf_counter()
-            status = await _one(reader, writer, req)
+            status = await _one(reader, writer, req())
             latencies.append(time.perf_counter() - t0)
             if status != 201:
                 raise RuntimeError(f"submit answered {status}")
@@ -83,9 +95,11 @@ async def closed_loop(port: int, total: int, conns: int) -> tuple[float, list[fl
     return total / (time.perf_counter() - t0), latencies
 
 
-async def open_loop(port: int, rate: float, seconds: float, conns: int) -> list[float]:
+async def open_loop(
+    port: int, rate: float, seconds: float, conns: int, keyed: bool = False
+) -> list[float]:
     """Send at a fixed rate regardless of answers; latency counts from the scheduled time."""
-    req = _request(port)
+    req = _requests(port, keyed)
     pool: asyncio.Queue[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = asyncio.Queue()
     for _ in range(conns):
         pool.put_nowait(await asyncio.open_connection("127.0.0.1", port))
@@ -98,7 +112,7 @@ async def open_loop(port: int, rate: float, seconds: float, conns: int) -> list[
         await asyncio.sleep(max(0.0, due - time.perf_counter()))
         conn = await pool.get()
         try:
-            status = await _one(*conn, req)
+            status = await _one(*conn, req())
         finally:
             pool.put_nowait(conn)
         latencies.append(time.perf_counter() - due)
@@ -178,9 +192,10 @@ def _measure(db_url: str, args: argparse.Namespace, limit: bool) -> Run:
     port = _port()
     server = start_server(db_url, port, limit, args.workers)
     try:
-        asyncio.run(closed_loop(port, 300, args.conns))  # warm-up
-        rate, closed = asyncio.run(closed_loop(port, args.jobs, args.conns))
-        opened = asyncio.run(open_loop(port, args.rate, args.seconds, args.conns * 4))
+        asyncio.run(closed_loop(port, 300, args.conns, args.keys))  # warm-up
+        rate, closed = asyncio.run(closed_loop(port, args.jobs, args.conns, args.keys))
+        opened = asyncio.run(
+            open_loop(port, args.rate, args.seconds, args.conns * 4, args.keys))
     finally:
         server.terminate()
         server.wait()
@@ -221,6 +236,8 @@ def main() -> None:
     ap.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--no-limit", action="store_true", help="skip the no-store side")
+    ap.add_argument("--keys", action="store_true",
+                    help="every submit with an Idempotency-Key of its own")
     ap.add_argument("--workers", type=int, default=1,
                     help="server worker processes, both sides (PostgreSQL only)")
     args = ap.parse_args()

@@ -201,7 +201,7 @@ class FederationState(Collector):
             "isthmus_ledger_drift", "Ledger inconsistencies: check=quota counts (team, flavor) "
             "counters that differ from their entries; check=uncharged counts ended attempts "
             "whose backend object existed and that have no usage entry", labels=["check"])
-        with self.db.read() as s:
+        with self.db.snapshot() as s:  # counters and entries of one moment
             mismatches = len(ledger.check(s))
             uncharged = ledger.uncharged_attempts(s)
         drift.add_metric(["quota"], float(mismatches))

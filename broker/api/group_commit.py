@@ -25,6 +25,7 @@ from broker.orchestration.submission import (
     Submission,
     Submitted,
     _submit_in,
+    known_keys,
     submit_many,
 )
 from broker.store import batch
@@ -77,7 +78,7 @@ class SubmitQueue:
         """The batch written on the loop with one statement per table (`_batched`) and
         committed in the worker thread; if either fails, `_commit` (inline: the rare path)."""
         try:
-            tx, out = self._batched(subs)
+            tx, out, held = self._batched(subs)
         except Exception as exc:
             log.info("a batch of %d submissions failed as one (%r); with savepoints now",
                      len(subs), exc)
@@ -90,6 +91,7 @@ class SubmitQueue:
             log.warning("the commit of a batch of %d submissions failed (%r); again with "
                         "savepoints", len(subs), exc)
             return self._commit(subs)
+        held.run_effects()  # the transition metrics, once the batch is committed
         return out
 
     def _commit(self, subs: list[Submission]) -> list[Submitted | Exception]:
@@ -115,22 +117,25 @@ class SubmitQueue:
 
     def _batched(
         self, subs: list[Submission]
-    ) -> tuple[contextlib.ExitStack, list[Submitted | Exception]]:
+    ) -> tuple[contextlib.ExitStack, list[Submitted | Exception], batch.Deferred]:
         """The batch's rows queued and written with one executemany per statement
         (broker.store.batch), in a transaction left open: closing the returned stack commits
-        it (or rolls it back and raises). An idempotency conflict is that request's answer
+        it (or rolls it back and raises); the returned effects (the transition metrics) are
+        run by the caller once that commit succeeded, so a batch whose commit fails and is
+        done again counts each submission once. An idempotency conflict is that request's answer
         (nothing of it was queued); anything else, in Python or at the flush (a key reused
         within the batch, a row the database refuses), rolls the whole batch back and raises,
         and `_commit` then does it again with a savepoint per submission."""
         out: list[Submitted | Exception] = []
         with contextlib.ExitStack() as tx:
             s = tx.enter_context(self.db.write())
-            with batch.deferred(s) as queued:
+            known = known_keys(s, subs)  # one look-up for the batch's keys
+            with batch.deferred(s, effects=False) as queued:
                 for sub in subs:
                     mark = queued.mark()
                     try:
-                        out.append(_submit_in(s, self.config, sub))
+                        out.append(_submit_in(s, self.config, sub, known))
                     except IdempotencyConflict as exc:
                         queued.cut(mark)
                         out.append(exc)
-            return tx.pop_all(), out
+            return tx.pop_all(), out, queued

@@ -23,10 +23,11 @@ from broker.orchestration.transitions import TransitionResult, append_event, set
 from broker.store import batch, records
 from broker.store.conflicts import on_conflict
 from broker.store.db import Database
-from broker.store.queries import find_by_idempotency_key
+from broker.store.queries import find_by_idempotency_key, jobs_by_idempotency_keys
 from broker.store.records import JobRecord
 
 VALIDATOR = "system:validator"
+KnownKeys = dict[tuple[str, str], JobRecord]
 log = get_logger(__name__)
 
 
@@ -45,8 +46,13 @@ class Submitted:
     created: bool
 
 
-def _replay_of(session: Session, spec: JobSpec, spec_hash: str, key: str) -> JobRecord | None:
-    existing = find_by_idempotency_key(session, spec.team, key)
+def _replay_of(
+    session: Session, spec: JobSpec, spec_hash: str, key: str, known: KnownKeys | None = None
+) -> JobRecord | None:
+    if known is None:
+        existing = find_by_idempotency_key(session, spec.team, key)
+    else:
+        existing = known.get((spec.team, key))
     if existing is None:
         return None
     if existing.spec_hash != spec_hash:
@@ -61,13 +67,23 @@ class Submission:
     key: str | None = None
 
 
-def _submit_in(s: Session, config: IsthmusConfig, sub: Submission) -> Submitted:
+def known_keys(s: Session, subs: list[Submission]) -> KnownKeys:
+    """The jobs already made under the keys of a batch, looked up in one statement."""
+    return jobs_by_idempotency_keys(
+        s, [(sub.spec.team, sub.key) for sub in subs if sub.key is not None]
+    )
+
+
+def _submit_in(
+    s: Session, config: IsthmusConfig, sub: Submission, known: KnownKeys | None = None
+) -> Submitted:
+    """`known`: the batch's keys looked up beforehand (`known_keys`), else one look-up here."""
     spec, actor, key = sub.spec, sub.actor, sub.key
     spec_json = spec.canonical_json()
     spec_hash = spec.spec_hash()
     verdict = feasibility(config, spec)
     if key is not None:
-        existing = _replay_of(s, spec, spec_hash, key)
+        existing = _replay_of(s, spec, spec_hash, key, known)
         if existing is not None:
             return Submitted(existing, created=False)
     now = utcnow()
@@ -112,10 +128,12 @@ def submit_job(
     """Store a new job (or return the one this idempotency key already made)."""
     sub = Submission(spec, actor, key)
     try:
-        with db.write() as s:
-            return _submit_in(s, config, sub)
+        with db.write() as s, batch.held_effects(s) as effects:
+            done = _submit_in(s, config, sub)
     except IntegrityError:
         return _after_race(db, sub)
+    effects.run_effects()  # the transition metrics, once the job is committed
+    return done
 
 
 def submit_many(
@@ -126,23 +144,29 @@ def submit_many(
     Each submission runs in its own savepoint, so one that fails (an idempotency conflict, a
     lost race, or anything the database refuses, such as a string PostgreSQL cannot store) is
     rolled back alone and reported in its slot; the others commit together. One team's bad
-    request must never fail another team's submission.
+    request must never fail another team's submission. The transition metrics count only
+    what committed: a rolled-back savepoint's are dropped, the rest run after the commit.
     """
     out: list[Submitted | Exception] = []
     raced: list[int] = []
-    with db.write() as s:
+    with db.write() as s, batch.held_effects(s) as effects:
         for i, sub in enumerate(subs):
+            mark = effects.mark()
             try:
                 with s.begin_nested():
                     out.append(_submit_in(s, config, sub))
             except IntegrityError:
+                effects.cut(mark)
                 raced.append(i)
                 out.append(RuntimeError("lost a race"))
             except IdempotencyConflict as exc:
+                effects.cut(mark)
                 out.append(exc)
             except Exception as exc:  # reported to that caller only; the savepoint is undone
+                effects.cut(mark)
                 log.warning("submission %d of a batch of %d failed: %r", i + 1, len(subs), exc)
                 out.append(exc)
+    effects.run_effects()
     for i in raced:
         try:
             out[i] = _after_race(db, subs[i])

@@ -150,6 +150,18 @@ class Database:
         with Session(self.reader, expire_on_commit=False) as session, session.begin():
             yield session
 
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[Session]:
+        """A read-only transaction whose statements all see one snapshot of the database, for
+        checks that compare tables while writers commit (`isthmus db check`). SQLite's read
+        transaction is one already (deferred BEGIN, WAL); on PostgreSQL `read` is READ
+        COMMITTED, each statement seeing what committed before it: here REPEATABLE READ."""
+        with Session(self.reader, expire_on_commit=False) as session, session.begin():
+            if not self.is_sqlite:
+                session.connection(execution_options={"isolation_level": "REPEATABLE READ",
+                                                      "postgresql_readonly": True})
+            yield session
+
     def dispose(self) -> None:
         self.writer.dispose()
         if self.reader is not self.writer:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from sqlalchemy import tuple_
 from sqlmodel import Session
 
 from broker.store.records import (
@@ -39,6 +40,24 @@ def find_by_idempotency_key(session: Session, team: str, key: str) -> JobRecord 
         select_jobs().where(JOBS.c.team == team, JOBS.c.idempotency_key == key)
     ).first()
     return None if row is None else job_from_row(row)
+
+
+def jobs_by_idempotency_keys(
+    session: Session, pairs: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], JobRecord]:
+    """The jobs made under these (team, Idempotency-Key) pairs, one statement per 500 pairs
+    (a group-commit batch's look-ups in one round trip instead of one each)."""
+    out: dict[tuple[str, str], JobRecord] = {}
+    wanted = list(dict.fromkeys(pairs))
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start:start + 500]
+        # the exact pairs: a team's look-up never reads another team's jobs
+        stmt = select_jobs().where(tuple_(JOBS.c.team, JOBS.c.idempotency_key).in_(chunk))
+        for row in session.connection().execute(stmt):
+            job = job_from_row(row)
+            if job.idempotency_key is not None:
+                out[(job.team, job.idempotency_key)] = job
+    return {pair: out[pair] for pair in wanted if pair in out}
 
 
 def list_jobs(

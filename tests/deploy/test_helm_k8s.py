@@ -184,6 +184,36 @@ def test_upgrade_reruns_the_migration_and_rolls_the_pods(release: Release) -> No
     api.close()
 
 
+def test_control_separate_installs_a_control_deployment(release: Release) -> None:
+    """A second release beside the first, with the control loop in its own Deployment: the
+    apiserver takes every object, and the control pods (played by kwok: no process, no lease
+    here; tests/deploy/test_helm_control.py runs the rendered command) are scheduled where the
+    release's pods go, under the chart's ServiceAccount."""
+    api = release.cluster.api_client()
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    ns, name = release.namespace, "ctl-isthmus"
+    values = merge(release.values, {"control": {"separate": True}})
+    try:
+        release.helm_("install", "ctl", str(CHART), "-n", ns, "--wait", "--timeout", "180s",
+                      values=values)
+        control = as_dict(apps.read_namespaced_deployment(f"{name}-control", ns))
+        assert control["status"].get("availableReplicas") == 2
+        assert control["spec"]["template"]["spec"]["containers"][0]["args"][0] == "control"
+        server = as_dict(apps.read_namespaced_deployment(name, ns))
+        assert server["spec"]["template"]["spec"]["containers"][0]["args"][-1] == "--no-control"
+        pods = as_dict(core.list_namespaced_pod(ns, label_selector=(
+            "app.kubernetes.io/instance=ctl,app.kubernetes.io/component=control")))["items"]
+        assert len(pods) == 2 and {p["spec"]["nodeName"] for p in pods} == {release.node}
+        assert {p["spec"]["serviceAccountName"] for p in pods} == {name}
+        svc = as_dict(core.read_namespaced_service(f"{name}-control", ns))["spec"]
+        assert svc["clusterIP"] == "None" and svc["ports"][0]["name"] == "metrics"
+        client.PolicyV1Api(api).read_namespaced_pod_disruption_budget(f"{name}-control", ns)
+        client.NetworkingV1Api(api).read_namespaced_network_policy(f"{name}-control", ns)
+    finally:
+        release.helm_("uninstall", "ctl", "-n", ns, "--wait", "--timeout", "60s", check=False)
+        api.close()
+
+
 # -- the chart's RBAC, with the chart's own identity ----------------------------------------
 
 

@@ -25,6 +25,18 @@ from broker.store.queries import list_jobs
 from tests.builders import spec
 
 
+def gathered(
+    db: Database, config: IsthmusConfig, subs: list[Submission]
+) -> list[Submitted | BaseException]:
+    """The submissions sent to one SubmitQueue at once (they share its batches)."""
+
+    async def run() -> list[Submitted | BaseException]:
+        queue = SubmitQueue(db, config)
+        return await asyncio.gather(*(queue.submit(s) for s in subs), return_exceptions=True)
+
+    return asyncio.run(run())
+
+
 def test_batch_with_conflict_and_duplicate_keys(
     db: Database, example_config: IsthmusConfig
 ) -> None:
@@ -73,9 +85,12 @@ def test_an_unexpected_error_in_one_submission_fails_alone(
         real(session, job)
 
     monkeypatch.setattr(records, "insert_new_job", insert)
+    before = _queued_count()
     batch = [Submission(spec().name(n).build(), "a") for n in ("one", "poison", "two")]
     results = submit_many(db, example_config, batch)
     assert isinstance(results[1], ValueError)
+    # the metrics count what committed: the rolled-back savepoint's transitions are dropped
+    assert _queued_count() - before == 2
     assert isinstance(results[0], Submitted) and isinstance(results[2], Submitted)
     with db.read() as s:
         assert {j.name for j in list_jobs(s, limit=100)} == {"one", "two"}
@@ -92,11 +107,7 @@ def test_concurrent_submissions_in_one_batch_survive_a_poisoned_one(
     subs += [Submission(spec().name(f"l{i}").team("language").build(), "bob") for i in range(4)]
     subs.insert(3, Submission(poison, "mallory"))
 
-    async def run() -> list[Submitted | BaseException]:
-        queue = SubmitQueue(db, example_config)
-        return await asyncio.gather(*(queue.submit(s) for s in subs), return_exceptions=True)
-
-    results = asyncio.run(run())
+    results = gathered(db, example_config, subs)
     good = [r for i, r in enumerate(results) if i != 3]
     assert all(isinstance(r, Submitted) and r.created for r in good), results
     with db.read() as s:
@@ -125,11 +136,7 @@ def test_a_whole_batch_failure_is_retried_one_by_one(
     monkeypatch.setattr(SubmitQueue, "_batched", unbatched)
     subs = [Submission(spec().name(n).build(), "a") for n in ("one", "poison", "two")]
 
-    async def run() -> list[Submitted | BaseException]:
-        queue = SubmitQueue(db, example_config)
-        return await asyncio.gather(*(queue.submit(s) for s in subs), return_exceptions=True)
-
-    results = asyncio.run(run())
+    results = gathered(db, example_config, subs)
     assert isinstance(results[1], RuntimeError)
     assert isinstance(results[0], Submitted) and isinstance(results[2], Submitted)
 
@@ -155,19 +162,16 @@ def test_a_group_commit_batch_is_written_batched_with_submit_manys_answers(
 
     monkeypatch.setattr(SubmitQueue, "_batched", spy)
 
-    async def run(subs: list[Submission]) -> list[Submitted | BaseException]:
-        queue = SubmitQueue(db, example_config)
-        return await asyncio.gather(*(queue.submit(s) for s in subs), return_exceptions=True)
-
-    plain = asyncio.run(run([Submission(spec().name(f"p{i}").build(), "a") for i in range(5)]))
+    plain = gathered(
+        db, example_config, [Submission(spec().name(f"p{i}").build(), "a") for i in range(5)])
     assert outcomes == ["batched"]
     assert all(isinstance(r, Submitted) and r.created for r in plain)
-    mixed = asyncio.run(run([
+    mixed = gathered(db, example_config, [
         Submission(spec().name("one").build(), "a"),
         Submission(spec().name("other-body").build(), "a", "k0"),  # key reused, new body
         Submission(spec().name("two").build(), "a", "k1"),
         Submission(spec().name("two").build(), "a", "k1"),  # same key and body in one batch
-    ]))
+    ])
     assert outcomes == ["batched", "failed"]
     assert isinstance(mixed[1], IdempotencyConflict) and mixed[1].job_id == first.id
     ok = [r for r in mixed if isinstance(r, Submitted)]
@@ -226,13 +230,9 @@ def test_a_failed_commit_is_done_again_with_savepoints(
 
     subs = [Submission(spec().name(f"f{i}").build(), "a", f"key{i}") for i in range(3)]
 
-    async def run() -> list[Submitted | BaseException]:
-        queue = SubmitQueue(db, example_config)
-        return await asyncio.gather(*(queue.submit(s) for s in subs), return_exceptions=True)
-
     event.listen(db.writer, "commit", fail_once)
     try:
-        results = asyncio.run(run())
+        results = gathered(db, example_config, subs)
     finally:
         event.remove(db.writer, "commit", fail_once)
     assert failures == ["commit"]
@@ -241,3 +241,97 @@ def test_a_failed_commit_is_done_again_with_savepoints(
         stored = {j.name: j.id for j in list_jobs(s, limit=10)}
         assert stored == {r.job.name: r.job.id for r in results if isinstance(r, Submitted)}
         assert list(check_all(s)) == []
+
+
+def _queued_count() -> float:
+    from broker.metrics import TRANSITIONS
+    return float(TRANSITIONS.labels("VALIDATING", "QUEUED")._value.get())
+
+
+def test_a_batch_whose_commit_fails_counts_each_submission_once(
+    db: Database, example_config: IsthmusConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The transition metrics of a group-commit batch run after its commit: a batch whose
+    commit fails and is done again with savepoints counts each job's QUEUED once."""
+    real = SubmitQueue._batched
+    failed: list[int] = []
+
+    def commit_fails_once(self: SubmitQueue, subs: list[Submission]) -> Any:
+        tx, out, held = real(self, subs)
+        if not failed:
+            failed.append(len(subs))
+
+            def boom() -> None:
+                raise RuntimeError("the disk is full")
+
+            tx.callback(boom)  # runs before the commit: the transaction is rolled back
+        return tx, out, held
+
+    monkeypatch.setattr(SubmitQueue, "_batched", commit_fails_once)
+    before = _queued_count()
+
+    subs = [Submission(spec().name(f"c{i}").build(), "a") for i in range(3)]
+    results = gathered(db, example_config, subs)
+    assert failed == [3] and all(isinstance(r, Submitted) and r.created for r in results)
+    assert _queued_count() - before == 3
+
+
+def test_a_batchs_idempotency_keys_are_looked_up_in_one_statement(
+    db: Database, example_config: IsthmusConfig
+) -> None:
+    """Issue 17: a group-commit batch of keyed submissions looks its keys up in one SELECT,
+    not one per submission, and still answers replays, conflicts and new keys as before."""
+    made = {k: submit_job(db, example_config, spec().name(k).build(), "a", k).job
+            for k in ("r0", "r1")}
+    other = submit_job(db, example_config, spec().name("x").team("language").build(), "b",
+                       "shared").job
+    subs = [
+        Submission(spec().name("r0").build(), "a", "r0"),  # replay
+        Submission(spec().name("changed").build(), "a", "r1"),  # key reused, new body
+        Submission(spec().name("shared").build(), "a", "shared"),  # another team's key
+        *(Submission(spec().name(f"n{i}").build(), "a", f"n{i}") for i in range(4)),
+    ]
+    selects: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.lstrip().upper().startswith("SELECT") and "jobs" in statement:
+            selects.append(statement)
+
+    event.listen(db.writer, "before_cursor_execute", count)
+    try:
+        results = gathered(db, example_config, subs)
+    finally:
+        event.remove(db.writer, "before_cursor_execute", count)
+    assert len(selects) == 1, selects
+    r0, conflict, shared, *new = results
+    assert isinstance(r0, Submitted) and not r0.created and r0.job.id == made["r0"].id
+    assert isinstance(conflict, IdempotencyConflict) and conflict.job_id == made["r1"].id
+    assert isinstance(shared, Submitted) and shared.created and shared.job.id != other.id
+    assert all(isinstance(r, Submitted) and r.created for r in new)
+
+
+def test_the_key_look_up_reads_only_the_pairs_asked_for(
+    db: Database, example_config: IsthmusConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One team's batch never reads the jobs of another team that happens to use the same
+    key names: the look-up matches (team, key) pairs, not every team with every key."""
+    from broker.store import queries
+
+    for team in ("vision", "language"):
+        for i in range(5):
+            submit_job(db, example_config, spec().name(f"{team}{i}").team(team).build(), "a",
+                       f"k{i}")
+    decoded: list[str] = []
+    real = queries.job_from_row  # type: ignore[attr-defined]
+
+    def counting(row: Any) -> Any:
+        job = real(row)
+        decoded.append(job.team)
+        return job
+
+    monkeypatch.setattr(queries, "job_from_row", counting)
+    pairs = [("vision", f"k{i}") for i in range(5)] + [("language", "unused")]
+    with db.read() as s:
+        found = queries.jobs_by_idempotency_keys(s, pairs)
+    assert sorted(found) == sorted(pairs[:5])
+    assert decoded == ["vision"] * 5

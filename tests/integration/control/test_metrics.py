@@ -9,7 +9,9 @@ import hashlib
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 import broker.orchestration  # noqa: F401  (first: metrics and orchestration import each other)
@@ -133,3 +135,30 @@ def test_metrics_can_require_a_token(sim: Sim) -> None:
             assert r.status_code == 200 and "isthmus_jobs" in r.text
             wrong = client.get("/metrics", headers={"Authorization": "Bearer nope"})
             assert wrong.status_code == (401 if server else 200)
+
+
+def test_quota_drift_gauge_reads_counters_and_entries_of_one_moment(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reservation committed between the gauge's read of the counters and its read of the
+    entries is no drift: on PostgreSQL in READ COMMITTED the two reads saw two moments."""
+    from broker import ledger
+
+    job = submit(sim, spec().flavors("h100-80g").replicas(1).gpus(8).topology(None), 60)
+    real = ledger.live_reservations
+    committed: list[str] = []
+
+    def entries_after_a_commit(session: Any) -> Any:
+        if not committed:  # another writer commits between the two reads
+            with sim.plane.db.write() as s:
+                ledger.reserve(s, ledger.Reservation(job, 1, "vision", "h100-80g", 8),
+                               sim.clock.now)
+            committed.append(job)
+        return real(session)
+
+    monkeypatch.setattr(ledger, "live_reservations", entries_after_a_commit)
+    collector = metrics.FederationState(sim.plane.db, ttl=0, drift_ttl=0)
+    got = {(s.name, tuple(sorted(s.labels.items()))): s.value
+           for fam in collector.collect() for s in fam.samples}
+    assert committed == [job]
+    assert got[("isthmus_ledger_drift", (("check", "quota"),))] == 0

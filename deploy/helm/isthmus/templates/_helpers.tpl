@@ -26,6 +26,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: server
 {{- end -}}
 
+{{/* The control loop's pods (control.separate): `isthmus control`, no API. */}}
+{{- define "isthmus.controlSelectorLabels" -}}
+{{ include "isthmus.selectorLabels" . }}
+app.kubernetes.io/component: control
+{{- end -}}
+
+{{- define "isthmus.controlName" -}}
+{{- printf "%s-control" (include "isthmus.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "isthmus.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{ include "isthmus.selectorLabels" . }}
@@ -91,6 +101,43 @@ the config.
 {{- end }}
 {{- end -}}
 
+{{/* The env of the servers and the control pods: the database URL, the tokens, extraEnv. */}}
+{{- define "isthmus.env" -}}
+{{ include "isthmus.databaseEnv" . }}
+{{- range .Values.tokens }}
+- name: {{ .env }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ .secretName }}
+      key: {{ .key }}
+{{- end }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "isthmus.volumeMounts" -}}
+- name: config
+  mountPath: /etc/isthmus
+  readOnly: true
+- name: tmp
+  mountPath: /tmp
+{{- with .Values.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{- define "isthmus.volumes" -}}
+- name: config
+  configMap:
+    name: {{ include "isthmus.fullname" . }}
+- name: tmp
+  emptyDir: {sizeLimit: 64Mi}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
 {{/* Checks that cannot be said in the JSON schema. */}}
 {{- define "isthmus.validate" -}}
 {{- if and (not .Values.database.existingSecret) (not .Values.database.url) -}}
@@ -98,6 +145,18 @@ the config.
 {{- end -}}
 {{- if and (gt (int .Values.replicaCount) 1) (hasPrefix "sqlite" .Values.database.url) -}}
 {{- fail "replicaCount > 1 needs PostgreSQL: SQLite allows one server process" -}}
+{{- end -}}
+{{- if .Values.control.separate -}}
+{{- if hasPrefix "sqlite" .Values.database.url -}}
+{{- fail "control.separate needs PostgreSQL: `isthmus control` refuses SQLite (the server is the one process on the database file); keep control.separate false" -}}
+{{- end -}}
+{{- $loop := .Values.config.control | default dict -}}
+{{- if and (hasKey $loop "enabled") (not $loop.enabled) -}}
+{{- fail "control.separate: config.control.enabled is false, and `isthmus control` refuses to start without it" -}}
+{{- end -}}
+{{- if (.Values.config.server | default dict).metrics_auth -}}
+{{- fail "control.separate: config.server.metrics_auth is on, and the metrics listener of `isthmus control` has no authentication (it refuses any address but loopback, where neither the probes nor Prometheus reach it); turn metrics_auth off or keep control.separate false" -}}
+{{- end -}}
 {{- end -}}
 {{- if hasKey .Values.config "database" -}}
 {{- fail "config.database: leave the URL out of the ConfigMap; use database.existingSecret" -}}
