@@ -10,8 +10,9 @@ not read ahead are looked up in the database, as outside the block.
 
 What makes this safe: the caller holds the keys' job rows locked before it reads ahead, and
 every path that writes a job's ledger entries holds its job's row lock (set_state's ledger
-rules, `charge` of the reconciler and of the preemption, the cancel): nobody else can add an
-entry for these keys until the caller commits. A savepoint the caller rolls back takes its
+rules, `charge` of the reconciler and of the preemption, the cancel; on SQLite every writer
+holds the database's write lock): nobody else can add an entry for these keys until the
+caller commits. A savepoint the caller rolls back takes its
 entries with it: the caller then `forget`s that job's keys, whose look-ups go back to the
 database.
 """
