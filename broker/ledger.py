@@ -213,30 +213,37 @@ def record_hours(
         raise ValueError(f"record_hours takes usage or waste, not {kind}")
     if _entry(session, r.job_id, r.attempt, kind) is not None:
         return False
-    conn = session.connection()
-    conn.execute(
+    session.connection().execute(
         _INSERT_ENTRY,
         {"job_id": r.job_id, "attempt": r.attempt, "kind": kind.value, "team": r.team,
          "flavor": r.flavor, "gpus": r.gpus, "borrowed_gpus": 0, "gpu_hours": gpu_hours,
          "at": now, "note": note},
     )
     # no pool or user on this entry: summed under its attempt's pool and job's submitter
-    who = conn.execute(_WHO, {"job_id": r.job_id, "attempt": r.attempt}).first()
-    _note_daily(session, r, kind, now, gpu_hours, None, who)
+    _note_daily(session, r, kind, now, gpu_hours, None, _who(session, r))
     return True
 
 
+Who = tuple[str | None, str | None]
+"""An attempt's pool and its job's submitter (None when the rows are gone)."""
+
+
+def _who(session: Session, r: Reservation) -> Who:
+    row = session.connection().execute(_WHO, {"job_id": r.job_id, "attempt": r.attempt}).first()
+    return (row.pool, row.submitted_by) if row is not None else (None, None)
+
+
 def _note_daily(session: Session, r: Reservation, kind: LedgerKind, at: datetime,
-                gpu_hours: float, cost: float | None, who: Any) -> None:
-    """Add an entry to its day's sums (written at commit). `who`: the _WHO row."""
-    pool, user = (who.pool, who.submitted_by) if who is not None else (None, None)
+                gpu_hours: float, cost: float | None, who: Who) -> None:
+    """Add an entry to its day's sums (written at commit)."""
+    pool, user = who
     daily_sums.note(session, team=r.team, flavor=r.flavor, kind=kind.value, at=at,
                     gpu_hours=gpu_hours, cost=cost, pool=pool or "", user=user or "")
 
 
 def charge(
     session: Session, r: Reservation, held: Held, ending: Ending, cost_weight: float,
-    now: datetime, note: str = "", who: tuple[str | None, str | None] | None = None,
+    now: datetime, note: str = "", who: Who | None = None,
 ) -> dict[LedgerKind, float]:
     """Book an ended attempt's usage and waste, once: its usage entry says it was booked, so
     every later call (another path that saw the same ending) books nothing and returns {}.
@@ -247,9 +254,7 @@ def charge(
         return {}
     hours = split(held, ending)
     if who is None:
-        row = session.connection().execute(
-            _WHO, {"job_id": r.job_id, "attempt": r.attempt}).first()
-        who = (row.pool, row.submitted_by) if row is not None else (None, None)
+        who = _who(session, r)
     pool, user = who
     text = f"{ending.value}; weight {cost_weight:g}" + (f"; {note}" if note else "")
     rows = [{"job_id": r.job_id, "attempt": r.attempt, "kind": kind.value, "team": r.team,
@@ -264,9 +269,7 @@ def charge(
     for params in rows:
         ledger_lookups.learn(session, params)
     for kind, value in hours.items():
-        daily_sums.note(session, team=r.team, flavor=r.flavor, kind=kind.value, at=now,
-                        gpu_hours=value, cost=value * cost_weight, pool=pool or "",
-                        user=user or "")
+        _note_daily(session, r, kind, now, value, value * cost_weight, who)
     return hours
 
 
