@@ -139,10 +139,6 @@ _ENTRY = sa.select(ENTRIES).where(
     ENTRIES.c.kind == sa.bindparam("kind"),
 )
 _INSERT_ENTRY = sa.insert(ENTRIES)
-# the same insert for releases and for charges (each its own set of columns): kept apart so
-# that a batch (broker.store.batch) groups each kind's rows into an executemany of its own
-_INSERT_RELEASE = sa.insert(ENTRIES)
-_INSERT_CHARGE = sa.insert(ENTRIES)
 # the attempt's pool and the job's submitter, written on usage and waste entries for reports
 _WHO = (
     sa.select(ATTEMPTS.c.pool, JOBS.c.submitted_by)
@@ -197,7 +193,7 @@ def release(session: Session, job_id: str, attempt: int, now: datetime, note: st
     params = {"job_id": job_id, "attempt": attempt, "kind": LedgerKind.RELEASE.value,
               "team": held.team, "flavor": held.flavor, "gpus": held.gpus,
               "borrowed_gpus": held.borrowed_gpus, "gpu_hours": 0.0, "at": now, "note": note}
-    batch.write(session, _INSERT_RELEASE, params)  # queued inside a batch (a reconcile chunk)
+    batch.write(session, _INSERT_ENTRY, params)  # queued inside a batch (a reconcile chunk)
     ledger_lookups.learn(session, params)
     counters.add(session, held.team, held.flavor, -held.gpus, -held.borrowed_gpus)  # at commit
     return True
@@ -263,9 +259,9 @@ def charge(
              "note": text} for kind, value in hours.items()]
     if batch.active(session):
         for params in rows:
-            batch.write(session, _INSERT_CHARGE, params)
+            batch.write(session, _INSERT_ENTRY, params)
     else:
-        session.connection().execute(_INSERT_CHARGE, rows)
+        session.connection().execute(_INSERT_ENTRY, rows)
     for params in rows:
         ledger_lookups.learn(session, params)
     for kind, value in hours.items():

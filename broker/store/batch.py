@@ -3,8 +3,9 @@
 Inside `deferred(session)`, the write helpers of the hot paths (records.insert_event and
 save_state, the ledger's entries and usage counters, attempts.insert_attempt,
 save_explanation) queue their statement and parameters instead of executing them; the block's
-end (or `flush`) executes each distinct statement once with all its parameter sets, in the
-order the statements were first queued. Everything else (reads, other writes) runs at once.
+end (or `flush`) executes each distinct statement once with all its parameter sets (once
+per set of parameter names), in the order the statements were first queued. Everything else
+(reads, other writes) runs at once.
 
 What makes this safe for the batched admission (broker.control.admission):
 - the queued statements are inserts, updates by primary key and additive upserts of different
@@ -28,7 +29,7 @@ savepoint it rolls back (`mark` / `cut`) and runs the rest once it committed.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 from sqlmodel import Session
@@ -60,11 +61,16 @@ class Deferred:
             effect()
 
     def flush(self, session: Session) -> None:
-        groups: dict[int, tuple[Any, list[dict[str, Any]]]] = {}
+        """Send the queued statements: one executemany per statement and set of parameter
+        names (an executemany takes one set of columns: an insert queued with other columns,
+        e.g. a ledger release beside a charge, gets its own), an additive statement's
+        parameter sets together (`additive`)."""
+        groups: dict[Hashable, tuple[Any, list[dict[str, Any]]]] = {}
         for stmt, params in self.queued:
-            group = groups.get(id(stmt))
+            key = id(stmt) if id(stmt) in _ADDITIVE else (id(stmt), tuple(params))
+            group = groups.get(key)
             if group is None:
-                groups[id(stmt)] = (stmt, [params])
+                groups[key] = (stmt, [params])
             else:
                 group[1].append(params)
         self.queued.clear()
@@ -165,7 +171,8 @@ def active(session: Session) -> bool:
 
 def write(session: Session, stmt: Any, params: dict[str, Any]) -> None:
     """Execute `stmt` now, or queue it inside `deferred` (a statement built once: its identity
-    groups the batch). Only for writes whose result (rowcount, keys) nobody reads."""
+    and the parameters' names group the batch). Only for writes whose result (rowcount, keys)
+    nobody reads."""
     batch: Deferred | None = session.info.get(_KEY)
     if batch is None:
         session.connection().execute(stmt, params)
