@@ -39,6 +39,7 @@ from sqlmodel import Session
 
 from broker.store import batch, daily_sums, ledger_lookups
 from broker.store import quota_counters as counters
+from broker.store.in_lists import in_chunks
 from broker.store.ledger_tables import ENTRIES
 from broker.store.tables import AttemptRow, JobRow
 
@@ -330,11 +331,11 @@ def borrowed_of_many(session: Session,
     without a reservation are left out (0 borrowed)."""
     out: dict[tuple[str, int], int] = {}
     conn = session.connection()
-    for start in range(0, len(keys), 500):
+    for chunk in in_chunks(keys):
         rows = conn.execute(
             sa.select(ENTRIES.c.job_id, ENTRIES.c.attempt, ENTRIES.c.borrowed_gpus).where(
                 ENTRIES.c.kind == LedgerKind.RESERVE.value,
-                sa.tuple_(ENTRIES.c.job_id, ENTRIES.c.attempt).in_(keys[start:start + 500]),
+                sa.tuple_(ENTRIES.c.job_id, ENTRIES.c.attempt).in_(chunk),
             )
         )
         out.update({(r.job_id, r.attempt): int(r.borrowed_gpus) for r in rows})

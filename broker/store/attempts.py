@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from broker.store import batch
+from broker.store.in_lists import in_chunks
 from broker.store.tables import AdmissionCycleRow, AttemptRow, ExplanationRow, FactRow
 
 ATTEMPTS: sa.Table = AttemptRow.__table__  # type: ignore[attr-defined]
@@ -134,8 +135,7 @@ def snapshots(session: Session, keys: list[tuple[str, int]]) -> dict[tuple[str, 
     """The run snapshots (JSON) of the attempts `keys` (job id, number)."""
     out: dict[tuple[str, int], str] = {}
     conn = session.connection()
-    for start in range(0, len(keys), 500):
-        chunk = keys[start:start + 500]
+    for chunk in in_chunks(keys):
         rows = conn.execute(
             sa.select(ATTEMPTS.c.job_id, ATTEMPTS.c.number, ATTEMPTS.c.snapshot_json).where(
                 sa.tuple_(ATTEMPTS.c.job_id, ATTEMPTS.c.number).in_(chunk)
@@ -210,9 +210,9 @@ def by_keys(session: Session, keys: list[tuple[str, int]]) -> list[AttemptRecord
     """The attempts `keys` (job id, number), in that order (missing ones left out)."""
     found: dict[tuple[str, int], AttemptRecord] = {}
     conn = session.connection()
-    for start in range(0, len(keys), 500):
+    for chunk in in_chunks(keys):
         rows = conn.execute(sa.select(*_COLS).where(
-            sa.tuple_(ATTEMPTS.c.job_id, ATTEMPTS.c.number).in_(keys[start:start + 500])
+            sa.tuple_(ATTEMPTS.c.job_id, ATTEMPTS.c.number).in_(chunk)
         ))
         found.update({(r.job_id, r.number): r for r in map(_rec, rows)})
     return [found[k] for k in keys if k in found]

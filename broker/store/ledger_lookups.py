@@ -27,6 +27,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from broker.store.in_lists import in_chunks
 from broker.store.ledger_tables import ENTRIES
 
 KINDS = ("reserve", "release", "usage")  # the kinds broker.ledger looks up before it writes
@@ -41,12 +42,11 @@ def read_ahead(session: Session, keys: list[tuple[str, int]]) -> Iterator[None]:
     if _KEY in session.info:
         raise RuntimeError("ledger read-ahead does not nest")
     known: _Known = {key: {} for key in keys}
-    ordered = sorted(known)
     conn = session.connection()
-    for start in range(0, len(ordered), 500):
+    for chunk in in_chunks(sorted(known)):
         rows = conn.execute(sa.select(ENTRIES).where(
             ENTRIES.c.kind.in_(KINDS),
-            sa.tuple_(ENTRIES.c.job_id, ENTRIES.c.attempt).in_(ordered[start:start + 500]),
+            sa.tuple_(ENTRIES.c.job_id, ENTRIES.c.attempt).in_(chunk),
         ))
         for row in rows:
             known[(row.job_id, row.attempt)][row.kind] = row

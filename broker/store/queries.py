@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from sqlalchemy import tuple_
 from sqlmodel import Session
 
+from broker.store.in_lists import in_chunks
 from broker.store.records import (
     EVENTS,
     JOBS,
@@ -27,8 +28,8 @@ def get_job(session: Session, job_id: str) -> JobRecord | None:
 def jobs_by_ids(session: Session, job_ids: Sequence[str]) -> dict[str, JobRecord]:
     out: dict[str, JobRecord] = {}
     ids = list(dict.fromkeys(job_ids))
-    for start in range(0, len(ids), 500):
-        stmt = select_jobs().where(JOBS.c.id.in_(ids[start:start + 500]))
+    for chunk in in_chunks(ids):
+        stmt = select_jobs().where(JOBS.c.id.in_(chunk))
         for row in session.connection().execute(stmt):
             job = job_from_row(row)
             out[job.id] = job
@@ -45,19 +46,18 @@ def find_by_idempotency_key(session: Session, team: str, key: str) -> JobRecord 
 def jobs_by_idempotency_keys(
     session: Session, pairs: Sequence[tuple[str, str]]
 ) -> dict[tuple[str, str], JobRecord]:
-    """The jobs made under these (team, Idempotency-Key) pairs, one statement per 500 pairs
-    (a group-commit batch's look-ups in one round trip instead of one each)."""
+    """The jobs made under these (team, Idempotency-Key) pairs, one statement per
+    IN_LIST_MAX pairs (a group-commit batch's look-ups in one round trip instead of one
+    each)."""
     out: dict[tuple[str, str], JobRecord] = {}
-    wanted = list(dict.fromkeys(pairs))
-    for start in range(0, len(wanted), 500):
-        chunk = wanted[start:start + 500]
+    for chunk in in_chunks(list(dict.fromkeys(pairs))):
         # the exact pairs: a team's look-up never reads another team's jobs
         stmt = select_jobs().where(tuple_(JOBS.c.team, JOBS.c.idempotency_key).in_(chunk))
         for row in session.connection().execute(stmt):
             job = job_from_row(row)
             if job.idempotency_key is not None:
                 out[(job.team, job.idempotency_key)] = job
-    return {pair: out[pair] for pair in wanted if pair in out}
+    return out
 
 
 def list_jobs(
