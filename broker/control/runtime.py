@@ -96,6 +96,7 @@ class Runtime:
         self._stopping = False  # set by stop() under _scheduling: no change to the scheduler after
         self._scheduling = threading.Lock()
         self._listener: notify.Listener | None = None  # PostgreSQL: wakes sent by other replicas
+        self._following = False  # the backends' change feeds are followed (_follow_changes)
         self.min_wake_gap = min(0.5, self.intervals.admission / 4)
         plane.fence(lease.name)  # the loop's writes commit only under this replica's epoch
 
@@ -120,7 +121,6 @@ class Runtime:
 
         for name in self.plane.backends:
             self._add(f"reconcile:{name}", lambda p, n=name: reconcile(p, n), iv.reconcile)
-        self._follow_changes()
         if notify.supported(self.plane.db):  # submits to other replicas wake this one's cycle
             self._listener = notify.Listener(self.plane.db, lambda: self.wake("admission"))
             self._listener.start()
@@ -180,6 +180,7 @@ class Runtime:
                 self.leading = True
                 self.plane.epoch = self.lease.epoch
                 log.info("leading the control loop (epoch %d)", self.lease.epoch)
+                self._follow_changes()
                 for job_id in self._loop_ids:
                     self._change_scheduler(partial(self.scheduler.resume_job, job_id),
                                            f"resume of {job_id}")
@@ -217,7 +218,16 @@ class Runtime:
     def _follow_changes(self) -> None:
         """A backend with a change feed (Kubernetes: its Job, pod and Workload watches) wakes
         its reconciler on every event, at most once per `min_wake_gap`: a gang's end is seen,
-        and its quota released, at once instead of at the next reconcile interval."""
+        and its quota released, at once instead of at the next reconcile interval.
+
+        Done when this replica first leads, not at start: following a feed starts the
+        backend's watches, whose caches only the leader's reconciler reads (and lets go of
+        the gangs it has recorded); a standby that held them would list, watch and keep
+        every object of the cluster for nothing. A new leader's first passes read the
+        backend directly while its watches list."""
+        if self._following:
+            return
+        self._following = True
         for name, backend in self.plane.backends.items():
             hook = getattr(backend, "on_change", None)
             if not callable(hook):

@@ -11,6 +11,7 @@ import pytest
 from apscheduler.schedulers.base import STATE_STOPPED
 
 from broker.control import runtime as runtime_module
+from broker.control.lease import LeaderLease
 from broker.control.plane import ControlPlane
 from broker.control.reconcile import ReconcileReport
 from tests.harness.runtime import QUICK_S, SLOW, idle, slow_runtime
@@ -32,6 +33,41 @@ def test_a_backend_change_feed_wakes_its_reconciler(threaded_sim: Sim) -> None:
         feeds[0]()  # e.g. a pod of a gang ended
         wait_until(lambda: runtime._cycles.get(job, 0) > before, QUICK_S,
                    "the change to wake the reconciler", interval=0.02)
+    finally:
+        runtime.stop()
+
+
+def test_a_standby_does_not_follow_the_change_feeds_until_it_leads(
+    threaded_sim: Sim, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Following a feed starts a Kubernetes backend's watches, whose caches only the leader's
+    reconciler reads and prunes: a standby replica must not hold them (a soak's standby grew
+    10 MB a minute with them). It follows them once it leads, and once only."""
+    name = next(iter(threaded_sim.plane.backends))
+    feeds: list[Callable[[], None]] = []
+    setattr(threaded_sim.backends[name], "on_change", feeds.append)
+    other = LeaderLease(threaded_sim.plane.db, holder="other", ttl=600.0)
+    assert other.try_acquire()
+    runtime = slow_runtime(threaded_sim)
+    tries = {"n": 0}
+    acquire = runtime.lease.try_acquire
+
+    def counted(now: object = None) -> bool:
+        tries["n"] += 1
+        return acquire()
+
+    monkeypatch.setattr(runtime.lease, "try_acquire", counted)
+    runtime.start()
+    try:
+        wait_until(lambda: tries["n"] >= 3, QUICK_S, "the standby to try the lease")
+        assert not runtime.leading
+        assert feeds == [], "a standby follows no change feed"
+        other.release()
+        wait_until(lambda: runtime.leading, QUICK_S, "the standby to take the lease")
+        assert len(feeds) == 1, "the leader follows the feed"
+        runtime.step_down()
+        wait_until(lambda: runtime.leading, QUICK_S, "the lease to be taken again")
+        assert len(feeds) == 1, "a feed is followed once, not once per leadership"
     finally:
         runtime.stop()
 
