@@ -627,25 +627,37 @@ def note(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
 
-def main() -> None:
-    faulthandler.register(signal.SIGUSR1)
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--minutes", type=float, default=30)
-    ap.add_argument("--rate", type=float, default=200, help="submits per second")
-    ap.add_argument("--outage", type=float, default=60, help="seconds sim-slurm is unreachable")
+def soak_options(minutes: float, rate: float) -> argparse.ArgumentParser:
+    """The options of both soaks (this one and bench/soak_real.py), as a parent parser; each
+    soak gives its own run length and rate."""
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--minutes", type=float, default=minutes)
+    ap.add_argument("--rate", type=float, default=rate, help="submits per second")
+    ap.add_argument("--outage", type=float, default=60,
+                    help="seconds the Slurm backend is down (the drill at 1/3 of the run)")
     ap.add_argument("--warmup", type=int, default=2, help="minutes before RSS growth counts")
     ap.add_argument("--drain", type=float, default=300, help="seconds to wait for jobs to end")
-    ap.add_argument("--db", help="PostgreSQL URL (default: a private server)")
     ap.add_argument("--seed", type=int, default=17)
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
+    ap.add_argument("--no-drills", action="store_true",
+                    help="skip the backend outage and the leader kill (a profile or trial run)")
+    return ap
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, parents=[soak_options(30, 200)],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--db", help="PostgreSQL URL (default: a private server)")
     ap.add_argument("--split", action="store_true",
                     help="API replicas a, b with --no-control and the control loop in two "
                     "processes of its own, c and d (`isthmus control`); the kill drill kills "
                     "the leading one")
-    ap.add_argument("--no-drills", action="store_true",
-                    help="skip the backend outage and the leader kill (a profile run)")
-    args = ap.parse_args()
+    return ap.parse_args(argv)
+
+
+def main() -> None:
+    faulthandler.register(signal.SIGUSR1)
+    args = parse_args()
     work = Path(tempfile.mkdtemp(prefix="isthmus-soak-"))
     pg = None if args.db else Postgres()
     db = args.db or (pg.url if pg else "")

@@ -60,6 +60,7 @@ from bench.soak import (
     _wait_healthy,
     db_check,
     note,
+    soak_options,
 )
 
 SLURM_UP = ROOT / "deploy" / "testenv" / "slurm" / "up"
@@ -234,23 +235,15 @@ def status_classes(codes: Path) -> dict[str, int]:
     return out
 
 
-def parse_args() -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__,
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """bench/soak.py's options (`--outage`: slurmctld stopped) and the clusters' state dirs."""
+    ap = argparse.ArgumentParser(description=__doc__, parents=[soak_options(10, 2)],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--minutes", type=float, default=10)
-    ap.add_argument("--rate", type=float, default=2, help="submits per second")
-    ap.add_argument("--outage", type=float, default=60, help="seconds slurmctld is stopped")
-    ap.add_argument("--warmup", type=int, default=2, help="minutes before RSS growth counts")
-    ap.add_argument("--drain", type=float, default=300, help="seconds to wait for jobs to end")
-    ap.add_argument("--seed", type=int, default=17)
-    ap.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
-    ap.add_argument("--no-drills", action="store_true",
-                    help="skip the slurmctld outage and the leader kill (a trial run)")
     ap.add_argument("--slurm-state", type=Path,
                     default=Path(os.environ.get("ISTHMUS_SLURM_STATE", "/tmp/isthmus-slurm")))
     ap.add_argument("--k8s-state", type=Path,
                     default=Path(os.environ.get("ISTHMUS_K8S_STATE", "/tmp/isthmus-k8s")))
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     args.split = False
     return args
 

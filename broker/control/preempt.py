@@ -126,8 +126,10 @@ def end_locked(s: Session, plane: ControlPlane, locked: JobRecord | None,
         return False  # its object was made after the read, unsignalled: a next cycle
     att.update(s, locked.id, number, ended_at=now, preempted=True)
     # Charged up to the signal: the attempt is over for Isthmus from here (the reconciler
-    # no longer looks at it), so the grace it gets to checkpoint is not charged.
-    charge(s, plane, locked.team, attempt, ledger.Ending.PREEMPTED, now, now)
+    # no longer looks at it), so the grace it gets to checkpoint is not charged. The submitter
+    # from the locked row: the ledger's own look-up was one more statement per victim.
+    charge(s, plane, locked.team, attempt, ledger.Ending.PREEMPTED, now, now,
+           submitted_by=locked.submitted_by)
     set_state(s, locked.id, JobState.RETRYING, Reason.Preempted,
               Cause("admission", "system:preemption", key=f"preempt:{number}"),
               victim.message, now=now, locked=locked)

@@ -181,12 +181,15 @@ class _Written:
 
 def _apply_chunk(plane: ControlPlane, chunk: list[tuple[att.AttemptRecord, Fact]],
                  now: datetime) -> int:
-    try:
-        out = _write_chunk(plane, chunk, now)
-    except SYSTEMIC:
-        raise
-    except Exception as exc:  # a per-job failure at the chunk's commit
-        out = _written_one_by_one(plane, chunk, now, exc)
+    if len({a.job_id for a, _ in chunk}) < len(chunk):  # never from a pass (_write_locked)
+        out = _written_one_by_one(plane, chunk, now, "two attempts of one job")
+    else:
+        try:
+            out = _write_chunk(plane, chunk, now)
+        except SYSTEMIC:
+            raise
+        except Exception as exc:  # a per-job failure at the chunk's commit
+            out = _written_one_by_one(plane, chunk, now, type(exc).__name__)
     for r in out.retries:
         with JobGuard("reconcile", r.job_id) as guard:
             requeue.requeue_after(plane, r.job_id, r.attempt, preempted=r.preempted,
@@ -199,13 +202,13 @@ def _apply_chunk(plane: ControlPlane, chunk: list[tuple[att.AttemptRecord, Fact]
 
 
 def _written_one_by_one(plane: ControlPlane, chunk: list[tuple[att.AttemptRecord, Fact]],
-                        now: datetime, exc: Exception) -> _Written:
+                        now: datetime, why: str) -> _Written:
     """The chunk again, an attempt per transaction, each under its job's guard: what failed
     at the chunk's commit (the quota counters are written there, outside every attempt's
     savepoint: a counter that drifted below what one team's release gives back breaks its
     CHECK) fails alone and is shown on its job; the others' ends are recorded."""
-    log.warning("reconcile: chunk of %d failed at its commit (%s); writing its attempts one "
-                "by one", len(chunk), type(exc).__name__)
+    log.warning("reconcile: chunk of %d not written whole (%s); writing its attempts one by "
+                "one", len(chunk), why)
     out = _Written()
     for item in chunk:
         with JobGuard("reconcile", item[0].job_id) as guard:
@@ -243,31 +246,26 @@ def _write_chunk(plane: ControlPlane, chunk: list[tuple[att.AttemptRecord, Fact]
 def _write_locked(s: Session, plane: ControlPlane, chunk: list[tuple[att.AttemptRecord, Fact]],
                   now: datetime, locked: dict[str, records.JobRecord], effects: batch.Deferred,
                   out: _Written) -> None:
-    """The chunk's attempts, its jobs locked, each in its own savepoint, its writes queued."""
-    first: dict[str, str] = {}  # a job's attempts stay together, oldest first
-    for a, _ in sorted(chunk, key=lambda item: item[0].number):
-        first.setdefault(a.job_id, a.flavor)
+    """The chunk's attempts, its jobs locked, each in its own savepoint, its writes queued.
 
-    def counter(item: tuple[att.AttemptRecord, Fact]) -> tuple[str, str, str, int]:
+    Each job is met once: a pass's attempts are the live dispatched ones of one read
+    (att.dispatched_brief), each once, and a job never has two live attempts: its next one is
+    made only by an admission from QUEUED, every way into QUEUED ends the attempt first (here,
+    preempt.end_locked, requeue.requeue_refused) and nothing clears an ended_at. So what an
+    attempt's savepoint rolled back (its queued writes cut, the ledger entries it taught
+    ledger_lookups) is never read again in the chunk. A chunk that would meet a job twice is
+    written attempt by attempt instead (_apply_chunk)."""
+
+    def counter(item: tuple[att.AttemptRecord, Fact]) -> tuple[str, str, str]:
         a, job = item[0], locked.get(item[0].job_id)
-        return (job.team if job else "", first[a.job_id], a.job_id, a.number)
+        return (job.team if job else "", a.flavor, a.job_id)
 
-    seen: set[str] = set()
     for a, fact in sorted(chunk, key=counter):
-        # a job met again in the chunk (two of its attempts) is read again: its row moved,
-        # so what the chunk queued is sent first
-        if a.job_id in seen:
-            effects.flush(s)
-            job = records.lock_job(s, a.job_id)
-        else:
-            job = locked.get(a.job_id)
-        seen.add(a.job_id)
         mark = effects.mark()
         with JobGuard("reconcile", a.job_id) as guard, s.begin_nested():
-            n, retry = _apply_in(s, plane, a, fact, now, job)
+            n, retry = _apply_in(s, plane, a, fact, now, locked.get(a.job_id))
         if guard.incident is not None:  # its savepoint is undone; the others stand
             effects.cut(mark)
-            ledger_lookups.forget(s, a.job_id)
             out.incidents.append(guard.incident)
             continue
         out.moved += n

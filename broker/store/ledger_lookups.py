@@ -12,9 +12,9 @@ What makes this safe: the caller holds the keys' job rows locked before it reads
 every path that writes a job's ledger entries holds its job's row lock (set_state's ledger
 rules, `charge` of the reconciler and of the preemption, the cancel; on SQLite every writer
 holds the database's write lock): nobody else can add an entry for these keys until the
-caller commits. A savepoint the caller rolls back takes its
-entries with it: the caller then `forget`s that job's keys, whose look-ups go back to the
-database.
+caller commits. A savepoint the caller rolls back takes its entries with it while this block
+still knows them: the caller must not look that job's keys up again in the block (a reconcile
+chunk meets each job once: broker.control.reconcile_apply).
 """
 
 from __future__ import annotations
@@ -74,11 +74,3 @@ def learn(session: Session, params: dict[str, Any]) -> None:
     if entries is not None and params["kind"] in KINDS:
         entries[params["kind"]] = SimpleNamespace(**params)
 
-
-def forget(session: Session, job_id: str) -> None:
-    """The job's writes were rolled back (its savepoint): its keys are looked up again in the
-    database."""
-    known: _Known | None = session.info.get(_KEY)
-    if known is not None:
-        for key in [k for k in known if k[0] == job_id]:
-            del known[key]

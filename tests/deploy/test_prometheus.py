@@ -1,29 +1,38 @@
-"""The alert rules: promtool checks them and runs their unit tests, the Helm chart's copy is
+"""The alert rules (alerts.yaml, and control-alerts.yaml for a control loop run in processes of
+its own): promtool checks them and runs their unit tests, the Helm chart's copies are
 generated from them, and every alert has a unit test and a runbook section."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.fixtures import promtool
 from tests.harness.helm import REPO
 
 PROM = REPO / "deploy" / "prometheus"
-RULES = PROM / "alerts.yaml"
+RULES = [PROM / "alerts.yaml", PROM / "control-alerts.yaml"]
 
 
-def _alerts() -> list[str]:
-    groups = yaml.safe_load(RULES.read_text())["groups"]
+def _alerts(*files: Path) -> list[str]:
+    groups = [g for f in files or RULES for g in yaml.safe_load(f.read_text())["groups"]]
     return [r["alert"] for g in groups for r in g["rules"]]
 
 
-def test_the_rules_pass_promtool_check_rules() -> None:
-    proc = promtool.run(["check", "rules", str(RULES)])
+@pytest.mark.parametrize("rules", RULES, ids=[f.name for f in RULES])
+def test_the_rules_pass_promtool_check_rules(rules: Path) -> None:
+    proc = promtool.run(["check", "rules", str(rules)])
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"SUCCESS: {len(_alerts())} rules found" in proc.stdout
+    assert f"SUCCESS: {len(_alerts(rules))} rules found" in proc.stdout
+
+
+def test_the_unit_tests_load_every_rule_file() -> None:
+    spec = yaml.safe_load((PROM / "alerts.test.yaml").read_text())
+    assert spec["rule_files"] == [f.name for f in RULES]
 
 
 def test_the_rules_pass_their_promtool_unit_tests() -> None:

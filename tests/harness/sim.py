@@ -3,6 +3,7 @@ with: one control cycle, a job's state, a submission, the consistency checks."""
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
@@ -73,10 +74,13 @@ def state(sim: Sim, job_id: str) -> tuple[str, str]:
 
 
 def consistent(sim: Sim) -> None:
-    """Replay matches rows, ledger counters and daily sums match entries, and the GPUs
-    reserved equal the GPUs of the jobs that hold a reservation (ADMITTED, PREPARING, RUNNING)."""
+    """Replay matches rows, ledger counters and daily sums match entries, the GPUs reserved
+    equal the GPUs of the jobs that hold a reservation (ADMITTED, PREPARING, RUNNING), and no
+    job has two live attempts (a reconcile chunk relies on it: reconcile_apply._write_locked)."""
     with sim.plane.db.read() as s:
         assert list(check_all(s)) == []
+        live = Counter(a.job_id for a in att.live(s))
+        assert [j for j, n in live.items() if n > 1] == []
         assert ledger.check(s) == []
         assert daily_sums.mismatches(s) == []
         holding = list_jobs(s, states=["ADMITTED", "PREPARING", "RUNNING"], limit=10_000)

@@ -10,9 +10,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from broker.control import admission, preempt
 from broker.store import Database
+from broker.store.ledger_tables import ENTRIES
 from tests.builders import spec
 from tests.harness.sim import Sim, consistent, cycle, run_until, state, submit
 from tests.integration.control.poison import events
@@ -70,6 +72,33 @@ def test_a_cycles_victims_cost_one_write_transaction(
     # reads here)
     assert counted["write"] <= 3, counted
     assert counted["read"] <= 4, counted
+    consistent(sim)
+
+
+def test_a_cycles_victims_are_charged_with_the_submitter_of_their_locked_rows(
+        sim: Sim, monkeypatch: pytest.MonkeyPatch) -> None:
+    lows = _lows_running(sim)
+    sent: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        sent.append(" ".join(statement.split()))
+
+    sa.event.listen(sa.engine.Engine, "before_cursor_execute", seen)
+    try:
+        admission.run_admission(sim.plane)
+    finally:
+        sa.event.remove(sa.engine.Engine, "before_cursor_execute", seen)
+
+    assert all(_preempted(sim, j) for j in lows), [events(sim, j) for j in lows]
+    # the submitter comes with the jobs the batch locks (one statement for the cycle), not
+    # from the ledger's own look-up of an attempt's pool and job's submitter, once per victim
+    who = [sql for sql in sent if "attempts.pool, jobs.submitted_by" in sql]
+    assert who == [], who
+    with sim.plane.db.read() as s:
+        booked = s.connection().execute(
+            sa.select(ENTRIES.c.pool, ENTRIES.c.submitted_by)
+            .where(ENTRIES.c.job_id.in_(lows), ENTRIES.c.kind == "usage")).all()
+    assert [tuple(r) for r in booked] == [("slurm-h100", "tester")] * VICTIMS
     consistent(sim)
 
 

@@ -14,6 +14,7 @@ import pytest
 import sqlalchemy as sa
 
 from broker import ledger
+from broker.control import reconcile_apply
 from broker.control.admission import run_admission
 from broker.control.dispatch import run_dispatch
 from broker.control.reconcile import run_reconcile
@@ -121,4 +122,32 @@ def test_a_write_that_fails_when_the_chunk_is_sent_harms_only_its_own_job(
             sa.select(sa.func.count()).select_from(ENTRIES).where(
                 ENTRIES.c.job_id == bad, ENTRIES.c.kind == "usage")).scalar_one()
     assert usage == 1
+    consistent(sim)
+
+
+def test_a_chunk_given_two_attempts_of_one_job_is_written_attempt_by_attempt(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pass never gives a chunk two attempts of one job (a job has one live attempt: see
+    reconcile_apply._write_locked, and the check in `consistent`), so a chunk does not read a
+    job again after its savepoint. Given two anyway, the chunk is written attempt by attempt
+    rather than trusting that."""
+    jobs = _running(sim, 2)
+    a, other = (attempts_of(sim, j)[-1] for j in jobs)
+    backend = sim.backends["sim-k8s"]
+    running = {f.backend_name: f for f in backend.observe()}[a.backend_name]
+    sim.advance(120)  # both succeed
+    ended = {f.backend_name: f for f in backend.observe()}
+    sizes: list[int] = []
+    original = reconcile_apply._write_chunk
+
+    def counted(plane: Any, chunk: list[Any], now: Any) -> Any:
+        sizes.append(len(chunk))
+        return original(plane, chunk, now)
+
+    monkeypatch.setattr(reconcile_apply, "_write_chunk", counted)
+    reconcile_apply.apply_all(sim.plane, [(a, running), (a, ended[a.backend_name]),
+                                          (other, ended[other.backend_name])], sim.plane.clock())
+    assert sizes == [1, 1, 1]
+    assert [state(sim, j)[0] for j in jobs] == ["SUCCEEDED"] * 2
     consistent(sim)

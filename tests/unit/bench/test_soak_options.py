@@ -1,0 +1,40 @@
+"""The two soaks (bench/soak.py over the simulated federation, bench/soak_real.py over the
+real clusters) take the same run options from one definition, each with its own run length
+and rate, and each its own extra options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench import soak, soak_real
+
+SHARED = ["--minutes", "4", "--rate", "50", "--outage", "5", "--warmup", "1", "--drain", "30",
+          "--seed", "3", "--keep", "--no-drills"]
+
+
+def test_each_soak_keeps_its_own_run_length_and_rate() -> None:
+    sim, real = soak.parse_args([]), soak_real.parse_args([])
+    assert (sim.minutes, sim.rate) == (30, 200)
+    assert (real.minutes, real.rate) == (10, 2)
+    for args in (sim, real):
+        assert (args.outage, args.warmup, args.drain, args.seed) == (60, 2, 300, 17)
+        assert not args.keep and not args.no_drills and not args.split
+
+
+def test_both_soaks_take_the_shared_options_alike() -> None:
+    sim = soak.parse_args([*SHARED, "--split", "--db", "postgresql://x/y"])
+    real = soak_real.parse_args([*SHARED, "--slurm-state", "/tmp/s"])
+    shared = ("minutes", "rate", "outage", "warmup", "drain", "seed", "keep", "no_drills")
+    assert {k: vars(sim)[k] for k in shared} == {k: vars(real)[k] for k in shared} == {
+        "minutes": 4.0, "rate": 50.0, "outage": 5.0, "warmup": 1, "drain": 30.0, "seed": 3,
+        "keep": True, "no_drills": True}
+    assert sim.split and sim.db == "postgresql://x/y"
+    assert real.slurm_state == Path("/tmp/s")
+
+
+@pytest.mark.parametrize("flag", ["--split", "--db"])
+def test_the_real_soak_refuses_the_simulated_ones_own_options(flag: str) -> None:
+    with pytest.raises(SystemExit):
+        soak_real.parse_args([flag, "x"] if flag == "--db" else [flag])
