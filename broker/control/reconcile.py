@@ -184,9 +184,11 @@ def _one(plane: ControlPlane, backend: Backend, a: att.AttemptRecord, job: JobRe
             if ended:
                 assert fact is not None
                 charge(s, plane, job.team, a, _ending(fact, Derived()),
-                       end, now, running=fact.started_at, fact=fact, failure=fact.failure)
+                       end, now, running=fact.started_at, fact=fact, failure=fact.failure,
+                       submitted_by=job.submitted_by)
             else:
-                charge(s, plane, job.team, a, ledger.Ending.CANCELLED, end, now)
+                charge(s, plane, job.team, a, ledger.Ending.CANCELLED, end, now,
+                       submitted_by=job.submitted_by)
         return
     if fact is None or fact.phase is Phase.LOST:
         # Missing, or reported lost: either may be a moment of inconsistency (a job that

@@ -18,6 +18,7 @@ from broker.control import reconcile_apply
 from broker.control.admission import run_admission
 from broker.control.dispatch import run_dispatch
 from broker.control.reconcile import run_reconcile
+from broker.orchestration.submission import cancel_job
 from broker.store import ledger_lookups
 from broker.store.ledger_tables import ENTRIES
 from tests.builders import spec
@@ -150,4 +151,21 @@ def test_a_chunk_given_two_attempts_of_one_job_is_written_attempt_by_attempt(
                                           (other, ended[other.backend_name])], sim.plane.clock())
     assert sizes == [1, 1, 1]
     assert [state(sim, j)[0] for j in jobs] == ["SUCCEEDED"] * 2
+    consistent(sim)
+
+
+def test_cancelled_attempts_are_charged_with_the_submitter_of_their_job_row(sim: Sim) -> None:
+    """The cancel path ends each cancelled job's attempt with the job record in hand: the
+    ledger takes the submitter from it instead of reading it again, once per attempt."""
+    jobs = _running(sim, 3)
+    for job in jobs:
+        assert cancel_job(sim.plane.db, job, "tester", by_admin=False).accepted
+    sent = _statements(sim)
+    assert [state(sim, j)[0] for j in jobs] == ["CANCELLED"] * 3
+    assert not any("submitted_by FROM jobs" in sql for sql, _ in sent), sent
+    with sim.plane.db.read() as s:
+        booked = s.connection().execute(
+            sa.select(ENTRIES.c.submitted_by)
+            .where(ENTRIES.c.job_id.in_(jobs), ENTRIES.c.kind == "usage")).all()
+    assert [r.submitted_by for r in booked] == ["tester"] * 3
     consistent(sim)
