@@ -166,9 +166,10 @@ class K8sBackend:
     def on_change(self, callback: Callable[[], None]) -> None:
         """Call `callback` whenever a gang's Job or pods (or its Kueue Workload) change, from
         the watch threads: e.g. to run the reconciler at once when a gang ends, instead of at
-        its next interval. Starts the watches."""
+        its next interval. Does not start the watches: the first observe (or inventory)
+        does, so that a replica that never leads the control loop holds no caches (only
+        observe(names) forgets finished gangs; a follower's caches would grow for a week)."""
         self._on_change = callback
-        self.start()
         for kind, reflector in self.reflectors.items():
             if kind != "nodes":
                 reflector.on_change = callback

@@ -217,3 +217,11 @@ def test_cached_objects_carry_no_managed_fields_and_nodes_are_listed_once() -> N
     facts = b.observe([])
     assert len(facts) == 3 and all(f.gpu_models for f in facts)
     assert listed["nodes"] == 1
+
+
+def test_following_changes_starts_no_watch() -> None:
+    """A replica that never leads the control loop never observes, so nothing would forget
+    what its caches gather: following the change feed alone starts no watch."""
+    b = K8sBackend("k8s", [POOL], K8sSettings())
+    b.on_change(lambda: None)
+    assert b.reflectors == {}
