@@ -276,6 +276,11 @@ class K8sBackend:
         job_cache, pod_cache = self.reflectors.get("jobs"), self.reflectors.get("pods")
         if job_cache is not None and jobs:
             job_cache.forget([key_of(j) for j in jobs])
+        workloads = self.reflectors.get("workloads")  # Kueue's, owned by the Jobs
+        if workloads is not None and jobs:
+            uids = {str(meta_of(j).get("uid", "")) for j in jobs}
+            workloads.forget([key_of(w) for uid, w in by_job_uid(workloads.snapshot()).items()
+                              if uid in uids])
         if pod_cache is not None and len(self._forgotten):
             pod_cache.forget([key_of(p) for p in pods if (g := gang_of(p)) not in wanted
                               and g in self._forgotten])

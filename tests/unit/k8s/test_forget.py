@@ -90,9 +90,10 @@ class World:
         self.names[key] = job["metadata"]["name"]
         return str(job["metadata"]["name"])
 
-    def backend(self) -> K8sBackend:
-        settings = K8sSettings(namespace="isthmus-{team}" if self.per_team else "isthmus")
-        b = K8sBackend("k8s", [POOL], settings, clock=lambda: self.now)
+    def backend(self, **settings: Any) -> K8sBackend:
+        b = K8sBackend("k8s", [POOL], K8sSettings.from_dict(
+            {"namespace": "isthmus-{team}" if self.per_team else "isthmus", **settings}),
+            clock=lambda: self.now)
         b.apis._core = b.apis._batch = self.api
         b.reflectors = {
             "jobs": filled("jobs", self.api.jobs.values()),
@@ -225,3 +226,18 @@ def test_following_changes_starts_no_watch() -> None:
     b = K8sBackend("k8s", [POOL], K8sSettings())
     b.on_change(lambda: None)
     assert b.reflectors == {}
+
+
+def test_kueue_workloads_of_forgotten_gangs_leave_their_cache_too() -> None:
+    w = World()
+    old, running = w.gang("old", 10), w.gang("running", None)
+    b = w.backend(modes={"h100": "kueue"}, kueue_queues={"h100": "q"})
+    b.reflectors["workloads"] = filled("workloads", [
+        {"metadata": {"name": f"job-{j['metadata']['name']}", "namespace": "isthmus",
+                      "ownerReferences": [{"kind": "Job", "uid": j["metadata"]["uid"]}]}}
+        for j in w.api.jobs.values()])
+    b.observe([])
+    assert cached(b, "jobs") == {running}
+    owners = [o["metadata"]["ownerReferences"][0]["uid"]
+              for o in b.reflectors["workloads"].snapshot()]
+    assert owners == [f"uid-0t{'running':0>14}"], (old, owners)
