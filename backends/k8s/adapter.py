@@ -9,10 +9,11 @@
   first use and the watches span namespaces (label-selected); by name, a gang is found in the
   caches first;
 - observe: facts from the Job / Pod watch caches (a direct list while they are not healthy;
-  observe.py), each gang judged by classify.py (and kueue.py); gangs that must end (all-ranks
-  timeout, rank on a lost node, image never pulled) are torn down here (teardown.py): the Job
-  is annotated with the finding, then deleted, and the fact is kept as a tombstone so that it
-  outlives the object;
+  observe.py) of the gangs asked about and of every unfinished one, each judged by
+  classify.py (and kueue.py); finished gangs nobody asks about leave the caches (forget.py);
+  gangs that must end (all-ranks timeout, rank on a lost node, image never pulled) are torn
+  down here (teardown.py): the Job is annotated with the finding, then deleted, and the fact
+  is kept as a tombstone so that it outlives the object;
 - cancel: Job deleted in the foreground, pods with the given grace, Service (and PodGroup)
   (teardown.py); logs: each rank's pod log (logs.py).
 
