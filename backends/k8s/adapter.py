@@ -9,10 +9,11 @@
   first use and the watches span namespaces (label-selected); by name, a gang is found in the
   caches first;
 - observe: facts from the Job / Pod watch caches (a direct list while they are not healthy;
-  observe.py), each gang judged by classify.py (and kueue.py); gangs that must end (all-ranks
-  timeout, rank on a lost node, image never pulled) are torn down here (teardown.py): the Job
-  is annotated with the finding, then deleted, and the fact is kept as a tombstone so that it
-  outlives the object;
+  observe.py) of the gangs asked about and of every unfinished one, each judged by
+  classify.py (and kueue.py); finished gangs nobody asks about leave the caches (forget.py);
+  gangs that must end (all-ranks timeout, rank on a lost node, image never pulled) are torn
+  down here (teardown.py): the Job is annotated with the finding, then deleted, and the fact
+  is kept as a tombstone so that it outlives the object;
 - cancel: Job deleted in the foreground, pods with the given grace, Service (and PodGroup)
   (teardown.py); logs: each rank's pod log (logs.py).
 
@@ -37,15 +38,24 @@ from backends.base import (
 from backends.k8s.classify import judge
 from backends.k8s.client import ApiError, Apis, call_json
 from backends.k8s.create import create_gang, ensure_namespace
+from backends.k8s.forget import KEEP_AT_LEAST, Forgotten, select
 from backends.k8s.inventory import build_pools
 from backends.k8s.kueue import JOB_UID_LABEL, KUEUE_GROUP, WORKLOADS, by_job_uid, queue_of, refine
 from backends.k8s.logs import read_logs
 from backends.k8s.manifests import LABEL_NAME, render
-from backends.k8s.observe import gang_fact, lost_nodes, make_reflectors, meta_of, pods_by_gang
+from backends.k8s.observe import (
+    gang_fact,
+    gang_of,
+    lost_nodes,
+    make_reflectors,
+    meta_of,
+    once,
+    pods_by_gang,
+)
 from backends.k8s.pod_evidence import ClassifyPolicy
 from backends.k8s.settings import K8sPoolBinding, K8sSettings
 from backends.k8s.teardown import cancel_gang, tear_down
-from backends.k8s.watch import Reflector
+from backends.k8s.watch import Reflector, key_of
 from broker.domain.facts import Fact, Finding
 from broker.domain.inventory import InventorySnapshot
 
@@ -84,6 +94,10 @@ class K8sBackend:
         self.use_watch = watch
         self.reflectors: dict[str, Reflector] = {}
         self._tombstones: dict[str, Fact] = {}
+        # finished gangs dropped from the caches; per team, kept as long as the Job lives
+        # for `_namespace_of` (forget.py)
+        self._forgotten = Forgotten(timedelta(seconds=self.settings.ttl_after_finished_s or 0)
+                                    if self.settings.per_team else KEEP_AT_LEAST)
         self._namespaces_ready: set[str] = set()
         self._lock = threading.Lock()
         self._on_change: Callable[[], None] | None = None
@@ -102,6 +116,9 @@ class K8sBackend:
         dispatch of each new gang two cluster-wide lists."""
         if not self.settings.per_team:
             return self.namespace
+        forgotten = self._forgotten.namespace(name)  # no longer in the caches
+        if forgotten is not None:
+            return forgotten
         healthy = 0
         for kind in ("jobs", "pods"):
             reflector = self.reflectors.get(kind)
@@ -150,9 +167,10 @@ class K8sBackend:
     def on_change(self, callback: Callable[[], None]) -> None:
         """Call `callback` whenever a gang's Job or pods (or its Kueue Workload) change, from
         the watch threads: e.g. to run the reconciler at once when a gang ends, instead of at
-        its next interval. Starts the watches."""
+        its next interval. Does not start the watches: the first observe (or inventory)
+        does, so that a replica that never leads the control loop holds no caches (only
+        observe(names) forgets finished gangs; a follower's caches would grow for a week)."""
         self._on_change = callback
-        self.start()
         for kind, reflector in self.reflectors.items():
             if kind != "nodes":
                 reflector.on_change = callback
@@ -206,29 +224,67 @@ class K8sBackend:
 
     # -- observe --------------------------------------------------------------------------
     def observe(self, names: Sequence[str] | None = None) -> list[Fact]:
+        """Facts of the gangs in `names` and of every Job not finished (orphan detection
+        needs those), or of every Job when `names` is None; finished gangs nobody asks
+        about leave the caches (forget.py). A gang asked about that was forgotten is read
+        directly."""
         jobs = self._objects("jobs")
         pods = self._objects("pods")
         now = self.clock()
-        by_job = pods_by_gang(pods)
-        lost = lost_nodes(self.apis, pods, self._nodes)
+        wanted = None if names is None else set(names)
+        grace = timedelta(seconds=self.settings.forget_finished_after_s)
+        # asked about again after it was forgotten: read directly below, as the caches may
+        # hold a part of it only
+        again = {n for n in wanted if n in self._forgotten} if wanted else set()
+        chosen = select(jobs, wanted, now, grace, skip=again)
+        gangs = {str(meta_of(j).get("name", "")) for j in chosen.judge}
+        by_job = pods_by_gang(pods, gangs)
+        nodes = once(self._nodes)
+        lost = lost_nodes(self.apis, [p for ps in by_job.values() for p in ps], nodes)
         workloads = self._workloads() if self.uses_kueue else {}
         facts: list[Fact] = []
-        seen: set[str] = set()
-        for job in jobs:
+        for job in chosen.judge:
             name = str(meta_of(job).get("name", ""))
             finding = judge(job, by_job.get(name, ()), now, self.policy, lost)
             if queue_of(job):  # sent to Kueue: its Workload has a say
                 workload = workloads.get(str(meta_of(job).get("uid", "")))
                 finding = refine(job, workload, finding, now)
             fact = gang_fact(self.apis, self.name, job, finding, now, by_job.get(name, ()),
-                             self._nodes)
+                             nodes)
             if finding.teardown:
                 self._teardown(job, finding, fact)
             facts.append(fact)
-            seen.add(name)
+        if wanted is not None:
+            self._forget(chosen.forget, pods, wanted, now)
+            for name in sorted(again - self._tombstones.keys()):
+                found = self.lookup(name)  # never "missing" for having been forgotten
+                if found is not None:
+                    facts.append(found)
+                    gangs.add(name)
         self._prune_tombstones(now)
-        facts.extend(f for n, f in self._tombstones.items() if n not in seen)
+        facts.extend(f for n, f in self._tombstones.items() if n not in gangs)
         return facts
+
+    def _forget(self, jobs: Sequence[JSON], pods: Sequence[JSON], wanted: set[str],
+                now: datetime) -> None:
+        """Drop finished unasked gangs (`jobs`) from the caches, with their pods and any
+        pod of a gang forgotten earlier that the watch showed since (forget.py)."""
+        for job in jobs:
+            meta = meta_of(job)
+            self._forgotten.note(str(meta.get("name", "")),
+                                 str(meta.get("namespace") or self.namespace), now)
+        self._forgotten.prune(now)
+        job_cache, pod_cache = self.reflectors.get("jobs"), self.reflectors.get("pods")
+        if job_cache is not None and jobs:
+            job_cache.forget([key_of(j) for j in jobs])
+        workloads = self.reflectors.get("workloads")  # Kueue's, owned by the Jobs
+        if workloads is not None and jobs:
+            uids = {str(meta_of(j).get("uid", "")) for j in jobs}
+            workloads.forget([key_of(w) for uid, w in by_job_uid(workloads.snapshot()).items()
+                              if uid in uids])
+        if pod_cache is not None and len(self._forgotten):
+            pod_cache.forget([key_of(p) for p in pods if (g := gang_of(p)) not in wanted
+                              and g in self._forgotten])
 
     def logs(self, name: str, rank: int | None = None,
              tail: int | None = None) -> list[RankLog]:

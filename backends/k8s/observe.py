@@ -58,11 +58,31 @@ def make_reflectors(apis: Apis, kueue: bool) -> dict[str, Reflector]:
     return reflectors
 
 
-def pods_by_gang(pods: Iterable[JSON]) -> dict[str, list[JSON]]:
+def gang_of(obj: Mapping[str, Any]) -> str:
+    """The gang (Job name) an Isthmus pod belongs to, by its label."""
+    return str((meta_of(obj).get("labels") or {}).get(LABEL_NAME, ""))
+
+
+def pods_by_gang(pods: Iterable[JSON], gangs: set[str] | None = None) -> dict[str, list[JSON]]:
+    """The pods of each gang (of those in `gangs` only, when given)."""
     by_job: dict[str, list[JSON]] = defaultdict(list)
     for pod in pods:
-        by_job[str((meta_of(pod).get("labels") or {}).get(LABEL_NAME, ""))].append(pod)
+        gang = gang_of(pod)
+        if gangs is None or gang in gangs:
+            by_job[gang].append(pod)
     return by_job
+
+
+def once(nodes: Callable[[], Sequence[JSON]]) -> Callable[[], Sequence[JSON]]:
+    """`nodes`, listed at most once (per observe call: not once per gang)."""
+    got: list[Sequence[JSON]] = []
+
+    def listed() -> Sequence[JSON]:
+        if not got:
+            got.append(nodes())
+        return got[0]
+
+    return listed
 
 
 def lost_nodes(apis: Apis, pods: Sequence[Mapping[str, Any]],

@@ -47,6 +47,9 @@ class K8sSettings:
     master_port: int = 29500
     container_name: str = "trainer"
     ttl_after_finished_s: int | None = 7 * 86400  # finished Jobs are garbage-collected after
+    # a finished gang the broker no longer asks about leaves the watch caches this long after
+    # it finished (backends/k8s/forget.py)
+    forget_finished_after_s: float = 300.0
     pod_labels: Mapping[str, str] = field(default_factory=dict)  # added to every pod
     pod_annotations: Mapping[str, str] = field(default_factory=dict)  # e.g. sidecar opt-outs
     # per pool: "plain" (default), "kueue" or "volcano"
@@ -87,10 +90,12 @@ class K8sSettings:
         if not _NAMESPACE.match(settings.namespace.replace(TEAM_FIELD, "t")):
             problems.append(("namespace", f"'{settings.namespace}' must be a DNS label, "
                              f"optionally with {TEAM_FIELD} for the team (isthmus-{TEAM_FIELD})"))
-        if settings.all_ranks_timeout_s <= 0:
-            problems.append(("all_ranks_timeout_s", "must be > 0 seconds"))
-        if settings.request_timeout_s <= 0:
-            problems.append(("request_timeout_s", "must be > 0 seconds"))
+        for key, ok, rule in (
+                ("all_ranks_timeout_s", settings.all_ranks_timeout_s > 0, "> 0"),
+                ("request_timeout_s", settings.request_timeout_s > 0, "> 0"),
+                ("forget_finished_after_s", settings.forget_finished_after_s >= 0, ">= 0")):
+            if not ok:
+                problems.append((key, f"must be {rule} seconds"))
         if not 1 <= settings.master_port <= 65535:
             problems.append(("master_port", "must be a TCP port (1-65535)"))
         if problems:

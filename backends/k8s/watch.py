@@ -17,7 +17,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from backends.base import BackendUnavailable
@@ -34,9 +34,20 @@ class Gone(Exception):
     """The resourceVersion we watch from is too old (410): re-list."""
 
 
-def _key(obj: dict[str, Any]) -> str:
+def key_of(obj: Mapping[str, Any]) -> str:
+    """The cache key of an object ('namespace/name')."""
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def _slim(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object as cached: without `metadata.managedFields` (the server-side-apply
+    bookkeeping, often the largest part of an object, read by nothing here), as client-go
+    informers' transforms drop it."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return obj
 
 
 def iter_lines(resp: Any) -> Iterator[bytes]:
@@ -94,6 +105,12 @@ class Reflector:
         with self._lock:
             return self.objects.get(key)
 
+    def forget(self, keys: list[str]) -> int:
+        """Drop objects from the cache (they stay in the cluster); a later event of one
+        puts it back. Returns how many were dropped."""
+        with self._lock:
+            return sum(self.objects.pop(k, None) is not None for k in keys)
+
     def wait_for(self, predicate: Callable[[Reflector], bool], timeout: float) -> bool:
         """Block until predicate(self) holds after some change (for tests)."""
         deadline = time.monotonic() + timeout
@@ -111,13 +128,13 @@ class Reflector:
         with translated(f"list {self.kind}"):
             resp = self.lister(_preload_content=False, _request_timeout=self.timeout)
             data = json.loads(resp.data)
-        items = list(data.get("items") or ())
+        items = [_slim(o) for o in data.get("items") or ()]
         return items, str((data.get("metadata") or {}).get("resourceVersion") or "")
 
     def relist(self) -> None:
         items, rv = self.list_now()
         with self._changed:
-            self.objects = {_key(o): o for o in items}
+            self.objects = {key_of(o): o for o in items}
             self.resource_version = rv
             self.synced = True
             self.connected = True
@@ -220,7 +237,7 @@ class Reflector:
 
     def _apply(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
-        obj = event.get("object") or {}
+        obj = _slim(event.get("object") or {})
         if kind == "ERROR":
             if obj.get("code") == 410:
                 raise Gone(str(obj.get("message", "")))
@@ -228,9 +245,9 @@ class Reflector:
         rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
         with self._changed:
             if kind in ("ADDED", "MODIFIED"):
-                self.objects[_key(obj)] = obj
+                self.objects[key_of(obj)] = obj
             elif kind == "DELETED":
-                self.objects.pop(_key(obj), None)
+                self.objects.pop(key_of(obj), None)
             if rv:
                 self.resource_version = rv
             self.events += 1

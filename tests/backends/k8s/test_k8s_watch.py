@@ -203,6 +203,8 @@ def test_on_change_calls_back_when_a_gang_changes_not_when_nothing_does(
     calls: list[float] = []
     try:
         backend.on_change(lambda: calls.append(time.monotonic()))
+        assert backend.reflectors == {}  # a replica that never leads keeps no caches
+        backend.start()  # as the first observe does
         assert all(r.wait_for(lambda r: r.healthy, timeout=30)
                    for r in backend.reflectors.values())
         assert calls == []  # the first list is no change
