@@ -23,7 +23,8 @@ runs `isthmus db check` twice, printing its mismatch lines: while the replicas s
 backlog not drained is still being written), and once they stopped. Last line:
 `soak: <minutes> min <N> jobs 5xx <k> lost <l> p99 <T> ms rss growth <g>%` (p99: the worst
 minute but the hand-over minute; rss growth: from the end of warm-up to the end, the largest of
-the processes that ran throughout). `--split` runs the API replicas with `--no-control` and
+the processes that ran throughout, counted apart for each stretch in which a process kept one
+role, leader or standby: `rss_growth`). `--split` runs the API replicas with `--no-control` and
 the control loop in two `isthmus control` processes; the kill drill then kills the leading one.
 """
 
@@ -448,8 +449,10 @@ async def monitor(load: Load, seconds: float, rows: dict[int, dict[str, Any]],
                     if h.get(float("inf"), 0) > before.get(float("inf"), 0):
                         cycle = _p95(before, h)
                     hist[r.name] = h
+            leader = await _leader(load)
             rows[m] = {"rss": {r.name: r.rss_mb() for r in load.processes}, "cycle_p95": cycle,
-                       "cpu": {r.name: round(r.cpu_s()) for r in load.processes}}
+                       "cpu": {r.name: round(r.cpu_s()) for r in load.processes},
+                       "leader": leader.name if leader else None}
             lat = load.stats.lat.get(m, [])
             note(f"minute {m + 1}: {len(lat)} requests p99 {pct(lat, 0.99):.0f} ms "
                  f"5xx {load.stats.err5.get(m, 0)} rss {rows[m]['rss']} cycle p95 {_bound(cycle)}"
@@ -599,13 +602,34 @@ def report(rows: dict[int, dict[str, Any]], stats: Stats, events: dict[str, floa
         kinds = stats.by_kind.get(m, {})
         print(f"{m + 1:>3}  " + "  ".join(
             f"{k} {pct(v, 0.99):.0f} ({len(v)})" for k, v in sorted(kinds.items())))
-    # the processes that ran throughout (not killed): the largest growth of any of them
+    return worst, rss_growth(rows, names, events, warmup)
+
+
+def rss_growth(rows: dict[int, dict[str, Any]], names: list[str], events: dict[str, float],
+               warmup: int) -> float:
+    """The largest RSS growth (%) of a process that ran throughout (not killed), from the end
+    of warm-up to the end of each stretch of minutes in which it kept one role (leading the
+    control loop or not): a standby that takes over holds the leader's caches from then on,
+    which is a new role, not growth over time. A stretch's first `warmup` minutes do not
+    count (the first stretch starts at minute 0, as before); minutes without a known leader
+    keep the role before them."""
     growth = 0.0
     for n in [n for n in names if f"killed_{n}" not in events] or names[:1]:
-        after = [rows[m]["rss"].get(n, 0.0) for m in sorted(rows) if m >= warmup]
-        if len(after) > 1 and after[0]:
-            growth = max(growth, (after[-1] / after[0] - 1) * 100)
-    return worst, growth
+        stretches: list[list[float]] = []
+        role: bool | None = None
+        start = 0
+        for m in sorted(rows):
+            leader = rows[m].get("leader")
+            now = role if leader is None and role is not None else leader == n
+            if now != role:
+                role, start = now, m
+                stretches.append([])
+            if m - start >= warmup:
+                stretches[-1].append(rows[m]["rss"].get(n, 0.0))
+        for after in stretches:
+            if len(after) > 1 and after[0]:
+                growth = max(growth, (after[-1] / after[0] - 1) * 100)
+    return growth
 
 
 def db_check(db: str, when: str) -> int:

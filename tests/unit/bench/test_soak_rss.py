@@ -1,0 +1,38 @@
+"""The soak's RSS growth (`bench.soak.rss_growth`): counted apart for each stretch in which a
+process kept one role, so that a standby taking over the control loop (and with it the
+backends' caches) is not reported as memory growing over time."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from bench.soak import rss_growth
+
+# the real-cluster soak of 2026-12-02 06:02 (branch k8s-forget), replica b: a standby for five
+# minutes, the leader after a was killed (a: restarted, a standby, excluded as killed)
+B = [121.6, 122.3, 122.5, 122.5, 122.7, 213.8, 214.2, 214.8, 215.0, 215.2]
+LEADERS = ["a"] * 5 + ["b"] * 5
+
+
+def _rows(rss: list[float], leaders: Sequence[str | None]) -> dict[int, dict[str, Any]]:
+    return {m: {"rss": {"a": 150.0, "b": v}, "leader": leaders[m]} for m, v in enumerate(rss)}
+
+
+def test_a_takeover_is_a_new_stretch_not_growth() -> None:
+    growth = rss_growth(_rows(B, LEADERS), ["a", "b"], {"killed_a": 300}, warmup=2)
+    # standby 122.5 -> 122.7 (minutes 3-5), leader 214.8 -> 215.2 (minutes 8-10)
+    assert 0.1 < growth < 0.3, growth
+
+
+def test_growth_within_one_role_still_counts() -> None:
+    leaking = [100.0 + 10 * m for m in range(10)]
+    growth = rss_growth(_rows(leaking, ["b"] * 10), ["a", "b"], {"killed_a": 300}, warmup=2)
+    assert round(growth) == round((190 / 120 - 1) * 100)
+
+
+def test_a_minute_without_a_known_leader_keeps_the_role_before_it() -> None:
+    leaders: list[str | None] = ["a"] * 5 + [None] + ["b"] * 4
+    rss = [*B[:5], 122.9, *B[6:]]
+    growth = rss_growth(_rows(rss, leaders), ["a", "b"], {"killed_a": 300}, warmup=2)
+    assert 0.1 < growth < 0.4, growth  # minute 6 stays a standby one: 122.5 -> 122.9
