@@ -38,7 +38,7 @@ from backends.base import (
 from backends.k8s.classify import judge
 from backends.k8s.client import ApiError, Apis, call_json
 from backends.k8s.create import create_gang, ensure_namespace
-from backends.k8s.forget import KEEP_AT_LEAST, Forgotten, select
+from backends.k8s.forget import KEEP_AT_LEAST, Forgotten, pod_finished, select
 from backends.k8s.inventory import build_pools
 from backends.k8s.kueue import JOB_UID_LABEL, KUEUE_GROUP, WORKLOADS, by_job_uid, queue_of, refine
 from backends.k8s.logs import read_logs
@@ -96,8 +96,10 @@ class K8sBackend:
         self._tombstones: dict[str, Fact] = {}
         # finished gangs dropped from the caches; per team, kept as long as the Job lives
         # for `_namespace_of` (forget.py)
-        self._forgotten = Forgotten(timedelta(seconds=self.settings.ttl_after_finished_s or 0)
-                                    if self.settings.per_team else KEEP_AT_LEAST)
+        ttl = self.settings.ttl_after_finished_s
+        self._forgotten = Forgotten(
+            (None if ttl is None else timedelta(seconds=ttl)) if self.settings.per_team
+            else KEEP_AT_LEAST)
         self._namespaces_ready: set[str] = set()
         self._lock = threading.Lock()
         self._on_change: Callable[[], None] | None = None
@@ -236,6 +238,8 @@ class K8sBackend:
         # asked about again after it was forgotten: read directly below, as the caches may
         # hold a part of it only
         again = {n for n in wanted if n in self._forgotten} if wanted else set()
+        for name in again:
+            self._forgotten.touch(name, now)
         chosen = select(jobs, wanted, now, grace, skip=again)
         gangs = {str(meta_of(j).get("name", "")) for j in chosen.judge}
         by_job = pods_by_gang(pods, gangs)
@@ -282,9 +286,15 @@ class K8sBackend:
             uids = {str(meta_of(j).get("uid", "")) for j in jobs}
             workloads.forget([key_of(w) for uid, w in by_job_uid(workloads.snapshot()).items()
                               if uid in uids])
-        if pod_cache is not None and len(self._forgotten):
-            pod_cache.forget([key_of(p) for p in pods if (g := gang_of(p)) not in wanted
-                              and g in self._forgotten])
+        if pod_cache is not None:
+            # pods of gangs forgotten now or before, and finished pods of a gang that has no
+            # Job in the cache any more (a pod-only re-list after the name's entry expired)
+            # (only while the Job cache is healthy: an empty one knows of no Job)
+            kept = ({str(meta_of(j).get("name", "")) for j in job_cache.snapshot()}
+                    if job_cache is not None and job_cache.healthy else None)
+            pod_cache.forget([key_of(p) for p in pods if (g := gang_of(p)) not in wanted and (
+                g in self._forgotten
+                or (kept is not None and g not in kept and pod_finished(p)))])
 
     def logs(self, name: str, rank: int | None = None,
              tail: int | None = None) -> list[RankLog]:

@@ -14,10 +14,12 @@ again after it was forgotten is read directly (`K8sBackend.lookup`), never repor
 
 What forgetting costs, kept here on purpose (`Forgotten`): each forgotten gang's name and
 namespace, so that `logs`, `lookup` and `cancel` still find it in per-team namespaces (healthy
-caches answer alone there), kept as long as Kubernetes keeps the Job; without per-team
-namespaces only for an hour (long enough to drop pods the watch shows late). A watch event of
-a forgotten object puts it back in the cache until the next observe; a re-list (410 Gone)
-brings them all back once.
+caches answer alone there), kept as long as Kubernetes keeps the Job (for ever without a TTL);
+without per-team namespaces only for an hour. Each time the broker asks about a forgotten
+gang its entry is kept anew. A watch event of a forgotten object puts it back in the cache
+until the next observe; a re-list (410 Gone) brings them back once: Jobs and pods (a finished
+pod whose gang has no Job in the cache and is not asked about is dropped too); Kueue
+Workloads only with their Jobs (a Workload-only re-list keeps them until their Job goes).
 """
 
 from __future__ import annotations
@@ -43,6 +45,11 @@ def finished_at(job: Mapping[str, Any]) -> datetime | None:
             return (parse_time(cond.get("lastTransitionTime"))
                     or parse_time((job.get("status") or {}).get("completionTime")))
     return None
+
+
+def pod_finished(pod: Mapping[str, Any]) -> bool:
+    """The pod ran to its end (Succeeded or Failed): nothing will change it but its deletion."""
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,11 +85,12 @@ def select(jobs: Iterable[JSON], wanted: set[str] | None, now: datetime,
 
 
 class Forgotten:
-    """Forgotten gangs: name -> (namespace, when forgotten), oldest first (insertion order,
-    so pruning stops at the first entry young enough to keep)."""
+    """Forgotten gangs: name -> (namespace, when last forgotten or asked about), oldest first
+    (insertion order, so pruning stops at the first entry young enough to keep). `keep` None:
+    kept for ever (Jobs without a TTL live for ever, and so must their names)."""
 
-    def __init__(self, keep: timedelta) -> None:
-        self.keep = max(keep, KEEP_AT_LEAST)
+    def __init__(self, keep: timedelta | None) -> None:
+        self.keep = None if keep is None else max(keep, KEEP_AT_LEAST)
         self._entries: dict[str, tuple[str, datetime]] = {}
 
     def __contains__(self, name: object) -> bool:
@@ -95,12 +103,21 @@ class Forgotten:
         if name not in self._entries:  # namespaces repeat: one string each
             self._entries[name] = (sys.intern(namespace), now)
 
+    def touch(self, name: str, now: datetime) -> None:
+        """The broker still asks about it: kept `keep` from now (a gang forgotten while its
+        attempt was not yet in the reconciler's list must not expire while it is asked)."""
+        entry = self._entries.pop(name, None)
+        if entry is not None:
+            self._entries[name] = (entry[0], now)
+
     def namespace(self, name: str) -> str | None:
         entry = self._entries.get(name)
         return entry[0] if entry is not None else None
 
     def prune(self, now: datetime) -> None:
         entries = self._entries
+        if self.keep is None:
+            return
         while entries:  # oldest first; no copy of the whole map on every pass
             name = next(iter(entries))
             if now - entries[name][1] <= self.keep:

@@ -220,11 +220,12 @@ class Runtime:
         its reconciler on every event, at most once per `min_wake_gap`: a gang's end is seen,
         and its quota released, at once instead of at the next reconcile interval.
 
-        Done when this replica first leads, not at start: following a feed starts the
-        backend's watches, whose caches only the leader's reconciler reads (and lets go of
-        the gangs it has recorded); a standby that held them would list, watch and keep
-        every object of the cluster for nothing. A new leader's first passes read the
-        backend directly while its watches list."""
+        Done when this replica first leads, not at start: a standby has nothing to wake,
+        and a backend must not be led to watch for it (the Kubernetes backend's caches,
+        which only the leader's reconciler reads and prunes, now start at its first
+        observe, not when followed). A new leader's first passes read the backend directly
+        while its watches list. A replica that led and stepped down keeps its watches, no
+        longer pruned, until it is restarted."""
         if self._following:
             return
         self._following = True

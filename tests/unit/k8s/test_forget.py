@@ -241,3 +241,44 @@ def test_kueue_workloads_of_forgotten_gangs_leave_their_cache_too() -> None:
     owners = [o["metadata"]["ownerReferences"][0]["uid"]
               for o in b.reflectors["workloads"].snapshot()]
     assert owners == [f"uid-0t{'running':0>14}"], (old, owners)
+
+
+def test_without_a_ttl_a_forgotten_name_is_kept_for_ever() -> None:
+    """Per-team namespaces, `ttl_after_finished_s: null`: the Job lives for ever, and so must
+    the name that tells logs, lookup and cancel where it is (healthy caches answer alone)."""
+    w = World(per_team=True)
+    old = w.gang("old", 10, team="nlp")
+    b = w.backend(ttl_after_finished_s=None)
+    b.observe([])
+    w.now = NOW + timedelta(days=30)
+    b.observe([])
+    assert b._namespace_of(old) == "isthmus-nlp"
+    assert [x.rank for x in b.logs(old)] == [0, 1]
+
+
+def test_a_forgotten_gang_still_asked_about_is_not_let_go() -> None:
+    """Forgotten while nobody asked (an attempt not yet in the reconciler's list), then asked
+    about pass after pass: its entry is kept from each ask, so it is read, never missing."""
+    w = World()
+    old = w.gang("old", 10)
+    b = w.backend()
+    b.observe([])
+    for hours in (0.5, 1.0, 1.5, 2.0):
+        w.now = NOW + timedelta(hours=hours)
+        assert named(b.observe([old])) == {old: Phase.SUCCEEDED}, hours
+
+
+def test_finished_pods_of_a_gang_without_a_job_leave_the_cache() -> None:
+    """A pod-only re-list after the forgotten name expired brings a finished gang's pods back
+    without its Job: they are dropped all the same; a running gang's pods are kept."""
+    w = World()
+    old, running = w.gang("old", 10), w.gang("running", None)
+    b = w.backend()
+    b.observe([])
+    w.now = NOW + timedelta(hours=2)
+    b.observe([])
+    assert old not in b._forgotten
+    b.reflectors["pods"].relist()
+    assert cached(b, "pods") == {old, running}
+    b.observe([])
+    assert cached(b, "pods") == {running}
