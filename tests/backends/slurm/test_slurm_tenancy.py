@@ -45,11 +45,14 @@ POOL = Pool(name="slurm-a100", backend="slurm-local", partition="a100", flavor="
 def unix_users() -> dict[str, pwd.struct_passwd]:
     if os.geteuid() != 0:
         pytest.skip("submitting as another user needs root")
+    # useradd lives in /usr/sbin, which a CI's or a user's PATH may not hold
+    useradd = shutil.which("useradd", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
     for unix in USERS.values():
         try:
             pwd.getpwnam(unix)
         except KeyError:
-            subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/bash", unix],
+            assert useradd is not None, "useradd not found (package passwd): cannot add " + unix
+            subprocess.run([useradd, "--no-create-home", "--shell", "/bin/bash", unix],
                            check=True, capture_output=True, text=True)
     return {api: pwd.getpwnam(unix) for api, unix in USERS.items()}
 
