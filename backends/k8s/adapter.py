@@ -22,6 +22,7 @@ Nothing here turns "API server unreachable" into a job failure: it raises Backen
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -49,7 +50,6 @@ from backends.k8s.observe import (
     lost_nodes,
     make_reflectors,
     meta_of,
-    once,
     pods_by_gang,
 )
 from backends.k8s.pod_evidence import ClassifyPolicy
@@ -243,7 +243,7 @@ class K8sBackend:
         chosen = select(jobs, wanted, now, grace, skip=again)
         gangs = {str(meta_of(j).get("name", "")) for j in chosen.judge}
         by_job = pods_by_gang(pods, gangs)
-        nodes = once(self._nodes)
+        nodes = functools.cache(self._nodes)  # listed at most once per call, not per gang
         lost = lost_nodes(self.apis, [p for ps in by_job.values() for p in ps], nodes)
         workloads = self._workloads() if self.uses_kueue else {}
         facts: list[Fact] = []

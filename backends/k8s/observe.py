@@ -73,18 +73,6 @@ def pods_by_gang(pods: Iterable[JSON], gangs: set[str] | None = None) -> dict[st
     return by_job
 
 
-def once(nodes: Callable[[], Sequence[JSON]]) -> Callable[[], Sequence[JSON]]:
-    """`nodes`, listed at most once (per observe call: not once per gang)."""
-    got: list[Sequence[JSON]] = []
-
-    def listed() -> Sequence[JSON]:
-        if not got:
-            got.append(nodes())
-        return got[0]
-
-    return listed
-
-
 def lost_nodes(apis: Apis, pods: Sequence[Mapping[str, Any]],
                nodes: Callable[[], Sequence[JSON]]) -> frozenset[str]:
     """Nodes that Isthmus ranks are bound to and that no longer exist (checked by name:
