@@ -7,6 +7,7 @@ The victim's attempt is booked in the ledger here (waste:preempted since its las
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 
 from sqlmodel import Session
@@ -117,14 +118,14 @@ def end_locked(s: Session, plane: ControlPlane, locked: JobRecord | None,
             or locked.attempt != number:
         return False
     if JobState(locked.state) is JobState.ADMITTED:  # no object yet: back to the queue
-        att.update(s, locked.id, number, dispatch=att.ABANDONED, ended_at=now, preempted=True)
+        att.update(s, locked.id, number, dispatch=att.ABANDONED, ended_at=now, preempted=True,
+                   retry_decision=requeue.NONE)
         set_state(s, locked.id, JobState.QUEUED, Reason.Preempted,
                   Cause("admission", "system:preemption", key=f"preempt:{number}"),
                   victim.message, now=now, locked=locked)
         return True
     if not signalled and plane.backends.get(attempt.backend) is not None:
         return False  # its object was made after the read, unsignalled: a next cycle
-    att.update(s, locked.id, number, ended_at=now, preempted=True)
     # Charged up to the signal: the attempt is over for Isthmus from here (the reconciler
     # no longer looks at it), so the grace it gets to checkpoint is not charged. The submitter
     # from the locked row: the ledger's own look-up was one more statement per victim.
@@ -133,7 +134,10 @@ def end_locked(s: Session, plane: ControlPlane, locked: JobRecord | None,
     set_state(s, locked.id, JobState.RETRYING, Reason.Preempted,
               Cause("admission", "system:preemption", key=f"preempt:{number}"),
               victim.message, now=now, locked=locked)
-    requeue.retry(s, plane, locked, attempt, preempted=True, failure=None, now=now, locked=True)
+    ended = replace(attempt, ended_at=now, preempted=True)
+    decided = requeue.retry(s, plane, locked, ended, preempted=True, failure=None, now=now,
+                            locked=True)
+    att.update(s, locked.id, number, ended_at=now, preempted=True, retry_decision=decided)
     return True
 
 

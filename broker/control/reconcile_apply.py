@@ -17,13 +17,14 @@ again attempt by attempt, as one that fails at its commit. The metrics of the ch
 transitions and endings are counted once it committed (broker.store.batch.deferred with
 effects=False), those of a rolled-back attempt never: a chunk that fails counts nothing,
 and the next pass counts each once. The retry decision of an attempt that ended in a
-failure or a preemption (broker.control.requeue) is taken after its chunk committed, as
-before, in its own transaction.
+failure or a preemption (broker.control.requeue.retry) is taken inside its savepoint and
+recorded on the attempt: the failure, its retry (FAILED -> RETRYING -> QUEUED, or FAILED for
+good) and the attempt's ending commit together, so no crash can cut between them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from sqlmodel import Session
@@ -45,17 +46,6 @@ from broker.store.conflicts import on_conflict
 
 RECONCILER = "system:reconciler"
 APPLY_CHUNK = 200
-
-
-@dataclass(frozen=True, slots=True)
-class _Retry:
-    """A retry decision to take once the attempt's ending is committed."""
-
-    job_id: str
-    attempt: att.AttemptRecord
-    preempted: bool
-    failure: FailureCategory | None
-    blamed: tuple[str, ...]
 
 
 def _ending(fact: Fact, d: Derived) -> ledger.Ending:
@@ -126,12 +116,12 @@ def _resolve_once(s: Session, a: att.AttemptRecord, fact: Fact, now: datetime) -
 
 
 def _apply_in(s: Session, plane: ControlPlane, a: att.AttemptRecord, fact: Fact,
-              now: datetime, job: records.JobRecord | None) -> tuple[int, _Retry | None]:
-    """One attempt's fact, transitions and ending, in the caller's transaction, its job
-    locked by the caller (`job`; None: the job is gone): the transitions made, and the retry
-    decision to take after the commit (if any). The attempt's row is written once, last."""
+              now: datetime, job: records.JobRecord | None) -> int:
+    """One attempt's fact, transitions, ending and retry decision, in the caller's transaction,
+    its job locked by the caller (`job`; None: the job is gone): the transitions made. The
+    attempt's row is written once, last."""
     if job is None:
-        return 0, None
+        return 0
     state = JobState(job.state)
     current = job.attempt == a.number
     d = derive(state if current else JobState.QUEUED, fact)
@@ -151,15 +141,40 @@ def _apply_in(s: Session, plane: ControlPlane, a: att.AttemptRecord, fact: Fact,
         _resolve_once(s, a, fact, now)
     if d.ended:
         end = fact.ended_at or now
-        row.update(ended_at=end, failure=d.failure.value if d.failure else None,
-                   preempted=d.preempted)
+        failure = d.failure.value if d.failure else None
+        row.update(ended_at=end, failure=failure, preempted=d.preempted)
         charge(s, plane, job.team, a, _ending(fact, d), end, now,
                running=fact.started_at or a.started_at, fact=fact, failure=d.failure,
                submitted_by=job.submitted_by)
+        if d.failure is not None or d.preempted:
+            decided: str | None = requeue.NONE
+            if current:
+                ended = replace(a, ended_at=end, failure=failure, preempted=d.preempted)
+                decided = _decide_retry(s, plane, job, ended, d, fact.bad_nodes, now)
+            row["retry_decision"] = decided
     att.update_queued(s, a.job_id, a.number, **row)
-    if current and (d.failure is not None or d.preempted):
-        return moved, _Retry(a.job_id, a, d.preempted, d.failure, fact.bad_nodes)
-    return moved, None
+    return moved
+
+
+def _decide_retry(s: Session, plane: ControlPlane, job: records.JobRecord,
+                  ended: att.AttemptRecord, d: Derived, blamed: tuple[str, ...],
+                  now: datetime) -> str | None:
+    """The retry decision of the attempt `ended`, applied in a savepoint of its own: one that
+    cannot be taken (the job's stored spec no longer parses, say) leaves the failure itself
+    recorded and the decision undone and None (undecided: the leader's repair,
+    requeue.repair_undecided, asks again, and its guard shows the error on the job)."""
+    queued = batch.pending(s)
+    mark = queued.mark() if queued is not None else None
+    before = replace(job)
+    with JobGuard("retry decision", job.id) as guard, s.begin_nested():
+        return requeue.retry(s, plane, job, ended, preempted=d.preempted, failure=d.failure,
+                             now=now, blamed=blamed, locked=True)
+    assert guard.incident is not None
+    if queued is not None and mark is not None:
+        queued.cut(mark)
+    for name in records.JobRecord.__slots__:
+        setattr(job, name, getattr(before, name))
+    return None
 
 
 def apply_all(plane: ControlPlane, changed: list[tuple[att.AttemptRecord, Fact]],
@@ -175,7 +190,6 @@ def apply_all(plane: ControlPlane, changed: list[tuple[att.AttemptRecord, Fact]]
 @dataclass
 class _Written:
     moved: int = 0
-    retries: list[_Retry] = field(default_factory=list)
     incidents: list[Incident] = field(default_factory=list)
 
 
@@ -190,12 +204,6 @@ def _apply_chunk(plane: ControlPlane, chunk: list[tuple[att.AttemptRecord, Fact]
             raise
         except Exception as exc:  # a per-job failure at the chunk's commit
             out = _written_one_by_one(plane, chunk, now, type(exc).__name__)
-    for r in out.retries:
-        with JobGuard("reconcile", r.job_id) as guard:
-            requeue.requeue_after(plane, r.job_id, r.attempt, preempted=r.preempted,
-                                  failure=r.failure, now=now, blamed=r.blamed)
-        if guard.incident is not None:
-            out.incidents.append(guard.incident)
     for incident in out.incidents:
         mark_one(plane, incident, now)
     return out.moved
@@ -217,7 +225,6 @@ def _written_one_by_one(plane: ControlPlane, chunk: list[tuple[att.AttemptRecord
             out.incidents.append(guard.incident)
             continue
         out.moved += one.moved
-        out.retries += one.retries
         out.incidents += one.incidents
     return out
 
@@ -263,14 +270,12 @@ def _write_locked(s: Session, plane: ControlPlane, chunk: list[tuple[att.Attempt
     for a, fact in sorted(chunk, key=counter):
         mark = effects.mark()
         with JobGuard("reconcile", a.job_id) as guard, s.begin_nested():
-            n, retry = _apply_in(s, plane, a, fact, now, locked.get(a.job_id))
+            n = _apply_in(s, plane, a, fact, now, locked.get(a.job_id))
         if guard.incident is not None:  # its savepoint is undone; the others stand
             effects.cut(mark)
             out.incidents.append(guard.incident)
             continue
         out.moved += n
-        if retry is not None:
-            out.retries.append(retry)
 
 
 def mark_one(plane: ControlPlane, incident: Incident, now: datetime) -> None:

@@ -1,8 +1,9 @@
 """Applying a decision to run a job again, in one place: after a failure or a preemption
-(the retry engine, policies/retry.py, decides; `requeue_after` applies) and after a dispatch
-the backend refused (`requeue_refused`, its own backoff). Both requeue through `requeue`: the
-exclusions grow, the backoff is stored as the job's not-before time, and the job goes back
-to QUEUED through set_state."""
+(the retry engine, policies/retry.py, decides; `retry` applies, in the transaction that ends
+the attempt; `repair_undecided` catches up endings an older version left undecided) and after
+a dispatch the backend refused (`requeue_refused`, its own backoff). Both requeue through
+`requeue`: the exclusions grow, the backoff is stored as the job's not-before time, and the
+job goes back to QUEUED through set_state."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from datetime import datetime
 
 from sqlmodel import Session
 
-from broker.control.plane import ControlPlane
+from broker.control.guard import JobGuard
+from broker.control.plane import ControlPlane, log
 from broker.domain import FailureCategory, JobState, Reason
 from broker.domain.attempts import Attempt, RunSnapshot
 from broker.domain.exclusions import Exclusions
@@ -21,7 +23,6 @@ from broker.orchestration.transitions import set_state
 from broker.policy_inputs import attempt_counts
 from broker.store import attempts as att
 from broker.store import records
-from broker.store.queries import get_job
 from broker.store.records import JobRecord
 from policies.retry import decide_retry
 
@@ -48,30 +49,30 @@ def _hours(gpus: int, start: datetime | None, end: datetime) -> float:
     return max(0.0, (end - start).total_seconds()) / 3600 * gpus
 
 
-def requeue_after(plane: ControlPlane, job_id: str, a: att.AttemptRecord, *, preempted: bool,
-                  failure: FailureCategory | None, now: datetime,
-                  blamed: tuple[str, ...] = ()) -> None:
-    """After FAILED (or a preemption into RETRYING): ask the retry engine, apply its answer,
-    in a transaction of its own (`retry`)."""
-    with plane.db.write() as s:
-        job = get_job(s, job_id)
-        if job is not None:
-            retry(s, plane, job, a, preempted=preempted, failure=failure, now=now,
-                  blamed=blamed)
+RETRY, STOP, NONE = "retry", "stop", "none"
+"""The retry decision recorded on an attempt that ended in a failure or a preemption
+(attempts.retry_decision): the job goes again, the job ends, or there was no retry question
+(the job had moved on, or went back to the queue before its object was made)."""
 
 
-def retry(s: Session, plane: ControlPlane, job: JobRecord, a: att.AttemptRecord, *,
+def retry(s: Session, plane: ControlPlane, job: JobRecord, ended: att.AttemptRecord, *,
           preempted: bool, failure: FailureCategory | None, now: datetime,
-          blamed: tuple[str, ...] = (), locked: bool = False) -> None:
-    """The retry engine's answer for `job` after its attempt `a` ended, applied in the
-    caller's transaction. `blamed`: the nodes the backend blamed for the failure; the retry
-    avoids only those, else every node of the attempt's placement. `locked`: `job` is the
-    caller's record of the job it holds locked (kept up to date in place by set_state)."""
+          blamed: tuple[str, ...] = (), locked: bool = False) -> str:
+    """The retry engine's answer for `job` after its attempt `ended` ended, applied in the
+    caller's transaction: the transaction that ends the attempt, so that a failure and its
+    retry commit together (nothing in between for a crash to cut). `ended` is the attempt as
+    it ends (its ending may not be written yet: it stands in for its own row here). `blamed`:
+    the nodes the backend blamed for the failure; the retry avoids only those, else every node
+    of the attempt's placement. `locked`: `job` is the caller's record of the job it holds
+    locked (kept up to date in place by set_state). Returns the decision (RETRY or STOP) for
+    the caller to record on the attempt (att.update ..., retry_decision=)."""
     job_id = job.id
     spec = plane.spec(job_id, job.spec_json)
     history = []
     wasted = 0.0
     for r in att.attempts_of(s, job_id):
+        if r.number == ended.number:
+            r = ended
         if r.failure is None and not r.preempted:
             continue
         history.append(Attempt(
@@ -83,27 +84,61 @@ def retry(s: Session, plane: ControlPlane, job: JobRecord, a: att.AttemptRecord,
         ))
         if r.failure:
             wasted += _hours(r.gpus, r.started_at or r.dispatched_at, r.ended_at or now)
-    snapshot = RunSnapshot.model_validate_json(a.snapshot_json)
+    snapshot = RunSnapshot.model_validate_json(ended.snapshot_json)
     nodes = blamed or (snapshot.placement.nodes if snapshot.placement else ())
     decision = decide_retry(
         spec.retry, failure, attempt_counts(history), wasted, preempted=preempted,
-        pool=a.pool, nodes=nodes, params=plane.params.retry,
+        pool=ended.pool, nodes=nodes, params=plane.params.retry,
     )
     held = job if locked else None
+    n = ended.number
     if not decision.retry:
         if preempted:  # RETRYING with nowhere to go: the policy ends it as a failure
             set_state(s, job_id, JobState.FAILED, decision.reason,
-                      Cause("retry", "system:retry", key=f"stop:{a.number}"),
+                      Cause("retry", "system:retry", key=f"stop:{n}"),
                       decision.message, now=now, locked=held)
-        return  # FAILED stays FAILED; the failure reason is already on the job
+        return STOP  # FAILED stays FAILED; the failure reason is already on the job
     if JobState(job.state) is JobState.FAILED:
         set_state(s, job_id, JobState.RETRYING, Reason.RetryScheduled,
-                  Cause("retry", "system:retry", key=f"retry:{a.number}"),
+                  Cause("retry", "system:retry", key=f"retry:{n}"),
                   decision.message, now=now, locked=held)
     reason = Reason.BackoffAfterFailure if decision.delay_seconds else Reason.RetryScheduled
     requeue(s, job, decision.delay_seconds, reason,
-            Cause("retry", "system:retry", key=f"requeue:{a.number}"), decision.message,
+            Cause("retry", "system:retry", key=f"requeue:{n}"), decision.message,
             now, pools=decision.exclude_pools, nodes=decision.exclude_nodes, locked=held)
+    return RETRY
+
+
+def repair_undecided(plane: ControlPlane) -> int:
+    """Ask the retry engine for the endings left undecided, and apply its answers: the
+    current attempt of a job FAILED or RETRYING, ended in a failure or a preemption, with no
+    decision recorded. Only a version older than the one that decides in the ending's own
+    transaction leaves such rows (revision 0014 leaves them NULL for this); the leader runs
+    this when it starts leading and then on an interval. Each job in a transaction of its
+    own, its row locked first and the attempt read again under the lock. The number of
+    endings decided."""
+    now = plane.clock()
+    with plane.db.read() as s:
+        keys = att.undecided(s)
+    done = 0
+    for job_id, number in keys:
+        with JobGuard("retry repair", job_id), plane.db.write() as s:
+            job = records.lock_job(s, job_id)
+            a = att.get_attempt(s, job_id, number)
+            if job is None or a is None or a.retry_decision is not None:
+                continue
+            if job.attempt != number or job.state not in (JobState.FAILED, JobState.RETRYING):
+                att.update(s, job_id, number, retry_decision=NONE)
+                continue
+            failure = FailureCategory(a.failure) if a.failure else None
+            # the nodes the backend blamed are not kept: the retry avoids the placement's
+            decided = retry(s, plane, job, a, preempted=a.preempted, failure=failure,
+                            now=now, locked=True)
+            att.update(s, job_id, number, retry_decision=decided)
+            log.warning("retry repair: job %s attempt %d ended undecided; the retry engine "
+                        "says %s", job_id, number, decided)
+            done += 1
+    return done
 
 
 def requeue_refused(plane: ControlPlane, a: att.AttemptRecord, why: str,

@@ -50,6 +50,7 @@ from broker.control.dispatch import run_dispatch
 from broker.control.lease import LeaderLease
 from broker.control.plane import ControlPlane
 from broker.control.reconcile import run_reconcile
+from broker.control.requeue import repair_undecided
 from broker.logs import control_cycle, get_logger
 from broker.store import notify
 from broker.store.fence import Deposed
@@ -74,6 +75,9 @@ class Intervals:
     lease_ttl: float = 15.0
     prune: float = 60.0
     """How often the leader prunes the decision log (control.decision_retention)."""
+    repair: float = 60.0
+    """How often the leader looks for attempt endings left without a retry decision
+    (broker.control.requeue.repair_undecided); also at once whenever it starts leading."""
 
 
 class Runtime:
@@ -114,6 +118,7 @@ class Runtime:
         self._add("admission", admission, iv.admission)
         self._add("dispatch", dispatch, iv.dispatch)
         self._add("decision-log", prune_decisions, iv.prune)
+        self._add("retry-repair", repair_undecided, iv.repair)
         def reconcile(plane: ControlPlane, name: str) -> None:
             report = run_reconcile(plane, name)
             if report.transitions or report.lost or report.cancelled:

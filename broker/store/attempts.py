@@ -52,6 +52,7 @@ class AttemptRecord:
     checkpoint_path: str | None = None
     checkpoint_step: int | None = None
     checkpoint_at: datetime | None = None
+    retry_decision: str | None = None  # broker.control.requeue: RETRY, STOP or NONE
 
 
 _FIELDS = list(AttemptRecord.__dataclass_fields__)
@@ -204,6 +205,22 @@ def dispatched_brief(session: Session, backend: str) -> list[Brief]:
         assert driver is not None
         return list(map(Brief._make, driver.execute(stmt, (backend, CREATED)).fetchall()))
     return list(map(Brief._make, conn.execute(stmt, {"backend": backend}).all()))
+
+
+_UNDECIDED = (
+    sa.select(ATTEMPTS.c.job_id, ATTEMPTS.c.number)
+    .where(ATTEMPTS.c.retry_decision.is_(None), ATTEMPTS.c.ended_at.is_not(None),
+           sa.or_(ATTEMPTS.c.failure.is_not(None), ATTEMPTS.c.preempted))
+    .order_by(ATTEMPTS.c.job_id, ATTEMPTS.c.number)
+)
+"""The predicate of the partial index ix_attempts_undecided (revision 0014), so the look-up is
+one range of that index."""
+
+
+def undecided(session: Session, limit: int = 500) -> list[tuple[str, int]]:
+    """Attempts ended in a failure or a preemption with no retry decision recorded (only an
+    older version leaves them: broker.control.requeue.repair_undecided), at most `limit`."""
+    return [(r[0], r[1]) for r in session.connection().execute(_UNDECIDED.limit(limit))]
 
 
 def by_keys(session: Session, keys: list[tuple[str, int]]) -> list[AttemptRecord]:

@@ -169,6 +169,13 @@ def active(session: Session) -> bool:
     return _KEY in session.info
 
 
+def pending(session: Session) -> Deferred | None:
+    """The batch `session` queues into (`deferred`, else `held_effects`), if any: a caller
+    that rolls back a savepoint of its own cuts what the savepoint queued (`mark` / `cut`)."""
+    held: Deferred | None = session.info.get(_KEY) or session.info.get(_EFFECTS_KEY)
+    return held
+
+
 def write(session: Session, stmt: Any, params: dict[str, Any]) -> None:
     """Execute `stmt` now, or queue it inside `deferred` (a statement built once: its identity
     and the parameters' names group the batch). Only for writes whose result (rowcount, keys)

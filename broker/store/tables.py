@@ -118,6 +118,9 @@ class AttemptRow(SQLModel, table=True):
     checkpoint_path: str | None = Field(default=None, max_length=1024)
     checkpoint_step: int | None = None
     checkpoint_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    # the retry engine's answer for an attempt that ended in a failure or a preemption,
+    # written in the transaction that ended it (broker.control.requeue): retry, stop, none
+    retry_decision: str | None = Field(default=None, max_length=16)
 
 
 class LedgerEntryRow(SQLModel, table=True):

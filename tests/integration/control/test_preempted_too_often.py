@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from broker.control.requeue import requeue_after
+from broker.control.requeue import STOP, retry
 from broker.domain import JobState, Reason
 from broker.domain.attempts import RunSnapshot
 from broker.domain.spec import JobSpec
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
 from broker.store import attempts as att
+from broker.store import records
 from broker.store.queries import get_job, job_events
 from policies.retry import RetryParams
 from tests.builders import insert_job_in_state
@@ -37,7 +38,11 @@ def test_a_job_preempted_too_often_fails_with_retries_exhausted(sim: Sim) -> Non
             ))
         last = att.get_attempt(s, job_id, preemptions)
     assert last is not None
-    requeue_after(sim.plane, job_id, last, preempted=True, failure=None, now=now)
+    with db.write() as s:
+        locked = records.lock_job(s, job_id)
+        assert locked is not None
+        assert retry(s, sim.plane, locked, last, preempted=True, failure=None, now=now,
+                     locked=True) == STOP
     with db.read() as s:
         job = get_job(s, job_id)
         assert job is not None
