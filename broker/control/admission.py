@@ -30,6 +30,7 @@ from broker.control.guard import Incident, JobGuard
 from broker.control.plane import ControlPlane, hold_in_flight, log
 from broker.control.preempt import LazyPreemptor
 from broker.control.preempt_batch import preempt_all
+from broker.control.soft_state import ViewKey
 from broker.domain import JobState
 from broker.domain.attempts import Placement
 from broker.domain.exclusions import Exclusions
@@ -45,8 +46,6 @@ from policies.cycle import CycleResult, admission_cycle
 from policies.run_length import RuntimeModel
 from policies.types import PendingJob, QuotaConfig, Usage
 
-_ViewKey = tuple[str, object, object, str | None]
-
 
 def _pending_views(
     plane: ControlPlane, queued: list[JobRecord]
@@ -56,9 +55,9 @@ def _pending_views(
     exclusions, and the configuration, so it is built once per job and kept on the plane
     (soft state, only the jobs of this cycle kept): building the views of 2,600 waiting jobs
     was a quarter of a steady cycle on PostgreSQL."""
-    cached: tuple[int, dict[_ViewKey, PendingJob]] | None = getattr(plane, "_views", None)
+    cached = plane.soft.views
     known = cached[1] if cached is not None and cached[0] == id(plane.config) else {}
-    kept: dict[_ViewKey, PendingJob] = {}
+    kept: dict[ViewKey, PendingJob] = {}
     views: list[PendingJob] = []
     incidents: list[Incident] = []
     for j in queued:
@@ -78,7 +77,7 @@ def _pending_views(
                 continue
         kept[key] = view
         views.append(view)
-    setattr(plane, "_views", (id(plane.config), kept))  # noqa: B010 - not a field of ControlPlane
+    plane.soft.views = (id(plane.config), kept)
     return views, incidents
 
 
@@ -92,7 +91,7 @@ def _in_flight(plane: ControlPlane, s: Session) -> dict[tuple[str, str], int]:
     changes, so the nodes of its placement are parsed once (from the placement alone, not
     the whole run snapshot) and kept on the plane (soft state: re-read on loss)."""
     unseen = att.unseen(s)
-    cache: dict[tuple[str, int], tuple[str, ...]] = getattr(plane, "_placed_nodes", {})
+    cache = plane.soft.placed_nodes
     missing = [(a.job_id, a.number) for a in unseen if (a.job_id, a.number) not in cache]
     fresh: dict[tuple[str, int], tuple[str, ...]] = {}
     for key, text in att.snapshots(s, missing).items():
@@ -110,7 +109,7 @@ def _in_flight(plane: ControlPlane, s: Session) -> dict[tuple[str, str], int]:
             per_replica = a.gpus // len(nodes)
             for node in nodes:
                 held[(a.pool, node)] = held.get((a.pool, node), 0) + per_replica
-    setattr(plane, "_placed_nodes", kept)  # noqa: B010 - not a field of ControlPlane
+    plane.soft.placed_nodes = kept
     return held
 
 
@@ -121,21 +120,6 @@ def _placed_nodes(snapshot_json: str) -> tuple[str, ...]:
     if placement is None:
         return ()
     return Placement.model_validate(placement).nodes
-
-
-_Stored = dict[str, tuple[int, float | None, str]]
-
-
-def _stored(plane: ControlPlane) -> _Stored:
-    """What was last stored per job (position, estimated start, method), so that unchanged
-    estimates are not written every cycle. Soft state kept on the plane (whose own fields
-    belong to plane.py): losing it (restart, hand-over) costs one rewrite of each waiting
-    job's explanation."""
-    stored: _Stored | None = getattr(plane, "_eta_stored", None)
-    if stored is None:
-        stored = {}
-        setattr(plane, "_eta_stored", stored)  # noqa: B010 - not a field of ControlPlane
-    return stored
 
 
 def _moved(old: tuple[int, float | None, str] | None, new: eta.Estimate, now: datetime) -> bool:
@@ -160,12 +144,12 @@ reading and learning them every cycle cost a tenth of a quiet cycle under the so
 def _runtime_model(plane: ControlPlane, s: Session, now: datetime) -> RuntimeModel:
     """The run-time model, learnt again when RUNTIME_MODEL_EVERY_S have passed (or the clock
     went back); kept on the plane between (soft state)."""
-    cached: tuple[datetime, RuntimeModel] | None = getattr(plane, "_runtime_model", None)
+    cached = plane.soft.runtime_model
     if cached is not None and timedelta(0) <= now - cached[0] < timedelta(
             seconds=RUNTIME_MODEL_EVERY_S):
         return cached[1]
     model = eta_inputs.runtime_model(plane, s)
-    setattr(plane, "_runtime_model", (now, model))  # noqa: B010 - not a field of ControlPlane
+    plane.soft.runtime_model = (now, model)
     return model
 
 
@@ -252,7 +236,7 @@ def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
     for start in range(0, len(todo), writes.PERSIST_CHUNK):
         writes.persist(plane, todo[start:start + writes.PERSIST_CHUNK], by_id, now, estimates)
         crash_point("after-intent-commit")
-    stored = _stored(plane)
+    stored = plane.soft.estimated  # losing it (a restart) costs one rewrite of each estimate
     changed = {d.job_id for d in todo}
     refresh = [d for d in result.decisions if not d.admitted and d.job_id not in changed
                and d.job_id in estimates

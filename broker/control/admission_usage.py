@@ -66,12 +66,12 @@ class History:
 
 
 def _history(plane: ControlPlane, now: float, rate: float) -> History:
-    h: History | None = getattr(plane, "_usage_history", None)
-    if (h is None or h.rate != rate or now < h.read_since or now - h.origin > FULL_EVERY_S
-            or rate * (now - h.origin) > MAX_EXPONENT):
+    h = plane.soft.usage_history
+    if (not isinstance(h, History) or h.rate != rate or now < h.read_since
+            or now - h.origin > FULL_EVERY_S or rate * (now - h.origin) > MAX_EXPONENT):
         horizon = now - HISTORY_HALF_LIVES * math.log(2) / rate
         h = History(origin=now, rate=rate, read_since=horizon + WINDOW_S)
-        setattr(plane, "_usage_history", h)  # noqa: B010 - not a field of ControlPlane
+        plane.soft.usage_history = h
     return h
 
 

@@ -61,11 +61,7 @@ def payload(d: Decision) -> dict[str, Any]:
 def _logged(plane: ControlPlane) -> Logged:
     """What this leader logged last (soft state on the plane, whose own fields belong to
     plane.py)."""
-    logged: Logged | None = getattr(plane, "_decisions_logged", None)
-    if logged is None:
-        logged = {}
-        setattr(plane, "_decisions_logged", logged)  # noqa: B010 - not a field of ControlPlane
-    return logged
+    return plane.soft.decisions_logged
 
 
 def record(

@@ -16,6 +16,7 @@ from sqlmodel import Session
 
 from broker.control.guard import JobGuard
 from broker.control.plane import ControlPlane
+from broker.control.soft_state import ETA_FACTS_MAX, AttemptKey, EtaFacts
 from broker.domain.attempts import Placement
 from broker.store import attempts as att
 from broker.store.records import JOBS
@@ -27,24 +28,21 @@ RATIO_SAMPLES = 1000
 MAX_RUNNING = 10_000
 """Running attempts matched to releases, at most (the others keep the factor)."""
 
-_Key = tuple[str, int]
-_Facts = tuple[str, float, tuple[str, ...] | None, int]
-"""Team, declared limit (s), placed nodes (None: not read yet; () placed by the backend),
-GPUs of the gang."""
+_Key = AttemptKey
+_Facts = EtaFacts
 
 
-def _cache(plane: ControlPlane, name: str) -> dict[_Key, _Facts]:
-    cache: dict[_Key, _Facts] | None = getattr(plane, name, None)
-    if cache is None or len(cache) > 4 * (RATIO_SAMPLES + MAX_RUNNING):
-        cache = {}
-        setattr(plane, name, cache)
-    return cache
+def _cache(plane: ControlPlane) -> dict[_Key, _Facts]:
+    """SoftState.eta_facts, emptied when it has grown past its bound."""
+    if len(plane.soft.eta_facts) > ETA_FACTS_MAX:
+        plane.soft.eta_facts = {}
+    return plane.soft.eta_facts
 
 
 def _facts(plane: ControlPlane, s: Session, keys: list[_Key],
            nodes: bool) -> dict[_Key, _Facts]:
     """(team, declared limit in seconds, placed nodes, GPUs) of attempts `keys`, cached."""
-    cache = _cache(plane, "_eta_facts")
+    cache = _cache(plane)
     missing = [k for k in keys if k not in cache or (nodes and cache[k][2] is None)]
     if missing:
         ids = sorted({k[0] for k in missing})

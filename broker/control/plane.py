@@ -23,6 +23,7 @@ from broker.config import IsthmusConfig
 from broker.config import Pool as PoolConfig
 from broker.control.gate import GatedBackend
 from broker.control.inventories import Answer, Inventories
+from broker.control.soft_state import SoftState
 from broker.domain.attempts import RunSnapshot
 from broker.domain.clock import utcnow
 from broker.domain.inventory import InventorySnapshot, NodeSnapshot, PoolSnapshot, TopologyPath
@@ -69,7 +70,9 @@ class ControlPlane:
     clock: Callable[[], datetime] = utcnow
     params: ControlParams = field(default_factory=ControlParams)
     epoch: int = 0
-    _specs: dict[str, JobSpec] = field(default_factory=dict, repr=False)
+    soft: SoftState = field(default_factory=SoftState, repr=False)
+    """What the leader keeps between passes (broker.control.soft_state: each cache's owner
+    and bound)."""
     _inventories: Inventories = field(init=False, repr=False)
     _gates: dict[str, GatedBackend] = field(default_factory=dict, repr=False)
 
@@ -117,9 +120,10 @@ class ControlPlane:
         return out
 
     def spec(self, job_id: str, spec_json: str) -> JobSpec:
-        spec = self._specs.get(job_id)
+        """The job's stored spec, parsed (kept: SoftState.specs)."""
+        spec = self.soft.specs.get(job_id)
         if spec is None:
-            spec = self._specs[job_id] = JobSpec.model_validate_json(spec_json)
+            spec = self.soft.specs[job_id] = JobSpec.model_validate_json(spec_json)
         return spec
 
     def last_inventories(self) -> dict[str, Answer]:

@@ -31,7 +31,7 @@ def poison(sim: Sim, job_id: str, *, raw: str | None = None, **fields: Any) -> N
         s.connection().execute(
             sa.update(records.JOBS).where(records.JOBS.c.id == job_id).values(spec_json=text)
         )
-    sim.plane._specs.pop(job_id, None)
+    sim.plane.soft.specs.pop(job_id, None)
 
 
 def events(sim: Sim, job_id: str) -> list[tuple[str, str, str]]:

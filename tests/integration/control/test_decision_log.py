@@ -54,7 +54,7 @@ def test_changes_are_logged_with_verdicts_and_repeats_counted(sim: Sim) -> None:
     cycles = read_cycles(sim.plane.db, limit=10)
     assert [c.decisions_logged for c in cycles] == [0, 0, 1]
     assert cycles[-1].pending == 1 and cycles[-1].reasons == {"PoolDrained": 1}
-    sim.plane._decisions_logged = {}  # type: ignore[attr-defined]  # a new leader: no soft state
+    sim.plane.soft.decisions_logged = {}  # a new leader: no soft state
     run_admission(sim.plane)
     assert _count(sim, "cycle_decisions") == 2
     newest, older = read_job_decisions(sim.plane.db, job, waiting_until=None)

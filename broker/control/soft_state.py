@@ -1,0 +1,68 @@
+"""The control plane's soft state: what the leading replica keeps between passes so as not to
+do the same work again. Never a source of truth: a restart or a hand-over starts empty and
+rebuilds each entry from the database (at the cost of the work it saves).
+
+Each cache is declared here with its owner (the one module that reads and writes it) and its
+bound, so that none grows with the number of jobs ever seen: over a week of jobs, the specs
+cache holds the SPECS_MAX most recently used specs, and every other cache holds only what the
+last pass saw (the jobs waiting, the attempts in flight) or a fixed number of entries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from cachetools import LRUCache
+
+from broker.domain.spec import JobSpec
+
+if TYPE_CHECKING:
+    from policies.run_length import RuntimeModel
+    from policies.types import PendingJob
+
+SPECS_MAX = 20_000
+"""Parsed job specs kept (least recently used dropped): more than the jobs one cycle reads
+under the soaks (about 3,000 waiting), so a steady loop parses each spec once."""
+
+ETA_FACTS_MAX = 44_000
+"""Attempt facts kept for the run-time model (broker.control.eta_inputs); four times what it
+reads per pass (RATIO_SAMPLES ended + MAX_RUNNING running attempts)."""
+
+ViewKey = tuple[str, object, object, str | None]
+"""A waiting job's admission view is a function of these: id, submission time, not-before,
+exclusions (and the configuration, checked apart)."""
+AttemptKey = tuple[str, int]
+EtaFacts = tuple[str, float, tuple[str, ...] | None, int]
+"""Team, declared limit (s), placed nodes (None: not read yet; () placed by the backend),
+GPUs of the gang."""
+Estimated = tuple[int, float | None, str]
+"""Queue position, estimated start (epoch seconds), method: what was last stored."""
+
+
+@dataclass
+class SoftState:
+    specs: LRUCache[str, JobSpec] = field(
+        default_factory=lambda: LRUCache(maxsize=SPECS_MAX))
+    """Owner: ControlPlane.spec. Bound: SPECS_MAX (LRU)."""
+    views: tuple[int, dict[ViewKey, PendingJob]] | None = None
+    """Owner: admission._pending_views (with the id of the configuration they were built
+    under). Bound: the jobs of the last cycle (replaced every cycle)."""
+    placed_nodes: dict[AttemptKey, tuple[str, ...]] = field(default_factory=dict)
+    """Owner: admission._in_flight. Bound: the attempts not yet seen by their backend in the
+    last cycle (replaced every cycle)."""
+    estimated: dict[str, Estimated] = field(default_factory=dict)
+    """Owner: admission (estimates not written again while they do not move). Bound: the
+    waiting jobs with an estimate in the last cycle (pruned every cycle)."""
+    runtime_model: tuple[datetime, RuntimeModel] | None = None
+    """Owner: admission._runtime_model. One value, learnt again every
+    RUNTIME_MODEL_EVERY_S."""
+    usage_history: object = None
+    """Owner: admission_usage (its History, typed there: that module imports this one).
+    Bound: the reservations closed within its window (it drops those out of the window, and
+    is rebuilt every FULL_EVERY_S)."""
+    decisions_logged: dict[str, datetime] = field(default_factory=dict)
+    """Owner: decision_log. Bound: the jobs of the last cycle (replaced every cycle)."""
+    eta_facts: dict[AttemptKey, EtaFacts] = field(default_factory=dict)
+    """Owner: eta_inputs. Bound: ETA_FACTS_MAX (emptied when it would pass it)."""
