@@ -10,12 +10,18 @@ from __future__ import annotations
 import os
 import signal
 
+from sqlalchemy import event
+from sqlalchemy.orm import Session
+
+from broker.store.records import STATE_WRITTEN
+
 POINTS = (
     "after-intent-commit",  # an admission (and its outbox intent) is committed
     "after-backend-create",  # the backend object exists, nothing recorded yet
     "before-fact-persist",  # facts observed, not stored or applied
     "mid-cycle",  # between two admissions of one cycle
     "before-cycle-record",  # an admission cycle decided, its record not yet written
+    "after-state-commit",  # any transaction that changed a job's state has just committed
 )
 
 
@@ -42,3 +48,16 @@ def crash_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     if _SEEN[name] == _STOPS.get(name):
         os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def _after_commit(session: Session) -> None:
+    if session.in_nested_transaction():
+        return  # a savepoint released: nothing is committed yet
+    if session.info.pop(STATE_WRITTEN, False):
+        crash_point("after-state-commit")
+
+
+if "after-state-commit" in _ARMED or "after-state-commit" in _STOPS:
+    # every commit point of a job's lifecycle, whoever commits it (API, admission,
+    # dispatch, reconcile, preemption, retry): n-th such commit, then SIGKILL
+    event.listen(Session, "after_commit", _after_commit)

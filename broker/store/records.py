@@ -107,6 +107,7 @@ _EVENT_FOR_CAUSE = select_events().where(
 
 def insert_new_job(session: Session, job: JobRecord) -> None:
     """Insert a job built in memory together with the events set_state gave it."""
+    session.info[STATE_WRITTEN] = True
     events = [{name: getattr(ev, name) for name in _EVENT_FIELDS}
               for ev in job.unsaved_events or ()]
     job.unsaved_events = None
@@ -143,7 +144,13 @@ def save_state(session: Session, job: JobRecord) -> None:
     batch.write(session, _SAVE_STATE, params)
 
 
+STATE_WRITTEN = "isthmus_state_written"
+"""Set in `session.info` by a transaction that appended a job event (a state change): the
+crash-safety tests kill the process after such a commit (broker.control.faults)."""
+
+
 def insert_event(session: Session, job: JobRecord, event: EventRecord) -> None:
+    session.info[STATE_WRITTEN] = True
     if job.unsaved_events is not None:
         job.unsaved_events.append(event)
         return
