@@ -202,6 +202,14 @@ class PriorityClass(_Strict):
     name: str = Field(pattern=NAME)
     value: int
     preempting: bool = False
+    preempt_across_teams: bool = Field(
+        default=False,
+        description="may preempt another team's job that runs within its team's nominal "
+        "quota (by default a preempting class stops only its own team's lower-priority jobs "
+        "and other teams' jobs running on borrowed quota)")
+    teams: list[str] | None = Field(
+        default=None, max_length=1000,
+        description="the teams whose jobs may use this class (unset: every team)")
 
 
 class Flavor(_Strict):

@@ -52,13 +52,21 @@ def request_problems(
         if config.flavor(name) is None:
             known = ", ".join(sorted(f.name for f in config.flavors)) or "none configured"
             out.append(FieldProblem(f"flavors[{i}]", f"unknown flavor '{name}'; known: {known}"))
-    if config.priority_class(spec.priority) is None:
+    pc = config.priority_class(spec.priority)
+    if pc is None:
         known = ", ".join(p.name for p in config.priority_classes)
         out.append(
             FieldProblem(
                 "priority", f"unknown priority class '{spec.priority}'; use one of {known}"
             )
         )
+    elif pc.teams is not None and spec.team not in pc.teams:
+        allowed = ", ".join(p.name for p in config.priority_classes
+                            if p.teams is None or spec.team in p.teams)
+        out.append(FieldProblem(
+            "priority", f"team '{spec.team}' may not use priority class '{pc.name}' (this "
+            f"installation allows it to {', '.join(pc.teams) or 'no team'}); use one of "
+            f"{allowed}", forbidden=True))
     if spec.gang.replicas > config.limits.max_replicas:
         out.append(
             FieldProblem(

@@ -57,6 +57,7 @@ def pending_job(
         priority=pc.value if pc else 0,
         priority_class=spec.priority,
         can_preempt=bool(pc and pc.preempting),
+        preempts_across_teams=bool(pc and pc.preempting and pc.preempt_across_teams),
         replicas=spec.gang.replicas,
         gpus_per_replica=spec.gang.gpus_per_replica,
         cpus_per_replica=spec.gang.cpus_per_replica,

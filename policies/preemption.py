@@ -2,7 +2,10 @@
 
 Three modes:
 - `priority`: the pending job's priority class may preempt, and victims in the same pool have a
-  strictly lower priority;
+  strictly lower priority and are of the job's own team or run on borrowed quota (another
+  team's job within its nominal quota is guaranteed: stopped only by a class that may preempt
+  across teams, `preempts_across_teams`, as Kueue's ClusterQueue preemption distinguishes
+  `withinClusterQueue` from `reclaimWithinCohort`);
 - `team`: the pending job's priority class may preempt and its team's quota of a flavor is
   full; victims are the same team's jobs of that flavor with a strictly lower priority (Kueue's
   `withinClusterQueue: LowerPriority`), so a team decides what runs inside its own quota;
@@ -151,6 +154,8 @@ def _eligible(
         if mode == "priority":
             if r.pool != pool or r.priority >= job.priority:
                 continue
+            if r.team != job.team and not r.borrowed and not job.preempts_across_teams:
+                continue  # another team's guaranteed job: only its own team may stop it
         elif mode == "team":
             if r.team != job.team or r.flavor != flavor or r.priority >= job.priority:
                 continue

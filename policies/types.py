@@ -35,6 +35,9 @@ class PendingJob:
     priority_class: str = "normal"
     can_preempt: bool = False
     """The job's priority class may preempt lower-priority work."""
+    preempts_across_teams: bool = False
+    """... also another team's work that runs within its team's nominal quota (else only its
+    own team's, and other teams' jobs on borrowed quota)."""
     cpus_per_replica: int | None = None
     memory_per_replica: int | None = None
     topology_required: TopologyLevel | None = None

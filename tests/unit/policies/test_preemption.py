@@ -149,6 +149,19 @@ CASES = [
         in_message="may not preempt",
         job=make_job().priority(1000).build(),
     ),
+    # governance: another team's job within its nominal quota is guaranteed
+    Case("another-teams-guaranteed-job-is-no-victim",
+         [running("theirs", team="language", priority=0)], 8, [],
+         reason=Reason.InsufficientCapacity),
+    Case("another-teams-borrowed-job-is-a-victim",
+         [running("theirs", team="language", priority=0, borrowed=True)], 8, ["theirs"]),
+    Case("own-team-lower-priority-before-nothing",
+         [running("theirs", team="language", priority=0), running("ours", priority=0)], 8,
+         ["ours"]),
+    Case("a-class-that-may-preempt-across-teams-stops-a-guaranteed-job",
+         [running("theirs", team="language", priority=0)], 8, ["theirs"],
+         job=make_job().team("vision").priority(1000, preempting=True)
+         ._set(preempts_across_teams=True).build()),
 ]
 
 
