@@ -127,10 +127,26 @@ def select_victims(
             Reason.InsufficientCapacity,
             f"priority class {job.priority_class} may not preempt",
         )
-    eligible, protected = _eligible(job, running, now, mode, pool, flavor, quotas, params, taken)
+    eligible, spared = _eligible(job, running, now, mode, pool, flavor, quotas, params, taken)
     if room is not None and topology:
-        return _room_plan(job, eligible, protected, gpus_needed, room, now, params)
-    return _count_plan(job, eligible, protected, gpus_needed, mode, now, params)
+        return _room_plan(job, eligible, spared, gpus_needed, room, now, params)
+    return _count_plan(job, eligible, spared, gpus_needed, mode, now, params)
+
+
+@dataclass(frozen=True, slots=True)
+class _Spared:
+    """Jobs the mode would stop but may not: protected (too young, near their end), and
+    guaranteed (other teams' jobs within their nominal quota, in priority mode)."""
+
+    protected: int = 0
+    guaranteed: int = 0
+
+    def __str__(self) -> str:
+        parts = [f"{self.protected} protected"] if self.protected else []
+        if self.guaranteed:
+            parts.append(f"{self.guaranteed} guaranteed: other teams' jobs within their "
+                         "nominal quota")
+        return f" ({'; '.join(parts)})" if parts else ""
 
 
 def _eligible(
@@ -143,11 +159,11 @@ def _eligible(
     quotas: QuotaConfig | None,
     params: PreemptionParams,
     taken: frozenset[str],
-) -> tuple[list[RunningJob], int]:
-    """The jobs `mode` may stop for `job`, cheapest first, and how many more are protected."""
+) -> tuple[list[RunningJob], _Spared]:
+    """The jobs `mode` may stop for `job`, cheapest first, and how many more it spares."""
     cohort = quotas.cohort_of(job.team) if quotas is not None else None
     eligible: list[RunningJob] = []
-    protected = 0
+    protected = guaranteed = 0
     for r in running:
         if r.id in taken:
             continue
@@ -155,7 +171,8 @@ def _eligible(
             if r.pool != pool or r.priority >= job.priority:
                 continue
             if r.team != job.team and not r.borrowed and not job.preempts_across_teams:
-                continue  # another team's guaranteed job: only its own team may stop it
+                guaranteed += 1  # another team's guaranteed job: only its own team stops it
+                continue
         elif mode == "team":
             if r.team != job.team or r.flavor != flavor or r.priority >= job.priority:
                 continue
@@ -176,13 +193,13 @@ def _eligible(
     eligible.sort(
         key=lambda r: (r.priority, lost_gpu_hours(r, now), -r.started_at.timestamp(), r.id)
     )
-    return eligible, protected
+    return eligible, _Spared(protected, guaranteed)
 
 
 def _count_plan(
     job: PendingJob,
     eligible: list[RunningJob],
-    protected: int,
+    spared: _Spared,
     gpus_needed: int,
     mode: Mode,
     now: datetime,
@@ -204,7 +221,7 @@ def _count_plan(
             (),
             0,
             Reason.InsufficientCapacity,
-            f"only {freed} {what} GPUs can be preempted{_protected(protected)}; "
+            f"only {freed} {what} GPUs can be preempted{spared}; "
             f"{gpus_needed} needed",
         )
     # drop victims that are not needed, the costliest first
@@ -213,10 +230,6 @@ def _count_plan(
             chosen.remove(r)
             freed -= r.gpus
     return _chosen(job, chosen, mode, now, None)
-
-
-def _protected(n: int) -> str:
-    return f" ({n} protected)" if n else ""
 
 
 def _chosen(
@@ -239,7 +252,7 @@ def _chosen(
 def _room_plan(
     job: PendingJob,
     eligible: list[RunningJob],
-    protected: int,
+    spared: _Spared,
     gpus_needed: int,
     room: PoolRoom,
     now: datetime,
@@ -252,16 +265,16 @@ def _room_plan(
     if best is not None:
         return _chosen(job, best.victims, "priority", now, best.domain)
     if unlocated and gpus_needed > 0:
-        return _count_plan(job, eligible, protected, gpus_needed, "priority", now, params)
+        return _count_plan(job, eligible, spared, gpus_needed, "priority", now, params)
     if eligible:
         within = f"one {room.level}" if room.level != "pool" else "the pool"
         why = (
             f"stopping lower-priority work ({len(eligible)} job(s) preemptible"
-            f"{_protected(protected)}) leaves no room for {job.replicas} x "
+            f"{spared}) leaves no room for {job.replicas} x "
             f"{job.gpus_per_replica} GPUs within {within}"
         )
     else:
-        why = f"no lower-priority job can be preempted{_protected(protected)}"
+        why = f"no lower-priority job can be preempted{spared}"
     return PreemptionPlan(
         False, (), 0, Reason.InsufficientCapacity, f"preemption would not help: {why}"
     )

@@ -152,7 +152,8 @@ CASES = [
     # governance: another team's job within its nominal quota is guaranteed
     Case("another-teams-guaranteed-job-is-no-victim",
          [running("theirs", team="language", priority=0)], 8, [],
-         reason=Reason.InsufficientCapacity),
+         reason=Reason.InsufficientCapacity,
+         in_message="1 guaranteed: other teams' jobs within their nominal quota"),
     Case("another-teams-borrowed-job-is-a-victim",
          [running("theirs", team="language", priority=0, borrowed=True)], 8, ["theirs"]),
     Case("own-team-lower-priority-before-nothing",
