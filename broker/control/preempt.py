@@ -73,6 +73,7 @@ def preempt(plane: ControlPlane, victim: Victim) -> bool:
         attempt = att.get_attempt(s, victim.job_id, job.attempt) if job else None
     if job is None or attempt is None or job.state not in HOLDING:
         return False
+    mark_intents(plane, [attempt], now)
     signal = signal_victim(plane, victim, attempt)
     if signal is None:
         return False
@@ -87,6 +88,22 @@ def preempt(plane: ControlPlane, victim: Victim) -> bool:
     if ended:
         log.info("preempted %s (%s)", attempt.backend_name, victim.message)
     return ended
+
+
+def mark_intents(plane: ControlPlane, attempts: list[att.AttemptRecord], now: datetime) -> None:
+    """Commit the intent to stop these attempts before their objects are signalled: if the
+    process dies after a signal and before the preemption's own commit, the reconciler reads
+    the object's ending as this preemption (reconcile_apply), not as the job's own failure or
+    a user's cancel. Only attempts with an object (the others have nothing to signal). The
+    jobs' rows are locked first, as every writer of attempt rows here takes them."""
+    made = sorted((a for a in attempts if a.dispatch == att.CREATED),
+                  key=lambda a: a.job_id)
+    if not made:
+        return
+    with plane.db.write() as s:
+        records.lock_jobs(s, [a.job_id for a in made])
+        for a in made:
+            att.update(s, a.job_id, a.number, preempt_signalled_at=now)
 
 
 def signal_victim(plane: ControlPlane, victim: Victim, attempt: att.AttemptRecord) -> bool | None:

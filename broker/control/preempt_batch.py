@@ -22,7 +22,7 @@ from datetime import datetime
 
 from broker.control.guard import SYSTEMIC, Incident, JobGuard
 from broker.control.plane import ControlPlane, log
-from broker.control.preempt import end_locked, preempt, signal_victim
+from broker.control.preempt import end_locked, mark_intents, preempt, signal_victim
 from broker.domain import HOLDING
 from broker.store import attempts as att
 from broker.store import batch, records
@@ -83,6 +83,7 @@ def _read_and_signal(plane: ControlPlane,
         attempts = {a.job_id: a for a in att.by_keys(s, keys)}
     out: list[_Signalled] = []
     incidents: list[Incident] = []
+    mark_intents(plane, list(attempts.values()), plane.clock())
     for v in victims:
         attempt = attempts.get(v.job_id)
         if attempt is None:

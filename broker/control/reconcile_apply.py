@@ -37,7 +37,7 @@ from broker.control.guard import SYSTEMIC, Incident, JobGuard, mark
 from broker.control.plane import ControlPlane, log
 from broker.domain import FailureCategory, JobState, reproducibility
 from broker.domain.attempts import RunSnapshot
-from broker.domain.facts import Fact, Phase
+from broker.domain.facts import ENDED_PHASES, Fact, Phase
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
 from broker.store import attempts as att
@@ -106,6 +106,21 @@ def _store_fact(s: Session, a: att.AttemptRecord, fact: Fact) -> str:
     return f"fact:{fid}"
 
 
+def _as_preempted(a: att.AttemptRecord, fact: Fact) -> Fact:
+    """The fact as the lifecycle reads it: an attempt Isthmus set out to preempt
+    (preempt.mark_intents) whose object then ended other than successfully ended by that
+    preemption, whatever the backend calls the ending (the ranks' exit on the stop signal, a
+    cancel): the process that signalled it died before it could record the preemption. The
+    fact itself is stored as the backend said it."""
+    if (a.preempt_signalled_at is None or fact.phase not in ENDED_PHASES
+            or fact.phase in (Phase.SUCCEEDED, Phase.PREEMPTED)):
+        return fact
+    return fact.model_copy(update={
+        "phase": Phase.PREEMPTED, "failure": None,
+        "message": f"preempted (its stop was signalled; the backend reported "
+                   f"{fact.phase.value}: {fact.message or fact.raw_state or 'no detail'})"})
+
+
 def _resolve_once(s: Session, a: att.AttemptRecord, fact: Fact, now: datetime) -> None:
     """What the run actually ran with, beside its immutable snapshot; written by the first
     observation of the started gang and never again (the reader of an old attempt must get
@@ -124,8 +139,9 @@ def _apply_in(s: Session, plane: ControlPlane, a: att.AttemptRecord, fact: Fact,
         return 0
     state = JobState(job.state)
     current = job.attempt == a.number
-    d = derive(state if current else JobState.QUEUED, fact)
     ref = _store_fact(s, a, fact)
+    fact = _as_preempted(a, fact)
+    d = derive(state if current else JobState.QUEUED, fact)
     row: dict[str, object] = {"phase": fact.phase.value, "last_seen_at": now,
                               "missing_since": None}
     moved = 0

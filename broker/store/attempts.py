@@ -53,6 +53,7 @@ class AttemptRecord:
     checkpoint_step: int | None = None
     checkpoint_at: datetime | None = None
     retry_decision: str | None = None  # broker.control.requeue: RETRY, STOP or NONE
+    preempt_signalled_at: datetime | None = None  # broker.control.preempt: intent to stop it
 
 
 _FIELDS = list(AttemptRecord.__dataclass_fields__)

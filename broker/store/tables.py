@@ -121,6 +121,9 @@ class AttemptRow(SQLModel, table=True):
     # the retry engine's answer for an attempt that ended in a failure or a preemption,
     # written in the transaction that ended it (broker.control.requeue): retry, stop, none
     retry_decision: str | None = Field(default=None, max_length=16)
+    # a preemption's intent, committed before its backend object is signalled: an ending
+    # seen after a crash between the signal and the preemption's commit is the preemption's
+    preempt_signalled_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
 
 
 class LedgerEntryRow(SQLModel, table=True):

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from broker.control import requeue
+from broker.control import preempt_batch, requeue
+from broker.control.admission import run_admission
 from broker.control.reconcile import run_reconcile
 from broker.domain import JobState, Reason
 from broker.orchestration.rules import Cause
@@ -17,7 +18,7 @@ from broker.orchestration.transitions import set_state
 from broker.store import attempts as att
 from broker.store.queries import job_events
 from tests.builders import spec
-from tests.harness.sim import Sim, attempts_of, consistent, run_until, state, submit
+from tests.harness.sim import Sim, attempts_of, consistent, cycle, run_until, state, submit
 
 
 def _fail_its_node(sim: Sim, job_id: str) -> att.AttemptRecord:
@@ -120,3 +121,33 @@ def test_the_repair_leaves_alone_an_ending_whose_job_moved_on(sim: Sim) -> None:
     assert state(sim, job)[0] == "QUEUED"
     with sim.plane.db.read() as s:
         assert att.get_attempt(s, job, a.number).retry_decision == requeue.NONE  # type: ignore[union-attr]
+
+
+def test_a_preemption_cut_between_its_signal_and_its_commit_is_still_a_preemption(
+        sim: Sim, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The victim's object is signalled, then the process dies before the preemption is
+    recorded (its write never happens): the object's ending, whatever the backend calls it,
+    is read as the preemption (the intent committed before the signal), so the job is
+    requeued, not ended as cancelled or failed."""
+    low = submit(sim, spec().name("low").flavors("h100-80g").replicas(4).topology(None)
+                 .set("priority", "low"), 3600)
+    run_until(sim, low, "RUNNING", step=20)
+    cycle(sim, 700)  # past the minimum run time before preemption
+    monkeypatch.setattr(preempt_batch, "_write", lambda *a, **k: None)  # killed here
+    submit(sim, spec().name("urgent").flavors("h100-80g").replicas(2).topology(None)
+           .set("priority", "high"), 60)
+    run_admission(sim.plane)
+    monkeypatch.undo()
+    assert state(sim, low)[0] == "RUNNING"  # nothing recorded: the write was cut
+    for _ in range(10):
+        sim.advance(30)
+        run_reconcile(sim.plane, "sim-slurm")
+        if state(sim, low)[0] != "RUNNING":
+            break
+    assert state(sim, low)[0] in ("QUEUED", "ADMITTED", "PREPARING", "RUNNING")
+    with sim.plane.db.read() as s:
+        first = att.get_attempt(s, low, 1)
+        moves = [e.to_state for e in job_events(s, low)]
+    assert first is not None and first.preempted and first.ended_at is not None
+    assert "RETRYING" in moves and "CANCELLED" not in moves and "FAILED" not in moves
+    consistent(sim)
