@@ -35,7 +35,7 @@ from broker import ledger
 from broker.orchestration.replay import check_all
 from broker.store import attempts as att
 from broker.store import open_database
-from broker.store.queries import get_job
+from broker.store.queries import get_job, job_events
 from tests.harness.server import Server, job_spec, slurm_backend, slurm_pools, write_config
 from tests.harness.wait import wait_until
 
@@ -159,21 +159,24 @@ def test_kill_after_every_commit_changes_no_outcome(
             assert ledger.check(s) == []
             assert sum(g for g, _ in ledger.usage(s).values()) == 0  # no quota left held
             ends = {}
+            story = {}  # each job's events, for the message of a failed assertion
             for name, job_id in ids.items():
                 job = get_job(s, job_id)
                 assert job is not None
                 attempts = att.attempts_of(s, job_id)
                 ends[name] = (job.state, len(attempts), sum(a.preempted for a in attempts))
+                story[name] = [(e.to_state, e.reason, e.actor, e.message[:80])
+                               for e in job_events(s, job_id)]
                 assert all(a.ended_at is not None for a in attempts), (name, attempts)
                 assert all(a.retry_decision is not None for a in attempts
                            if a.failure is not None or a.preempted), (name, attempts)
     finally:
         db.dispose()
     # without kills: flaky 2 attempts (one failure), low 2 (one preemption), urgent 1
-    assert ends["flaky"][0] == "SUCCEEDED" and ends["flaky"][1] in (2, 3), ends
-    assert ends["low"][0] == "SUCCEEDED" and ends["low"][1] in (2, 3), ends
-    assert ends["low"][2] >= 1, ends
-    assert ends["urgent"][0] == "SUCCEEDED" and ends["urgent"][1] in (1, 2), ends
+    assert ends["flaky"][0] == "SUCCEEDED" and ends["flaky"][1] in (2, 3), (ends, story)
+    assert ends["low"][0] == "SUCCEEDED" and ends["low"][1] in (2, 3), (ends, story)
+    assert ends["low"][2] >= 1, (ends, story)
+    assert ends["urgent"][0] == "SUCCEEDED" and ends["urgent"][1] in (1, 2), (ends, story)
     out = slurm_cluster.run(  # type: ignore[attr-defined]
         ["sacct", "-X", "-n", "-P", "-a", "-S", since, "-o", "JobName"]).stdout
     names = [n for n in out.split() if n.startswith("isthmus-")]
