@@ -17,6 +17,7 @@ victim that cannot be stopped does not keep the others from being stopped.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 
@@ -261,7 +262,9 @@ def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
         logged = decision_log.record(s, plane, cycle_id, now, result.decisions,
                                      {j.id: j.team for j in queued}, changed)
     decision_log.remember(plane, logged)
-    log.info(
-        "admission cycle: %d pending, %d admitted", result.record.pending, result.record.admitted
-    )
+    # a cycle that admitted is news; one that only looked is not (the jobs' own lines tell
+    # what changed: broker.orchestration.story_rule)
+    log.log(logging.INFO if result.record.admitted else logging.DEBUG,
+            "admission cycle: %d pending, %d admitted", result.record.pending,
+            result.record.admitted)
     return result

@@ -7,6 +7,7 @@ from broker.domain import JobState
 from broker.orchestration.ledger_rules import ReleaseOnLeave, ReserveOnAdmission
 from broker.orchestration.metrics_rule import MetricsRule
 from broker.orchestration.rules import RetryEngineOnlyRule, RuleSet
+from broker.orchestration.story_rule import StoryRule
 
 
 def default_rules() -> RuleSet:
@@ -17,6 +18,6 @@ def default_rules() -> RuleSet:
             RetryEngineOnlyRule(JobState.RETRYING, JobState.FAILED,
                                 "a job waiting for its retry fails only on a decision of the "
                                 "retry engine"),
-            ReserveOnAdmission(), ReleaseOnLeave(), MetricsRule(),
+            ReserveOnAdmission(), ReleaseOnLeave(), MetricsRule(), StoryRule(),
         ]
     )

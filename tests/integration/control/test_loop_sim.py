@@ -3,6 +3,7 @@ with retries, preemption, cancellation, outages and crash recovery."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import pytest
@@ -12,13 +13,14 @@ from backends.slurm import SlurmBackend, SlurmSettings
 from backends.slurm.inventory import SlurmPoolBinding
 from backends.slurm.transport_cli import CliTransport
 from broker import ledger
+from broker.config import IsthmusConfig, parse_config
 from broker.control.admission import run_admission
 from broker.control.dispatch import run_dispatch
 from broker.orchestration.submission import cancel_job
 from broker.store import attempts as att
 from broker.store.queries import get_job, job_events
 from tests.builders import SpecBuilder, spec
-from tests.harness.sim import Sim, attempts_of, consistent, cycle, run_until, state, submit
+from tests.harness.sim import CONFIG, Sim, attempts_of, consistent, cycle, run_until, state, submit
 
 
 def test_jobs_run_to_success_on_both_backends(sim: Sim) -> None:
@@ -216,13 +218,23 @@ def test_higher_priority_preempts_and_the_victim_resumes_from_its_checkpoint(sim
     consistent(sim)
 
 
+def _high_across_teams() -> IsthmusConfig:
+    raw = copy.deepcopy(CONFIG)
+    raw["priority_classes"] = [
+        {"name": "low", "value": 0}, {"name": "normal", "value": 100},
+        {"name": "high", "value": 1000, "preempting": True, "preempt_across_teams": True},
+    ]
+    return parse_config(raw)
+
+
+@pytest.mark.parametrize("sim_config", [_high_across_teams()])
 def test_priority_preemption_frees_one_rack_for_a_rack_bound_gang(sim: Sim) -> None:
     from broker.domain.attempts import RunSnapshot
 
     # k8s-a100 (two racks of four 8-GPU nodes) is full of vision's 1 x 8 jobs, inside
-    # vision's own quota, one low-priority job per rack; language's urgent 2 x 8 gang must
-    # run within one rack, so stopping the two low-priority jobs (by GPU count the cheapest
-    # choice) would not let it run
+    # vision's own quota, one low-priority job per rack; language's urgent 2 x 8 gang (of a
+    # class that may preempt across teams) must run within one rack, so stopping the two
+    # low-priority jobs (by GPU count the cheapest choice) would not let it run
     lows = []
     for i, priority in enumerate(["normal"] * 3 + ["low"] + ["normal"] * 3 + ["low"]):
         j = submit(sim, spec().name(f"{priority}-{i}").flavors("a100-80g").replicas(1)
