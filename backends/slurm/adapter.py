@@ -91,7 +91,8 @@ class SlurmBackend:
         # sbatch --exclude keeps queued jobs off nodes held for a starving gang; the slurmrestd
         # transport does not send it, so its pools fall back to closing the queue
         pools = pool_snapshots(self.name, list(self.pools.values()), nodes, switches, jobs, now,
-                               excludes_nodes=self.transport.kind == "cli")
+                               excludes_nodes=self.transport.kind == "cli",
+                               runs_images=self.settings.container.runs_images)
         return InventorySnapshot(taken_at=now, pools=pools)
 
     def _remember_gpu_types(self, nodes: Sequence[NodeRecord]) -> None:

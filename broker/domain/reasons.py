@@ -76,6 +76,8 @@ class Reason(StrEnum):
     DependencyNeverSatisfied = "DependencyNeverSatisfied"
     # a Kubernetes pool in kueue mode: Kueue holds the suspended Job (backends/k8s/kueue.py)
     HeldByKueue = "HeldByKueue"
+    # the job names an image and the pool's backend runs none (a Slurm container.runtime: none)
+    ImageUnsupported = "ImageUnsupported"
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +137,9 @@ REASONS: dict[Reason, ReasonInfo] = {
     R.JobArrayTaskLimit: ReasonInfo(9, K.WAIT, "its array runs as many tasks as its % limit"),
     R.DependencyNeverSatisfied: ReasonInfo(
         6, K.END, "cancelled: a job it depends on ended the other way (or does not exist)"
+    ),
+    R.ImageUnsupported: ReasonInfo(
+        47, K.WAIT, "the job names an image; the only fitting pools cannot run images"
     ),
     R.HeldByKueue: ReasonInfo(
         12, K.WAIT, "Kueue has not admitted the Job; the message quotes its Workload's condition"
