@@ -25,13 +25,16 @@ import json
 import re
 import shlex
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field
 
 from backends.base import SubmitRequest, Unsupported
 from backends.slurm.records import BatchJob
+from broker.domain.facts import Finding, Phase
+from broker.domain.failures import FailureCategory
+from broker.domain.reasons import Reason
 
 Runtime = Literal["oci", "pyxis", "apptainer", "singularity", "podman", "none"]
 _HOST_PATH = r"^/[A-Za-z0-9._/+-]*$"
@@ -146,10 +149,56 @@ with open(bundle + ".lock", "w") as lock:
 print(f"isthmus: image {cfg['image']} {action} on {node} in {time.monotonic() - t0:.2f}s "
       f"({digest})", file=sys.stderr, flush=True)
 if os.environ.get("SLURM_NODEID", "0") == "0":
+    comment = cfg["comment"].replace("image=pending", "image=" + digest)
     subprocess.run(["scontrol", "update", "JobId=" + os.environ["SLURM_JOB_ID"],
-                    "Comment=" + cfg["comment"] + ",image=" + digest],
-                   stdout=subprocess.DEVNULL)
+                    "Comment=" + comment], stdout=subprocess.DEVNULL, check=True)
 '''
+
+
+# -- the job comment's image field (read by the adapter) -----------------------------------------
+
+IMAGE_PENDING = "pending"
+_COMMENT_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def image_comment(image: str | None, settings: ContainerSettings) -> str:
+    """The comment field a job with an image starts with under `oci` (its prepare step
+    replaces it with the digest); nothing for the other runtimes, which pull on their own and
+    report no digest."""
+    return f",image={IMAGE_PENDING}" if image and settings.runtime == "oci" else ""
+
+
+def comment_image(comment: str) -> str | None:
+    """The image field of an Isthmus job comment: 'pending' until every node has the image,
+    then its manifest digest 'sha256:<64 hex>'; None when absent (a job without an image) or
+    not one of those (a comment edited by hand is no evidence)."""
+    value = None
+    for part in comment[:1024].split(","):
+        if part.startswith("image="):
+            value = part.removeprefix("image=")
+    if value == IMAGE_PENDING or (value is not None and _COMMENT_DIGEST.match(value)):
+        return value
+    return None
+
+
+def with_image(got: Finding, comment: str) -> tuple[Finding, tuple[str, ...]]:
+    """A classified finding with what the comment says of the image: a job Slurm runs whose
+    image is still being fetched has not started its ranks (STARTING, PullingImage); one that
+    failed before any node had it failed for its image (RESOURCE_ENV). Returns the finding and
+    the image digests the ranks run (the Fact's image_ids)."""
+    image = comment_image(comment)
+    if image is None:
+        return got, ()
+    if image != IMAGE_PENDING:
+        return got, (image,)
+    if got.phase is Phase.RUNNING:
+        return replace(got, phase=Phase.STARTING, reason=Reason.PullingImage,
+                       message="fetching and unpacking the job's image on every node"), ()
+    if got.phase is Phase.FAILED and got.failure is FailureCategory.USER_ERROR:
+        return replace(got, reason=Reason.ResourceEnv, failure=FailureCategory.RESOURCE_ENV,
+                       message=f"the job's image could not be fetched or unpacked "
+                       f"({got.message or 'see the job output'})"), ()
+    return got, ()
 
 
 def check_image(image: str) -> str:

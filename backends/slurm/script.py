@@ -192,8 +192,8 @@ def batch_job(
         name=request.name,
         script="",
         comment=(f"isthmus,job={_check_word('job id', request.job_id)},"
-                 f"attempt={request.attempt}" + (",image=pending" if spec.entrypoint.image
-                                                   else "")),
+                 f"attempt={request.attempt}" + ctr.image_comment(spec.entrypoint.image,
+                                                              settings.container)),
         partition=partition,
         shape=shape,
         gpu_type=gpu_type,
