@@ -159,3 +159,68 @@ def test_gang_runs_inside_its_image_and_the_snapshot_records_the_digest(
     finally:
         server.stop()
         oci_registry.registry.push(oci_registry.image, REPO_TAG)  # as the fixture made it
+
+
+def _verdicts(explanation: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {p["pool"]: (p["reason"], p["message"]) for p in explanation["pools"]}
+
+
+def test_a_pool_that_runs_no_images_is_never_chosen_for_an_image_job(
+    slurm_cluster: SlurmCluster, oci_registry: RegistryImage, tmp_path: Path,
+    job_dirs: tuple[Path, Path],
+) -> None:
+    """Two backends on the one cluster: slurm-bare (no container runtime: the default) owns
+    the h100 partition, slurm-oci the a100 one. An image job preferring h100 runs in its image
+    on a100; one that only fits h100 waits with ImageUnsupported naming the pool, in `plan`
+    and `explain`; a job without an image still runs bare on h100."""
+    workdir, shared = job_dirs
+    bare = _backend(slurm_cluster, workdir, shared)
+    bare["name"] = "slurm-bare"
+    del bare["settings"]["container"]
+    oci = _backend(slurm_cluster, workdir, shared)
+    oci["name"] = "slurm-oci"
+    h100, a100 = slurm_pools()
+    h100["backend"], a100["backend"] = "slurm-bare", "slurm-oci"
+    cfg = write_config(tmp_path / "isthmus.yaml", [bare, oci], [h100, a100])
+    server = Server(cfg, f"sqlite:///{tmp_path / 'isthmus.db'}", tmp_path / "server.log").start()
+    report = ['/bin/sh', '-c', f'cat {MARKER} > "$ISTHMUS_JOB_DIR/ran-$RANK.txt"']
+    try:
+        either = _spec("prefers-h100", oci_registry.ref)
+        either.update(flavors=["h100-80g", "a100-80g"])
+        either["gang"]["replicas"] = 1
+        either["entrypoint"]["command"] = report
+        plan = httpx.post(f"{server.url}/v1/plan", json=either, timeout=60).json()
+        assert plan["admitted"] and plan["pool"] == "slurm-a100", plan
+        reason, message = _verdicts(plan["explanation"])["slurm-h100"]
+        assert reason == "ImageUnsupported" and "slurm-h100" in message, plan
+        placed = server.submit(either)["id"]
+
+        only_h100 = dict(either, name="only-h100", flavors=["h100-80g"])
+        waiting = server.submit(only_h100)["id"]
+
+        bare_job = dict(either, name="no-image", flavors=["h100-80g"],
+                        entrypoint={"command": ["/bin/sh", "-c", "grep -q '^ID=debian' "
+                                                "/etc/os-release"]})
+        plain = server.submit(bare_job)["id"]
+
+        def ended(job_id: str) -> str | None:
+            state = str(server.job(job_id)["state"])
+            return state if state in ("SUCCEEDED", "FAILED", "CANCELLED") else None
+
+        assert wait_until(lambda: ended(placed), 180, "the image job to end") == "SUCCEEDED"
+        attempt = httpx.get(f"{server.url}/v1/jobs/{placed}/attempts", timeout=30).json()[0]
+        assert (attempt["backend"], attempt["pool"]) == ("slurm-oci", "slurm-a100"), attempt
+        ran = (workdir / attempt["backend_name"] / "ran-0.txt").read_text()
+        assert oci_registry.image.marker in ran  # in its image, on the pool that runs images
+        assert wait_until(lambda: ended(plain), 180, "the bare job to end") == "SUCCEEDED"
+
+        def explained() -> dict[str, Any] | None:
+            x = httpx.get(f"{server.url}/v1/jobs/{waiting}/explain", timeout=30).json()
+            return x if x["explanation"] else None
+
+        x = wait_until(explained, 60, "the waiting job's explanation")
+        assert (x["state"], x["reason"]) == ("QUEUED", "ImageUnsupported"), x
+        assert "slurm-h100" in x["message"], x
+        assert _verdicts(x["explanation"])["slurm-h100"][0] == "ImageUnsupported", x
+    finally:
+        server.stop()
