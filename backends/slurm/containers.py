@@ -236,15 +236,12 @@ def file_lines(request: SubmitRequest, job: BatchJob, settings: ContainerSetting
     """Batch-script lines writing the container launcher, its env file and (oci) the prepare
     step's files into the job's directory; none for a job without an image."""
     spec = request.snapshot.spec
-    if not spec.entrypoint.image:
-        return []
+    if not spec.entrypoint.ranks_image:  # none, or launcher 'batch': the script runs as sbatch
+        return []                        # runs it (Entrypoint.ranks_image)
     if not settings.runs_images:
         raise Unsupported("this Slurm backend runs no images (container.runtime: none); "
                           f"entrypoint.image {spec.entrypoint.image!r} cannot run here")
-    if spec.entrypoint.launcher == "batch":
-        raise Unsupported("launcher 'batch' with entrypoint.image: the script's own srun would "
-                          "start ranks outside the image; give 'command' or launcher 'ranks'")
-    image = check_image(spec.entrypoint.image)
+    image = check_image(spec.entrypoint.ranks_image)
     env = {**spec.env, **request.env}
     env.setdefault("ISTHMUS_JOB_ID", request.job_id)
     env.setdefault("ISTHMUS_ATTEMPT", str(request.attempt))
@@ -291,7 +288,7 @@ def rank_lines(request: SubmitRequest, job: BatchJob, settings: ContainerSetting
                python: str) -> list[str]:
     """The batch-script lines that start every rank inside the image (in the background)."""
     spec = request.snapshot.spec
-    image = check_image(spec.entrypoint.image or "")
+    image = check_image(spec.entrypoint.ranks_image or "")
     shape = job.shape
     opts = " ".join(shape.srun_options()) + " --kill-on-bad-exit=1"
     launch = '/bin/sh "$ISTHMUS_JOB_DIR/container.sh"'

@@ -192,7 +192,7 @@ def batch_job(
         name=request.name,
         script="",
         comment=(f"isthmus,job={_check_word('job id', request.job_id)},"
-                 f"attempt={request.attempt}" + ctr.image_comment(spec.entrypoint.image,
+                 f"attempt={request.attempt}" + ctr.image_comment(spec.entrypoint.ranks_image,
                                                               settings.container)),
         partition=partition,
         shape=shape,
@@ -314,7 +314,7 @@ def _launch(request: SubmitRequest, job: BatchJob, settings: RenderSettings) -> 
     'batch', as sbatch runs a script) once, here in the batch step, where the script's own srun
     starts the ranks. A job with an image starts its ranks inside it (containers.py)."""
     shape = job.shape
-    if request.snapshot.spec.entrypoint.image and settings.container.runs_images:
+    if request.snapshot.spec.entrypoint.ranks_image and settings.container.runs_images:
         return ctr.rank_lines(request, job, settings.container, settings.python)
     if request.snapshot.spec.entrypoint.launcher != "batch":
         return [

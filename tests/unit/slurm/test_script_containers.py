@@ -93,3 +93,15 @@ def test_pyxis_names_the_registry_as_enroot_does() -> None:
     assert pyxis_ref("localhost:5000/a/b:1") == "localhost:5000#a/b:1"
     assert pyxis_ref("nvcr.io/nvidia/pytorch:24.01") == "nvcr.io#nvidia/pytorch:24.01"
     assert pyxis_ref("ubuntu:22.04") == "ubuntu:22.04"
+
+
+@pytest.mark.parametrize("runtime", ["none", "oci", "pyxis"])
+def test_an_sbatch_script_runs_as_sbatch_runs_it_whatever_the_image(runtime: str) -> None:
+    """isbatch gives every script the compat image, which is what it runs in on Kubernetes;
+    on Slurm the script's own srun starts the ranks, so it is neither refused nor wrapped."""
+    req = slurm_request({"image": IMAGE, "script": "#!/bin/bash\nsrun hostname\n",
+                         "launcher": "batch"}, nodes=("a100-1", "a100-2"))
+    assert req.snapshot.spec.entrypoint.ranks_image is None
+    settings = RenderSettings(container=ContainerSettings(runtime=runtime))  # type: ignore[arg-type]
+    script = render(req, partition="a100", settings=settings)
+    assert "container" not in script and "image=" not in script
