@@ -78,6 +78,8 @@ class Reason(StrEnum):
     HeldByKueue = "HeldByKueue"
     # the job names an image and the pool's backend runs none (a Slurm container.runtime: none)
     ImageUnsupported = "ImageUnsupported"
+    # REJECTED: the job names an image and no pool that offers its flavors runs images
+    NoPoolRunsImages = "NoPoolRunsImages"
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +123,9 @@ REASONS: dict[Reason, ReasonInfo] = {
     R.ExceedsCapacity: ReasonInfo(90, K.REJECTION, "larger than any pool could ever hold"),
     R.NoPoolOffersFlavor: ReasonInfo(90, K.REJECTION, "no pool offers an acceptable flavor"),
     R.NoQuotaInCohort: ReasonInfo(90, K.REJECTION, "no quota for these flavors in the cohort"),
+    R.NoPoolRunsImages: ReasonInfo(
+        90, K.REJECTION, "the job names an image and no pool offering its flavors runs images"
+    ),
     R.Succeeded: ReasonInfo(0, K.END, "every rank finished successfully"),
     R.CancelledByUser: ReasonInfo(5, K.END, "cancelled by its owner"),
     R.CancelledByAdmin: ReasonInfo(5, K.END, "cancelled by an administrator"),

@@ -171,8 +171,9 @@ def test_a_pool_that_runs_no_images_is_never_chosen_for_an_image_job(
 ) -> None:
     """Two backends on the one cluster: slurm-bare (no container runtime: the default) owns
     the h100 partition, slurm-oci the a100 one. An image job preferring h100 runs in its image
-    on a100; one that only fits h100 waits with ImageUnsupported naming the pool, in `plan`
-    and `explain`; a job without an image still runs bare on h100."""
+    on a100, `plan` and `explain` giving h100's verdict as ImageUnsupported naming the pool; an
+    image job that only fits h100 is rejected (NoPoolRunsImages); a job without an image still
+    runs bare on h100."""
     workdir, shared = job_dirs
     bare = _backend(slurm_cluster, workdir, shared)
     bare["name"] = "slurm-bare"
@@ -196,7 +197,7 @@ def test_a_pool_that_runs_no_images_is_never_chosen_for_an_image_job(
         placed = server.submit(either)["id"]
 
         only_h100 = dict(either, name="only-h100", flavors=["h100-80g"])
-        waiting = server.submit(only_h100)["id"]
+        rejected = server.submit(only_h100)["id"]
 
         bare_job = dict(either, name="no-image", flavors=["h100-80g"],
                         entrypoint={"command": ["/bin/sh", "-c", "grep -q '^ID=debian' "
@@ -214,13 +215,11 @@ def test_a_pool_that_runs_no_images_is_never_chosen_for_an_image_job(
         assert oci_registry.image.marker in ran  # in its image, on the pool that runs images
         assert wait_until(lambda: ended(plain), 180, "the bare job to end") == "SUCCEEDED"
 
-        def explained() -> dict[str, Any] | None:
-            x = httpx.get(f"{server.url}/v1/jobs/{waiting}/explain", timeout=30).json()
-            return x if x["explanation"] else None
-
-        x = wait_until(explained, 60, "the waiting job's explanation")
-        assert (x["state"], x["reason"]) == ("QUEUED", "ImageUnsupported"), x
-        assert "slurm-h100" in x["message"], x
-        assert _verdicts(x["explanation"])["slurm-h100"][0] == "ImageUnsupported", x
+        x = httpx.get(f"{server.url}/v1/jobs/{placed}/explain", timeout=30).json()
+        reason, message = _verdicts(x["explanation"])["slurm-h100"]
+        assert reason == "ImageUnsupported" and "slurm-h100" in message, x
+        never = server.job(rejected)  # no pool offering h100 runs images: rejected at once
+        assert (never["state"], never["reason"]) == ("REJECTED", "NoPoolRunsImages"), never
+        assert "slurm-h100" in never["message"], never
     finally:
         server.stop()
