@@ -124,7 +124,8 @@ def test_slurmctld_outage_fails_no_job(slurm_cluster: object, tmp_path: Path,
                        slurm_pools())
     server = Server(cfg, f"sqlite:///{tmp_path / 'isthmus.db'}", tmp_path / "server.log").start()
     try:
-        ids = [server.submit(job_spec(f"outage-{i}", f, command=["sleep", "40"], backend="slurm"))["id"]
+        ids = [server.submit(job_spec(f"outage-{i}", f, command=["sleep", "40"],
+                                      backend="slurm"))["id"]
                for i, f in enumerate(["a100-80g", "h100-80g", "a100-80g", "h100-80g"])]
         wait_until(lambda: all(server.job(i)["state"] == "RUNNING" for i in ids), 90,
                    "all jobs running")

@@ -2,10 +2,11 @@
 
 No public registry is reachable here, so the image is made from what the machine has: the
 host's `dash` (as /bin/sh), `cat` and `sleep` with the libraries they load, an
-`/etc/os-release` of its own and a marker file that exists only in the image. `umoci` builds it rootless (no daemon, no
-root) into an OCI layout cached under ``$ISTHMUS_CACHE`` (default ~/.cache/isthmus), keyed by
-its recipe; `skopeo` pushes it to a `docker-registry` (Debian's Docker distribution) listening
-on a free loopback port, over plain HTTP. The testenv's ``up`` installs all three.
+`/etc/os-release` of its own and a marker file that exists only in the image. `umoci` builds
+it rootless (no daemon, no root) into an OCI layout cached under ``$ISTHMUS_CACHE`` (default
+~/.cache/isthmus), keyed by its recipe; `skopeo` pushes it to a `docker-registry` (Debian's
+Docker distribution) listening on a free loopback port, over plain HTTP. The testenv's ``up``
+installs all three.
 """
 
 from __future__ import annotations

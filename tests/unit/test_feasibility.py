@@ -147,4 +147,4 @@ def test_an_image_job_no_pool_could_run_is_rejected(
 ])
 def test_which_backends_run_images(kind: str, settings: dict[str, object], runs: bool) -> None:
     from broker.config import Backend
-    assert Backend(name="b", kind=kind, settings=settings).runs_images is runs  # type: ignore[arg-type]
+    assert Backend(name="b", kind=kind, settings=settings).runs_images is runs
