@@ -41,7 +41,8 @@ CONFIG = {
     "auth": {"mode": "none"},
     "limits": {"max_replicas": 64},
     "flavors": [{"name": "a100-80g", "gpu_model": "A100", "gpu_memory_gb": 80}],
-    "backends": [{"name": "sim", "kind": "slurm"}],
+    "backends": [{"name": "sim", "kind": "slurm",  # runs images, as the sim does
+                  "settings": {"container": {"runtime": "pyxis"}}}],
     "pools": [{"name": "big", "backend": "sim", "flavor": "a100-80g"}],
     "teams": [{"name": "t", "quotas": {"a100-80g": {"nominal": 100000}}}],
 }

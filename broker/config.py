@@ -233,6 +233,19 @@ class Backend(_Strict):
             return BackendKind.K8S if self.settings.get("emulate") == "k8s" else BackendKind.SLURM
         return self.kind
 
+    @property
+    def runs_images(self) -> bool:
+        """Whether its pools can run a job's entrypoint.image: a Kubernetes backend always; a
+        Slurm one only with a `container.runtime` other than none (the default); a simulated
+        one unless its `container.runtime` says none. (The backend validates the setting.)"""
+        if self.kind is BackendKind.K8S:
+            return True
+        container = self.settings.get("container")
+        runtime = container.get("runtime", "none") if isinstance(container, dict) else None
+        if self.kind is BackendKind.SIM:
+            return runtime != "none" if container is not None else True
+        return runtime not in (None, "none")
+
 
 class PoolCapacity(_Strict):
     """Static shape of a pool, used to reject jobs that could never fit. Live capacity comes

@@ -4,8 +4,9 @@ Two kinds of answer:
 - `request_problems`: the request itself is wrong for this installation (unknown team, flavor
   or priority class, a gang above the configured cap). The API answers 4xx; nothing is stored.
 - `feasibility`: the spec is well formed but could never run here (no pool offers its flavors,
-  larger than any pool's topology domain, no quota reachable in the team's cohort). The job is
-  stored and goes VALIDATING -> REJECTED with a reason saying which limit and by how much.
+  it names an image and no such pool runs images, larger than any pool's topology domain, no
+  quota reachable in the team's cohort). The job is stored and goes VALIDATING -> REJECTED
+  with a reason saying which limit and by how much.
 """
 
 from __future__ import annotations
@@ -218,6 +219,19 @@ def feasibility(config: IsthmusConfig, spec: JobSpec) -> Verdict:
             f"no pool{where} offers {', '.join(f.name for f in flavors)}",
         )
 
+    if spec.entrypoint.ranks_image:
+        runs = {b.name for b in config.backends if b.runs_images}
+        if not any(p.backend in runs for p in pools):
+            names = ", ".join(sorted(p.name for p in pools))
+            return Verdict(
+                False,
+                Reason.NoPoolRunsImages,
+                f"entrypoint.image: the job's ranks run in {spec.entrypoint.ranks_image}, and "
+                f"no pool that offers its flavors runs images ({names}: their Slurm backends "
+                "have container.runtime none); drop the image to run on the nodes' own "
+                "software, or ask an admin for a container runtime",
+            )
+        pools = [p for p in pools if p.backend in runs]
     too_big = _exceeds_capacity(spec, pools)
     if too_big is not None:
         return too_big

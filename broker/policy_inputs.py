@@ -73,6 +73,7 @@ def pending_job(
         checkpoint_interval_s=spec.checkpoint.interval,
         resumable=spec.checkpoint.resumable,
         max_runtime_s=spec.max_runtime,
+        image=spec.entrypoint.ranks_image,
     )
 
 

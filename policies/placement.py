@@ -3,7 +3,8 @@ pools, with a verdict (and a reason) kept for every candidate pool.
 
 Checks per candidate pool, in order (the first that fails gives the pool's verdict):
   backend unreachable (or the pool marked unavailable) -> BackendUnavailable, with the pool's
-  note (which backend, the error, since when); drained -> PoolDrained; excluded for this job
+  note (which backend, the error, since when); drained -> PoolDrained; a job naming an image on
+  a pool whose backend runs none -> ImageUnsupported; excluded for this job
   after failures -> PoolExcluded; flavor blocked by quota -> the quota reason; a replica larger
   than any node, or a gang larger than any domain at the required level even when empty ->
   TopologyUnsatisfiable; not enough free GPUs -> InsufficientCapacity; enough GPUs but no
@@ -216,6 +217,10 @@ def _refusal(job: PendingJob, pool: PoolIndex,
     s = pool.snap
     if s.drained:
         return _verdict(pool, Reason.PoolDrained, f"pool {s.name} is drained")
+    if job.image and not s.runs_images:
+        msg = (f"pool {s.name} cannot run images (its backend {s.backend} has no container "
+               f"runtime) and the job names {job.image}")
+        return _verdict(pool, Reason.ImageUnsupported, msg)
     if s.name in job.exclude_pools:
         msg = f"pool {s.name} excluded for this job after a failure there"
         return _verdict(pool, Reason.PoolExcluded, msg)

@@ -50,6 +50,8 @@ class PendingJob:
     checkpoint_interval_s: int | None = None
     resumable: bool = False
     max_runtime_s: int = 86400
+    image: str | None = None
+    """entrypoint.image: only pools that run images may take the job."""
 
     @property
     def total_gpus(self) -> int:

@@ -19,7 +19,8 @@ from tests.harness.paths import EXAMPLE_CONFIG
 from tests.harness.tiers import left_out_by
 
 _HERE = Path(__file__).parent
-pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.workdir"] + [
+pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.workdir",
+                  "tests.fixtures.oci_registry"] + [
     f"tests.fixtures.{name}"
     for name in ("slurm", "k8s")
     if (_HERE / "fixtures" / f"{name}.py").exists()

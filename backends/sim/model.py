@@ -32,6 +32,8 @@ class SimPoolSpec:
     """Bytes; 0: not reported."""
     excludes_nodes: bool = True
     """The pool honours a placement's exclude_nodes (never starts the job there)."""
+    runs_images: bool = True
+    """The pool runs a job's entrypoint.image (settings.container.runtime other than none)."""
 
     @property
     def nodes(self) -> int:

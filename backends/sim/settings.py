@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field
 
 from backends.base import parse_settings
+from backends.slurm.containers import ContainerSettings
 from broker.domain.spec import MemorySize
 
 Rate = Annotated[float, Field(ge=0.0, le=1.0)]
@@ -67,6 +68,13 @@ class SimSettings:
     """Fault drill: while a file exists at this path, every call fails as BackendUnavailable
     (an outage the broker must ride out; bench/soak.py). Unset: never."""
     pools: Mapping[str, PoolExtras] = field(default_factory=dict)
+    container: ContainerSettings | None = None
+    """How the simulated pools run images, as a Slurm backend says it (``container.runtime``);
+    unset: they run images (a Kubernetes-like backend always does)."""
+
+    @property
+    def runs_images(self) -> bool:
+        return self.container is None or self.container.runs_images
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> SimSettings:

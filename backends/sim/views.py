@@ -78,6 +78,7 @@ def inventory(b: SimView) -> InventorySnapshot:
                 drained=False,
                 max_isthmus_pending=spec.max_isthmus_pending,
                 excludes_nodes=spec.excludes_nodes,
+                runs_images=spec.runs_images,
                 nodes=tuple(nodes),
                 queue=_queue_depth(b, name),
             )

@@ -18,7 +18,7 @@ from backends.base import (
     Unsupported,
     masked,
 )
-from backends.slurm import script
+from backends.slurm import containers, script
 from backends.slurm.classify import (
     ClassifyPolicy,
     Evidence,
@@ -91,7 +91,8 @@ class SlurmBackend:
         # sbatch --exclude keeps queued jobs off nodes held for a starving gang; the slurmrestd
         # transport does not send it, so its pools fall back to closing the queue
         pools = pool_snapshots(self.name, list(self.pools.values()), nodes, switches, jobs, now,
-                               excludes_nodes=self.transport.kind == "cli")
+                               excludes_nodes=self.transport.kind == "cli",
+                               runs_images=self.settings.container.runs_images)
         return InventorySnapshot(taken_at=now, pools=pools)
 
     def _remember_gpu_types(self, nodes: Sequence[NodeRecord]) -> None:
@@ -194,11 +195,12 @@ class SlurmBackend:
                                 node_conditions=conditions,
                                 steps=self._end.steps.get(rec.job_id)), self.policy)
         job_id, attempt = split_name(rec.name)
+        got, image_ids = containers.with_image(got, rec.comment)
         timed = replace(got, submitted_at=rec.submitted_at, started_at=rec.started_at,
                         ended_at=rec.ended_at)
         return timed.fact(
             backend=self.name, backend_name=rec.name, backend_id=rec.job_id, job_id=job_id,
-            attempt=attempt, observed_at=now,
+            attempt=attempt, observed_at=now, image_ids=image_ids,
             gpu_models=tuple(sorted({self._node_gpu_types[n] for n in rec.nodes
                                      if n in self._node_gpu_types})),
         )

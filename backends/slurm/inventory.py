@@ -157,6 +157,7 @@ def pool_snapshots(
     jobs: Sequence[SlurmJob],
     now: datetime,
     excludes_nodes: bool = False,
+    runs_images: bool = True,
 ) -> tuple[PoolSnapshot, ...]:
     paths = topology_paths(switches)
     releases = node_releases(jobs)
@@ -175,6 +176,7 @@ def pool_snapshots(
             shared=pool.shared,
             drained=pool.drained,
             excludes_nodes=excludes_nodes,
+            runs_images=runs_images,
             nodes=tuple(members),
             queue=queue_depth(pool.partition, jobs, total, now),
         ))

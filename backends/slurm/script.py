@@ -36,6 +36,7 @@ import re
 from dataclasses import dataclass
 
 from backends.base import SubmitRequest, Unsupported
+from backends.slurm import containers as ctr
 from backends.slurm.batch_files import with_batch_options
 from backends.slurm.records import BatchJob
 from backends.slurm.shape import GangShape, gang_shape
@@ -106,6 +107,8 @@ class RenderSettings:
     gpu_request: str = "gres"  # or "gpus-per-node"
     rack_features: bool = False  # nodes carry their rack's name as a feature (--constraint)
     extra_directives: tuple[str, ...] = ()  # admin-set, e.g. ("--account=ml",)
+    container: ctr.ContainerSettings = dataclasses.field(
+        default_factory=ctr.ContainerSettings)
 
     def __post_init__(self) -> None:
         if not _SAFE_PATH.match(self.work_dir):
@@ -188,7 +191,9 @@ def batch_job(
     job = BatchJob(
         name=request.name,
         script="",
-        comment=f"isthmus,job={_check_word('job id', request.job_id)},attempt={request.attempt}",
+        comment=(f"isthmus,job={_check_word('job id', request.job_id)},"
+                 f"attempt={request.attempt}" + ctr.image_comment(spec.entrypoint.ranks_image,
+                                                              settings.container)),
         partition=partition,
         shape=shape,
         gpu_type=gpu_type,
@@ -304,10 +309,13 @@ def srun_line(shape: GangShape, settings: RenderSettings) -> str:
             '"$ISTHMUS_JOB_DIR/launch.py" "$ISTHMUS_JOB_DIR/job.json" &')
 
 
-def _launch(request: SubmitRequest, shape: GangShape, settings: RenderSettings) -> list[str]:
+def _launch(request: SubmitRequest, job: BatchJob, settings: RenderSettings) -> list[str]:
     """How the launcher starts: one rank per replica under srun, or (entrypoint.launcher
     'batch', as sbatch runs a script) once, here in the batch step, where the script's own srun
-    starts the ranks."""
+    starts the ranks. A job with an image starts its ranks inside it (containers.py)."""
+    shape = job.shape
+    if request.snapshot.spec.entrypoint.ranks_image and settings.container.runs_images:
+        return ctr.rank_lines(request, job, settings.container, settings.python)
     if request.snapshot.spec.entrypoint.launcher != "batch":
         return [
             "# One task per replica, each bound to its own GPUs; srun forwards USR1 to every "
@@ -349,6 +357,7 @@ def _with_script(job: BatchJob, request: SubmitRequest, settings: RenderSettings
         _b64(json.dumps(payload, sort_keys=True).encode()),
         _HEREDOC_END,
     ]
+    lines += ctr.file_lines(request, job, settings.container, _b64, _HEREDOC_END)
     if user_script is not None:
         lines += [
             f"base64 -d > \"$ISTHMUS_JOB_DIR/user-script\" <<'{_HEREDOC_END}'",
@@ -361,7 +370,7 @@ def _with_script(job: BatchJob, request: SubmitRequest, settings: RenderSettings
         'ISTHMUS_MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         "export ISTHMUS_MASTER_ADDR",
         f"export MASTER_PORT={settings.master_port}",
-        *_launch(request, job.shape, settings),
+        *_launch(request, job, settings),
         "ISTHMUS_STEP=$!",
         "trap 'kill -USR1 \"$ISTHMUS_STEP\" 2>/dev/null' USR1",
         'wait "$ISTHMUS_STEP"; rc=$?',

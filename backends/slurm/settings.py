@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict
 
 from backends.base import SettingsError, parse_settings
+from backends.slurm.containers import ContainerSettings
 from backends.slurm.owner_policy import (
     ALWAYS_DENIED,
     MAX_MIN_UID,
@@ -85,6 +86,9 @@ class SlurmSettings:
     gpu_request: Literal["gres", "gpus-per-node"] = "gres"  # --gres=gpu:T:N or --gpus-per-node
     rack_features: bool = False  # nodes carry their rack's name as a feature
     extra_directives: tuple[str, ...] = ()
+    # how ranks run a job's entrypoint.image (backends/slurm/containers.py); default 'none':
+    # this backend's pools are never offered to a job that names an image
+    container: ContainerSettings = field(default_factory=ContainerSettings)
     # classification and accounting
     oom_is_user_error: bool = True
     # drain-reason prefixes of the site's health checker: a job that failed on a node drained
@@ -117,6 +121,7 @@ class SlurmSettings:
         if not 1 <= settings.master_port <= 65535:
             problems.append(("master_port", "must be a TCP port (1-65535)"))
         problems += _owner_token_problems(settings)
+        problems += settings.container.problems()
         for team, account in settings.accounts.items():
             if not _ACCOUNT.match(str(account)):
                 problems.append((f"accounts.{team}", f"{account!r} is not a Slurm account name"))
@@ -134,7 +139,8 @@ class SlurmSettings:
         return RenderSettings(work_dir=self.work_dir, python=self.python,
                               master_port=self.master_port, gpu_request=self.gpu_request,
                               rack_features=self.rack_features,
-                              extra_directives=self.extra_directives)
+                              extra_directives=self.extra_directives,
+                              container=self.container)
 
     def unix_user(self, owner: str | None) -> str | None:
         """The Unix user a job of `owner` is submitted as, or None (the broker's own)."""

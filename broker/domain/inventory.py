@@ -108,6 +108,11 @@ class PoolSnapshot(_Frozen):
     max_isthmus_pending: int | None = Field(
         default=None, description="cap on Isthmus jobs pending in this backend pool"
     )
+    runs_images: bool = Field(
+        default=True,
+        description="the backend runs a job's entrypoint.image (false: a Slurm backend with "
+        "container.runtime none); a job that names an image is never placed here",
+    )
     excludes_nodes: bool = Field(
         default=False,
         description="the backend honours a placement's exclude_nodes for work it queues "

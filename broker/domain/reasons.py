@@ -76,6 +76,10 @@ class Reason(StrEnum):
     DependencyNeverSatisfied = "DependencyNeverSatisfied"
     # a Kubernetes pool in kueue mode: Kueue holds the suspended Job (backends/k8s/kueue.py)
     HeldByKueue = "HeldByKueue"
+    # the job names an image and the pool's backend runs none (a Slurm container.runtime: none)
+    ImageUnsupported = "ImageUnsupported"
+    # REJECTED: the job names an image and no pool that offers its flavors runs images
+    NoPoolRunsImages = "NoPoolRunsImages"
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +123,9 @@ REASONS: dict[Reason, ReasonInfo] = {
     R.ExceedsCapacity: ReasonInfo(90, K.REJECTION, "larger than any pool could ever hold"),
     R.NoPoolOffersFlavor: ReasonInfo(90, K.REJECTION, "no pool offers an acceptable flavor"),
     R.NoQuotaInCohort: ReasonInfo(90, K.REJECTION, "no quota for these flavors in the cohort"),
+    R.NoPoolRunsImages: ReasonInfo(
+        90, K.REJECTION, "the job names an image and no pool offering its flavors runs images"
+    ),
     R.Succeeded: ReasonInfo(0, K.END, "every rank finished successfully"),
     R.CancelledByUser: ReasonInfo(5, K.END, "cancelled by its owner"),
     R.CancelledByAdmin: ReasonInfo(5, K.END, "cancelled by an administrator"),
@@ -135,6 +142,9 @@ REASONS: dict[Reason, ReasonInfo] = {
     R.JobArrayTaskLimit: ReasonInfo(9, K.WAIT, "its array runs as many tasks as its % limit"),
     R.DependencyNeverSatisfied: ReasonInfo(
         6, K.END, "cancelled: a job it depends on ended the other way (or does not exist)"
+    ),
+    R.ImageUnsupported: ReasonInfo(
+        47, K.WAIT, "the job names an image; the only fitting pools cannot run images"
     ),
     R.HeldByKueue: ReasonInfo(
         12, K.WAIT, "Kueue has not admitted the Job; the message quotes its Workload's condition"

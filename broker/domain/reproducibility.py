@@ -6,7 +6,8 @@ image digest behind a tag, the GPU model of the nodes it got. They are kept besi
 (`attempts.resolved_json`), written by the first observation of the running gang and never
 rewritten, so that an export of an old attempt stays what it was.
 
-Image digest, in order: the digests the ranks report (Kubernetes pods' `imageID`), else the
+Image digest, in order: the digests the ranks report (Kubernetes pods' `imageID`; a Slurm job
+under the `oci` runtime: the digest its prepare step wrote into the job's comment), else the
 digest pinned in the image reference (`repo@sha256:...`), else none. The entrypoint's SHA-256
 (the script text, or the command as canonical JSON) is always recorded: on Slurm without an
 image it is what identifies the code that ran.
@@ -43,7 +44,10 @@ class ResolvedRun(BaseModel):
 
 
 def digest_of(image_ref: str) -> str | None:
-    """'docker-pullable://repo@sha256:ab..' or 'repo@sha256:ab..' -> 'sha256:ab..'."""
+    """'docker-pullable://repo@sha256:ab..', 'repo@sha256:ab..' or a bare 'sha256:ab..' (a
+    Slurm job's comment) -> 'sha256:ab..'."""
+    if image_ref.startswith("sha256:"):
+        return image_ref
     if _DIGEST_MARK not in image_ref:
         return None
     return "sha256:" + image_ref.rsplit(_DIGEST_MARK, 1)[1]

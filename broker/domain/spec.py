@@ -214,6 +214,14 @@ class Entrypoint(_Strict):
     batch: BatchOptions | None = Field(
         default=None, description="sbatch's output, error and exclusive (launcher 'batch')")
 
+    @property
+    def ranks_image(self) -> str | None:
+        """The image every rank must run in, on any backend. None for launcher 'batch': there
+        the image is what the script runs in on Kubernetes, while Slurm runs the script as
+        sbatch runs it (its own srun starts the ranks, on the site's software), so a pool that
+        runs no images may still take it."""
+        return self.image if self.launcher != "batch" else None
+
     @model_validator(mode="after")
     def _one_kind(self) -> Entrypoint:
         if self.command is None and self.script is None:

@@ -99,6 +99,7 @@ def sim_adapter(backend: BackendConfig, pools: Sequence[Pool] = ()) -> LiveSimBa
             node_count=cap.nodes,
             cpus_per_node=extras.cpus_per_node if extras else 0,
             memory_per_node=extras.memory_per_node if extras else 0,
+            runs_images=settings.runs_images,
         ))
     return build(backend.name, specs, settings, settings.progress_url)
 

@@ -77,7 +77,8 @@ def test_crash_safety_kill_9_at_injected_points(slurm_cluster: object, tmp_path:
             continue
         batch = unanswered + [
             (f"crash-{run}-{k}",
-             job_spec(f"crash-{run}-{k}", "a100-80g" if (run + k) % 2 else "h100-80g"))
+             job_spec(f"crash-{run}-{k}", "a100-80g" if (run + k) % 2 else "h100-80g",
+                      backend="slurm"))
             for k in range(2)
         ]
         with ThreadPoolExecutor(len(batch)) as pool:  # together, so one cycle admits several
@@ -123,7 +124,8 @@ def test_slurmctld_outage_fails_no_job(slurm_cluster: object, tmp_path: Path,
                        slurm_pools())
     server = Server(cfg, f"sqlite:///{tmp_path / 'isthmus.db'}", tmp_path / "server.log").start()
     try:
-        ids = [server.submit(job_spec(f"outage-{i}", f, command=["sleep", "40"]))["id"]
+        ids = [server.submit(job_spec(f"outage-{i}", f, command=["sleep", "40"],
+                                      backend="slurm"))["id"]
                for i, f in enumerate(["a100-80g", "h100-80g", "a100-80g", "h100-80g"])]
         wait_until(lambda: all(server.job(i)["state"] == "RUNNING" for i in ids), 90,
                    "all jobs running")

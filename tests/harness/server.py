@@ -167,14 +167,22 @@ class Server:
         return r.json()
 
 
+K8S_IMAGE = "registry.local/train:1.0"
+
+
 def job_spec(name: str, flavor: str, replicas: int = 1, gpus: int = 8,
              command: list[str] | None = None, topology: str | None = None,
-             backend: str = "any") -> dict[str, Any]:
+             backend: str = "any", image: str | None = None) -> dict[str, Any]:
+    """A job for the test backends. It names K8S_IMAGE unless it is for Slurm only: the test
+    cluster's Slurm backend has no container runtime (a job naming an image never goes there),
+    and the fake Kubernetes nodes pull nothing."""
+    entrypoint: dict[str, Any] = {"command": command or ["sleep", "1"]}
+    if image or backend != "slurm":
+        entrypoint["image"] = image or K8S_IMAGE
     return {
         "name": name, "team": "vision", "gang": {"replicas": replicas, "gpus_per_replica": gpus},
         "flavors": [flavor], "topology": {"required": topology} if topology else {},
         "backend": backend,
-        "entrypoint": {"image": "registry.local/train:1.0",
-                       "command": command or ["sleep", "1"]},
+        "entrypoint": entrypoint,
         "max_runtime": "10m", "retry": {"max_attempts": 3, "backoff": "1s", "max_backoff": "2s"},
     }

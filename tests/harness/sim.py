@@ -28,7 +28,10 @@ CONFIG: dict[str, Any] = {
         {"name": "h100-80g", "gpu_model": "H100", "gpu_memory_gb": 80, "cost_weight": 2.0},
         {"name": "a100-80g", "gpu_model": "A100", "gpu_memory_gb": 80},
     ],
-    "backends": [{"name": "sim-slurm", "kind": "slurm"}, {"name": "sim-k8s", "kind": "k8s"}],
+    # the simulated Slurm runs images (a site with pyxis), as the SimBackends built here do
+    "backends": [{"name": "sim-slurm", "kind": "slurm",
+                  "settings": {"container": {"runtime": "pyxis"}}},
+                 {"name": "sim-k8s", "kind": "k8s"}],
     "pools": [
         {"name": "slurm-h100", "backend": "sim-slurm", "flavor": "h100-80g",
          "capacity": {"nodes": 4, "gpus_per_node": 8, "nodes_per_rack": 2}},

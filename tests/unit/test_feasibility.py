@@ -106,3 +106,45 @@ def test_user_may_submit_only_for_own_team(example_config: IsthmusConfig) -> Non
     assert problems and problems[0].field == "team" and "token" in problems[0].message
     assert problems[0].forbidden
     assert not any(p.forbidden for p in request_problems(example_config, spec().build(), "vision"))
+
+
+def _slurm_runs_no_images(cfg: IsthmusConfig) -> IsthmusConfig:
+    backends = [b.model_copy(update={"settings": {**b.settings, "container": {"runtime": "none"}}})
+                if b.serves_as.value == "slurm" else b for b in cfg.backends]
+    return cfg.model_copy(update={"backends": backends})
+
+
+IMAGE_CMD = {"image": "registry.local/train:1", "command": ["python", "t.py"]}
+BATCH = {"image": "registry.local/hpc:1", "script": "#!/bin/bash\nsrun t\n", "launcher": "batch"}
+
+
+@pytest.mark.parametrize(("backend", "entrypoint", "reason"), [
+    ("slurm", IMAGE_CMD, Reason.NoPoolRunsImages),
+    ("any", IMAGE_CMD, Reason.WaitingForAdmission),  # Kubernetes pools run it
+    ("slurm", BATCH, Reason.WaitingForAdmission),  # the image is Kubernetes' only
+    ("slurm", {"command": ["python", "t.py"]}, Reason.WaitingForAdmission),  # bare
+], ids=["image-slurm-only", "image-any", "sbatch-script", "no-image"])
+def test_an_image_job_no_pool_could_run_is_rejected(
+    example_config: IsthmusConfig, backend: str, entrypoint: dict[str, object], reason: Reason
+) -> None:
+    cfg = _slurm_runs_no_images(example_config)
+    verdict = feasibility(cfg, spec().backend(backend).set("entrypoint", entrypoint).build())
+    assert verdict.reason is reason, verdict
+    if reason is Reason.NoPoolRunsImages:
+        assert "entrypoint.image" in verdict.message and "slurm-h100" in verdict.message
+    # with the example's own runtime (pyxis) every one of them can run
+    ok = feasibility(example_config, spec().backend(backend).set("entrypoint", entrypoint).build())
+    assert ok.ok, ok
+
+
+@pytest.mark.parametrize(("kind", "settings", "runs"), [
+    ("k8s", {}, True),
+    ("slurm", {}, False),  # the default runtime is none
+    ("slurm", {"container": {"runtime": "none"}}, False),
+    ("slurm", {"container": {"runtime": "oci"}}, True),
+    ("sim", {}, True),
+    ("sim", {"container": {"runtime": "none"}}, False),
+])
+def test_which_backends_run_images(kind: str, settings: dict[str, object], runs: bool) -> None:
+    from broker.config import Backend
+    assert Backend(name="b", kind=kind, settings=settings).runs_images is runs

@@ -17,7 +17,8 @@ from tests.builders import spec
 CONFIG = {
     "auth": {"mode": "none"},
     "flavors": [{"name": "h100-80g", "gpu_model": "H100", "gpu_memory_gb": 80}],
-    "backends": [{"name": "sim-slurm", "kind": "slurm"}],
+    "backends": [{"name": "sim-slurm", "kind": "slurm",  # runs images, as the sim does
+                  "settings": {"container": {"runtime": "pyxis"}}}],
     "pools": [
         {"name": name, "backend": "sim-slurm", "flavor": "h100-80g",
          "capacity": {"nodes": 4, "gpus_per_node": 8, "nodes_per_rack": 2}}

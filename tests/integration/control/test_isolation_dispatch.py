@@ -13,6 +13,7 @@ import pytest
 
 from backends.base import SubmitRequest, SubmitResult
 from backends.slurm import SlurmBackend, SubmitRefused
+from backends.slurm.containers import ContainerSettings
 from backends.slurm.inventory import SlurmPoolBinding
 from backends.slurm.records import BatchJob
 from backends.slurm.settings import SlurmSettings
@@ -140,7 +141,9 @@ def test_a_slurm_render_that_overflows_is_contained(sim: Sim, field: str) -> Non
         **sim.plane.backends,
         "sim-slurm": SlurmBackend(
             "sim-slurm", [SlurmPoolBinding("slurm-h100", "h100", "h100-80g")],
-            SlurmSettings(user="isthmus"), transport,
+            # pyxis, as the simulated Slurm it stands in for: the jobs name images
+            SlurmSettings(user="isthmus", container=ContainerSettings(runtime="pyxis")),
+            transport,
             clock=lambda: datetime(2026, 11, 29, tzinfo=UTC),
         ),
     }

@@ -10,6 +10,7 @@ import pytest
 
 from backends.sim.backend import DURATION_ENV
 from backends.slurm import SlurmBackend, SlurmSettings
+from backends.slurm.containers import ContainerSettings
 from backends.slurm.inventory import SlurmPoolBinding
 from backends.slurm.transport_cli import CliTransport
 from broker import ledger
@@ -339,7 +340,8 @@ def _refusing_slurm(tmp_path: Path) -> SlurmBackend:
         (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
         (bin_dir / name).chmod(0o755)
     return SlurmBackend("sim-slurm", [SlurmPoolBinding("slurm-h100", "h100", "h100-80g")],
-                        SlurmSettings(work_dir=str(tmp_path / "jobs")),
+                        SlurmSettings(work_dir=str(tmp_path / "jobs"),  # runs images
+                                      container=ContainerSettings(runtime="pyxis")),
                         CliTransport(bin_dir=str(bin_dir)))
 
 

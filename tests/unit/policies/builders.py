@@ -94,6 +94,9 @@ class JobBuilder:
     def cpus(self, n: int) -> JobBuilder:
         return self._set(cpus_per_replica=n)
 
+    def image(self, ref: str) -> JobBuilder:
+        return self._set(image=ref)
+
     def _set(self, **kw: Any) -> JobBuilder:
         self.job = replace(self.job, **kw)
         return self

@@ -75,6 +75,28 @@ CASES = [
         Reason.PoolDrained,
     ),
     Case(
+        "image-job-never-offered-a-pool-that-runs-no-images",
+        [make_pool("p1").set(runs_images=False)],
+        make_job().image("registry.local/train:1").build(),
+        None,
+        Reason.ImageUnsupported,
+        in_message="pool p1 cannot run images",
+    ),
+    Case(
+        "image-job-goes-to-the-pool-that-runs-images",
+        [make_pool("p1").set(runs_images=False), make_pool("p2").set(cost_weight=5.0)],
+        make_job().image("registry.local/train:1").build(),
+        "p2",
+        Reason.Admitted,
+    ),
+    Case(
+        "job-without-image-runs-bare-on-a-pool-without-runtime",
+        [make_pool("p1").set(runs_images=False)],
+        make_job().build(),
+        "p1",
+        Reason.Admitted,
+    ),
+    Case(
         "pool-excluded-after-failure",
         [make_pool("p1")],
         make_job().exclude_pools("p1").build(),

@@ -61,3 +61,13 @@ def test_attempt_counts() -> None:
     )
     assert (c.failures, c.preemptions, c.failures_in_pool) == (2, 1, 2)
     assert c.by_category == {FailureCategory.INFRA_TRANSIENT: 2}
+
+
+def test_the_image_placement_needs_is_the_ranks_image(example_config: IsthmusConfig) -> None:
+    """A command's image binds every rank; the image isbatch gives an sbatch script (launcher
+    'batch') is what it runs in on Kubernetes, and binds nothing on Slurm."""
+    ranks = spec().set("entrypoint", {"image": "r/train:1", "command": ["python"]}).build()
+    batch = spec().set("entrypoint", {"image": "r/hpc:1", "script": "#!/bin/bash\nsrun x\n",
+                                      "launcher": "batch"}).build()
+    assert pending_job(example_config, "j1", ranks, T).image == "r/train:1"
+    assert pending_job(example_config, "j2", batch, T).image is None
