@@ -50,10 +50,6 @@ def get_logger(module: str) -> logging.Logger:
     return logging.getLogger(f"{ROOT}.{module.removeprefix('broker.')}")
 
 
-def current_cycle() -> CycleContext | None:
-    return _CURRENT.get()
-
-
 @contextmanager
 def control_cycle(loop: str, epoch: int, cycle: int) -> Iterator[CycleContext]:
     """Every line logged inside (in this thread, or in a worker started with a copy of this

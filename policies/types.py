@@ -110,13 +110,6 @@ class QuotaConfig:
     def cost(self, flavor: str) -> float:
         return self.flavor_cost.get(flavor, 1.0)
 
-    def entitlement(self, team: str) -> float:
-        """The team's cost-weighted nominal GPUs over all flavors."""
-        t = self.teams.get(team)
-        if t is None:
-            return 0.0
-        return sum(self.cost(f) * q.nominal for f, q in t.quotas.items())
-
 
 @dataclass(frozen=True, slots=True)
 class Usage:

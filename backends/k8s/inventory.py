@@ -32,25 +32,17 @@ from broker.domain.timebox import add_seconds
 
 TERMINAL = frozenset({"Succeeded", "Failed"})
 MAX_QUANTITY = float(2**63)  # what the API server's int64 quantities can mean; larger is noise
-_SUFFIX = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-           "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
 
 
 def quantity(value: Any) -> float:
-    """A Kubernetes resource quantity ('8', '500m', '2Ti', '1e3') as a number, bounded to
-    [0, MAX_QUANTITY] (NaN counts as 0), so that sums and int() of it stay numbers."""
+    """A Kubernetes resource quantity ('8', '500m', '100n', '2Ti', '1e3') as a number, read by
+    the client library's parser and bounded to [0, MAX_QUANTITY] (NaN counts as 0), so that
+    sums and int() of it stay numbers."""
     if value is None:
         return 0.0
-    text = str(value).strip()
-    if text.endswith("m"):
-        number = float(text[:-1]) / 1000
-    else:
-        for suffix in sorted(_SUFFIX, key=len, reverse=True):
-            if text.endswith(suffix):
-                number = float(text[: -len(suffix)]) * _SUFFIX[suffix]
-                break
-        else:
-            number = float(text)
+    from kubernetes.utils import parse_quantity  # lazily, as every import of the SDK here
+
+    number = float(parse_quantity(value))  # type: ignore[no-untyped-call]
     return 0.0 if math.isnan(number) else min(max(number, 0.0), MAX_QUANTITY)
 
 

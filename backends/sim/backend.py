@@ -285,12 +285,6 @@ class SimBackend:
                 )
                 job.bad_nodes = (name,)
 
-    def restore_node(self, name: str) -> None:
-        node = self.nodes[name]
-        node.up = True
-        node.snap = None
-        self.schedule(node.pool)
-
     def preempt(self, name: str) -> None:
         """Preemption by the backend itself (e.g. a higher-priority partition)."""
         self._end(self.jobs[name], Phase.PREEMPTED, Reason.Preempted, "preempted by backend")

@@ -333,8 +333,5 @@ class SlurmBackend:
                 self.transport.cancel(job_id)
                 del self._kill_at[job_id]
 
-    def pending_kills(self) -> dict[str, float]:
-        return dict(self._kill_at)
-
     def close(self) -> None:
         self.transport.close()

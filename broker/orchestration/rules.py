@@ -113,8 +113,5 @@ class RuleSet:
     def __init__(self, rules: list[Rule] | None = None) -> None:
         self._rules: list[Rule] = [AllowedTransitionsRule(), *(rules or [])]
 
-    def add(self, rule: Rule) -> None:
-        self._rules.append(rule)
-
     def for_transition(self, src: JobState, dst: JobState) -> list[Rule]:
         return [r for r in self._rules if r.applies(src, dst)]

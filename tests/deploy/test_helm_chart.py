@@ -217,7 +217,6 @@ def test_monitoring_objects_are_optional(render: Render) -> None:
 
 
 def test_alerts_use_metrics_the_broker_exports_and_are_documented(render: Render) -> None:
-    import broker.orchestration  # noqa: F401  (metrics and orchestration import each other)
     from broker import metrics
 
     # collect() names families without the _total / _bucket / _count / _sum of their samples

@@ -9,7 +9,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -64,10 +63,10 @@ def test_an_api_only_server_and_a_control_process_run_a_job(tmp_path: Path, pg_s
             "entrypoint": {"image": "registry.local/train:1.0", "command": ["python", "t.py"]},
             "max_runtime": "10m", "annotations": {"isthmus.io/sim-duration": "20"},
         })["id"]
-        t0 = time.monotonic()
+        # the poll gives up long before the admission interval (120 s < 600 s): only the
+        # NOTIFY wake can get the job there in time
         wait_until(lambda: api.job(job)["state"] == "SUCCEEDED", 120,
                    "the job to be admitted (woken by NOTIFY), run and end", interval=0.2)
-        assert time.monotonic() - t0 < 120 < 600  # never waited for the admission interval
         # the control loop's own metrics are served by its process, not by the API's
         text = httpx.get(f"http://127.0.0.1:{metrics}/metrics", timeout=10).text
         cycles = [line for line in text.splitlines()

@@ -6,7 +6,6 @@ import copy
 
 from fastapi.testclient import TestClient
 
-import broker.orchestration  # noqa: F401  (first: metrics and orchestration import each other)
 from broker.api.app import create_app
 from broker.config import parse_config
 from broker.domain import FailureCategory, Reason

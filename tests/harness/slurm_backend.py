@@ -89,7 +89,7 @@ def wait_fact(backend: Backend, name: str, phases: set[Phase], timeout: float = 
 
 def output_of(backend: SlurmBackend, name: str, job_id: str) -> str:
     path = Path(backend.settings.work_dir) / f"{name}-{job_id}.out"
-    return wait_until(lambda: path.read_text() if path.exists() else None, timeout=10,
+    return wait_until(lambda: path.read_text() if path.exists() else None, timeout=60,
                       what=f"output {path}")
 
 

@@ -18,6 +18,7 @@ from broker.config import IsthmusConfig, parse_config
 from broker.store import Database
 from tests.builders import spec
 from tests.harness.paths import EXAMPLE_CONFIG
+from tests.harness.wait import wait_until
 
 PROBLEM = "application/problem+json"
 
@@ -166,8 +167,9 @@ def live_url(db: Database, example_config: IsthmusConfig) -> Iterator[str]:
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    while not server.started:
-        thread.join(0.05)
+    wait_until(lambda: server.started or not thread.is_alive(), 60, "the server to start",
+               interval=0.05)
+    assert server.started, "the server thread ended before it started"
     port = server.servers[0].sockets[0].getsockname()[1]
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True

@@ -14,7 +14,6 @@ from broker.orchestration import (
     TransitionContext,
     set_state,
 )
-from broker.orchestration.policy import default_rules
 from broker.orchestration.replay import replay
 from broker.orchestration.transitions import JobNotFound
 from broker.store import Database
@@ -139,8 +138,7 @@ def test_refusal_runs_cleanup_of_earlier_rules_and_writes_nothing(
 
 def test_after_hooks_see_the_new_state(db: Database) -> None:
     log: list[str] = []
-    rules = default_rules()
-    rules.add(Recorder(log))
+    rules = RuleSet([Recorder(log)])
     with db.write() as s:
         job_id = insert_job_in_state(s, S.QUEUED, Reason.WaitingForAdmission)
         assert set_state(s, job_id, S.ADMITTED, Reason.Admitted, ADMIT, rules=rules).accepted

@@ -23,12 +23,11 @@ pytestmark = pytest.mark.k8s
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 
 
-def test_up_with_kueue_again_reuses_its_cluster_fast(k8s_kueue_cluster: K8sCluster) -> None:
-    proc, seconds = run_up(timeout=120, kueue=True)
+def test_up_with_kueue_again_reuses_its_cluster(k8s_kueue_cluster: K8sCluster) -> None:
+    proc, _ = run_up(timeout=120, kueue=True)
     assert proc.returncode == 0, proc.stderr
     assert "reusing running cluster" in proc.stderr
     assert "K8S_KUEUE_VERSION=v0.17.0" in proc.stdout
-    assert seconds < 10, f"warm up took {seconds:.1f}s"
     # its own cluster: never the default one (whose config hash says kueue=0)
     assert str(k8s_kueue_cluster.state_dir) == kueue_env()["ISTHMUS_K8S_STATE"]
 

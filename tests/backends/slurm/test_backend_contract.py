@@ -221,15 +221,16 @@ def test_cancel_signals_first_then_kills_after_grace(
     req = jobs.request({"script": trap}, pool="slurm-h100", replicas=1, grace=60)
     job_id = backend.submit(req).backend_id
     wait_fact(backend, req.name, {Phase.RUNNING}, timeout=30)
-    output_of(backend, req.name, job_id)
-    time.sleep(1)  # let the user's trap get installed
+    # the script says "started" once its trap is installed
+    wait_until(lambda: "started" in output_of(backend, req.name, job_id), timeout=60,
+               interval=0.5, what="the user's trap to be installed")
     result = backend.cancel(req.name, 3)
     assert result.found and result.signalled, result
     assert fact_for(backend, req.name).phase is Phase.RUNNING  # still checkpointing
     wait_until(lambda: "checkpointing rank 0" in output_of(backend, req.name, job_id),
-               timeout=10, interval=0.5, what="USR1 reached the rank")
-    time.sleep(3)
-    fact = wait_fact(backend, req.name, {Phase.CANCELLED}, timeout=30)
+               timeout=60, interval=0.5, what="USR1 reached the rank")
+    # the kill comes after the 3 s grace: polled, as the trap's sleep 30 would outlast it
+    fact = wait_fact(backend, req.name, {Phase.CANCELLED}, timeout=60)
     assert fact.reason is Reason.CancelledByUser and fact.actor is None, fact
     assert not backend.cancel(req.name, 3).found
 

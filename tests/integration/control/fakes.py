@@ -22,26 +22,41 @@ class BlockingBackend:
         self._open = threading.Event()
         self._open.set()
         self.observe_too = True
+        self.hanging: list[str] = []
+        """The calls hanging now, by name."""
+        self.ended: list[str] = []
+        """The calls that have ended since the last `block` (released, or given up at
+        `limit`): a caller that went on while its call is not here did not wait for it."""
+        self._count = threading.Lock()
 
     def block(self, observe: bool = True) -> None:
         """From now on inventory (and observe, unless told otherwise) hang."""
         self.observe_too = observe
+        with self._count:
+            self.ended.clear()
         self._open.clear()
 
     def release(self) -> None:
         self._open.set()
 
-    def _hold(self) -> None:
-        if not self._open.wait(self.limit):
-            raise BackendUnavailable(f"{self.name} still blocked after {self.limit:g}s")
+    def _hold(self, call: str) -> None:
+        with self._count:
+            self.hanging.append(call)
+        try:
+            if not self._open.wait(self.limit):
+                raise BackendUnavailable(f"{self.name} still blocked after {self.limit:g}s")
+        finally:
+            with self._count:
+                self.hanging.remove(call)
+                self.ended.append(call)
 
     def inventory(self) -> InventorySnapshot:
-        self._hold()
+        self._hold("inventory")
         return self.inner.inventory()
 
     def observe(self, names: Sequence[str] | None = None) -> Sequence[Fact]:
         if self.observe_too:
-            self._hold()
+            self._hold("observe")
         return self.inner.observe(names)
 
     def __getattr__(self, attr: str) -> Any:

@@ -114,17 +114,10 @@ def test_stop_returns_while_a_control_job_wakes_another(threaded_sim: Sim) -> No
     try:
         wait_until(started.is_set, 60, "the probe to run")
         stopper.start()
-        lock = runtime.scheduler._jobstores_lock
-
-        def shutdown_holds_the_lock() -> bool:
-            if runtime.scheduler.state != STATE_STOPPED:
-                return False
-            if lock.acquire(blocking=False):  # not yet taken by the shutdown
-                lock.release()
-                return False
-            return True
-
-        wait_until(shutdown_holds_the_lock, QUICK_S, "the shutdown to wait for the probe")
+        # the shutdown marks the scheduler stopped, then takes its lock and waits for the
+        # probe; the probe, released now, wakes admission after that (public state only)
+        wait_until(lambda: runtime.scheduler.state == STATE_STOPPED, QUICK_S,
+                   "the shutdown to begin", interval=0.01)
     finally:
         release.set()
     stopper.join(QUICK_S)

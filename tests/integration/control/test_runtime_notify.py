@@ -18,7 +18,7 @@ from broker.store.notify import Listener, Notifier
 from broker.store.queries import get_job
 from tests.builders import spec
 from tests.fixtures.postgres import POSTGRES_ONLY
-from tests.harness.runtime import QUICK_S, SLOW, idle, slow_runtime
+from tests.harness.runtime import QUICK_S, idle, slow_runtime
 from tests.harness.sim import Sim
 from tests.harness.wait import wait_until
 
@@ -46,14 +46,13 @@ def test_a_submit_to_a_replica_that_does_not_lead_wakes_the_leaders_admission(
         app = create_app(sim.plane.config, sim.plane.db, None)
         client = TestClient(app)
         body = spec().flavors("h100-80g").build().model_dump(mode="json", exclude_none=True)
-        t0 = time.monotonic()
         answer = client.post("/v1/jobs", json=body)
         assert answer.status_code == 201, answer.text
         job = answer.json()["id"]
+        # the poll gives up long before the admission interval (QUICK_S < SLOW.admission)
         wait_until(lambda: _state(sim.plane.db, job) != "QUEUED"
                    and _state(sim.plane.db, job) != "SUBMITTED", QUICK_S,
                    "the other replica's submit to wake the leader's admission", interval=0.05)
-        assert time.monotonic() - t0 < QUICK_S < SLOW.admission
         assert leader._cycles["admission"] > passes
         assert leader._listener is not None and leader._listener.received >= 1
         notifier = app.state.wake_admission.notifier

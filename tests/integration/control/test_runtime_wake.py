@@ -46,17 +46,14 @@ def test_a_submit_is_admitted_dispatched_and_seen_running_before_any_interval(
         client = TestClient(create_app(sim.plane.config, sim.plane.db, runtime))
         body = spec().flavors("h100-80g").build().model_dump(mode="json", exclude_none=True)
         body["env"] = {"ISTHMUS_SIM_DURATION": "600"}
-        t0 = time.monotonic()
         answer = client.post("/v1/jobs", json=body)
         assert answer.status_code == 201, answer.text
         job = answer.json()["id"]
+        # each poll gives up long before any interval (QUICK_S < SLOW.*): only wakes get there
         wait_until(lambda: _state(sim, job) in ("ADMITTED", "PREPARING", "RUNNING"), QUICK_S,
                    "the submit to wake the admission cycle", interval=0.02)
-        admitted = time.monotonic() - t0
         wait_until(lambda: _state(sim, job) == "RUNNING", QUICK_S,
                    "admission to wake dispatch, and dispatch the reconciler", interval=0.02)
-        running = time.monotonic() - t0
-        assert admitted < QUICK_S and running < QUICK_S < SLOW.admission
     finally:
         stop.set()
         runtime.stop()

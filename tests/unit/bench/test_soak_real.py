@@ -139,12 +139,16 @@ def test_outage_stops_the_daemon_then_restarts_it_and_notes_unavailable_jobs(
 
 def test_a_kept_connection_the_server_closed_is_opened_again() -> None:
     async def run() -> list[int]:
+        closed = asyncio.Queue[None]()
+
         async def answer_once(reader: asyncio.StreamReader,
                               writer: asyncio.StreamWriter) -> None:
             await reader.readuntil(b"\r\n\r\n")
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
             await writer.drain()
             writer.close()  # as a keep-alive timeout does, between two requests
+            await writer.wait_closed()
+            closed.put_nowait(None)
 
         server = await asyncio.start_server(answer_once, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
@@ -152,7 +156,7 @@ def test_a_kept_connection_the_server_closed_is_opened_again() -> None:
         out = []
         for _ in range(3):
             out.append((await conns.request("GET", "/", None, {})).status)
-            await asyncio.sleep(0.1)
+            await asyncio.wait_for(closed.get(), 60)  # the server closed the kept connection
         server.close()
         return out
 

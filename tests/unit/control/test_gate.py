@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pytest
 
@@ -45,11 +45,25 @@ def _hold(gate: GatedBackend) -> threading.Thread:
     """Start a cancel that holds the adapter until released; return once it holds it."""
     t = threading.Thread(target=gate.cancel, args=("x", 0), daemon=True)
     t.start()
-    deadline = time.monotonic() + 10
-    while "cancel" not in gate.busy_with():
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_until(lambda: "cancel" in gate.busy_with(), 60, "the cancel to hold the adapter",
+               interval=0.01)
     return t
+
+
+class Acquires:
+    """The adapter's lock, logging how long each caller was willing to wait for it (0: not
+    at all): the gate's waits told by what it asked for, not by a clock."""
+
+    def __init__(self, lock: Any) -> None:
+        self.lock = lock
+        self.waits: list[float] = []
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        self.waits.append(timeout if blocking else 0.0)
+        return bool(self.lock.acquire(blocking, timeout))
+
+    def release(self) -> None:
+        self.lock.release()
 
 
 def test_a_busy_adapter_is_waited_for_within_the_lock_wait(hanging: Hanging) -> None:
@@ -62,31 +76,28 @@ def test_a_busy_adapter_is_waited_for_within_the_lock_wait(hanging: Hanging) -> 
 
 def test_waits_for_a_busy_adapter_are_bounded(hanging: Hanging) -> None:
     gate = GatedBackend(hanging, lock_wait=0.5)  # type: ignore[arg-type]
-    _hold(gate)
-    started = time.monotonic()
+    holder = _hold(gate)
+    gate._lock = lock = Acquires(gate._lock)  # type: ignore[assignment]
     with pytest.raises(BackendUnavailable, match="busy: its cancel call has run for"):
         gate.lookup("y")
-    assert 0.4 < time.monotonic() - started < 3
+    assert lock.waits == [0.5]  # waited its lock wait for the adapter ...
+    assert holder.is_alive() and "cancel" in gate.busy_with()  # ... not for the cancel to end
     # the holder has now run longer than the lock wait: later callers do not queue behind it
-    started = time.monotonic()
     with pytest.raises(BackendUnavailable, match="busy"):
         gate.lookup("z")
-    assert time.monotonic() - started < 0.3
+    assert lock.waits == [0.5, 0.0]
 
 
 def test_observe_times_out_and_is_not_stacked(hanging: Hanging) -> None:
     gate = GatedBackend(hanging, observe_timeout=0.3)  # type: ignore[arg-type]
-    started = time.monotonic()
     with pytest.raises(BackendUnavailable, match=r"did not answer observe within 0\.3s"):
         gate.observe(["a"])
-    assert time.monotonic() - started < 3
+    assert gate.in_flight("observe") is not None  # the caller went on; the call did not end
     with pytest.raises(BackendUnavailable, match="previous observe call"):
         gate.observe(["a"])  # at once: the first call still runs and holds the adapter
     hanging.release.set()
-    deadline = time.monotonic() + 10
-    while gate.in_flight("observe") is not None:
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    wait_until(lambda: gate.in_flight("observe") is None, 60, "the released observe to end",
+               interval=0.01)
     assert gate.observe(["a"]) == []
 
 
