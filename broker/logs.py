@@ -89,4 +89,8 @@ def configure(level: int | str = logging.INFO, stream: TextIO | None = None) -> 
     # alembic lists the plugins it sets up on every start (seven INFO lines, even before a
     # refusal); the migrations it runs ("Running upgrade ...") are still told
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
+    # the HTTP client logs every request at INFO (the simulator's progress reports, the
+    # Kubernetes and OIDC clients): one line per call tells nothing that changed
+    for chatty in ("httpx", "httpcore"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     return handler
