@@ -173,11 +173,6 @@ class Control(_Strict):
     reason as BackendUnavailable and tries again next pass."""
     backend_lock_wait: float = Field(default=10.0, gt=0)
     """How long submit, lookup and cancel wait for an adapter busy with another call."""
-    preemption_min_runtime: float = Field(default=600.0, ge=0)
-    """A job that has run less than this is never a preemption victim (so that it does some
-    useful work before it can be stopped again)."""
-    preemption_protect_near_end: float = Field(default=900.0, ge=0)
-    """A job expected to end within this (start + max_runtime) is never a victim."""
     decision_retention: float = Field(default=7 * 86400.0, gt=0, le=366 * 86400.0)
     """Admission cycles and their logged decisions older than this are pruned (seconds)."""
     decision_prune_batch: int = Field(default=500, ge=1, le=100_000)
@@ -317,6 +312,33 @@ class IsthmusConfig(_Strict):
     slurm_compat: SlurmCompat | None = Field(
         default=None, description="how isbatch maps sbatch requests (broker/hpc/compat_config.py)"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fold_legacy_keys(cls, data: Any) -> Any:
+        """The older spellings `control.preemption_min_runtime` and
+        `control.preemption_protect_near_end` are moved into `policies.preemption` before
+        validation, so that every reader (the server, `config check --show`) sees the one
+        value in effect; given both ways with different values, the file is refused."""
+        if not isinstance(data, dict) or not isinstance(data.get("control"), dict):
+            return data
+        control = dict(data["control"])
+        policies = dict(data.get("policies") or {})
+        if not isinstance(policies.get("preemption", {}), dict):
+            return data  # the section's own validation names the problem
+        preemption = dict(policies.get("preemption") or {})
+        for old, new in (("preemption_min_runtime", "min_runtime"),
+                         ("preemption_protect_near_end", "protect_near_end")):
+            if old not in control:
+                continue
+            value = control.pop(old)
+            if new in preemption and preemption[new] != value:
+                raise ValueError(
+                    f"control.{old} ({value}) and policies.preemption.{new} "
+                    f"({preemption[new]}) disagree; keep only policies.preemption.{new}")
+            preemption[new] = value
+        return {**data, "control": control,
+                "policies": {**policies, "preemption": preemption}}
 
     @model_validator(mode="after")
     def _references(self) -> IsthmusConfig:

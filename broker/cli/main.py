@@ -179,16 +179,18 @@ def config_check(
         "--show", help="also print every policy parameter in effect (defaults filled in)")
     ] = False,
 ) -> None:
-    """Validate an isthmus.yaml and print a summary."""
-    from broker.wiring.runtime import check_backends
+    """Validate an isthmus.yaml as the server does when it starts (all but binding its port
+    and opening its database) and print a summary."""
+    from broker.server import ServerError, check_config
 
     try:
         cfg = load_config(file)
     except ConfigError as exc:
         _fail(str(exc), code=1)
-    problems = check_backends(cfg)  # the server refuses to start on these too
-    if problems:
-        _fail("\n".join(f"{file}: {line}" for line in problems), code=1)
+    try:
+        check_config(cfg, file, cfg.server.host)  # the server's own start-up check
+    except ServerError as exc:
+        _fail(str(exc), code=1)
     if as_json:
         emit_json({"file": str(file), "ok": True, "backends": len(cfg.backends),
                    "pools": len(cfg.pools), "flavors": len(cfg.flavors),

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
-
 from backends.base import Backend
-from broker.config import Control, IsthmusConfig, Policies
+from broker.config import IsthmusConfig, Policies
 from broker.control.gate import UnavailableBackend
 from broker.control.lease import LeaderLease
 from broker.control.plane import ControlParams, ControlPlane
@@ -82,20 +80,13 @@ def control_params(config: IsthmusConfig) -> ControlParams:
         inventory_max_age_s=c.inventory_max_age, observe_timeout_s=c.observe_timeout,
         lock_wait_s=c.backend_lock_wait,
         fair_share_half_life_s=p.fair_share.half_life, cancel_grace_s=p.cancel_grace,
-        **policy_params(p, c),
+        **policy_params(p),
     )
 
 
-def _either(section: BaseModel, key: str, control: Control, old_key: str) -> float:
-    """`policies.<section>.<key>` when given, else the older `control.<old_key>` spelling."""
-    if key in section.model_fields_set or old_key not in control.model_fields_set:
-        return float(getattr(section, key))
-    return float(getattr(control, old_key))
-
-
-def policy_params(p: Policies, control: Control | None = None) -> dict[str, Any]:
-    """The `policies:` section as the pure policies' parameter objects."""
-    control = control or Control()
+def policy_params(p: Policies) -> dict[str, Any]:
+    """The `policies:` section as the pure policies' parameter objects (the older
+    `control.preemption_*` keys are folded into it when the configuration is read)."""
     w, pl, o = p.placement.weights, p.placement, p.ordering
     return {
         "admission": AdmissionParams(
@@ -122,9 +113,8 @@ def policy_params(p: Policies, control: Control | None = None) -> dict[str, Any]
             max_admissions=p.admission.max_admissions,
         ),
         "preemption": PreemptionParams(
-            min_runtime_s=_either(p.preemption, "min_runtime", control, "preemption_min_runtime"),
-            protect_near_end_s=_either(p.preemption, "protect_near_end", control,
-                                       "preemption_protect_near_end"),
+            min_runtime_s=p.preemption.min_runtime,
+            protect_near_end_s=p.preemption.protect_near_end,
             max_victims=p.preemption.max_victims,
         ),
         "retry": RetryParams(

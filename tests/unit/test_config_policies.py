@@ -106,3 +106,37 @@ def test_config_check_show_prints_every_parameter(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert "half_life: 600.0" in out.stdout and "max_preemptions: 10" in out.stdout
     assert "protect_near_end: 900.0" in out.stdout and "cancel_grace: null" in out.stdout
+
+
+def test_the_older_control_keys_are_the_policies_values_shown() -> None:
+    """`control.preemption_*` (older spelling) becomes `policies.preemption.*` when the file
+    is read: what `config check --show` prints (cfg.policies) is what the server uses."""
+    cfg = parse_config({"control": {"preemption_min_runtime": 5,
+                                    "preemption_protect_near_end": 30}})
+    assert (cfg.policies.preemption.min_runtime, cfg.policies.preemption.protect_near_end) \
+        == (5, 30)
+    used = control_params(cfg).preemption
+    assert (used.min_runtime_s, used.protect_near_end_s) == (5, 30)
+
+
+def test_the_older_and_newer_spellings_may_not_disagree() -> None:
+    with pytest.raises(ConfigError, match="control.preemption_min_runtime .* disagree"):
+        parse_config({"control": {"preemption_min_runtime": 5},
+                      "policies": {"preemption": {"min_runtime": 60}}})
+    same = parse_config({"control": {"preemption_min_runtime": 60},
+                         "policies": {"preemption": {"min_runtime": 60}}})
+    assert same.policies.preemption.min_runtime == 60
+
+
+@pytest.mark.slow
+def test_config_check_refuses_what_the_server_refuses(tmp_path: Path) -> None:
+    """config check is the server's own start-up check: a token whose env var is unset fails
+    both, with the same message."""
+    cfg = tmp_path / "isthmus.yaml"
+    cfg.write_text("auth:\n  mode: token\n  tokens:\n"
+                   "    - {name: ops, team: vision, token_env: ISTHMUS_TEST_UNSET_TOKEN}\n"
+                   "teams: [{name: vision}]\n")
+    out = subprocess.run([sys.executable, "-m", "broker.cli.main", "config", "check",
+                          str(cfg)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1
+    assert "auth.tokens: the env vars of token(s) ['ops'] are not set" in out.stderr + out.stdout
