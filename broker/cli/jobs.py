@@ -57,16 +57,19 @@ def submit(
 def plan(file: SpecFile, server: ServerUrl = DEFAULT_URL, token: Token = None,
          as_json: AsJson = False) -> None:
     """What admission would decide for a spec now (like `sbatch --test-only`): every pool's
-    verdict, the placement or the reason, and the estimated start. Nothing is submitted."""
+    verdict, the placement or the reason, and the estimated start. Nothing is submitted.
+    Exits 1 when the job would be rejected (as `isbatch --test-only` does)."""
     from policies.explain import Explanation
 
     data = call(server, token, "plan", _read_spec(file))
     if as_json:
         emit_json(data)
+        if data["would_reject"]:
+            raise typer.Exit(1)
         return
     if data["would_reject"]:
         console.print(f"would be REJECTED ({data['reason']}): {data['message']}", markup=False)
-        return
+        raise typer.Exit(1)
     if data["explanation"] is None:
         console.print(f"valid ({data['reason']}): {data['message']}", markup=False)
     else:

@@ -81,6 +81,12 @@ def test_submit_status_events_cancel_and_db_check(server: str, db_url: str) -> N
     assert yaml_job.returncode == 0 and "QUEUED" in yaml_job.stdout
     too_big = run("submit", "-f", str(JOBS / "too-big.json"), url=server)
     assert too_big.returncode == 0 and "REJECTED (ExceedsCapacity)" in too_big.stdout
+    # plan answers like `isbatch --test-only`: 1 when the job would be rejected, 0 when not
+    for args in ((), ("--json",)):
+        would = run("plan", "-f", str(JOBS / "too-big.json"), *args, url=server)
+        assert would.returncode == 1 and "ExceedsCapacity" in would.stdout, would
+        fits = run("plan", "-f", str(JOBS / "vit-pretrain.yaml"), *args, url=server)
+        assert fits.returncode == 0, fits
 
     listed = json.loads(run("list", "--json", url=server).stdout)
     assert len(listed["items"]) == 3
