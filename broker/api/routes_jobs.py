@@ -266,8 +266,11 @@ def render(
     """The exact batch script (Slurm) or manifests (Kubernetes) the attempt was created with."""
     a = _visible_attempt(_db(request), job_id, number, caller)
     if a.rendered is None:
-        raise Problem(404, "not-rendered", "Nothing rendered",
-                      f"attempt {number} has no backend object yet (dispatch: {a.dispatch})")
+        why = (f"attempt {number} has no backend object yet (dispatch: {a.dispatch})"
+               if a.dispatch != att.CREATED else
+               f"attempt {number} was created on {a.backend}, which sends no script or "
+               f"manifest (a simulated backend): there is nothing to show")
+        raise Problem(404, "not-rendered", "Nothing rendered", why)
     return Response(a.rendered, media_type="text/plain; charset=utf-8")
 
 

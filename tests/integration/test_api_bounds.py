@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -14,6 +15,7 @@ from fastapi.testclient import TestClient
 from broker.api.app import create_app
 from broker.config import IsthmusConfig
 from broker.store import Database
+from broker.store import attempts as att
 from tests.builders import spec
 
 PROBLEM = "application/problem+json"
@@ -220,3 +222,17 @@ def test_method_not_allowed_carries_allow(client: TestClient) -> None:
     r = client.delete("/v1/jobs")
     _problem(r, 405)
     assert set(r.headers["allow"].replace(" ", "").split(",")) == {"GET", "POST"}
+
+
+def test_render_of_an_attempt_its_backend_renders_nothing_says_why(
+        client: TestClient, db: Database) -> None:
+    job = client.post("/v1/jobs", json=spec().dict()).json()
+    with db.write() as s:
+        att.insert_attempt(s, att.AttemptRecord(
+            job_id=job["id"], number=1, snapshot_json="{}", spec_hash="x",
+            backend_name=f"isthmus-{job['id']}-1", created_at=datetime.now(UTC),
+            backend="sim-slurm", pool="slurm-h100", flavor="h100-80g", gpus=8,
+            dispatch=att.CREATED, phase="RUNNING", preempted=False))
+    detail = _problem(client.get(f"/v1/jobs/{job['id']}/attempts/1/render"), 404)["detail"]
+    assert "sim-slurm, which sends no script or manifest" in detail
+    assert "no backend object yet" not in detail
