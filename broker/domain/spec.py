@@ -283,6 +283,13 @@ class RetryPolicy(_Strict):
     max_backoff: BackoffDuration = 900
 
 
+def _reserved_env(name: str) -> bool:
+    """Names the job's env may not set: what Isthmus gives the ranks, and the loader's hooks."""
+    if name in ("LD_PRELOAD", "LD_AUDIT"):
+        return True
+    return name.startswith("ISTHMUS_") and not name.startswith("ISTHMUS_SIM_")
+
+
 class JobSpec(_Strict):
     """A gang-scheduled training job, as submitted."""
 
@@ -348,6 +355,14 @@ class JobSpec(_Strict):
             raise ValueError(
                 f"invalid variable name(s) {bad}: use letters, digits and '_', not starting "
                 "with a digit"
+            )
+        reserved = sorted(k for k in v if _reserved_env(k))
+        if reserved:
+            raise ValueError(
+                f"reserved variable name(s) {reserved}: Isthmus sets ISTHMUS_* for the ranks "
+                "(the job's id, attempt, progress token, resume point; ISTHMUS_SIM_* are the "
+                "simulator's and allowed), and LD_PRELOAD / LD_AUDIT would run code in every "
+                "process of the job's image; remove them from env"
             )
         return v
 
