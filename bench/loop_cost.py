@@ -15,8 +15,9 @@ Workload (seeded, `workload`): gangs of 1x1 .. 4x8 GPUs over two simulated backe
 Slurm-like H100 partition for 8-GPU replicas, a Kubernetes-like A100 pool for the rest), four
 teams, `--rate` arrivals per simulated second, run times of 30-300 s; one job in ten loses a
 node on its first attempt (INFRA_TRANSIENT: FAILED, retried after its backoff on another
-node); one in eight is `low` priority and one in thirty `high`, which preempts low work when
-its pool is full (the pools are sized to the offered load, the A100 pool a little short).
+node); one in eight is `low` priority (running twice as long) and one in fifty a `high` 8x4
+A100 gang, which preempts lower-priority work when its pool is full. The pools are sized from
+the workload to keep the queue steady (`config`): the cost per job does not grow with --jobs.
 
 The backends are `backends.sim` simulators. Their own CPU is measured, not guessed: every call
 into a simulator (inventory, submit, observe and the facts it builds lazily, cancel, lookup)
@@ -74,7 +75,7 @@ from backends.base import (
     SubmitRequest,
     SubmitResult,
 )
-from backends.sim.backend import DURATION_ENV, SimBackend, SimClock, SimPoolSpec
+from backends.sim.backend import DURATION_ENV, SimBackend, SimClock, SimFailures, SimPoolSpec
 from backends.sim.faults import FAIL_ANNOTATION
 from broker import ledger, logs
 from broker.config import IsthmusConfig, parse_config
@@ -108,21 +109,28 @@ SHAPES: tuple[tuple[int, int, float], ...] = (
 LOW_SHARE, HIGH_SHARE, FAIL_SHARE = 1 / 8, 1 / 50, 1 / 10
 RUN_S = (30.0, 300.0)
 LOW_RUN_FACTOR = 2.0
-A100_ROOM = 1.0
-HIGH_SHAPE = (4, 4)
-"""High-priority jobs are wide A100 gangs: the ones that seldom find room without preempting."""
 """Low-priority work runs longer: the kind a high-priority job finds in its way."""
+HIGH_SHAPE = (8, 4)
+"""High-priority jobs are wide A100 gangs: the ones that seldom find room without preempting."""
+A100_ROOM = 1.05
+"""The A100 pool's GPUs per GPU its jobs keep busy on average (see `config`)."""
 
 
-def config(rate: float) -> IsthmusConfig:
-    """Two simulated backends whose pools fit the offered load (`rate` arrivals per simulated
-    second): room for the mean GPUs busy on H100, a little less on A100 (so that high-priority
-    jobs find low-priority work in their way there); quotas never bind."""
-    mean_run = sum(RUN_S) / 2 * (1 + LOW_SHARE * (LOW_RUN_FACTOR - 1))
+def config(rate: float, specs: Sequence[dict[str, Any]], tick: float = 5.0) -> IsthmusConfig:
+    """Two simulated backends whose pools fit the offered load: `specs` arriving at `rate` per
+    simulated second keep this many GPUs of each flavor busy on average (run time, the
+    simulator's start-up, a tick until the end is seen); the H100 partition has 30% more, the
+    A100 pool A100_ROOM times as much (retries and preempted work run again take the rest, so
+    high-priority gangs find low-priority work in their way there); quotas never bind."""
     busy = {"h100-80g": 0.0, "a100-80g": 0.0}
-    for replicas, gpus, share in SHAPES:
-        busy[flavor_of(gpus)] += rate * share * replicas * gpus * mean_run
-    nodes = {f: max(4, math.ceil(b * (1.3 if f == "h100-80g" else A100_ROOM) / GPUS_PER_NODE))
+    held_beyond_run = SimFailures().start_delay_s + tick
+    for spec in specs:
+        gang = spec["gang"]
+        busy[spec["flavors"][0]] += (gang["replicas"] * gang["gpus_per_replica"]
+                                     * (float(spec["env"][DURATION_ENV]) + held_beyond_run))
+    span = max(1, len(specs)) / rate
+    nodes = {f: max(4, math.ceil(b / span * (1.3 if f == "h100-80g" else A100_ROOM)
+                                 / GPUS_PER_NODE))
              for f, b in busy.items()}
     quota = {f: {"nominal": 100_000} for f in busy}
     return parse_config({
@@ -364,8 +372,9 @@ def simulators(cfg: IsthmusConfig, clock: SimClock, seed: int) -> dict[str, SimB
 def run_loop(url: str, db_name: str, n: int, rate: float, tick: float, seed: int,
              profiler: Profiler | None = None, max_ticks: int | None = None) -> LoopRun:
     """Drive `n` jobs through the loop on the database at `url` (see the module docstring)."""
-    cfg = config(rate)
-    specs = [JobSpec.model_validate(s) for s in workload(n, seed)]
+    shaped = workload(n, seed)
+    cfg = config(rate, shaped, tick)
+    specs = [JobSpec.model_validate(s) for s in shaped]
     db = open_database(url)
     clock = SimClock(datetime(2026, 11, 29, tzinfo=UTC))
     sims = simulators(cfg, clock, seed)
@@ -510,8 +519,8 @@ def api_submit(url: str, n: int, rate: float, seed: int, concurrency: int) -> tu
     warm-up of 50 submits; the database at `url` is fresh."""
     from broker.api.app import create_app
 
-    cfg = config(rate)
     specs = workload(n + 50, seed + 1)
+    cfg = config(rate, specs)
     bodies = [json.dumps(s).encode() for s in specs]
     db = open_database(url)
     app = create_app(cfg, db)
