@@ -47,6 +47,7 @@ import contextlib
 import cProfile
 import io
 import json
+import logging
 import math
 import os
 import pstats
@@ -607,8 +608,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=5000, help="jobs through the loop (default 5000)")
     ap.add_argument("--db", choices=("sqlite", "postgres", "both"), default="both")
     ap.add_argument("--pg", default=None,
-                    help="a PostgreSQL URL to create the benchmark's databases on (default: a "
-                    "throwaway server started here)")
+                    help="a PostgreSQL URL whose server gets the benchmark's databases "
+                    "(loop_cost, loop_cost_api: dropped first if they exist, left after; "
+                    "default: a throwaway server started here)")
     ap.add_argument("--rate", type=float, default=2.0,
                     help="arrivals per simulated second (default 2)")
     ap.add_argument("--tick", type=float, default=5.0,
@@ -627,7 +629,33 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--jobs, --rate, --tick and --api-concurrency must be positive")
     api_jobs = args.api_jobs if args.api_jobs is not None else min(args.jobs, 2000)
     max_ticks = args.max_ticks or 20 * math.ceil(args.jobs / (args.rate * args.tick)) + 500
-    logs.configure(stream=open(os.devnull, "w"))  # noqa: SIM115 - for the process's life
+    with server_logging():
+        return _main(args, api_jobs, max_ticks)
+
+
+@contextlib.contextmanager
+def server_logging() -> Iterator[None]:
+    """The server's logging (broker.logs.configure, INFO) written to /dev/null while the
+    benchmark runs, so that the loop formats its log lines as it does in service; the
+    previous logging set-up is put back after (the benchmark also runs inside tests)."""
+    names = ("", logs.ROOT, "apscheduler", "alembic.runtime.plugins")
+    levels = {n: logging.getLogger(n).level for n in names}
+    before = list(logging.getLogger().handlers)
+    with open(os.devnull, "w") as sink:
+        handler = logs.configure(stream=sink)
+        try:
+            yield
+        finally:
+            root = logging.getLogger()
+            root.removeHandler(handler)
+            for h in before:
+                if h not in root.handlers:
+                    root.addHandler(h)
+            for n, level in levels.items():
+                logging.getLogger(n).setLevel(level)
+
+
+def _main(args: argparse.Namespace, api_jobs: int, max_ticks: int) -> int:
     print(f"loop-cost: {args.jobs} jobs, {args.rate:g} arrivals/s, tick {args.tick:g} s, "
           f"seed {args.seed}; python {sys.version.split()[0]}, {os.cpu_count()} CPUs",
           flush=True)

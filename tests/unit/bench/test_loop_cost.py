@@ -4,6 +4,7 @@ out of the per-job figure. No timing is asserted."""
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -28,7 +29,10 @@ def test_a_tiny_run_ends_every_job_with_clean_checks(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_the_command_ends_with_a_line_that_parses(capsys: pytest.CaptureFixture[str]) -> None:
+    handlers, level = list(logging.getLogger().handlers), logging.getLogger().level
     assert loop_cost.main(["--jobs", "40", "--db", "sqlite", "--api-jobs", "10"]) == 0
+    # the server's logging it ran under is taken down again (it runs inside this test session)
+    assert (logging.getLogger().handlers, logging.getLogger().level) == (handlers, level)
     lines = capsys.readouterr().out.strip().splitlines()
     figures = loop_cost.parse_last_line(lines[-1])
     assert figures["postgres"] is None
