@@ -53,6 +53,7 @@ import os
 import pstats
 import random
 import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -587,6 +588,7 @@ def databases(kind: str, pg: str | None) -> Iterator[dict[str, Callable[[str], s
     finally:
         if server is not None:
             server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _pg_database(base: str, name: str) -> str:
