@@ -148,7 +148,10 @@ def config(rate: float, specs: Sequence[dict[str, Any]], tick: float = 5.0) -> I
         "flavors": [{"name": "h100-80g", "gpu_model": "H100", "gpu_memory_gb": 80,
                      "cost_weight": 2.0},
                     {"name": "a100-80g", "gpu_model": "A100", "gpu_memory_gb": 80}],
-        "backends": [{"name": "sim-slurm", "kind": "slurm"}, {"name": "sim-k8s", "kind": "k8s"}],
+        # the simulated Slurm runs images (a site with pyxis), as its SimBackend does
+        "backends": [{"name": "sim-slurm", "kind": "slurm",
+                      "settings": {"container": {"runtime": "pyxis"}}},
+                     {"name": "sim-k8s", "kind": "k8s"}],
         "pools": [
             {"name": "slurm-h100", "backend": "sim-slurm", "flavor": "h100-80g",
              "capacity": {"nodes": nodes["h100-80g"], "gpus_per_node": GPUS_PER_NODE,
