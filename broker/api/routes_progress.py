@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter, Depends, Header, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from broker.api.guards import DB_INT_MAX
@@ -46,22 +46,30 @@ class ProgressAck(BaseModel):
     checkpoint: str | None = None
 
 
-@router.post("/{job_id}/progress", response_model=ProgressAck)
-def progress(
-    job_id: str,
-    body: Progress,
-    request: Request,
+def _bearer(
     authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
-) -> ProgressAck:
+) -> str:
+    """The report's bearer token, or 401: a dependency, so it is asked for before the body is
+    read and validated (an unauthenticated caller learns nothing of what a body must be)."""
     if not authorization or not authorization.lower().startswith("bearer "):
         raise Problem(401, "unauthenticated", "Progress token required",
                       "send 'Authorization: Bearer $ISTHMUS_PROGRESS_TOKEN'",
                       headers={"WWW-Authenticate": 'Bearer realm="isthmus-progress"'})
+    return authorization[7:].strip()
+
+
+@router.post("/{job_id}/progress", response_model=ProgressAck)
+def progress(
+    job_id: str,
+    token: Annotated[str, Depends(_bearer)],
+    body: Progress,
+    request: Request,
+) -> ProgressAck:
     if not is_job_id(job_id):
         raise Problem(404, "job-not-found", "Job not found", f"no job with id '{job_id}'")
     db: Database = request.app.state.db
     now = utcnow()
-    number, first, job = _record(db, job_id, digest(authorization[7:].strip()), body, now)
+    number, first, job = _record(db, job_id, digest(token), body, now)
     if first:  # observed once the report committed: a report done again counts once
         TIME_TO_USEFUL_WORK.labels(job.team).observe((now - job.created_at).total_seconds())
     return ProgressAck(job_id=job_id, attempt=number, step=body.step,

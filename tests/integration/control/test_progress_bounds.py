@@ -39,3 +39,14 @@ def test_out_of_range_progress_is_a_422(sim: Sim, body: dict[str, object], field
     assert r.json()["errors"][0]["field"] == field
     top = client.post(f"/v1/jobs/{job.id}/progress", json={"step": 2**31 - 1}, headers=auth)
     assert top.status_code == 200, top.text
+
+
+@pytest.mark.parametrize("body", [{"step": 2**70}, {"nonsense": 1}, "not json"])
+def test_an_unauthenticated_report_is_a_401_whatever_its_body(sim: Sim, body: object) -> None:
+    """Authentication comes before the body is read: no token, a 401, never a 422 telling the
+    caller what a body must be."""
+    job = submit_job(sim.plane.db, sim.plane.config, spec().flavors("h100-80g").build(), "t").job
+    client = TestClient(create_app(sim.plane.config, sim.plane.db), raise_server_exceptions=False)
+    r = client.post(f"/v1/jobs/{job.id}/progress", json=body)
+    assert r.status_code == 401, r.text
+    assert r.headers["WWW-Authenticate"].startswith("Bearer")
