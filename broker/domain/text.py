@@ -14,10 +14,13 @@ from pydantic import AfterValidator, GetJsonSchemaHandler
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema as cs
 
-# Unicode category Cc (C0, DEL, C1) and Cs (lone surrogates, which no UTF-8 encoder, and so no
-# database, accepts). A regex because scripts may be a megabyte long.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
-_CONTROL_BUT_NL_TAB = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+# Unicode category Cc (C0, DEL, C1), Cs (lone surrogates, which no UTF-8 encoder, and so no
+# database, accepts) and the bidirectional controls (U+061C, U+200E-U+200F, U+202A-U+202E,
+# U+2066-U+2069: they make a name or a script read otherwise than it runs, "Trojan Source").
+# A regex because scripts may be a megabyte long.
+_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_CONTROL = re.compile(f"[\x00-\x1f\x7f-\x9f\ud800-\udfff{_BIDI}]")
+_CONTROL_BUT_NL_TAB = re.compile(f"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff{_BIDI}]")
 
 
 def control_character(value: str, *, multiline: bool = False) -> str | None:
@@ -60,7 +63,8 @@ class _SchemaPattern:
 
 
 Text = Annotated[
-    str, AfterValidator(_plain), _SchemaPattern(r"^[^\x00-\x1f\x7f-\x9f]*$")
+    str, AfterValidator(_plain),
+    _SchemaPattern(r"^[^\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]*$")
 ]
 """A string without control characters."""
 
@@ -68,7 +72,8 @@ TextKey = Annotated[str, AfterValidator(_plain)]
 """Text as a mapping key: JSON Schema states key rules in the mapping's `propertyNames`."""
 
 MultilineText = Annotated[
-    str, AfterValidator(_multiline), _SchemaPattern(r"^[^\x00-\x08\x0b-\x1f\x7f-\x9f]*$")
+    str, AfterValidator(_multiline),
+    _SchemaPattern(r"^[^\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]*$")
 ]
 """A string whose only control characters are newline and tab: a batch script, and what is
 multi-line by nature (`bash -c` arguments, environment values such as a PEM certificate,
