@@ -29,7 +29,8 @@ class ArrayMember(_Strict):
     id: str = Field(min_length=1, max_length=32, description="the array's id, shared by its tasks")
     index: int = Field(ge=0, le=4_000_000)
     count: int = Field(ge=1, le=10_000, description="tasks in the array")
-    limit: int | None = Field(default=None, ge=1, description="running tasks at most (the %N)")
+    limit: int | None = Field(default=None, ge=1, le=10_000,
+                              description="running tasks at most (the %N)")
 
 
 class Scheduling(_Strict):

@@ -1,5 +1,6 @@
-"""Bidirectional controls ("Trojan Source") are refused in names and scripts, as the other
-invisible characters are; ordinary right-to-left text is kept."""
+"""Values at the door: bidirectional controls ("Trojan Source") are refused in names and
+scripts as the other invisible characters are (right-to-left text is kept); array limits are
+bounded like array counts."""
 
 from __future__ import annotations
 
@@ -25,3 +26,13 @@ def test_in_a_script_too_but_not_plain_right_to_left_text() -> None:
     assert control_character("echo hi # \u202e evil", multiline=True) == "U+202E"
     assert control_character("echo \u05e9\u05dc\u05d5\u05dd # \u0645\u0631\u062d\u0628\u0627",
                              multiline=True) is None
+
+
+def test_an_array_limit_is_bounded_like_its_count() -> None:
+    data = spec().build().model_dump()
+    data["scheduling"] = {"array": {"id": "a1", "index": 0, "count": 4, "limit": 10**30}}
+    with pytest.raises(ValidationError) as exc:
+        JobSpec.model_validate(data)
+    assert exc.value.errors()[0]["loc"] == ("scheduling", "array", "limit")
+    data["scheduling"]["array"]["limit"] = 2
+    assert JobSpec.model_validate(data).scheduling is not None
