@@ -120,7 +120,7 @@ def test_the_older_control_keys_are_the_policies_values_shown() -> None:
 
 
 def test_the_older_and_newer_spellings_may_not_disagree() -> None:
-    with pytest.raises(ConfigError, match="control.preemption_min_runtime .* disagree"):
+    with pytest.raises(ConfigError, match=r"control\.preemption_min_runtime .* disagree"):
         parse_config({"control": {"preemption_min_runtime": 5},
                       "policies": {"preemption": {"min_runtime": 60}}})
     same = parse_config({"control": {"preemption_min_runtime": 60},
