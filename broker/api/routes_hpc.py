@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Query, Request
 
 from broker.api import routes_jobs
+from broker.api.job_refs import JobRef
 from broker.api.auth import Principal, principal
 from broker.api.group_commit import SubmitQueue
 from broker.api.problems import Problem, problem_responses
@@ -109,7 +110,7 @@ async def batch(request: Request, caller: Caller) -> dict[str, Any]:
 
 
 @router.post("/jobs/{job_id}/signal", responses=problem_responses(404, 409, 503))
-def signal(job_id: str, request: Request, caller: Caller,
+def signal(job_id: JobRef, request: Request, caller: Caller,
            name: Annotated[str, Body(embed=True, alias="signal", pattern=r"^[A-Z0-9]{1,8}$",
                                      description="e.g. USR1 (no SIG prefix)")]) -> dict[str, Any]:
     """``iscancel --signal``: send a signal to a running job's processes, as ``scancel

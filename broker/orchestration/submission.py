@@ -20,7 +20,7 @@ from broker.feasibility import feasibility
 from broker.logs import get_logger
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import TransitionResult, append_event, set_state
-from broker.store import batch, records
+from broker.store import batch, job_numbers, records
 from broker.store.conflicts import on_conflict
 from broker.store.db import Database
 from broker.store.queries import find_by_idempotency_key, jobs_by_idempotency_keys
@@ -65,6 +65,17 @@ class Submission:
     spec: JobSpec
     actor: str
     key: str | None = None
+    number: int | None = None  # drawn beforehand (an array's tasks); else drawn at submit
+
+
+def _array_of(spec: JobSpec) -> tuple[int | None, int | None]:
+    """(array number, task index): an array whose id is a number (isbatch's arrays are) is
+    found by ``NUMBER_TASK``; another id leaves the task reachable by its own ids only."""
+    array = spec.scheduling.array if spec.scheduling is not None else None
+    if array is None:
+        return None, None
+    parsed = job_numbers.parse_ref(array.id)
+    return (parsed[0] if parsed is not None and parsed[1] is None else None), array.index
 
 
 def known_keys(s: Session, subs: list[Submission]) -> KnownKeys:
@@ -87,13 +98,16 @@ def _submit_in(
         if existing is not None:
             return Submitted(existing, created=False)
     now = utcnow()
+    number = sub.number if sub.number is not None else job_numbers.allocate(s)[0]
+    array_number, array_index = _array_of(spec)
     job = JobRecord(
         id=new_job_id(), name=spec.name, team=spec.team, queue=spec.queue,
         priority=spec.priority, state=JobState.SUBMITTED.value,
         reason=Reason.Submitted.value, message="accepted by the API", attempt=0,
         last_seq=0, total_gpus=spec.gang.total_gpus, spec_json=spec_json,
         spec_hash=spec_hash, idempotency_key=key, submitted_by=actor, created_at=now,
-        updated_at=now, unsaved_events=[],
+        updated_at=now, number=number, array_number=array_number, array_index=array_index,
+        unsaved_events=[],
     )
     append_event(
         s, job, None, JobState.SUBMITTED, Reason.Submitted, job.message,
