@@ -12,8 +12,8 @@ from pydantic import ValidationError
 
 from broker.api.auth import Principal, principal
 from broker.api.group_commit import SubmitQueue
-from broker.api.job_refs import JobRef
 from broker.api.guards import DB_INT_MAX, idempotency_key
+from broker.api.job_refs import JobRef
 from broker.api.listing import decode_cursor, waits
 from broker.api.problems import Problem, invalid_spec, problem_responses
 from broker.api.schemas import CheckpointOut, EventOut, JobOut, JobPage

@@ -98,12 +98,15 @@ def submit(parsed: sbatch_parse.Parsed, environ: Mapping[str, str]) -> int:
         return _fail(f"{exc} (HTTP {exc.status})")
     except TransportError as exc:
         return _fail(f"cannot reach the Isthmus broker at {conf.url}: {exc}")
+    # The number, as Slurm's tools parse it (the Isthmus id only from a broker without numbers).
+    shown = str(job.get("number") or job["id"])
     if options.json:
         print(json.dumps(job, sort_keys=True))
     elif options.parsable:
-        print(job["id"])
+        cluster = parsed.request.extra.get("options", {}).get("clusters")
+        print(f"{shown};{cluster}" if cluster else shown)
     else:
-        print(f"Submitted batch job {job['id']}")
+        print(f"Submitted batch job {shown}")
     return 0
 
 

@@ -78,6 +78,7 @@ def test_submit_queue_cancel_account(server: Server, script: Path, tmp_path: Pat
     out = capsys.readouterr().out
     assert out.startswith("Submitted batch job ")
     job_id = out.split()[-1]
+    assert job_id.isdigit()  # Slurm's tools read the id with a regular expression for digits
 
     assert isqueue.run(["-j", job_id], env) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -180,10 +181,17 @@ def test_one_api_call_per_submission(server: Server, script: Path, tmp_path: Pat
     assert isqueue.run(["--json", "-j", array_id], env) == 0
     tasks = json.loads(capsys.readouterr().out)["jobs"]
     assert sorted(t["job_id"] for t in tasks) == [f"{array_id}_{i}" for i in range(3)]
+    # The array's id is its first task's number, as Slurm's ArrayJobId
+    assert array_id.isdigit() and parent.isdigit()
+    first = min(tasks, key=lambda t: t["array_task_id"])
+    assert first["job_number"] == int(array_id)
     assert isqueue.run(["--json", "-j", parent], env) == 0
-    assert json.loads(capsys.readouterr().out)["jobs"][0]["isthmus_id"] == parent
+    (parent_row,) = json.loads(capsys.readouterr().out)["jobs"]
+    assert parent_row["job_id"] == parent
     spec = _spec_of(server, tasks[0]["isthmus_id"])
-    assert spec["scheduling"]["dependencies"] == [{"kind": "afterok", "jobs": [parent]}]
+    assert spec["scheduling"]["dependencies"] == [{"kind": "afterok",
+                                                   "jobs": [parent_row["isthmus_id"]]}]
+    assert spec["env"]["SLURM_ARRAY_JOB_ID"] == array_id
     assert spec["scheduling"]["array"]["limit"] == 1
     assert _spec_of(server, parent)["env"]["LR"] == "0.1"
     assert iscancel.run([t["job_id"] for t in tasks] + [parent], env) == 0

@@ -11,6 +11,8 @@ one index search.
 Existing jobs are numbered in submit order (created_at, then id); an existing array's number
 is the number of its lowest-index task. The sequence or counter then starts after them.
 
+Downgrade drops the columns, the sequence and the counter.
+
 Revision ID: 0015_job_number
 Revises: 0013
 """
@@ -76,8 +78,17 @@ def upgrade() -> None:
             sa.Column("next", sa.BigInteger(), nullable=False),
             sa.CheckConstraint("id = 1", name="ck_job_number_counter_one_row"),
         )
-        op.execute(f"INSERT INTO job_number_counter (id, next) VALUES (1, {last + 1})")
+        bind.execute(sa.text("INSERT INTO job_number_counter (id, next) VALUES (1, :next)"),
+                     {"next": last + 1})
 
 
 def downgrade() -> None:
-    raise NotImplementedError("Isthmus migrations are forward-only; restore from a backup")
+    """Forgets the numbers (a later upgrade numbers the jobs again, in submit order)."""
+    if op.get_bind().dialect.name == "postgresql":
+        op.execute("DROP SEQUENCE job_number_seq")
+    else:
+        op.drop_table("job_number_counter")
+    op.drop_index("ix_jobs_array", "jobs")
+    op.drop_index("uq_jobs_number", "jobs")
+    for column in ("array_index", "array_number", "number"):
+        op.drop_column("jobs", column)
