@@ -8,7 +8,8 @@ argument, never shell text of ours) that puts two shims first on PATH and then r
   script's ``srun torchrun ...`` becomes one torchrun per rank, as on Slurm);
 - ``scontrol show hostname(s) [LIST]`` prints the gang's host names, one a line.
 
-Environment: SLURM_JOB_ID, SLURM_JOB_NAME, SLURM_NNODES / SLURM_JOB_NUM_NODES, SLURM_NTASKS,
+Environment: SLURM_JOB_ID (the job's number), SLURM_JOB_NAME, SLURM_NNODES /
+SLURM_JOB_NUM_NODES, SLURM_NTASKS,
 SLURM_JOB_NODELIST (the pods' stable names ``<name>-<i>.<name>``, comma separated),
 SLURM_GPUS_ON_NODE, SLURM_CPUS_PER_TASK, SLURM_SUBMIT_DIR and SLURM_ARRAY_* (from the job's env),
 and per rank SLURM_NODEID, SLURM_PROCID (the completion index), SLURM_LOCALID=0, SLURMD_NODENAME.
@@ -77,7 +78,7 @@ def env(request: SubmitRequest) -> list[dict[str, Any]]:
     """The Slurm variables every rank shares (the per-rank ones come from the wrapper)."""
     spec = request.snapshot.spec
     values = {
-        "SLURM_JOB_ID": request.job_id,
+        "SLURM_JOB_ID": request.slurm_job_id,
         "SLURM_JOB_NAME": spec.name,
         "SLURM_NNODES": str(spec.gang.replicas),
         "SLURM_JOB_NUM_NODES": str(spec.gang.replicas),

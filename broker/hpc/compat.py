@@ -46,6 +46,7 @@ STORED = frozenset({
     "mail_type", "mail_user", "chdir", "comment", "open_mode",
     "requeue", "no_requeue", "hint", "distribution", "verbose", "quiet", "parsable", "export",
     "get_user_env", "propagate", "kill_on_invalid_dep", "wckey", "acctg_freq", "profile",
+    "clusters",  # one federation: -M is kept and shown (--parsable prints ID;CLUSTER)
 })
 # Given options that the mapping reads.
 MAPPED = frozenset({
