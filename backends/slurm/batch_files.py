@@ -16,7 +16,8 @@ NO_ARRAY_INDEX = "4294967294"  # what Slurm writes for %a of a job that is not i
 def user_path(pattern: str | None, request: SubmitRequest) -> str | None:
     """sbatch's --output/--error pattern with %j, %x, %A and %a as the user knows them: the
     job's number (the Isthmus id for an unnumbered job), the job's name, the array's id (else
-    the job's) and the task's index (else Slurm's 4294967294). Other patterns (%N, %u, %n, ...) and %% are Slurm's."""
+    the job's) and the task's index (else Slurm's 4294967294). Other patterns (%N, %u, %n,
+    ...) and %% are Slurm's."""
     if pattern is None:
         return None
     if not _USER_PATH.match(pattern):
