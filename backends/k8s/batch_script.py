@@ -56,11 +56,40 @@ export SLURM_NODEID="$RANK" SLURM_PROCID="$RANK" SLURM_LOCALID=0
 export SLURMD_NODENAME="$(hostname)"
 printf '%s' "$1" > "$shims/batch-script"
 chmod 700 "$shims/batch-script"
-if [ "$(head -c 2 "$shims/batch-script")" = '#!' ]; then
-  exec "$shims/batch-script"
-fi
-exec /bin/bash "$shims/batch-script"
+run="$shims/batch-script"
+[ "$(head -c 2 "$run")" = '#!' ] || run="/bin/bash $run"
+sig="${ISTHMUS_SIGNAL:-}"
+case "$sig" in ''|*[!A-Z0-9]*) exec $run ;; esac
+# The stop signal (sbatch --signal): ISTHMUS_SIGNAL_AFTER seconds after the start, and in the
+# place of the kubelet's TERM (cancel, preemption, the deadline), sent to the script alone
+# (B:) or to its process group, which holds the script's srun steps.
+set -m
+$run &
+child=$!
+target="$child"
+[ "${ISTHMUS_SIGNAL_BATCH_ONLY:-1}" = 1 ] || target="-$child"
+trap 'kill -s "$sig" -- "$target" 2>/dev/null' TERM
+after="${ISTHMUS_SIGNAL_AFTER:-}"
+case "$after" in
+  ''|*[!0-9]*) ;;
+  *) ( exec </dev/null >/dev/null 2>&1; sleep "$after"; kill -s "$sig" -- "$target" ) &
+     timer=$! ;;
+esac
+rc=0
+wait "$child" || rc=$?
+while kill -0 "$child" 2>/dev/null; do rc=0; wait "$child" || rc=$?; done
+[ -z "${timer:-}" ] || kill -- "-$timer" 2>/dev/null || true
+exit "$rc"
 '''
+
+
+def stop_signal_env(request: SubmitRequest) -> dict[str, str]:
+    """What the wrapper needs to send the job's stop signal (checkpoint.signal) its grace
+    before the end (max_runtime) and in the place of the kubelet's TERM."""
+    ckpt = request.snapshot.spec.checkpoint
+    return {"ISTHMUS_SIGNAL": ckpt.signal,
+            "ISTHMUS_SIGNAL_AFTER": str(max(0, request.snapshot.spec.max_runtime - ckpt.grace)),
+            "ISTHMUS_SIGNAL_BATCH_ONLY": "1" if ckpt.signal_batch_only else "0"}
 
 
 def command(script: str) -> list[str]:
@@ -89,4 +118,5 @@ def env(request: SubmitRequest) -> list[dict[str, Any]]:
     if spec.gang.cpus_per_replica:
         values["SLURM_CPUS_PER_TASK"] = str(spec.gang.cpus_per_replica)
     values["SLURM_SUBMIT_DIR"] = spec.env.get("SLURM_SUBMIT_DIR", "/")
+    values.update(stop_signal_env(request))
     return [{"name": k, "value": v} for k, v in values.items()]

@@ -88,7 +88,7 @@ async def batch(request: Request, caller: Caller) -> dict[str, Any]:
         data = json.loads(await request.body())
         specs = batch_submit.specs_of_body(data, config.slurm_compat, caller.team,
                                            batch_submit.resolver(db, team),
-                                           batch_submit.ARRAY_PLACEHOLDER)
+                                           batch_submit.ARRAY_PLACEHOLDER, caller.name)
         checked = [JobSpec.model_validate(s) for s in specs]
     except (CompatError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
         raise Problem(422, "sbatch-not-mapped", "The sbatch request cannot run here",

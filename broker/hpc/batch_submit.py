@@ -69,12 +69,13 @@ def body_of(data: Any) -> BatchBody:
 
 
 def specs_of_body(data: Any, compat: Any, caller_team: str | None,
-                  resolve: Callable[[str], list[str]], array_id: str) -> list[dict[str, Any]]:
+                  resolve: Callable[[str], list[str]], array_id: str,
+                  caller_name: str | None = None) -> list[dict[str, Any]]:
     """`specs_of` for a body as received; CompatError for anything malformed (a value of the
     wrong type deep in ``extra`` too: isbatch never sends one)."""
     body = body_of(data)
     try:
-        return specs_of(body, compat, caller_team, resolve, array_id)
+        return specs_of(body, compat, caller_team, resolve, array_id, caller_name)
     except (AttributeError, KeyError, TypeError) as exc:
         raise CompatError(f"malformed sbatch request: {exc}") from None
 
@@ -118,9 +119,11 @@ def resolver(db: Database, team: str | None) -> Callable[[str], list[str]]:
 
 
 def specs_of(body: BatchBody, compat: Any, caller_team: str | None,
-             resolve: Callable[[str], list[str]], array_id: str) -> list[dict[str, Any]]:
+             resolve: Callable[[str], list[str]], array_id: str,
+             caller_name: str | None = None) -> list[dict[str, Any]]:
     """The specs to submit: one, or one per array task (CompatError when it cannot map)."""
     spec = to_job_spec(body.request, body.script, compat, caller_team=caller_team,
+                       caller_name=caller_name,
                        script_path=body.script_path, environ=body.env,
                        submit_dir=body.submit_dir, resolve=resolve)
     return array_specs(spec, body.request, array_id) if body.request.array else [spec]

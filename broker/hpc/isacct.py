@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from broker.hpc import jobview
+from broker.hpc import jobview, pipes
 from broker.hpc.common import all_jobs, connect, main_guard
 from broker.hpc.jobview import JobView
 
@@ -182,4 +182,5 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
 
 
 def main() -> None:
+    pipes.end_quietly_on_closed_pipe()
     sys.exit(run(sys.argv[1:], os.environ))

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from broker.hpc import client_config, sbatch_parse
+from broker.hpc import client_config, pipes, sbatch_parse
 from broker.hpc.compat import CompatError, CompatTables, exported_env, to_job_spec
 from broker.hpc.hostlist import compress
 from broker.hpc.sbatch_values import SbatchError
@@ -146,6 +146,7 @@ def _test_only(api: ThinClient, parsed: sbatch_parse.Parsed, environ: Mapping[st
     spec = to_job_spec(
         parsed.request, parsed.script, CompatTables.from_json(compat_data["slurm_compat"]),
         caller_team=compat_data["caller"].get("team"),
+        caller_name=compat_data["caller"].get("name"),
         script_path=parsed.command_line.script_path, environ=environ,
         submit_dir=options.chdir or os.getcwd(), resolve=_resolver(api),
     )
@@ -195,4 +196,5 @@ def _local_time(iso: str) -> str:
 
 
 def main() -> None:
+    pipes.end_quietly_on_closed_pipe()
     sys.exit(run(sys.argv[1:], os.environ))

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from broker.client import ApiError, Client
-from broker.hpc import jobview
+from broker.hpc import jobview, pipes
 from broker.hpc.common import all_jobs, connect, main_guard
 from broker.hpc.jobview import JobView
 
@@ -181,4 +181,5 @@ def _done(shown: str, verbose: bool, sig: str | None) -> int:
 
 
 def main() -> None:
+    pipes.end_quietly_on_closed_pipe()
     sys.exit(run(sys.argv[1:], os.environ))

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from broker.hpc import jobview
+from broker.hpc import jobview, pipes
 from broker.hpc.common import DropInError, all_jobs, connect, main_guard
 from broker.hpc.jobview import JobView
 
@@ -243,4 +243,5 @@ def _as_json(job: JobView, now: datetime) -> dict[str, object]:
 
 
 def main() -> None:
+    pipes.end_quietly_on_closed_pipe()
     sys.exit(run(sys.argv[1:], os.environ))

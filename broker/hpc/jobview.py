@@ -19,6 +19,7 @@ job's NODELIST(REASON) is its Isthmus reason, e.g. ``(QuotaExhausted)``.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -72,6 +73,9 @@ class JobView:
     """The numeric id (None for a job stored before numbers): what Slurm's tools see."""
     array_limit: int | None = None
     """An array's %N (running tasks at most)."""
+    stdout: str | None = None
+    """The script's --output pattern (entrypoint.batch.output) as given; `paths` expands it."""
+    stderr: str | None = None
     pending_tasks: str | None = None
     """Set on the one line squeue shows for an array's pending tasks: their indices as
     ``0-5%2`` (`collapse_pending`)."""
@@ -145,6 +149,7 @@ def view(item: dict[str, Any]) -> JobView:
             request = {}
     sbatch: dict[str, Any] = request.get("sbatch") or {}
     array = (spec.get("scheduling") or {}).get("array") or {}
+    batch = (spec.get("entrypoint") or {}).get("batch") or {}
     # An array's id as the user knows it: its number (its first task's); an array stored
     # before numbers, or made through the API with another id, keeps that id.
     array_id = item.get("array_number")
@@ -166,7 +171,19 @@ def view(item: dict[str, Any]) -> JobView:
         array_task_id=array.get("index"),
         estimated_start=_parse_time((item.get("wait") or {}).get("estimated_start")),
         number=item.get("number"), array_limit=array.get("limit"),
+        stdout=batch.get("output"), stderr=batch.get("error"),
     )
+
+
+def expand_path(pattern: str | None, job: JobView) -> str:
+    """An output pattern as the job's files are named: %j, %x, %A, %a, %u as Slurm expands
+    them (Isthmus's number for %j; the other patterns stay); ``(null)`` without one."""
+    if not pattern:
+        return "(null)"
+    values = {"%j": job.raw_id, "%x": job.name, "%u": job.user, "%%": "%",
+              "%A": job.array_job_id or job.raw_id,
+              "%a": str(job.array_task_id) if job.array_task_id is not None else "4294967294"}
+    return re.sub(r"%[jxuAa%]", lambda m: values[m.group(0)], pattern)
 
 
 def index_ranges(indices: list[int]) -> str:

@@ -224,3 +224,27 @@ def _spec_of(server: Server, job_id: str) -> dict[str, Any]:
     r.raise_for_status()
     spec: dict[str, object] = r.json()["spec"]
     return spec
+
+
+def _into_closed_pipe(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run a drop-in whose stdout is a pipe nobody reads any more (``| head`` that ended)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run(argv, env=env, stdout=write_end, stderr=subprocess.PIPE,
+                              text=True, timeout=60, check=False)
+    finally:
+        os.close(write_end)
+
+
+def test_the_drop_ins_end_quietly_in_a_pipe_that_closed(server: Server, script: Path,
+                                                         tmp_path: Path) -> None:
+    """As Slurm's commands do: killed by SIGPIPE, nothing on stderr, no traceback."""
+    env = {**env_for(server, "vision", tmp_path), "PATH": os.environ["PATH"]}
+    bin_dir = ROOT / ".venv" / "bin"
+    assert isbatch.run([str(script)], env) == 0
+    for argv in (["isbatch", "--parsable", str(script)], ["isqueue"], ["isacct", "-X"],
+                 ["iscancel", "--help"]):
+        proc = _into_closed_pipe([str(bin_dir / argv[0]), *argv[1:]], env)
+        assert proc.stderr == "", (argv, proc.stderr)
+        assert proc.returncode == -13, argv  # SIGPIPE, as `sacct | head` ends sacct
