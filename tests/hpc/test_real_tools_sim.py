@@ -85,3 +85,25 @@ def test_snakemake_slurm_executor_runs_a_gpu_workflow_to_its_end(
     assert first.isdigit() and second.isdigit() and first != second
     assert f"SLURM jobid {first}" in log and f"SLURM jobid {second}" in log
     assert node.ran == {first: 0, second: 0}
+
+
+@pytest.mark.skipif(shutil.which("process_worker_pool.py", path=str(BIN)) is None,
+                    reason="parsl is a dev extra (pip install -e '.[dev]')")
+def test_parsl_slurm_provider_gets_a_python_apps_value(
+        server: Server, shim_env: dict[str, str], tmp_path: Path) -> None:
+    with SimNode(server.url, TOKEN, shim_env) as node:
+        proc = subprocess.run(
+            [sys.executable, str(WORKFLOWS / "parsl" / "run_app.py"), str(tmp_path / "runinfo")],
+            cwd=tmp_path, env=shim_env, capture_output=True, text=True, timeout=900,
+            check=False)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-6000:]
+    assert "RESULT 42" in proc.stdout
+    (number,) = node.started  # one block, its id the number sbatch printed
+    # at its end Parsl cancels its block (scancel), still running on the simulation's clock
+    acct = subprocess.run(["sacct", "-X", "-n", "-P", "-j", number, "-o", "JobIDRaw,State"],
+                          env=shim_env, capture_output=True, text=True, timeout=60, check=True)
+    assert acct.stdout.split() == [f"{number}|CANCELLED"]
+    # Parsl cancelled it by the number (its regex takes any id: this is what shows that the id
+    # it read from sbatch is the number Slurm's tools would see)
+    log = "\n".join(p.read_text() for p in (tmp_path / "runinfo").rglob("parsl.log"))
+    assert f"scancel {number}" in log
