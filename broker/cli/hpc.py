@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from broker.cli.common import fail
+from broker.cli.common import AsJson, fail
+from broker.cli.output import emit_json
 from broker.hpc import shims
 
 hpc_app = typer.Typer(no_args_is_help=True, help="HPC login-node helpers.",
@@ -18,6 +19,7 @@ hpc_app = typer.Typer(no_args_is_help=True, help="HPC login-node helpers.",
 def write_shims(
     folder: Annotated[Path, typer.Argument(help="where to write sbatch, squeue, ... (made if "
                                                 "missing); put it first on PATH")],
+    as_json: AsJson = False,
 ) -> None:
     """Write sbatch, squeue, scancel, sacct, scontrol, sinfo (the drop-ins of this install)
     and an srun that explains itself into FOLDER."""
@@ -25,5 +27,8 @@ def write_shims(
         written = shims.write(folder)
     except (shims.ShimError, OSError) as exc:
         fail(str(exc))
+    if as_json:
+        emit_json({"written": [str(p) for p in written]})
+        return
     for path in written:
         typer.echo(str(path))

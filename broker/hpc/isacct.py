@@ -174,7 +174,7 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     def body() -> int:
         with connect(environ) as api:
             rows = [job for job in all_jobs(api) if selection.keeps(job)]
-        rows.reverse()
+        rows = jobview.oldest_first(rows)
         _print_jobs(rows, names, args, now)
         return 0
 

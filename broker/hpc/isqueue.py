@@ -217,7 +217,7 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
                 selection = replace(selection, users={api.whoami()["name"]})
             jobs = [job for job in all_jobs(api, states=selection.wire_states())
                     if selection.keeps(job)]
-        jobs.reverse()  # oldest first, as squeue lists by priority/submission
+        jobs = jobview.oldest_first(jobs)  # as squeue lists by priority/submission
         if not args.array and not args.json:
             jobs = jobview.collapse_pending(jobs)
         _print_jobs(jobs, args, now)

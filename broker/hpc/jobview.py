@@ -175,6 +175,13 @@ def view(item: dict[str, Any]) -> JobView:
     )
 
 
+def oldest_first(jobs: list[JobView]) -> list[JobView]:
+    """The listing (newest first) in submit order, by number where jobs have one: an array's
+    tasks in index order, as Slurm lists job ids."""
+    ordered = list(reversed(jobs))
+    return sorted(ordered, key=lambda j: j.number if j.number is not None else -1)
+
+
 def expand_path(pattern: str | None, job: JobView) -> str:
     """An output pattern as the job's files are named: %j, %x, %A, %a, %u as Slurm expands
     them (Isthmus's number for %j; the other patterns stay); ``(null)`` without one."""

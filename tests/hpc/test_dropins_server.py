@@ -248,3 +248,48 @@ def test_the_drop_ins_end_quietly_in_a_pipe_that_closed(server: Server, script: 
         proc = _into_closed_pipe([str(bin_dir / argv[0]), *argv[1:]], env)
         assert proc.stderr == "", (argv, proc.stderr)
         assert proc.returncode == -13, argv  # SIGPIPE, as `sacct | head` ends sacct
+
+
+def test_an_array_reads_as_slurm_shows_it(server: Server, script: Path, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """One line ID_[0-5%2] while pending (one per task with -r); ARRAY_TASK is an id for
+    squeue, sacct, scontrol, the jobs API and scancel; the array's id selects every task."""
+    import httpx
+
+    from broker.hpc import iscontrol
+
+    env = env_for(server, "vision", tmp_path)
+    assert isbatch.run(["--parsable", "--array=0-5%2", "-J", "sweep", str(script)], env) == 0
+    array = capsys.readouterr().out.strip()
+    assert isqueue.run(["-h", "-o", "%i %t %j", "-j", array], env) == 0
+    assert capsys.readouterr().out.splitlines() == [f"{array}_[0-5%2] PD sweep"]
+    assert isqueue.run(["-h", "-r", "-o", "%i|%A|%F|%K", "-j", array], env) == 0
+    rows = [line.split("|") for line in capsys.readouterr().out.splitlines()]
+    assert [r[0] for r in rows] == [f"{array}_{i}" for i in range(6)]
+    assert rows[0][1] == array and {r[2] for r in rows} == {array}
+    assert [r[3] for r in rows] == [str(i) for i in range(6)]
+    numbers = [r[1] for r in rows]
+    assert all(n.isdigit() for n in numbers) and len(set(numbers)) == 6
+
+    assert isacct.run(["-X", "-n", "-P", "-j", f"{array}_3,{numbers[4]}",
+                       "-o", "JobID,JobIDRaw,JobName,State"], env) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"{array}_3|{numbers[3]}|sweep|PENDING", f"{array}_4|{numbers[4]}|sweep|PENDING"]
+
+    assert iscontrol.run(["show", "job", f"{array}_3"], env) == 0
+    shown = capsys.readouterr().out
+    assert f"JobId={numbers[3]} ArrayJobId={array} ArrayTaskId=3 JobName=sweep" in shown
+    for key in ("JobState=PENDING", "NodeList=(null)", "ExitCode=0:0", "StdOut="):
+        assert key in shown
+
+    r = httpx.get(f"{server.url}/v1/jobs/{array}_3", timeout=30,
+                  headers={"Authorization": f"Bearer {TOKENS['vision']}"})
+    assert r.status_code == 200 and r.json()["number"] == int(numbers[3])
+
+    assert iscancel.run([f"{array}_3"], env) == 0
+    assert isacct.run(["-X", "-n", "-P", "-j", array, "-o", "JobID,State", "--state", "CA"],
+                      env) == 0
+    assert capsys.readouterr().out.splitlines() == [f"{array}_3|CANCELLED"]
+    assert iscancel.run([array], env) == 0  # the array's id: every task left
+    assert isqueue.run(["-h", "-j", array], env) == 0
+    assert capsys.readouterr().out == ""
