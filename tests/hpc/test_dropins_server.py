@@ -116,6 +116,9 @@ def test_parsable_account_qos_and_the_spec(server: Server, script: Path, tmp_pat
     assert isqueue.run(["--json", "-j", job_id], env) == 0
     (row,) = json.loads(capsys.readouterr().out)["jobs"]
     assert (row["account"], row["node_count"], row["gpus_per_node"]) == ("vision", 2, 8)
+    assert isbatch.run(["--parsable", "-M", "gpu-east", str(script)], env) == 0
+    number, cluster = capsys.readouterr().out.strip().split(";")  # sbatch's ID;CLUSTER
+    assert number.isdigit() and int(number) > int(job_id) and cluster == "gpu-east"
     assert iscancel.run(["-n", "pretrain"], env) == 0
 
 
