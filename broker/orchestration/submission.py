@@ -6,7 +6,7 @@ QUEUED or REJECTED, all through set_state. Either all of it is stored or none of
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
@@ -164,6 +164,7 @@ def submit_many(
     out: list[Submitted | Exception] = []
     raced: list[int] = []
     with db.write() as s, batch.held_effects(s) as effects:
+        subs = _numbered(s, subs)
         for i, sub in enumerate(subs):
             mark = effects.mark()
             try:
@@ -186,6 +187,19 @@ def submit_many(
             out[i] = _after_race(db, subs[i])
         except Exception as exc:  # reported to that caller only
             out[i] = exc
+    return out
+
+
+def _numbered(s: Session, subs: list[Submission]) -> list[Submission]:
+    """The batch with a number drawn for each submission without one, in one statement per
+    block instead of one per job; outside the savepoints, so a submission rolled back alone
+    leaves a gap (never a number given twice), as an idempotent replay does."""
+    wanting = [i for i, sub in enumerate(subs) if sub.number is None]
+    out = list(subs)
+    for start in range(0, len(wanting), job_numbers.MAX_BLOCK):
+        chunk = wanting[start:start + job_numbers.MAX_BLOCK]
+        for i, number in zip(chunk, job_numbers.allocate(s, len(chunk)), strict=True):
+            out[i] = replace(subs[i], number=number)
     return out
 
 
