@@ -1,7 +1,9 @@
 """isqueue: squeue for Isthmus jobs (the caller's team; all teams for admins).
 
-Default columns ``JOBID PARTITION NAME USER ST TIME NODES NODELIST(REASON)``; ``-o`` takes
-squeue's common ``%`` fields, ``-O`` their long names; ``--start`` shows the expected start
+Default columns ``JOBID PARTITION NAME USER ST TIME NODES NODELIST(REASON)``, JOBID being the
+job's number (``ARRAY_TASK`` for an array task; an array's waiting tasks share one line
+``ARRAY_[0-5%2]`` unless ``-r``); ``-o`` takes squeue's common ``%`` fields, ``-O`` their long
+names; ``--start`` shows the expected start
 (Isthmus has no estimate yet: N/A), ``--json`` the jobs as JSON.
 """
 
