@@ -2,10 +2,10 @@
 
 Ids (job numbers, ``ARRAYID_TASK`` / ``ARRAYID`` for arrays, or Isthmus ids) and the filters
 ``-u``, ``-n``, ``-t``, ``-p``, ``-A`` select jobs; with filters only, every matching job of the
-caller's team is cancelled. Another team's job is answered as scancel answers an unknown id: the broker does not
-tell whether it exists. ``-s/--signal=SIG`` sends the signal instead of cancelling, as scancel
-does: on Slurm to the job's steps (``scancel --signal``); a job on Kubernetes cannot be signalled
-(the broker answers why) and a job that is not running neither.
+caller's team is cancelled. Another team's job is answered as scancel answers an unknown id: the
+broker does not tell whether it exists. ``-s/--signal=SIG`` sends the signal instead of
+cancelling, as scancel does: on Slurm to the job's steps (``scancel --signal``); a job on
+Kubernetes cannot be signalled (the broker answers why) and a job that is not running neither.
 """
 
 from __future__ import annotations
