@@ -80,6 +80,12 @@ class SubmitRequest:
     placement: Placement
     env: dict[str, str] = field(default_factory=dict)  # extra env (progress token, resume dir)
     owner: str | None = None  # who submitted the job (the API caller's name)
+    job_number: int | None = None  # the job's numeric id (SLURM_JOB_ID, %j); None: unnumbered
+
+    @property
+    def slurm_job_id(self) -> str:
+        """The id a Slurm user sees for the job: its number (else the Isthmus id)."""
+        return str(self.job_number) if self.job_number is not None else self.job_id
 
 
 Rendering = str | list[dict[str, Any]] | None

@@ -8,7 +8,8 @@ argument, never shell text of ours) that puts two shims first on PATH and then r
   script's ``srun torchrun ...`` becomes one torchrun per rank, as on Slurm);
 - ``scontrol show hostname(s) [LIST]`` prints the gang's host names, one a line.
 
-Environment: SLURM_JOB_ID, SLURM_JOB_NAME, SLURM_NNODES / SLURM_JOB_NUM_NODES, SLURM_NTASKS,
+Environment: SLURM_JOB_ID (the job's number), SLURM_JOB_NAME, SLURM_NNODES /
+SLURM_JOB_NUM_NODES, SLURM_NTASKS,
 SLURM_JOB_NODELIST (the pods' stable names ``<name>-<i>.<name>``, comma separated),
 SLURM_GPUS_ON_NODE, SLURM_CPUS_PER_TASK, SLURM_SUBMIT_DIR and SLURM_ARRAY_* (from the job's env),
 and per rank SLURM_NODEID, SLURM_PROCID (the completion index), SLURM_LOCALID=0, SLURMD_NODENAME.
@@ -55,11 +56,40 @@ export SLURM_NODEID="$RANK" SLURM_PROCID="$RANK" SLURM_LOCALID=0
 export SLURMD_NODENAME="$(hostname)"
 printf '%s' "$1" > "$shims/batch-script"
 chmod 700 "$shims/batch-script"
-if [ "$(head -c 2 "$shims/batch-script")" = '#!' ]; then
-  exec "$shims/batch-script"
-fi
-exec /bin/bash "$shims/batch-script"
+run="$shims/batch-script"
+[ "$(head -c 2 "$run")" = '#!' ] || run="/bin/bash $run"
+sig="${ISTHMUS_SIGNAL:-}"
+case "$sig" in ''|*[!A-Z0-9]*) exec $run ;; esac
+# The stop signal (sbatch --signal): ISTHMUS_SIGNAL_AFTER seconds after the start, and in the
+# place of the kubelet's TERM (cancel, preemption, the deadline), sent to the script alone
+# (B:) or to its process group, which holds the script's srun steps.
+set -m
+$run &
+child=$!
+target="$child"
+[ "${ISTHMUS_SIGNAL_BATCH_ONLY:-1}" = 1 ] || target="-$child"
+trap 'kill -s "$sig" -- "$target" 2>/dev/null' TERM
+after="${ISTHMUS_SIGNAL_AFTER:-}"
+case "$after" in
+  ''|*[!0-9]*) ;;
+  *) ( exec </dev/null >/dev/null 2>&1; sleep "$after"; kill -s "$sig" -- "$target" ) &
+     timer=$! ;;
+esac
+rc=0
+wait "$child" || rc=$?
+while kill -0 "$child" 2>/dev/null; do rc=0; wait "$child" || rc=$?; done
+[ -z "${timer:-}" ] || kill -- "-$timer" 2>/dev/null || true
+exit "$rc"
 '''
+
+
+def stop_signal_env(request: SubmitRequest) -> dict[str, str]:
+    """What the wrapper needs to send the job's stop signal (checkpoint.signal) its grace
+    before the end (max_runtime) and in the place of the kubelet's TERM."""
+    ckpt = request.snapshot.spec.checkpoint
+    return {"ISTHMUS_SIGNAL": ckpt.signal,
+            "ISTHMUS_SIGNAL_AFTER": str(max(0, request.snapshot.spec.max_runtime - ckpt.grace)),
+            "ISTHMUS_SIGNAL_BATCH_ONLY": "1" if ckpt.signal_batch_only else "0"}
 
 
 def command(script: str) -> list[str]:
@@ -77,7 +107,7 @@ def env(request: SubmitRequest) -> list[dict[str, Any]]:
     """The Slurm variables every rank shares (the per-rank ones come from the wrapper)."""
     spec = request.snapshot.spec
     values = {
-        "SLURM_JOB_ID": request.job_id,
+        "SLURM_JOB_ID": request.slurm_job_id,
         "SLURM_JOB_NAME": spec.name,
         "SLURM_NNODES": str(spec.gang.replicas),
         "SLURM_JOB_NUM_NODES": str(spec.gang.replicas),
@@ -88,4 +118,5 @@ def env(request: SubmitRequest) -> list[dict[str, Any]]:
     if spec.gang.cpus_per_replica:
         values["SLURM_CPUS_PER_TASK"] = str(spec.gang.cpus_per_replica)
     values["SLURM_SUBMIT_DIR"] = spec.env.get("SLURM_SUBMIT_DIR", "/")
+    values.update(stop_signal_env(request))
     return [{"name": k, "value": v} for k, v in values.items()]

@@ -15,8 +15,9 @@ NO_ARRAY_INDEX = "4294967294"  # what Slurm writes for %a of a job that is not i
 
 def user_path(pattern: str | None, request: SubmitRequest) -> str | None:
     """sbatch's --output/--error pattern with %j, %x, %A and %a as the user knows them: the
-    Isthmus job id, the job's name, the array's id (else the job id) and the task's index
-    (else Slurm's 4294967294). Other patterns (%N, %u, %n, ...) and %% are Slurm's."""
+    job's number (the Isthmus id for an unnumbered job), the job's name, the array's id (else
+    the job's) and the task's index (else Slurm's 4294967294). Other patterns (%N, %u, %n,
+    ...) and %% are Slurm's."""
     if pattern is None:
         return None
     if not _USER_PATH.match(pattern):
@@ -24,8 +25,8 @@ def user_path(pattern: str | None, request: SubmitRequest) -> str | None:
                           "[A-Za-z0-9._/%+@=,~-]")
     spec = request.snapshot.spec
     array = spec.scheduling.array if spec.scheduling is not None else None
-    values = {"%j": request.job_id, "%x": spec.name,
-              "%A": array.id if array is not None else request.job_id,
+    values = {"%j": request.slurm_job_id, "%x": spec.name,
+              "%A": array.id if array is not None else request.slurm_job_id,
               "%a": str(array.index) if array is not None else NO_ARRAY_INDEX, "%%": "%%"}
     path = _OUR_PATTERNS.sub(lambda m: values[m.group(0)], pattern)
     if not _USER_PATH.match(path):

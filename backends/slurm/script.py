@@ -201,7 +201,8 @@ def batch_job(
         time_limit_min=time_limit_min,
         output=f"{work_dir}/{request.name}-%j.out",
         work_dir=f"{work_dir}/{request.name}",
-        signal=f"B:USR1@{grace}" if grace > 0 else None,
+        signal=(f"{'B:' if spec.checkpoint.signal_batch_only else ''}"
+                f"{spec.checkpoint.signal}@{grace}") if grace > 0 else None,
         switches=switches,
         rack=rack,
         constraint=constraint,
@@ -333,6 +334,14 @@ def _launch(request: SubmitRequest, job: BatchJob, settings: RenderSettings) -> 
     ]
 
 
+def _sig(request: SubmitRequest) -> str:
+    """The stop signal as kill and trap take it (a name without SIG, or a number)."""
+    sig = request.snapshot.spec.checkpoint.signal
+    if not re.fullmatch(r"[A-Z0-9]{1,8}", sig):  # the spec's pattern already holds it
+        raise Unsupported(f"checkpoint.signal {sig!r} is not a signal")
+    return sig
+
+
 def _with_script(job: BatchJob, request: SubmitRequest, settings: RenderSettings) -> BatchJob:
     payload, user_script = _payload(request)
     lines = ["#!/bin/bash"]
@@ -372,7 +381,8 @@ def _with_script(job: BatchJob, request: SubmitRequest, settings: RenderSettings
         f"export MASTER_PORT={settings.master_port}",
         *_launch(request, job, settings),
         "ISTHMUS_STEP=$!",
-        "trap 'kill -USR1 \"$ISTHMUS_STEP\" 2>/dev/null' USR1",
+        # the stop signal (checkpoint.signal: a name or number the spec checked) goes on
+        f"trap 'kill -{_sig(request)} \"$ISTHMUS_STEP\" 2>/dev/null' {_sig(request)}",
         'wait "$ISTHMUS_STEP"; rc=$?',
         'while kill -0 "$ISTHMUS_STEP" 2>/dev/null; do wait "$ISTHMUS_STEP"; rc=$?; done',
         'exit "$rc"',

@@ -17,15 +17,16 @@ from fastapi import APIRouter, Body, Depends, Query, Request
 from broker.api import routes_jobs
 from broker.api.auth import Principal, principal
 from broker.api.group_commit import SubmitQueue
+from broker.api.job_refs import JobRef
 from broker.api.problems import Problem, problem_responses
 from broker.config import IsthmusConfig
-from broker.domain.ids import new_job_id
 from broker.domain.spec import JobSpec
 from broker.domain.states import JobState
 from broker.feasibility import request_problems
 from broker.hpc import batch_submit, runs
 from broker.hpc.compat import CompatError
 from broker.orchestration.submission import Submission
+from broker.store import job_numbers
 from broker.store.db import Database
 
 router = APIRouter(prefix="/v1/hpc", tags=["hpc"], responses=problem_responses(401, 422))
@@ -83,11 +84,11 @@ async def batch(request: Request, caller: Caller) -> dict[str, Any]:
                       "this broker has no slurm_compat section in its configuration")
     db: Database = request.app.state.db
     team = None if caller.is_admin else caller.team
-    array_id = new_job_id()
     try:
         data = json.loads(await request.body())
         specs = batch_submit.specs_of_body(data, config.slurm_compat, caller.team,
-                                           batch_submit.resolver(db, team), array_id)
+                                           batch_submit.resolver(db, team),
+                                           batch_submit.ARRAY_PLACEHOLDER, caller.name)
         checked = [JobSpec.model_validate(s) for s in specs]
     except (CompatError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
         raise Problem(422, "sbatch-not-mapped", "The sbatch request cannot run here",
@@ -100,16 +101,29 @@ async def batch(request: Request, caller: Caller) -> dict[str, Any]:
                           "Invalid job spec" if status == 422 else "Not your team",
                           "; ".join(f"{p.field}: {p.message}" for p in problems))
     queue: SubmitQueue = request.app.state.submit_queue
-    done = await asyncio.gather(*(
-        queue.submit(Submission(spec, caller.name)) for spec in checked))
-    ids = [d.job.id for d in done]
+    numbers: list[int | None] = [None] * len(checked)
     if data["sbatch"]["array"]:  # checked by specs_of_body: a str or None
-        return {"id": array_id, "array_tasks": ids, "jobs": ids}
-    return {"id": ids[0], "jobs": ids}
+        # An array's id is its first task's number, known before its tasks are stored.
+        drawn = await asyncio.to_thread(_draw_numbers, db, len(checked))
+        checked = batch_submit.numbered_array(checked, drawn)
+        numbers = list(drawn)
+    done = await asyncio.gather(*(
+        queue.submit(Submission(spec, caller.name, number=n))
+        for spec, n in zip(checked, numbers, strict=True)))
+    ids = [d.job.id for d in done]
+    if data["sbatch"]["array"]:
+        return {"id": str(numbers[0]), "number": numbers[0], "array_tasks": ids,
+                "task_numbers": [d.job.number for d in done], "jobs": ids}
+    return {"id": ids[0], "number": done[0].job.number, "jobs": ids}
+
+
+def _draw_numbers(db: Database, count: int) -> list[int]:
+    with db.write() as s:
+        return job_numbers.allocate(s, count)
 
 
 @router.post("/jobs/{job_id}/signal", responses=problem_responses(404, 409, 503))
-def signal(job_id: str, request: Request, caller: Caller,
+def signal(job_id: JobRef, request: Request, caller: Caller,
            name: Annotated[str, Body(embed=True, alias="signal", pattern=r"^[A-Z0-9]{1,8}$",
                                      description="e.g. USR1 (no SIG prefix)")]) -> dict[str, Any]:
     """``iscancel --signal``: send a signal to a running job's processes, as ``scancel

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from broker.api.auth import Principal, principal
 from broker.api.group_commit import SubmitQueue
 from broker.api.guards import DB_INT_MAX, idempotency_key
+from broker.api.job_refs import JobRef
 from broker.api.listing import decode_cursor, waits
 from broker.api.problems import Problem, invalid_spec, problem_responses
 from broker.api.schemas import CheckpointOut, EventOut, JobOut, JobPage
@@ -130,7 +131,7 @@ async def submit(
 
 
 @router.get("/{job_id}", response_model=JobOut, responses=problem_responses(404))
-def get(job_id: str, request: Request, caller: Caller) -> JobOut:
+def get(job_id: JobRef, request: Request, caller: Caller) -> JobOut:
     db = _db(request)
     job = _visible_job(db, job_id, caller)
     out = JobOut.of(job, waits(db, [job]).get(job.id))
@@ -175,7 +176,7 @@ def list_(
 @router.get(
     "/{job_id}/events", response_model=list[EventOut], responses=problem_responses(404)
 )
-def events(job_id: str, request: Request, caller: Caller) -> list[EventOut]:
+def events(job_id: JobRef, request: Request, caller: Caller) -> list[EventOut]:
     db = _db(request)
     _visible_job(db, job_id, caller)
     with db.read() as s:
@@ -185,7 +186,7 @@ def events(job_id: str, request: Request, caller: Caller) -> list[EventOut]:
 @router.post(
     "/{job_id}/cancel", response_model=JobOut, responses=problem_responses(404, 409)
 )
-def cancel(job_id: str, request: Request, caller: Caller) -> JobOut:
+def cancel(job_id: JobRef, request: Request, caller: Caller) -> JobOut:
     db = _db(request)
     _visible_job(db, job_id, caller)
     result = cancel_job(db, job_id, caller.name, caller.is_admin)
@@ -198,7 +199,7 @@ def cancel(job_id: str, request: Request, caller: Caller) -> JobOut:
 
 
 @router.get("/{job_id}/explain", responses=problem_responses(404))
-def explain(job_id: str, request: Request, caller: Caller) -> dict[str, object]:
+def explain(job_id: JobRef, request: Request, caller: Caller) -> dict[str, object]:
     """Why the job waits (or where it was placed): the latest admission verdicts per pool,
     ordered, with the most severe reason."""
     db = _db(request)
@@ -218,7 +219,7 @@ def explain(job_id: str, request: Request, caller: Caller) -> dict[str, object]:
 
 
 @router.get("/{job_id}/attempts", responses=problem_responses(404))
-def attempts(job_id: str, request: Request, caller: Caller) -> list[dict[str, object]]:
+def attempts(job_id: JobRef, request: Request, caller: Caller) -> list[dict[str, object]]:
     """Every attempt with its immutable run snapshot, placement and backend object."""
     db = _db(request)
     _visible_job(db, job_id, caller)
@@ -258,7 +259,7 @@ def _visible_attempt(db: Database, job_id: str, number: int,
     responses=problem_responses(404),
 )
 def render(
-    job_id: str,
+    job_id: JobRef,
     number: Annotated[int, Path(ge=1, le=DB_INT_MAX, description="attempt number, from 1")],
     request: Request,
     caller: Caller,
@@ -276,7 +277,7 @@ def render(
 
 @router.get("/{job_id}/attempts/{number}/snapshot", responses=problem_responses(404))
 def snapshot(
-    job_id: str,
+    job_id: JobRef,
     number: Annotated[int, Path(ge=1, le=DB_INT_MAX, description="attempt number, from 1")],
     request: Request,
     caller: Caller,
@@ -294,7 +295,7 @@ def snapshot(
 
 
 @router.get("/{job_id}/timeline", responses=problem_responses(404))
-def timeline(job_id: str, request: Request, caller: Caller) -> dict[str, object]:
+def timeline(job_id: JobRef, request: Request, caller: Caller) -> dict[str, object]:
     """Per attempt, the phases from queueing to the end (queued, dispatch, scheduling, init,
     warm-up to the first useful step, running) with start, end and seconds (broker/timeline.py)."""
     from broker.timeline import FactMark, build
@@ -335,7 +336,7 @@ def timeline(job_id: str, request: Request, caller: Caller) -> dict[str, object]
 
 @router.get("/{job_id}/logs", responses=problem_responses(404, 503))
 def logs(
-    job_id: str,
+    job_id: JobRef,
     request: Request,
     caller: Caller,
     attempt: Annotated[int | None, Query(ge=1, le=DB_INT_MAX,

@@ -13,6 +13,7 @@ from fastapi.responses import Response
 
 from broker.api.auth import Principal, principal
 from broker.api.guards import DB_INT_MAX
+from broker.api.job_refs import JobRef
 from broker.api.problems import Problem, problem_responses
 from broker.api.routes_admin import Admin
 from broker.api.routes_jobs import _visible_job
@@ -114,7 +115,7 @@ async def cycles(
 @router.get("/v1/jobs/{job_id}/decisions", response_model=list[JobDecisionView],
             responses=problem_responses(404))
 async def job_decisions(
-    job_id: str, request: Request, caller: Caller,
+    job_id: JobRef, request: Request, caller: Caller,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 50,
     before: Annotated[int | None, Query(ge=1, le=DB_INT_MAX,
                                         description="decisions of cycles older than this")] = None,

@@ -44,6 +44,10 @@ class WaitOut(BaseModel):
 
 class JobOut(BaseModel):
     id: str
+    number: int | None = None
+    """The numeric id (what the HPC drop-ins show); None for a job stored before numbers."""
+    array_number: int | None = None
+    """An array task's array id (its first task's number): the task is ARRAY_INDEX."""
     name: str
     team: str
     queue: str
@@ -69,7 +73,8 @@ class JobOut(BaseModel):
     @classmethod
     def of(cls, row: JobRecord, wait: WaitOut | None = None) -> JobOut:
         return cls(
-            id=row.id, name=row.name, team=row.team, queue=row.queue, priority=row.priority,
+            id=row.id, number=row.number, array_number=row.array_number, name=row.name,
+            team=row.team, queue=row.queue, priority=row.priority,
             state=JobState(row.state), reason=row.reason, message=row.message,
             attempt=row.attempt, total_gpus=row.total_gpus, submitted_by=row.submitted_by,
             created_at=row.created_at, updated_at=row.updated_at,

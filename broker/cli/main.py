@@ -10,6 +10,7 @@ import typer
 from broker.cli import admin_views, jobs
 from broker.cli.common import DEFAULT_URL, AsJson, ServerUrl, Token, call, fail
 from broker.cli.db import DB_ENV, DbUrl, db_app
+from broker.cli.hpc import hpc_app
 from broker.cli.output import console, emit_json
 from broker.config import ConfigError, load_config
 
@@ -24,6 +25,7 @@ admin_app = typer.Typer(no_args_is_help=True, help="Platform operations (admin t
                         rich_markup_mode=None)
 app.add_typer(config_app, name="config")
 app.add_typer(admin_app, name="admin")
+app.add_typer(hpc_app, name="hpc")  # broker/cli/hpc.py
 
 
 _fail = fail

@@ -40,7 +40,7 @@ from broker.store.secrets import digest, progress_token, server_secret
 
 
 def _request(plane: ControlPlane, a: att.AttemptRecord, token: str,
-             owner: str | None = None) -> SubmitRequest:
+             owner: str | None = None, number: int | None = None) -> SubmitRequest:
     snapshot = RunSnapshot.model_validate_json(a.snapshot_json)
     assert snapshot.placement is not None
     env = {
@@ -52,7 +52,7 @@ def _request(plane: ControlPlane, a: att.AttemptRecord, token: str,
         env["ISTHMUS_RESUME_FROM"] = snapshot.resume_from
     return SubmitRequest(
         job_id=a.job_id, attempt=a.number, name=a.backend_name, snapshot=snapshot,
-        placement=snapshot.placement, env=env, owner=owner,
+        placement=snapshot.placement, env=env, owner=owner, job_number=number,
     )
 
 
@@ -116,7 +116,7 @@ def _dispatch(plane: ControlPlane, a: att.AttemptRecord, key: bytes,
         requeue_refused(plane, a, f"backend '{a.backend}' is not configured any more")
         return SKIPPED, None
     token = progress_token(key, a.job_id, a.number)
-    request = _request(plane, a, token, owner=job.submitted_by)
+    request = _request(plane, a, token, owner=job.submitted_by, number=job.number)
     try:
         found = backend.lookup(a.backend_name)
         if found is not None:  # adopted: rendered for the record (what it would have been)

@@ -14,7 +14,7 @@ BATCH_PATH = r"^/[A-Za-z0-9._/%+@=,~-]*$"
 
 class BatchOptions(_Strict):
     """sbatch options of a batch script (launcher 'batch') that take effect on Slurm: the
-    output and error files (sbatch's patterns; %j, %x, %A and %a become the Isthmus job id, the
+    output and error files (sbatch's patterns; %j, %x, %A and %a become the job's number, the
     job's name, the array's id and the task's index, the other patterns are Slurm's) and whole
     nodes (--exclusive). Kubernetes keeps them in the spec only (README, HPC section)."""
 

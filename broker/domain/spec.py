@@ -26,6 +26,7 @@ from pydantic import (
 from broker.domain import metadata_keys
 from broker.domain.batch_options import BatchOptions
 from broker.domain.scheduling import Scheduling
+from broker.domain.stop_signal import STOP_SIGNAL
 from broker.domain.text import MultilineText, Text, TextKey
 from broker.domain.topology import TopologyLevel
 from broker.domain.units import (
@@ -271,6 +272,16 @@ class Checkpoint(_Strict):
     resumable: bool = False
     grace: GraceDuration = Field(
         default=120, description="time to checkpoint after a stop signal"
+    )
+    signal: str = Field(
+        default="USR1", pattern=STOP_SIGNAL,
+        description="the signal sent `grace` seconds before the end (sbatch --signal), "
+                    "without SIG: a name (USR1, USR2, TERM, ...) or a number 1 to 64",
+    )
+    signal_batch_only: bool = Field(
+        default=True,
+        description="to the batch script only (sbatch --signal=B:...); false: to the job's "
+                    "steps as Slurm does without B: (README, HPC section, per backend)",
     )
 
 

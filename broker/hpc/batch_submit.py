@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
+from broker.domain.spec import JobSpec
 from broker.hpc.compat import CompatError, array_specs, to_job_spec
 from broker.hpc.sbatch_parse import SbatchRequest
 from broker.store.db import Database
@@ -27,6 +28,8 @@ _REQUEST_FIELDS = {f.name for f in fields(SbatchRequest)}
 _KINDS: dict[str, type] = {"replicas": int, "gpus_per_node": int, "time_limit_s": int,
                            "cpus_per_task": int, "mem_mb": int, "exclusive": bool}
 _BODY = {"sbatch", "extra", "script", "script_path", "env", "submit_dir"}
+ARRAY_PLACEHOLDER = "0"
+"""The array id the tasks are mapped with; `numbered_array` puts the array's number in."""
 
 
 @dataclass(frozen=True)
@@ -66,20 +69,35 @@ def body_of(data: Any) -> BatchBody:
 
 
 def specs_of_body(data: Any, compat: Any, caller_team: str | None,
-                  resolve: Callable[[str], list[str]], array_id: str) -> list[dict[str, Any]]:
+                  resolve: Callable[[str], list[str]], array_id: str,
+                  caller_name: str | None = None) -> list[dict[str, Any]]:
     """`specs_of` for a body as received; CompatError for anything malformed (a value of the
     wrong type deep in ``extra`` too: isbatch never sends one)."""
     body = body_of(data)
     try:
-        return specs_of(body, compat, caller_team, resolve, array_id)
+        return specs_of(body, compat, caller_team, resolve, array_id, caller_name)
     except (AttributeError, KeyError, TypeError) as exc:
         raise CompatError(f"malformed sbatch request: {exc}") from None
 
 
+def numbered_array(specs: list[JobSpec], numbers: list[int]) -> list[JobSpec]:
+    """An array's task specs with the array's id made its first task's number (Slurm's
+    ArrayJobId), in scheduling.array.id and SLURM_ARRAY_JOB_ID."""
+    array_id = str(numbers[0])
+    out = []
+    for spec in specs:
+        assert spec.scheduling is not None and spec.scheduling.array is not None
+        scheduling = spec.scheduling.model_copy(
+            update={"array": spec.scheduling.array.model_copy(update={"id": array_id})})
+        env = {**spec.env, "SLURM_ARRAY_JOB_ID": array_id}
+        out.append(spec.model_copy(update={"scheduling": scheduling, "env": env}))
+    return out
+
+
 def resolver(db: Database, team: str | None) -> Callable[[str], list[str]]:
-    """--dependency ids as the user writes them (an Isthmus id, an array id, ARRAY_TASK) ->
-    ids of jobs of `team` (every team's for None: an admin), as isbatch resolved them."""
-    seen: list[tuple[str, str | None, int | None]] = []
+    """--dependency ids as the user writes them (a number, an Isthmus id, an array id,
+    ARRAY_TASK) -> ids of jobs of `team` (every team's for None: an admin)."""
+    seen: list[tuple[str, set[str], str | None]] = []
 
     def resolve(ref: str) -> list[str]:
         if not seen:
@@ -87,17 +105,25 @@ def resolver(db: Database, team: str | None) -> Callable[[str], list[str]]:
                 for job in list_jobs(s, team=team, limit=MAX_DEPENDENCY_SCAN):
                     array = (json.loads(job.spec_json).get("scheduling") or {}).get("array")
                     array = array or {}
-                    seen.append((job.id, array.get("id"), array.get("index")))
-        exact = [j for j, a, i in seen if ref == j or (a is not None and ref == f"{a}_{i}")]
-        return exact or [j for j, a, _ in seen if a == ref]
+                    array_id = (str(job.array_number) if job.array_number is not None
+                                else array.get("id"))
+                    own = {job.id} | ({str(job.number)} if job.number is not None else set())
+                    if array_id is not None:
+                        own.add(f"{array_id}_{array.get('index')}")
+                    seen.append((job.id, own, array_id))
+        exact = [j for j, own, _ in seen if ref in own]
+        whole = [j for j, _, a in seen if a == ref]
+        return whole or exact  # an array's id is also its first task's number: all tasks
 
     return resolve
 
 
 def specs_of(body: BatchBody, compat: Any, caller_team: str | None,
-             resolve: Callable[[str], list[str]], array_id: str) -> list[dict[str, Any]]:
+             resolve: Callable[[str], list[str]], array_id: str,
+             caller_name: str | None = None) -> list[dict[str, Any]]:
     """The specs to submit: one, or one per array task (CompatError when it cannot map)."""
     spec = to_job_spec(body.request, body.script, compat, caller_team=caller_team,
+                       caller_name=caller_name,
                        script_path=body.script_path, environ=body.env,
                        submit_dir=body.submit_dir, resolve=resolve)
     return array_specs(spec, body.request, array_id) if body.request.array else [spec]

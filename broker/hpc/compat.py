@@ -12,7 +12,7 @@ How each option lands (the README's HPC section says the same):
 | -N, -n, --ntasks-per-node | gang.replicas (one rank per node) |
 | GPUs per node, cpus, memory | gang.gpus_per_replica, cpus_per_replica, memory_per_replica |
 | -t/--time | max_runtime (slurm_compat.default_time_limit_s when absent) |
-| --signal=[B:]USR1@S | checkpoint.grace = S |
+| --signal=[{R|B}:]SIG[@S] | checkpoint.grace = S, .signal = SIG, .signal_batch_only = B: |
 | -J/--job-name | name (lowercased, other characters become '-') |
 | the script | entrypoint.script with launcher 'batch' |
 | -o/--output, -e/--error (relative to the submit directory) | entrypoint.batch.output/error |
@@ -46,6 +46,7 @@ STORED = frozenset({
     "mail_type", "mail_user", "chdir", "comment", "open_mode",
     "requeue", "no_requeue", "hint", "distribution", "verbose", "quiet", "parsable", "export",
     "get_user_env", "propagate", "kill_on_invalid_dep", "wckey", "acctg_freq", "profile",
+    "clusters",  # one federation: -M is kept and shown (--parsable prints ID;CLUSTER)
 })
 # Given options that the mapping reads.
 MAPPED = frozenset({
@@ -80,6 +81,7 @@ class CompatTables:
     default_partition: str | None
     partitions: Mapping[str, Partition]
     accounts: Mapping[str, str]
+    default_accounts: Mapping[str, str]
     qos: Mapping[str, str]
     gpu_types: Mapping[str, str]
     constraints: Mapping[str, str]
@@ -94,6 +96,7 @@ class CompatTables:
                 partitions={k: Partition(tuple(v["flavors"]), v.get("backend", "any"))
                             for k, v in (data.get("partitions") or {}).items()},
                 accounts=dict(data.get("accounts") or {}), qos=dict(data.get("qos") or {}),
+                default_accounts=dict(data.get("default_accounts") or {}),
                 gpu_types=dict(data.get("gpu_types") or {}),
                 constraints=dict(data.get("constraints") or {}), image=data.get("image"),
                 default_time_limit_s=int(data.get("default_time_limit_s") or 3600),
@@ -220,18 +223,23 @@ def array_specs(spec: dict[str, Any], req: SbatchRequest, array_id: str) -> list
 
 
 def _team(req: SbatchRequest, compat: SlurmCompat | CompatTables,
-          caller_team: str | None) -> str:
-    """The team: the -A account's, else the caller's own."""
-    if req.account is not None:
-        team = compat.accounts.get(req.account)
+          caller_team: str | None, caller_name: str | None = None) -> str:
+    """The team: the -A account's, else the caller's own, else the team of the caller's
+    default account (slurm_compat.default_accounts, as Slurm's DefaultAccount)."""
+    account = req.account
+    if account is None and caller_team is not None:
+        return caller_team
+    if account is None and caller_name is not None:
+        account = compat.default_accounts.get(caller_name)
+    if account is not None:
+        team = compat.accounts.get(account)
         if team is None:
             raise CompatError(f"Invalid account or account/partition combination specified: "
-                              f"{req.account} (accounts: {_known(compat.accounts)})")
+                              f"{account} (accounts: {_known(compat.accounts)})")
         return team
-    if caller_team is not None:
-        return caller_team
-    raise CompatError(f"give -A/--account: your token has no team (accounts: "
-                      f"{_known(compat.accounts)})")
+    raise CompatError(f"give -A/--account (or set SBATCH_ACCOUNT): your token has no team and "
+                      f"slurm_compat.default_accounts names no account for user "
+                      f"{caller_name or '(unknown)'} (accounts: {_known(compat.accounts)})")
 
 
 def _gang(req: SbatchRequest) -> dict[str, Any]:
@@ -301,6 +309,7 @@ def to_job_spec(
     compat: SlurmCompat | CompatTables,
     *,
     caller_team: str | None,
+    caller_name: str | None = None,
     script_path: str | None = None,
     environ: Mapping[str, str] | None = None,
     submit_dir: str | None = None,
@@ -318,7 +327,7 @@ def to_job_spec(
         names = ", ".join(f"--{o.replace('_', '-')}" for o in unsupported)
         raise CompatError(f"{names}: not supported by Isthmus (nothing was submitted)")
     flavors, backend, partition = _flavors(req, compat)
-    team = _team(req, compat, caller_team)
+    team = _team(req, compat, caller_team, caller_name)
     spec: dict[str, Any] = {"name": job_name(req.job_name, script_path), "team": team,
                             "flavors": flavors, "backend": backend}
     if req.qos is not None:
@@ -331,11 +340,10 @@ def to_job_spec(
         raise CompatError("--time: a time limit is needed (UNLIMITED and 0 are refused here)")
     spec["max_runtime"] = req.time_limit_s or compat.default_time_limit_s
     if req.signal is not None:
-        name, seconds, _flags = parse_signal(req.signal)
-        if name != "SIGUSR1":
-            raise CompatError(f"--signal={req.signal}: Isthmus sends SIGUSR1 before the end; "
-                              "write --signal=B:USR1@SECONDS")
-        spec["checkpoint"] = {"grace": max(seconds, 1)}
+        name, seconds, flags = parse_signal(req.signal)
+        # R: (overlap a reservation's MaxStartDelay) has nothing to act on: no reservations.
+        spec["checkpoint"] = {"grace": max(seconds, 1), "signal": name.removeprefix("SIG"),
+                              "signal_batch_only": "B" in flags}
     spec["entrypoint"] = _entrypoint(req, script, compat, submit_dir)
     if req.exclusive:
         spec["backend"] = _slurm_only(backend, partition)

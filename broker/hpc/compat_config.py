@@ -7,6 +7,7 @@ slurm_compat:
     a100: {flavors: [a100-80g], backend: any}     # Slurm partition a100 and k8s pools alike
     h100: {flavors: [h100-80g], backend: slurm}
   accounts: {vision: vision, nlp: language}       # sbatch -A -> team
+  default_accounts: {carol: nlp}                  # user -> account when no -A, no team
   qos: {normal: normal, high: high}               # sbatch -q -> priority class
   gpu_types: {a100: a100-80g, h100: h100-80g}     # --gres=gpu:TYPE:N -> flavor
   constraints: {a100: a100-80g, h100: h100-80g}   # -C FEATURE -> flavor
@@ -37,6 +38,10 @@ class SlurmCompat(_Strict):
     default_partition: str | None = None
     partitions: dict[str, PartitionMap] = Field(default_factory=dict)
     accounts: dict[str, str] = Field(default_factory=dict, description="account -> team")
+    default_accounts: dict[str, str] = Field(
+        default_factory=dict, max_length=100_000,
+        description="user -> account for a request with no -A from a token with no team "
+                    "(Slurm's DefaultAccount)")
     qos: dict[str, str] = Field(default_factory=dict, description="qos -> priority class")
     gpu_types: dict[str, str] = Field(default_factory=dict, description="gpu type -> flavor")
     constraints: dict[str, str] = Field(default_factory=dict, description="feature -> flavor")
@@ -54,6 +59,8 @@ class SlurmCompat(_Strict):
                     for f in part.flavors if f not in flavors]
         for label, table, known, what in (
             ("accounts", self.accounts, teams, "teams"),
+            ("default_accounts", self.default_accounts, set(self.accounts),
+             "slurm_compat.accounts"),
             ("qos", self.qos, priorities, "priority_classes"),
             ("gpu_types", self.gpu_types, flavors, "flavors"),
             ("constraints", self.constraints, flavors, "flavors"),

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from broker.hpc import jobview
+from broker.hpc import jobview, pipes
 from broker.hpc.common import all_jobs, connect, main_guard
 from broker.hpc.jobview import JobView
 
@@ -26,13 +26,15 @@ WIDTHS = {"jobid": 20, "jobname": 10, "start": 19, "end": 19, "submit": 19, "all
 
 
 def field(job: JobView, name: str, now: datetime) -> str:
-    key = name.lower()
+    key = name.partition("%")[0].lower()  # sacct's Field%WIDTH
+    tres = (f"cpu={job.cpus},gres/gpu={job.gpus_per_node * job.num_nodes},"
+            f"node={job.num_nodes}")
     values = {
-        "jobid": job.display_id, "jobidraw": job.id, "jobname": job.name,
+        "jobid": job.display_id, "jobidraw": job.raw_id, "isthmusid": job.id,
+        "jobname": job.name, "reqtres": tres, "comment": "",
         "partition": job.partition, "account": job.account, "user": job.user,
         "alloccpus": str(job.cpus), "allocnodes": str(job.num_nodes),
-        "alloctres": (f"cpu={job.cpus},gres/gpu={job.gpus_per_node * job.num_nodes},"
-                      f"node={job.num_nodes}"),
+        "alloctres": tres,
         "state": job.long_state, "exitcode": job.exit_text,
         "elapsed": jobview.duration(job.elapsed_s(now)),
         "timelimit": jobview.duration(job.time_limit_s),
@@ -54,6 +56,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-S", "--starttime")
     p.add_argument("-E", "--endtime")
     p.add_argument("-s", "--state")
+    p.add_argument("--name", help="comma list of job names")
+    p.add_argument("-M", "--clusters", help="accepted; Isthmus is one federation")
+    p.add_argument("-L", "--allclusters", action="store_true", help="accepted, as --clusters")
     p.add_argument("-X", "--allocations", action="store_true")
     p.add_argument("-o", "--format", default=DEFAULT_FIELDS)
     p.add_argument("-P", "--parsable2", action="store_true")
@@ -81,6 +86,7 @@ class _Selection:
     """Which jobs to account for; empty sets and None bounds select all."""
 
     ids: list[str]
+    names: set[str]
     users: set[str]
     accounts: set[str]
     states: set[str]
@@ -97,6 +103,7 @@ class _Selection:
             end=_when(args.endtime, None),
             states={jobview.CODES.get(s, s) for s in (args.state or "").upper().split(",") if s},
             ids=[i for i in (args.jobs or "").split(",") if i],
+            names={n for n in (args.name or "").split(",") if n},
             users={u for u in (args.user or "").split(",") if u},
             accounts={a for a in (args.accounts or "").split(",") if a},
             now=now,
@@ -104,6 +111,8 @@ class _Selection:
 
     def keeps(self, job: JobView) -> bool:
         if self.ids and not any(job.matches_id(i) for i in self.ids):
+            return False
+        if self.names and job.name not in self.names:
             return False
         if self.users and job.user not in self.users:
             return False
@@ -119,15 +128,24 @@ class _Selection:
 def _print_parsable(table: list[list[str]], names: list[str], args: argparse.Namespace) -> None:
     end_mark = "|" if args.parsable else ""
     if not args.noheader:
-        print("|".join(names) + end_mark)
+        print("|".join(n.partition("%")[0] for n in names) + end_mark)
     for r in table:
         print("|".join(r) + end_mark)
 
 
+def _width(name: str) -> int:
+    """A column's width: sacct's Field%WIDTH (bounded), else the field's default."""
+    key, _, size = name.partition("%")
+    if size.isdigit():
+        return max(1, min(int(size), 1024))
+    return WIDTHS.get(key.lower(), 10)
+
+
 def _print_columns(table: list[list[str]], names: list[str], args: argparse.Namespace) -> None:
-    widths = [WIDTHS.get(n.lower(), 10) for n in names]
+    widths = [_width(n) for n in names]
     if not args.noheader:
-        print(" ".join(n[:w].rjust(w) for n, w in zip(names, widths, strict=True)))
+        print(" ".join(n.partition("%")[0][:w].rjust(w)
+                       for n, w in zip(names, widths, strict=True)))
         print(" ".join("-" * w for w in widths))
     for r in table:
         print(" ".join(v[:w].rjust(w) for v, w in zip(r, widths, strict=True)))
@@ -136,7 +154,7 @@ def _print_columns(table: list[list[str]], names: list[str], args: argparse.Name
 def _print_jobs(rows: list[JobView], names: list[str], args: argparse.Namespace,
                 now: datetime) -> None:
     if args.json:
-        out = [{n: field(j, n, now) for n in [*names, "JobIDRaw", "FailureCategory"]}
+        out = [{n: field(j, n, now) for n in [*names, "JobIDRaw", "IsthmusID", "FailureCategory"]}
                for j in rows]
         print(json.dumps({"jobs": out}, indent=2))
         return
@@ -156,7 +174,7 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     def body() -> int:
         with connect(environ) as api:
             rows = [job for job in all_jobs(api) if selection.keeps(job)]
-        rows.reverse()
+        rows = jobview.oldest_first(rows)
         _print_jobs(rows, names, args, now)
         return 0
 
@@ -164,4 +182,5 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
 
 
 def main() -> None:
+    pipes.end_quietly_on_closed_pipe()
     sys.exit(run(sys.argv[1:], os.environ))

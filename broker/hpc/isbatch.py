@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from broker.hpc import client_config, sbatch_parse
+from broker.hpc import client_config, pipes, sbatch_parse
 from broker.hpc.compat import CompatError, CompatTables, exported_env, to_job_spec
 from broker.hpc.hostlist import compress
 from broker.hpc.sbatch_values import SbatchError
@@ -98,12 +98,15 @@ def submit(parsed: sbatch_parse.Parsed, environ: Mapping[str, str]) -> int:
         return _fail(f"{exc} (HTTP {exc.status})")
     except TransportError as exc:
         return _fail(f"cannot reach the Isthmus broker at {conf.url}: {exc}")
+    # The number, as Slurm's tools parse it (the Isthmus id only from a broker without numbers).
+    shown = str(job.get("number") or job["id"])
     if options.json:
         print(json.dumps(job, sort_keys=True))
     elif options.parsable:
-        print(job["id"])
+        cluster = parsed.request.extra.get("options", {}).get("clusters")
+        print(f"{shown};{cluster}" if cluster else shown)
     else:
-        print(f"Submitted batch job {job['id']}")
+        print(f"Submitted batch job {shown}")
     return 0
 
 
@@ -143,6 +146,7 @@ def _test_only(api: ThinClient, parsed: sbatch_parse.Parsed, environ: Mapping[st
     spec = to_job_spec(
         parsed.request, parsed.script, CompatTables.from_json(compat_data["slurm_compat"]),
         caller_team=compat_data["caller"].get("team"),
+        caller_name=compat_data["caller"].get("name"),
         script_path=parsed.command_line.script_path, environ=environ,
         submit_dir=options.chdir or os.getcwd(), resolve=_resolver(api),
     )
@@ -192,4 +196,5 @@ def _local_time(iso: str) -> str:
 
 
 def main() -> None:
+    pipes.end_quietly_on_closed_pipe()
     sys.exit(run(sys.argv[1:], os.environ))

@@ -1,11 +1,11 @@
 """iscancel: scancel for Isthmus jobs.
 
-Ids (Isthmus ids, or ``ARRAYID_TASK`` / ``ARRAYID`` for arrays) and the filters ``-u``, ``-n``,
-``-t``, ``-p``, ``-A`` select jobs; with filters only, every matching job of the caller's team is
-cancelled. Another team's job is answered as scancel answers an unknown id: the broker does not
-tell whether it exists. ``-s/--signal=SIG`` sends the signal instead of cancelling, as scancel
-does: on Slurm to the job's steps (``scancel --signal``); a job on Kubernetes cannot be signalled
-(the broker answers why) and a job that is not running neither.
+Ids (job numbers, ``ARRAYID_TASK`` / ``ARRAYID`` for arrays, or Isthmus ids) and the filters
+``-u``, ``-n``, ``-t``, ``-p``, ``-A`` select jobs; with filters only, every matching job of the
+caller's team is cancelled. Another team's job is answered as scancel answers an unknown id: the
+broker does not tell whether it exists. ``-s/--signal=SIG`` sends the signal instead of
+cancelling, as scancel does: on Slurm to the job's steps (``scancel --signal``); a job on
+Kubernetes cannot be signalled (the broker answers why) and a job that is not running neither.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from broker.client import ApiError, Client
-from broker.hpc import jobview
+from broker.hpc import jobview, pipes
 from broker.hpc.common import all_jobs, connect, main_guard
 from broker.hpc.jobview import JobView
 
@@ -181,4 +181,5 @@ def _done(shown: str, verbose: bool, sig: str | None) -> int:
 
 
 def main() -> None:
+    pipes.end_quietly_on_closed_pipe()
     sys.exit(run(sys.argv[1:], os.environ))

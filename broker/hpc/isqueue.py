@@ -1,7 +1,9 @@
 """isqueue: squeue for Isthmus jobs (the caller's team; all teams for admins).
 
-Default columns ``JOBID PARTITION NAME USER ST TIME NODES NODELIST(REASON)``; ``-o`` takes
-squeue's common ``%`` fields, ``-O`` their long names; ``--start`` shows the expected start
+Default columns ``JOBID PARTITION NAME USER ST TIME NODES NODELIST(REASON)``, JOBID being the
+job's number (``ARRAY_TASK`` for an array task; an array's waiting tasks share one line
+``ARRAY_[0-5%2]`` unless ``-r``); ``-o`` takes squeue's common ``%`` fields, ``-O`` their long
+names; ``--start`` shows the expected start
 (Isthmus has no estimate yet: N/A), ``--json`` the jobs as JSON.
 """
 
@@ -16,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from broker.hpc import jobview
+from broker.hpc import jobview, pipes
 from broker.hpc.common import DropInError, all_jobs, connect, main_guard
 from broker.hpc.jobview import JobView
 
@@ -24,7 +26,8 @@ PROG = "isqueue"
 DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"
 START_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %R"
 FIELDS = {  # % letter -> (header, long name)
-    "i": ("JOBID", "JobID"), "A": ("JOBID", "JobID"), "P": ("PARTITION", "Partition"),
+    "i": ("JOBID", "JobID"), "A": ("JOBID", "JobIDRaw"), "F": ("ARRAY_JOB_ID", "ArrayJobID"),
+    "K": ("ARRAY_TASK_ID", "ArrayTaskID"), "P": ("PARTITION", "Partition"),
     "j": ("NAME", "Name"), "u": ("USER", "UserName"), "t": ("ST", "StateCompact"),
     "T": ("STATE", "State"), "M": ("TIME", "TimeUsed"), "l": ("TIME_LIMIT", "TimeLimit"),
     "D": ("NODES", "NumNodes"), "N": ("NODELIST", "NodeList"),
@@ -52,7 +55,10 @@ def _start_time(job: JobView, _now: datetime) -> str:
 
 
 _VALUES: dict[str, Callable[[JobView, datetime], str]] = {  # % letter -> the field's text
-    "i": lambda job, _now: job.display_id, "A": lambda job, _now: job.display_id,
+    "i": lambda job, _now: job.display_id, "A": lambda job, _now: job.raw_id,
+    "F": lambda job, _now: job.array_job_id or job.raw_id,
+    "K": lambda job, _now: (job.pending_tasks or str(job.array_task_id)
+                            if job.array_job_id is not None else "N/A"),
     "P": lambda job, _now: job.partition, "j": lambda job, _now: job.name,
     "u": lambda job, _now: job.user, "t": lambda job, _now: job.code,
     "T": lambda job, _now: job.long_state,
@@ -130,6 +136,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--format", help="squeue %% fields, e.g. '%%.18i %%.2t %%R'")
     p.add_argument("-O", "--Format", dest="long_format", help="long field names, e.g. JobID,State")
     p.add_argument("--start", action="store_true", help="pending jobs and their expected start")
+    p.add_argument("-r", "--array", action="store_true",
+                   help="one line per array task (else an array's pending tasks share one)")
     p.add_argument("-h", "--noheader", action="store_true")
     p.add_argument("--json", action="store_true")
     p.add_argument("--help", action="help")
@@ -211,7 +219,9 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
                 selection = replace(selection, users={api.whoami()["name"]})
             jobs = [job for job in all_jobs(api, states=selection.wire_states())
                     if selection.keeps(job)]
-        jobs.reverse()  # oldest first, as squeue lists by priority/submission
+        jobs = jobview.oldest_first(jobs)  # as squeue lists by priority/submission
+        if not args.array and not args.json:
+            jobs = jobview.collapse_pending(jobs)
         _print_jobs(jobs, args, now)
         return 0
 
@@ -220,7 +230,8 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
 
 def _as_json(job: JobView, now: datetime) -> dict[str, object]:
     return {
-        "job_id": job.display_id, "isthmus_id": job.id, "name": job.name, "user_name": job.user,
+        "job_id": job.display_id, "job_number": job.number, "isthmus_id": job.id,
+        "name": job.name, "user_name": job.user,
         "account": job.account, "partition": job.partition, "job_state": job.long_state,
         "state_reason": job.reason, "nodes": jobview.compress(job.nodes),
         "node_count": job.num_nodes, "gpus_per_node": job.gpus_per_node,
@@ -234,4 +245,5 @@ def _as_json(job: JobView, now: datetime) -> dict[str, object]:
 
 
 def main() -> None:
+    pipes.end_quietly_on_closed_pipe()
     sys.exit(run(sys.argv[1:], os.environ))

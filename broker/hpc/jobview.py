@@ -7,6 +7,8 @@
 | SUCCEEDED | CD | COMPLETED |
 | FAILED (timeout seen by the backend) | TO | TIMEOUT |
 | FAILED (preempted) | PR | PREEMPTED |
+| FAILED (the backend's NODE_FAIL) | NF | NODE_FAIL |
+| FAILED (OUT_OF_MEMORY, OOMKilled) | OOM | OUT_OF_MEMORY |
 | FAILED, REJECTED | F | FAILED |
 | CANCELLED | CA | CANCELLED |
 
@@ -17,7 +19,8 @@ job's NODELIST(REASON) is its Isthmus reason, e.g. ``(QuotaExhausted)``.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,7 +31,8 @@ from broker.hpc.hostlist import compress as compress  # re-exported: isqueue, is
 PENDING_STATES = ("SUBMITTED", "VALIDATING", "QUEUED", "ADMITTED", "PREPARING", "RETRYING")
 ACTIVE_STATES = (*PENDING_STATES, "RUNNING")
 CODES = {"PD": "PENDING", "R": "RUNNING", "CD": "COMPLETED", "F": "FAILED", "CA": "CANCELLED",
-         "TO": "TIMEOUT", "PR": "PREEMPTED", "CG": "COMPLETING", "S": "SUSPENDED"}
+         "TO": "TIMEOUT", "PR": "PREEMPTED", "CG": "COMPLETING", "S": "SUSPENDED",
+         "NF": "NODE_FAIL", "OOM": "OUT_OF_MEMORY", "RQ": "REQUEUED"}
 NAMES = {v: k for k, v in CODES.items()}
 
 
@@ -65,6 +69,21 @@ class JobView:
     array_task_id: int | None
     estimated_start: datetime | None = None
     """The broker's ETA for a waiting job (its last admission cycle's estimate), else None."""
+    number: int | None = None
+    """The numeric id (None for a job stored before numbers): what Slurm's tools see."""
+    array_limit: int | None = None
+    """An array's %N (running tasks at most)."""
+    stdout: str | None = None
+    """The script's --output pattern (entrypoint.batch.output) as given; `paths` expands it."""
+    stderr: str | None = None
+    pending_tasks: str | None = None
+    """Set on the one line squeue shows for an array's pending tasks: their indices as
+    ``0-5%2`` (`collapse_pending`)."""
+
+    @property
+    def raw_id(self) -> str:
+        """sacct's JobIDRaw: the job's own number (the Isthmus id for an unnumbered job)."""
+        return str(self.number) if self.number is not None else self.id
 
     @property
     def long_state(self) -> str:
@@ -75,6 +94,11 @@ class JobView:
             return "TIMEOUT"
         if s == "FAILED" and self.failure == "Preempted":
             return "PREEMPTED"
+        raw = (self.raw_state or "").upper()
+        if s == "FAILED" and raw.startswith("NODE_FAIL"):
+            return "NODE_FAIL"
+        if s == "FAILED" and (raw.startswith("OUT_OF_MEMORY") or raw == "OOMKILLED"):
+            return "OUT_OF_MEMORY"
         return {"RUNNING": "RUNNING", "SUCCEEDED": "COMPLETED", "CANCELLED": "CANCELLED",
                 "FAILED": "FAILED", "REJECTED": "FAILED"}.get(s, s)
 
@@ -98,12 +122,17 @@ class JobView:
 
     @property
     def display_id(self) -> str:
+        """squeue's and sacct's JobID: ``ARRAY_TASK`` for an array task, else the number."""
+        if self.array_job_id is not None and self.pending_tasks is not None:
+            return f"{self.array_job_id}_[{self.pending_tasks}]"
         if self.array_job_id is not None and self.array_task_id is not None:
             return f"{self.array_job_id}_{self.array_task_id}"
-        return self.id
+        return self.raw_id
 
     def matches_id(self, wanted: str) -> bool:
-        return wanted in (self.id, self.display_id) or wanted == self.array_job_id
+        """Slurm's -j/ids: the job's own id or number, ``ARRAY_TASK``, or the array's id
+        (every task of it: an array's id is its first task's number, as with Slurm)."""
+        return wanted in (self.id, self.raw_id, self.display_id) or wanted == self.array_job_id
 
 
 def view(item: dict[str, Any]) -> JobView:
@@ -120,6 +149,11 @@ def view(item: dict[str, Any]) -> JobView:
             request = {}
     sbatch: dict[str, Any] = request.get("sbatch") or {}
     array = (spec.get("scheduling") or {}).get("array") or {}
+    batch = (spec.get("entrypoint") or {}).get("batch") or {}
+    # An array's id as the user knows it: its number (its first task's); an array stored
+    # before numbers, or made through the API with another id, keeps that id.
+    array_id = item.get("array_number")
+    array_id = array.get("id") if array_id is None else array_id
     partition = (request.get("partition") or sbatch.get("partition") or run.get("pool")
                  or ",".join(spec.get("flavors") or []))
     return JobView(
@@ -133,9 +167,64 @@ def view(item: dict[str, Any]) -> JobView:
         start=_parse_time(run.get("started_at")), end=_parse_time(run.get("ended_at")),
         exit_code=run.get("exit_code"), signal=run.get("signal"), failure=run.get("failure"),
         raw_state=run.get("raw_state"),
-        array_job_id=array.get("id"), array_task_id=array.get("index"),
+        array_job_id=None if array_id is None else str(array_id),
+        array_task_id=array.get("index"),
         estimated_start=_parse_time((item.get("wait") or {}).get("estimated_start")),
+        number=item.get("number"), array_limit=array.get("limit"),
+        stdout=batch.get("output"), stderr=batch.get("error"),
     )
+
+
+def oldest_first(jobs: list[JobView]) -> list[JobView]:
+    """The listing (newest first) in submit order, by number where jobs have one: an array's
+    tasks in index order, as Slurm lists job ids."""
+    ordered = list(reversed(jobs))
+    return sorted(ordered, key=lambda j: j.number if j.number is not None else -1)
+
+
+def expand_path(pattern: str | None, job: JobView) -> str:
+    """An output pattern as the job's files are named: %j, %x, %A, %a, %u as Slurm expands
+    them (Isthmus's number for %j; the other patterns stay); ``(null)`` without one."""
+    if not pattern:
+        return "(null)"
+    values = {"%j": job.raw_id, "%x": job.name, "%u": job.user, "%%": "%",
+              "%A": job.array_job_id or job.raw_id,
+              "%a": str(job.array_task_id) if job.array_task_id is not None else "4294967294"}
+    return re.sub(r"%[jxuAa%]", lambda m: values[m.group(0)], pattern)
+
+
+def index_ranges(indices: list[int]) -> str:
+    """Array indices as Slurm writes them: ``0-5``, ``1,3,7-9``."""
+    parts: list[str] = []
+    run: list[int] = []
+    for i in sorted(set(indices)):
+        if run and i != run[-1] + 1:
+            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+            run = []
+        run.append(i)
+    if run:
+        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(parts)
+
+
+def collapse_pending(jobs: list[JobView]) -> list[JobView]:
+    """squeue without -r: an array's pending tasks are one line ``ARRAY_[0-5%2]`` in the
+    place of its first; running and ended tasks stay one line each."""
+    groups: dict[str, list[JobView]] = {}
+    for job in jobs:
+        if job.array_job_id is not None and job.array_task_id is not None \
+                and job.long_state == "PENDING":
+            groups.setdefault(job.array_job_id, []).append(job)
+    out: list[JobView] = []
+    for job in jobs:
+        group = groups.get(job.array_job_id or "") if job.long_state == "PENDING" else None
+        if not group or job.array_task_id is None:
+            out.append(job)
+        elif job is group[0]:
+            shown = index_ranges([j.array_task_id for j in group if j.array_task_id is not None])
+            limit = f"%{job.array_limit}" if job.array_limit else ""
+            out.append(replace(job, pending_tasks=shown + limit))
+    return out
 
 
 def _limit(value: Any) -> int:

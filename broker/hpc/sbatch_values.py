@@ -223,13 +223,15 @@ def parse_signal(text: str) -> tuple[str, int, str]:
         number = int(sig)
         if not 1 <= number <= 64:
             raise SbatchError("Invalid --signal specification")
-        name = _signal.Signals(number).name if number in _signal.valid_signals() else str(number)
     else:
         name = sig.upper()
         name = name if name.startswith("SIG") else f"SIG{name}"
         if name not in _signal.Signals.__members__:
             raise SbatchError("Invalid --signal specification")
-    return name, seconds, flags
+        number = _signal.Signals[name].value
+    # The canonical name (SIGIOT is SIGABRT); real-time signals by number, as kill takes them.
+    known = {s.value: s.name for s in _signal.Signals if s.value < 32}
+    return known.get(number, str(number)), seconds, flags
 
 
 _BEGIN_WORDS = {"midnight": (0, 0), "noon": (12, 0), "fika": (15, 0), "teatime": (16, 0)}

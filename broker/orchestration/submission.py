@@ -6,7 +6,7 @@ QUEUED or REJECTED, all through set_state. Either all of it is stored or none of
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session
@@ -20,7 +20,7 @@ from broker.feasibility import feasibility
 from broker.logs import get_logger
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import TransitionResult, append_event, set_state
-from broker.store import batch, records
+from broker.store import batch, job_numbers, records
 from broker.store.conflicts import on_conflict
 from broker.store.db import Database
 from broker.store.queries import find_by_idempotency_key, jobs_by_idempotency_keys
@@ -65,6 +65,17 @@ class Submission:
     spec: JobSpec
     actor: str
     key: str | None = None
+    number: int | None = None  # drawn beforehand (an array's tasks); else drawn at submit
+
+
+def _array_of(spec: JobSpec) -> tuple[int | None, int | None]:
+    """(array number, task index): an array whose id is a number (isbatch's arrays are) is
+    found by ``NUMBER_TASK``; another id leaves the task reachable by its own ids only."""
+    array = spec.scheduling.array if spec.scheduling is not None else None
+    if array is None:
+        return None, None
+    parsed = job_numbers.parse_ref(array.id)
+    return (parsed[0] if parsed is not None and parsed[1] is None else None), array.index
 
 
 def known_keys(s: Session, subs: list[Submission]) -> KnownKeys:
@@ -87,13 +98,16 @@ def _submit_in(
         if existing is not None:
             return Submitted(existing, created=False)
     now = utcnow()
+    number = sub.number if sub.number is not None else job_numbers.allocate(s)[0]
+    array_number, array_index = _array_of(spec)
     job = JobRecord(
         id=new_job_id(), name=spec.name, team=spec.team, queue=spec.queue,
         priority=spec.priority, state=JobState.SUBMITTED.value,
         reason=Reason.Submitted.value, message="accepted by the API", attempt=0,
         last_seq=0, total_gpus=spec.gang.total_gpus, spec_json=spec_json,
         spec_hash=spec_hash, idempotency_key=key, submitted_by=actor, created_at=now,
-        updated_at=now, unsaved_events=[],
+        updated_at=now, number=number, array_number=array_number, array_index=array_index,
+        unsaved_events=[],
     )
     append_event(
         s, job, None, JobState.SUBMITTED, Reason.Submitted, job.message,
@@ -150,6 +164,7 @@ def submit_many(
     out: list[Submitted | Exception] = []
     raced: list[int] = []
     with db.write() as s, batch.held_effects(s) as effects:
+        subs = _numbered(s, subs)
         for i, sub in enumerate(subs):
             mark = effects.mark()
             try:
@@ -172,6 +187,19 @@ def submit_many(
             out[i] = _after_race(db, subs[i])
         except Exception as exc:  # reported to that caller only
             out[i] = exc
+    return out
+
+
+def _numbered(s: Session, subs: list[Submission]) -> list[Submission]:
+    """The batch with a number drawn for each submission without one, in one statement per
+    block instead of one per job; outside the savepoints, so a submission rolled back alone
+    leaves a gap (never a number given twice), as an idempotent replay does."""
+    wanting = [i for i, sub in enumerate(subs) if sub.number is None]
+    out = list(subs)
+    for start in range(0, len(wanting), job_numbers.MAX_BLOCK):
+        chunk = wanting[start:start + job_numbers.MAX_BLOCK]
+        for i, number in zip(chunk, job_numbers.allocate(s, len(chunk)), strict=True):
+            out[i] = replace(subs[i], number=number)
     return out
 
 

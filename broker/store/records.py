@@ -42,6 +42,9 @@ class JobRecord:
     first_useful_work_at: datetime | None = None
     not_before: datetime | None = None  # end of a retry backoff
     exclude_json: str = "{}"  # pools and nodes the next attempt avoids
+    number: int | None = None  # the numeric id (None only for rows made before it existed)
+    array_number: int | None = None  # an array task's array id: its first task's number
+    array_index: int | None = None
     # Set while a job is being created in the current transaction and not yet inserted:
     # its events wait here and are written with the row in one go. Nobody else can see the
     # job, so no lock or idempotency look-up is needed for it either.

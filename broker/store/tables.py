@@ -57,6 +57,11 @@ class JobRow(SQLModel, table=True):
     first_useful_work_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     not_before: datetime | None = Field(default=None, sa_type=UTCDateTime)
     exclude_json: str = Field(default="{}", sa_type=sa.Text)
+    # the job's number (HPC tools parse digits; broker/store/job_numbers.py); an array task's
+    # array number (its first task's) and index. Unique index uq_jobs_number, ix_jobs_array.
+    number: int | None = Field(default=None, sa_type=sa.BigInteger)
+    array_number: int | None = Field(default=None, sa_type=sa.BigInteger)
+    array_index: int | None = None
 
 
 class JobEventRow(SQLModel, table=True):

@@ -18,6 +18,7 @@ COMPAT = SlurmCompat.model_validate({
                    "h100": {"flavors": ["h100-80g"], "backend": "slurm"},
                    "gpu": {"flavors": ["h100-80g", "a100-80g"], "backend": "any"}},
     "accounts": {"vis": "vision"},
+    "default_accounts": {"carol": "vis"},
     "qos": {"urgent": "high"},
     "gpu_types": {"a100": "a100-80g", "h100": "h100-80g"},
     "constraints": {"h100": "h100-80g"},
@@ -83,17 +84,44 @@ def test_mapping(argv: list[str], key: str, value: object) -> None:
         (["-q", "scavenger", "--gres=gpu:8", "job.sh"], "vision", "Invalid qos specification"),
         (["job.sh"], "vision", "no GPUs requested"),
         (["--gres=gpu:8", "-t", "UNLIMITED", "job.sh"], "vision", "a time limit is needed"),
-        (["--gres=gpu:8", "--signal=USR2@60", "job.sh"], "vision", "sends SIGUSR1"),
         (["--gres=gpu:8", "--reservation=maint", "job.sh"], "vision", "--reservation"),
         (["--gres=gpu:8", "-w", "node1", "job.sh"], "vision", "--nodelist"),
     ],
     ids=["partition", "gpu-type", "type-not-in-partition", "feature", "account", "no-team",
-         "qos", "no-gpus", "unlimited", "other-signal", "reservation", "nodelist"],
+         "qos", "no-gpus", "unlimited", "reservation", "nodelist"],
 )
 def test_refusals_name_the_option(argv: list[str], team: str | None, message: str) -> None:
     with pytest.raises(CompatError, match=None) as err:
         spec_for(argv, team=team)
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("signal", "checkpoint"),
+    [
+        ("USR2@90", {"grace": 90, "signal": "USR2", "signal_batch_only": False}),
+        ("B:USR1@120", {"grace": 120, "signal": "USR1", "signal_batch_only": True}),
+        ("R:10@5", {"grace": 5, "signal": "USR1", "signal_batch_only": False}),
+        ("B:35@60", {"grace": 60, "signal": "35", "signal_batch_only": True}),
+        ("SIGTERM", {"grace": 60, "signal": "TERM", "signal_batch_only": False}),
+        ("RB:IOT@7", {"grace": 7, "signal": "ABRT", "signal_batch_only": True}),
+    ],
+    ids=["usr2-steps", "b-usr1", "r-number", "realtime-number", "default-time", "alias"],
+)
+def test_every_sbatch_signal_form_becomes_the_checkpoint_signal(
+        signal: str, checkpoint: dict[str, object]) -> None:
+    spec = spec_for(["--gres=gpu:8", f"--signal={signal}", "job.sh"])
+    assert spec["checkpoint"] == checkpoint
+    assert JobSpec.model_validate(spec).checkpoint.signal == checkpoint["signal"]
+
+
+def test_a_user_without_team_gets_the_default_account_or_a_clear_refusal() -> None:
+    parsed = parse(["--gres=gpu:8", "job.sh"], {}, lambda path: SCRIPT)
+    spec = to_job_spec(parsed.request, parsed.script, COMPAT, caller_team=None,
+                       caller_name="carol")
+    assert spec["team"] == "vision"  # carol's default account vis
+    with pytest.raises(CompatError, match="default_accounts names no account for user dave"):
+        to_job_spec(parsed.request, parsed.script, COMPAT, caller_team=None, caller_name="dave")
 
 
 def test_the_token_is_never_exported() -> None:

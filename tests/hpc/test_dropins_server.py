@@ -78,6 +78,7 @@ def test_submit_queue_cancel_account(server: Server, script: Path, tmp_path: Pat
     out = capsys.readouterr().out
     assert out.startswith("Submitted batch job ")
     job_id = out.split()[-1]
+    assert job_id.isdigit()  # Slurm's tools read the id with a regular expression for digits
 
     assert isqueue.run(["-j", job_id], env) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -115,6 +116,9 @@ def test_parsable_account_qos_and_the_spec(server: Server, script: Path, tmp_pat
     assert isqueue.run(["--json", "-j", job_id], env) == 0
     (row,) = json.loads(capsys.readouterr().out)["jobs"]
     assert (row["account"], row["node_count"], row["gpus_per_node"]) == ("vision", 2, 8)
+    assert isbatch.run(["--parsable", "-M", "gpu-east", str(script)], env) == 0
+    number, cluster = capsys.readouterr().out.strip().split(";")  # sbatch's ID;CLUSTER
+    assert number.isdigit() and int(number) > int(job_id) and cluster == "gpu-east"
     assert iscancel.run(["-n", "pretrain"], env) == 0
 
 
@@ -180,10 +184,17 @@ def test_one_api_call_per_submission(server: Server, script: Path, tmp_path: Pat
     assert isqueue.run(["--json", "-j", array_id], env) == 0
     tasks = json.loads(capsys.readouterr().out)["jobs"]
     assert sorted(t["job_id"] for t in tasks) == [f"{array_id}_{i}" for i in range(3)]
+    # The array's id is its first task's number, as Slurm's ArrayJobId
+    assert array_id.isdigit() and parent.isdigit()
+    first = min(tasks, key=lambda t: t["array_task_id"])
+    assert first["job_number"] == int(array_id)
     assert isqueue.run(["--json", "-j", parent], env) == 0
-    assert json.loads(capsys.readouterr().out)["jobs"][0]["isthmus_id"] == parent
+    (parent_row,) = json.loads(capsys.readouterr().out)["jobs"]
+    assert parent_row["job_id"] == parent
     spec = _spec_of(server, tasks[0]["isthmus_id"])
-    assert spec["scheduling"]["dependencies"] == [{"kind": "afterok", "jobs": [parent]}]
+    assert spec["scheduling"]["dependencies"] == [{"kind": "afterok",
+                                                   "jobs": [parent_row["isthmus_id"]]}]
+    assert spec["env"]["SLURM_ARRAY_JOB_ID"] == array_id
     assert spec["scheduling"]["array"]["limit"] == 1
     assert _spec_of(server, parent)["env"]["LR"] == "0.1"
     assert iscancel.run([t["job_id"] for t in tasks] + [parent], env) == 0
@@ -216,3 +227,72 @@ def _spec_of(server: Server, job_id: str) -> dict[str, Any]:
     r.raise_for_status()
     spec: dict[str, object] = r.json()["spec"]
     return spec
+
+
+def _into_closed_pipe(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run a drop-in whose stdout is a pipe nobody reads any more (``| head`` that ended)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run(argv, env=env, stdout=write_end, stderr=subprocess.PIPE,
+                              text=True, timeout=60, check=False)
+    finally:
+        os.close(write_end)
+
+
+def test_the_drop_ins_end_quietly_in_a_pipe_that_closed(server: Server, script: Path,
+                                                         tmp_path: Path) -> None:
+    """As Slurm's commands do: killed by SIGPIPE, nothing on stderr, no traceback."""
+    env = {**env_for(server, "vision", tmp_path), "PATH": os.environ["PATH"]}
+    bin_dir = ROOT / ".venv" / "bin"
+    assert isbatch.run([str(script)], env) == 0
+    for argv in (["isbatch", "--parsable", str(script)], ["isqueue"], ["isacct", "-X"],
+                 ["iscancel", "--help"]):
+        proc = _into_closed_pipe([str(bin_dir / argv[0]), *argv[1:]], env)
+        assert proc.stderr == "", (argv, proc.stderr)
+        assert proc.returncode == -13, argv  # SIGPIPE, as `sacct | head` ends sacct
+
+
+def test_an_array_reads_as_slurm_shows_it(server: Server, script: Path, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """One line ID_[0-5%2] while pending (one per task with -r); ARRAY_TASK is an id for
+    squeue, sacct, scontrol, the jobs API and scancel; the array's id selects every task."""
+    import httpx
+
+    from broker.hpc import iscontrol
+
+    env = env_for(server, "vision", tmp_path)
+    assert isbatch.run(["--parsable", "--array=0-5%2", "-J", "sweep", str(script)], env) == 0
+    array = capsys.readouterr().out.strip()
+    assert isqueue.run(["-h", "-o", "%i %t %j", "-j", array], env) == 0
+    assert capsys.readouterr().out.splitlines() == [f"{array}_[0-5%2] PD sweep"]
+    assert isqueue.run(["-h", "-r", "-o", "%i|%A|%F|%K", "-j", array], env) == 0
+    rows = [line.split("|") for line in capsys.readouterr().out.splitlines()]
+    assert [r[0] for r in rows] == [f"{array}_{i}" for i in range(6)]
+    assert rows[0][1] == array and {r[2] for r in rows} == {array}
+    assert [r[3] for r in rows] == [str(i) for i in range(6)]
+    numbers = [r[1] for r in rows]
+    assert all(n.isdigit() for n in numbers) and len(set(numbers)) == 6
+
+    assert isacct.run(["-X", "-n", "-P", "-j", f"{array}_3,{numbers[4]}",
+                       "-o", "JobID,JobIDRaw,JobName,State"], env) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"{array}_3|{numbers[3]}|sweep|PENDING", f"{array}_4|{numbers[4]}|sweep|PENDING"]
+
+    assert iscontrol.run(["show", "job", f"{array}_3"], env) == 0
+    shown = capsys.readouterr().out
+    assert f"JobId={numbers[3]} ArrayJobId={array} ArrayTaskId=3 JobName=sweep" in shown
+    for key in ("JobState=PENDING", "NodeList=(null)", "ExitCode=0:0", "StdOut="):
+        assert key in shown
+
+    r = httpx.get(f"{server.url}/v1/jobs/{array}_3", timeout=30,
+                  headers={"Authorization": f"Bearer {TOKENS['vision']}"})
+    assert r.status_code == 200 and r.json()["number"] == int(numbers[3])
+
+    assert iscancel.run([f"{array}_3"], env) == 0
+    assert isacct.run(["-X", "-n", "-P", "-j", array, "-o", "JobID,State", "--state", "CA"],
+                      env) == 0
+    assert capsys.readouterr().out.splitlines() == [f"{array}_3|CANCELLED"]
+    assert iscancel.run([array], env) == 0  # the array's id: every task left
+    assert isqueue.run(["-h", "-j", array], env) == 0
+    assert capsys.readouterr().out == ""

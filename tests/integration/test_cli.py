@@ -72,6 +72,9 @@ def test_submit_status_events_cancel_and_db_check(server: str, db_url: str) -> N
 
     human = run("status", job["id"], url=server)
     assert human.returncode == 0 and "WaitingForAdmission" in human.stdout
+    by_number = run("status", str(job["number"]), "--json", url=server)  # the id tools see
+    assert by_number.returncode == 0 and json.loads(by_number.stdout)["id"] == job["id"]
+    assert run("explain", str(job["number"]), url=server).returncode == 0
     assert "2 x 8 GPUs (16 total)" in human.stdout
 
     events = json.loads(run("events", job["id"], "--json", url=server).stdout)

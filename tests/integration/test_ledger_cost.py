@@ -6,11 +6,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+import sqlalchemy as sa
 
 from broker import ledger
 from broker.domain import JobState, Reason
 from broker.store import migrate, open_database, utcnow
-from tests.builders import insert_job_in_state
+from broker.store.records import JOBS
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -25,8 +26,17 @@ def test_upgrade_adds_cost_keeps_old_rows_and_the_append_only_guard(empty_url: s
     db = open_database(empty_url, migrate=False)
     try:
         migrate.upgrade(db, "0006")
+        job = "J000000000000001"
         with db.write() as s:
-            job = insert_job_in_state(s, JobState.ADMITTED, Reason.Admitted)
+            now = utcnow()
+            # the columns revision 0006 knew (the job row of today's code has later ones)
+            s.connection().execute(sa.insert(JOBS), [{
+                "id": job, "name": "j", "team": "vision", "queue": "default",
+                "priority": "normal", "state": JobState.ADMITTED.value,
+                "reason": Reason.Admitted.value, "message": "", "attempt": 1, "last_seq": 1,
+                "total_gpus": 8, "spec_json": "{}", "spec_hash": "x" * 64,
+                "submitted_by": "u", "created_at": now, "updated_at": now,
+                "exclude_json": "{}"}])
             s.connection().exec_driver_sql(  # the code of revision 0006 knew no cost column
                 "INSERT INTO ledger_entries (job_id, attempt, kind, team, flavor, gpus, "
                 "borrowed_gpus, gpu_hours, at, note) VALUES (%s, 1, 'usage', 'vision', "

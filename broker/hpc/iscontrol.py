@@ -1,0 +1,102 @@
+"""iscontrol: the part of scontrol that tools read about jobs: ``show job ID`` (and
+``show jobid``), in Slurm's ``Key=Value`` form (``-o`` puts each job on one line).
+
+ID is a number, ``ARRAY_TASK``, an array's id (each of its tasks, as scontrol shows them) or an
+Isthmus id. Other subcommands are refused by name: Isthmus holds, releases and requeues through
+its own lifecycle (``isthmus cancel``, the retry policy), not through scontrol.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pwd
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+
+from broker.hpc import jobview, pipes
+from broker.hpc.common import DropInError, all_jobs, connect, main_guard
+from broker.hpc.jobview import JobView
+
+PROG = "iscontrol"
+
+
+def _hms(seconds: int) -> str:
+    """scontrol's RunTime/TimeLimit: [D-]HH:MM:SS."""
+    days, rest = divmod(max(0, seconds), 86400)
+    h, rest = divmod(rest, 3600)
+    m, s = divmod(rest, 60)
+    return (f"{days}-" if days else "") + f"{h:02d}:{m:02d}:{s:02d}"
+
+
+def _user(name: str) -> str:
+    """UserId as scontrol writes it, name(uid); the uid of the same name here, if any."""
+    try:
+        return f"{name}({pwd.getpwnam(name).pw_uid})"
+    except KeyError:
+        return f"{name}(4294967294)"
+
+
+def record(job: JobView, now: datetime) -> list[list[str]]:
+    """The lines of ``scontrol show job`` for one job, each a list of Key=Value words."""
+    running = job.long_state == "RUNNING"
+    lines = [
+        [f"JobId={job.raw_id}", f"JobName={job.name}"],
+        [f"UserId={_user(job.user)}", f"Account={job.account}", f"QOS={job.qos}"],
+        [f"JobState={job.long_state}", f"Reason={'None' if running else job.reason}"],
+        [f"RunTime={_hms(job.elapsed_s(now))}", f"TimeLimit={_hms(job.time_limit_s)}"],
+        [f"SubmitTime={jobview.timestamp(job.submitted)}",
+         f"StartTime={jobview.timestamp(job.start)}", f"EndTime={jobview.timestamp(job.end)}"],
+        [f"Partition={job.partition}"],
+        [f"NodeList={jobview.compress(job.nodes) or '(null)'}"],
+        [f"NumNodes={job.num_nodes}", f"NumCPUs={job.cpus}",
+         f"TRES=cpu={job.cpus},gres/gpu={job.gpus_per_node * job.num_nodes},"
+         f"node={job.num_nodes}"],
+        [f"ExitCode={job.exit_text}"],
+        [f"StdErr={jobview.expand_path(job.stderr or job.stdout, job)}"],
+        [f"StdOut={jobview.expand_path(job.stdout, job)}"],
+    ]
+    if job.array_job_id is not None and job.array_task_id is not None:
+        lines[0][1:1] = [f"ArrayJobId={job.array_job_id}", f"ArrayTaskId={job.array_task_id}"]
+    return lines
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="scontrol show job for Isthmus jobs")
+    p.add_argument("-o", "--oneliner", action="store_true")
+    p.add_argument("words", nargs="*", help="show job ID")
+    return p
+
+
+def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
+    args = parser().parse_args(argv)
+
+    def body() -> int:
+        words = [w.lower() for w in args.words[:2]]
+        if words not in (["show", "job"], ["show", "jobid"]) or len(args.words) != 3:
+            raise DropInError(f"'{' '.join(args.words)}': only 'show job ID' is available "
+                              "(Isthmus holds, releases and requeues through its own "
+                              "lifecycle: isthmus cancel, the retry policy)")
+        wanted = args.words[2]
+        now = datetime.now(UTC)
+        with connect(environ) as api:
+            jobs = [j for j in all_jobs(api) if j.matches_id(wanted)]
+        if not jobs:
+            raise DropInError("Invalid job id specified")
+        for job in reversed(jobs):  # oldest (the array's first task) first
+            lines = record(job, now)
+            if args.oneliner:
+                print(" ".join(w for line in lines for w in line))
+            else:
+                print("\n".join(("   " if i else "") + " ".join(line)
+                                for i, line in enumerate(lines)))
+                print()
+        return 0
+
+    return main_guard(PROG, body)
+
+
+def main() -> None:
+    pipes.end_quietly_on_closed_pipe()
+    sys.exit(run(sys.argv[1:], os.environ))
