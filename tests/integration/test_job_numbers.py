@@ -59,7 +59,7 @@ def test_migration_numbers_existing_jobs_in_submit_order_and_new_ones_after_them
 ) -> None:
     db = connect(empty_url)
     try:
-        migrate.upgrade(db, "0013")
+        migrate.upgrade(db, "0014")
         with db.write() as s:  # inserted out of submit order; an array of two tasks
             s.connection().execute(sa.insert(JOBS), [
                 _old_job("0000000000000003", 3, {"id": "06h45bf8fa8cbxq6", "index": 5,
@@ -168,7 +168,7 @@ def test_downgrade_forgets_the_numbers_and_upgrade_numbers_again(
     try:
         migrate.upgrade(db)
         first = submit_job(db, example_config, spec().build(), "a").job
-        migrate.downgrade(db, "0013")
+        migrate.downgrade(db, "0014")
         migrate.upgrade(db)
         with db.read() as s:
             again = get_job(s, first.id)

@@ -14,7 +14,7 @@ is the number of its lowest-index task. The sequence or counter then starts afte
 Downgrade drops the columns, the sequence and the counter.
 
 Revision ID: 0015_job_number
-Revises: 0013
+Revises: 0014
 """
 
 import json
@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0015_job_number"
-down_revision = "0013"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 
