@@ -25,6 +25,7 @@ from broker.domain.states import JobState
 from broker.feasibility import request_problems
 from broker.hpc import batch_submit, runs
 from broker.hpc.compat import CompatError
+from broker.hpc.sbatch_values import SbatchError
 from broker.orchestration.submission import Submission
 from broker.store import job_numbers
 from broker.store.db import Database
@@ -84,15 +85,22 @@ async def batch(request: Request, caller: Caller) -> dict[str, Any]:
                       "this broker has no slurm_compat section in its configuration")
     db: Database = request.app.state.db
     team = None if caller.is_admin else caller.team
-    try:
-        data = json.loads(await request.body())
-        specs = batch_submit.specs_of_body(data, config.slurm_compat, caller.team,
+    body = await request.body()
+    compat = config.slurm_compat
+
+    def parsed() -> tuple[Any, list[JobSpec]]:
+        data = json.loads(body)
+        specs = batch_submit.specs_of_body(data, compat, caller.team,
                                            batch_submit.resolver(db, team),
                                            batch_submit.ARRAY_PLACEHOLDER, caller.name)
-        checked = [JobSpec.model_validate(s) for s in specs]
-    except (CompatError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+        return data, [JobSpec.model_validate(s) for s in specs]
+
+    try:  # off the event loop: a large request keeps no other caller waiting
+        data, checked = await asyncio.to_thread(parsed)
+    except (CompatError, SbatchError, ValueError, OverflowError, RecursionError) as exc:
+        # pydantic's ValidationError is a ValueError; SbatchError carries sbatch's own words
         raise Problem(422, "sbatch-not-mapped", "The sbatch request cannot run here",
-                      str(exc)) from None
+                      str(exc) or type(exc).__name__) from None
     for spec in checked[:1]:  # the tasks of an array differ in scheduling and env only
         problems = request_problems(config, spec, team)
         if problems:

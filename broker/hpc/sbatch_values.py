@@ -146,6 +146,8 @@ class ArraySpec:
 
 
 MAX_ARRAY_TASKS = 10_000
+MAX_ARRAY_INDEX = 4_000_000
+"""The highest task index (Slurm's MaxArraySize is at most 4,000,001)."""
 
 
 def parse_array(text: str) -> ArraySpec:
@@ -154,23 +156,32 @@ def parse_array(text: str) -> ArraySpec:
     body, pct, limit_text = value.partition("%")
     limit = None
     if pct:
-        if not _INT.match(limit_text) or int(limit_text) == 0:
+        if not _short_int(limit_text) or int(limit_text) == 0:
             raise SbatchError("Invalid job array specification")
         limit = int(limit_text)
-    indices: list[int] = []
-    for item in body.split(","):
+    ranges: list[range] = []
+    count = 0
+    for item in body.split(",", MAX_ARRAY_TASKS + 1):
         rng, colon, step_text = item.partition(":")
         low, dash, high = rng.partition("-")
-        if not _INT.match(low) or (dash and not _INT.match(high)):
+        if not _short_int(low) or (dash and not _short_int(high)) \
+                or (colon and not _short_int(step_text)):
             raise SbatchError("Invalid job array specification")
-        step = int(step_text) if colon and _INT.match(step_text) else (0 if colon else 1)
+        step = int(step_text) if colon else 1
         lo, hi = int(low), int(high) if dash else int(low)
-        if step <= 0 or hi < lo or (colon and not dash):
+        if step <= 0 or hi < lo or (colon and not dash) or hi > MAX_ARRAY_INDEX:
             raise SbatchError("Invalid job array specification")
-        indices.extend(range(lo, hi + 1, step))
-        if len(indices) > MAX_ARRAY_TASKS:
-            raise SbatchError("Invalid job array specification")
-    return ArraySpec(tuple(sorted(set(indices))), limit)
+        ranges.append(range(lo, hi + 1, step))
+        count += len(ranges[-1])  # counted, not listed: "0-50000000" costs nothing
+        if count > MAX_ARRAY_TASKS:
+            raise SbatchError(f"Invalid job array specification: more than {MAX_ARRAY_TASKS} "
+                              "tasks")
+    return ArraySpec(tuple(sorted({i for r in ranges for i in r})), limit)
+
+
+def _short_int(text: str) -> bool:
+    """Digits only, and few enough to be an index (a million digits never reach int())."""
+    return len(text) <= 10 and bool(_INT.match(text))
 
 
 @dataclass(frozen=True, slots=True)

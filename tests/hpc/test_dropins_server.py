@@ -296,3 +296,30 @@ def test_an_array_reads_as_slurm_shows_it(server: Server, script: Path, tmp_path
     assert iscancel.run([array], env) == 0  # the array's id: every task left
     assert isqueue.run(["-h", "-j", array], env) == 0
     assert capsys.readouterr().out == ""
+
+
+def test_the_batch_call_answers_bad_values_with_a_422_never_a_500(server: Server,
+                                                                 script: Path) -> None:
+    """Issue 34's eight causes of a 500 on POST /v1/hpc/batch, each now a 422 naming the
+    problem (sbatch's own words where it has them); an array of fifty million tasks is
+    counted, not built, so it costs the broker nothing."""
+    import httpx
+
+    from broker.hpc.sbatch_parse import parse
+
+    parsed = parse([str(script)], {}, lambda path: SCRIPT)
+    good = isbatch.client_body(parsed.request, parsed.script, str(script), {}, "/home/u")
+    headers = {"Authorization": f"Bearer {TOKENS['vision']}"}
+    bad = [{**good, "sbatch": {**good["sbatch"], "array": a}}
+           for a in ("abc", "5-3", "0-10000", "0-50000000", "1-" + "9" * 5000)]
+    bad += [{**good, "sbatch": {**good["sbatch"], "dependency": "bogus"}},
+            {**good, "sbatch": {**good["sbatch"], "signal": "FOO"}},
+            {**good, "extra": {**good["extra"], "begin": "garbage"}},
+            {**good, "extra": {**good["extra"], "begin": "now+999999999week"}}]
+    for body in bad:
+        r = httpx.post(f"{server.url}/v1/hpc/batch", json=body, headers=headers, timeout=30)
+        assert r.status_code == 422, (body["sbatch"], body["extra"], r.text)
+    deep = httpx.post(f"{server.url}/v1/hpc/batch", content="[" * 100_000,
+                      headers={**headers, "Content-Type": "application/json"}, timeout=30)
+    assert deep.status_code in (413, 422), deep.text
+    assert httpx.get(f"{server.url}/healthz", timeout=10).status_code == 200
