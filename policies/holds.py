@@ -9,7 +9,10 @@ Dependency kinds, as sbatch(1) defines them, over Isthmus states (FAILED is fina
 after: every job has started or ended; afterany: every job has ended; afterok: every job
 SUCCEEDED (never, once one ends otherwise); afternotok: every job ended otherwise than
 SUCCEEDED (never, once one succeeds); singleton: no earlier job with the same name and user is
-still active. A job that does not exist (or is not visible to the team) can never satisfy one.
+still active. A job that does not exist, or belongs to another team, can never satisfy one, and
+the two read the same (no message tells another team's job apart from no job, nor shows its
+state); singleton and array limits count only the job's own team's jobs, so another team's jobs
+that carry the same name or array id hold nothing back.
 With ``any_dependency`` one satisfied dependency is enough and all must fail for ``never``.
 """
 
@@ -36,6 +39,7 @@ class JobRef:
     user: str
     created_at: datetime
     array_id: str | None = None
+    team: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +51,7 @@ class Held:
     user: str
     created_at: datetime
     scheduling: Scheduling
+    team: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,13 +66,14 @@ def _one(dep: Dependency, job: Held, by_id: Mapping[str, JobRef],
     """(True: satisfied, False: never, None: not yet) and what it waits for."""
     if dep.kind == "singleton":
         ahead = [o.id for o in active if o.name == job.name and o.user == job.user
-                 and o.id != job.id and (o.created_at, o.id) < (job.created_at, job.id)]
+                 and o.team == job.team and o.id != job.id
+                 and (o.created_at, o.id) < (job.created_at, job.id)]
         return (None, f"singleton: {', '.join(ahead)} still active") if ahead else (True, "")
     waiting = []
     for ref in dep.jobs:
         other = by_id.get(ref)
-        if other is None:
-            return False, f"{dep.kind}: job {ref} does not exist"
+        if other is None or other.team != job.team:
+            return False, f"{dep.kind}: job {ref} does not exist in team {job.team}"
         st = other.state
         if dep.kind == "after":
             ok = None if st in NOT_STARTED else True
@@ -110,7 +116,8 @@ def hold(job: Held, by_id: Mapping[str, JobRef], active: Sequence[JobRef],
             return Hold(Reason.WaitingForDependency, notes)
     array = sched.array
     if array is not None and array.limit is not None:
-        running = sum(1 for o in active if o.array_id == array.id and o.state in HOLDING)
+        running = sum(1 for o in active if o.array_id == array.id and o.team == job.team
+                      and o.state in HOLDING)
         if running >= array.limit:
             return Hold(Reason.JobArrayTaskLimit,
                         f"array {array.id}: {running} of at most {array.limit} tasks run")
@@ -135,8 +142,8 @@ def holds_for(jobs: Sequence[Held], by_id: Mapping[str, JobRef], active: Sequenc
         if array is None or array.limit is None:
             continue
         if array.id not in slots:
-            running = sum(1 for o in active
-                          if o.array_id == array.id and o.state in HOLDING)
+            running = sum(1 for o in active if o.array_id == array.id
+                          and o.team == job.team and o.state in HOLDING)
             slots[array.id] = array.limit - running
         if slots[array.id] <= 0:
             out[job.id] = Hold(Reason.JobArrayTaskLimit,

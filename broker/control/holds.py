@@ -29,7 +29,8 @@ def _ref(plane: ControlPlane, job: JobRecord) -> JobRef:
     with JobGuard("hold view", job.id):
         sched = plane.spec(job.id, job.spec_json).scheduling
         array_id = sched.array.id if sched and sched.array else None
-    return JobRef(job.id, job.state, job.name, job.submitted_by, job.created_at, array_id)
+    return JobRef(job.id, job.state, job.name, job.submitted_by, job.created_at, array_id,
+                  job.team)
 
 
 def apply_holds(plane: ControlPlane, queued: list[JobRecord], now: datetime) -> list[JobRecord]:
@@ -39,7 +40,7 @@ def apply_holds(plane: ControlPlane, queued: list[JobRecord], now: datetime) -> 
         with JobGuard("hold view", j.id):
             sched = plane.spec(j.id, j.spec_json).scheduling
             if sched is not None:
-                held.append(Held(j.id, j.name, j.submitted_by, j.created_at, sched))
+                held.append(Held(j.id, j.name, j.submitted_by, j.created_at, sched, j.team))
     if not held:
         return queued
     wanted = {ref for h in held for d in h.scheduling.dependencies for ref in d.jobs}

@@ -78,3 +78,31 @@ def test_one_cycle_never_admits_past_an_array_limit() -> None:
     assert {h.reason for h in got.values()} == {Reason.JobArrayTaskLimit}
     one_running = [ref("t0", "RUNNING", array="a")]
     assert sorted(holds_for(tasks[1:], {}, one_running, NOW)) == ["t2", "t3", "t4", "t5"]
+
+
+def _of(team: str, r: JobRef) -> JobRef:
+    return JobRef(r.id, r.state, r.name, r.user, r.created_at, r.array_id, team)
+
+
+def test_another_teams_job_reads_as_no_job_and_its_state_is_never_told() -> None:
+    """Team A's dependency on team B's job: the same answer as an unknown id (no oracle),
+    without B's state, and it never lets A's job run (afternotok on B's failure included)."""
+    mine = Held("a1", "n", "alice", NOW, Scheduling.model_validate(deps("afternotok", "b1")),
+                "vision")
+    theirs = _of("language", ref("b1", "FAILED"))
+    got = hold(mine, {"b1": theirs}, [theirs], NOW)
+    unknown = hold(mine, {}, [], NOW)
+    assert got is not None and unknown is not None
+    assert got == unknown and got.reason is Reason.DependencyNeverSatisfied
+    assert "FAILED" not in got.message
+
+
+def test_another_teams_jobs_hold_back_no_singleton_and_no_array() -> None:
+    sched = {"array": {"id": "7", "index": 0, "count": 4, "limit": 2},
+             "dependencies": [{"kind": "singleton", "jobs": []}]}
+    mine = Held("a1", "n", "alice", NOW, Scheduling.model_validate(sched), "vision")
+    spoofs = [JobRef(f"b{i}", "RUNNING", "n", "alice", T0, "7", "language") for i in range(3)]
+    assert hold(mine, {}, spoofs, NOW) is None
+    own = [JobRef(f"v{i}", "RUNNING", "x", "bob", T0, "7", "vision") for i in range(2)]
+    got = hold(mine, {}, spoofs + own, NOW)
+    assert got is not None and got.reason is Reason.JobArrayTaskLimit
