@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -28,9 +29,26 @@ def fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+def client_settings(server: str, token: str | None) -> tuple[str, str | None]:
+    """The API and token a command uses: `--server`/`--token`, else ISTHMUS_URL/ISTHMUS_TOKEN,
+    else ~/.config/isthmus/client.yaml, the file the HPC drop-ins read (one loader:
+    broker.hpc.client_config), else the local default."""
+    if server != DEFAULT_URL and token is not None:
+        return server, token
+    from broker.hpc.client_config import ClientConfigError, load
+
+    try:
+        cfg = load(os.environ)
+    except ClientConfigError as exc:
+        fail(str(exc))
+    return (server if server != DEFAULT_URL else cfg.url), (token if token is not None
+                                                            else cfg.token)
+
+
 def call(server: str, token: str | None, fn: str, *args: Any) -> Any:
     """One API call; a problem answer is printed once (title, then each field, or the detail)
     and exits 1; an unreachable API exits 2."""
+    server, token = client_settings(server, token)
     try:
         with Client(server, token) as c:
             return getattr(c, fn)(*args)
