@@ -408,10 +408,20 @@ class IsthmusConfig(_Strict):
         return next((b for b in self.backends if b.name == name), None)
 
 
+def config_path(loc: tuple[int | str, ...]) -> str:
+    """A place in isthmus.yaml as every message here writes it: `pools[0].capacity.nodes`."""
+    out = ""
+    for part in loc:
+        if part == "__root__":
+            continue
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
 def format_validation_error(exc: ValidationError, prefix: str = "") -> list[str]:
     lines = []
     for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"] if p != "__root__")
+        loc = config_path(err["loc"])
         where = f"{prefix}{loc}" if loc else (prefix.rstrip(".") or "(top level)")
         msg = err["msg"].removeprefix("Value error, ")
         lines.append(f"{where}: {msg}")

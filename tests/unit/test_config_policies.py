@@ -140,3 +140,17 @@ def test_config_check_refuses_what_the_server_refuses(tmp_path: Path) -> None:
                           str(cfg)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 1
     assert "auth.tokens: the env vars of token(s) ['ops'] are not set" in out.stderr + out.stdout
+
+
+def test_every_config_error_names_its_place_one_way() -> None:
+    """pydantic's own errors and the references checked after it read alike:
+    `pools[0].capacity.nodes`, never `pools.0.capacity.nodes` beside `pools[0].backend`."""
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"teams": [{"name": "a", "weight": 2}],
+                      "pools": [{"name": "p", "backend": "b", "flavor": "f",
+                                 "capacity": {"nodes": -1, "gpus_per_node": 8}}]})
+    text = str(exc.value)
+    assert "teams[0].weight" in text and "pools[0].capacity.nodes" in text, text
+    assert ".0." not in text
+    with pytest.raises(ConfigError, match=r"pools\[0\]\.backend: 'b' is not in backends"):
+        parse_config({"pools": [{"name": "p", "backend": "b", "flavor": "f"}]})
