@@ -289,6 +289,7 @@ def _victim(r: RunningJob, job: PendingJob, mode: Mode, now: datetime) -> Victim
     else:
         why = f"team {job.team} reclaims {r.flavor} quota lent to team {r.team}"
     lost = lost_gpu_hours(r, now)
+    since = "the last checkpoint" if r.last_checkpoint_at else "it started (no checkpoint)"
     return Victim(
         r.id,
         r.team,
@@ -297,7 +298,7 @@ def _victim(r: RunningJob, job: PendingJob, mode: Mode, now: datetime) -> Victim
         r.grace_seconds,
         round(lost, 4),
         Reason.Preempted,
-        f"preempted {why}; {lost:.2f} GPU-hours since the last checkpoint",
+        f"preempted {why}; {lost:.2f} GPU-hours since {since}",
     )
 
 

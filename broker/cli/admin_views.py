@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from broker.cli.common import DEFAULT_URL, AsJson, JobId, ServerUrl, Token, call, fail
-from broker.cli.output import console, emit_json
+from broker.cli.output import console, emit_json, hours
 
 report_app = typer.Typer(no_args_is_help=True, help="Reports (GPU-hours, cost, waste).",
                          rich_markup_mode=None)
@@ -93,10 +93,9 @@ def report_usage(
     if as_json:
         emit_json(report)
         return
-    rows = [(line["key"], f"{line['gpu_hours']:.1f}", f"{line['cost']:.1f}",
-             f"{line['wasted_gpu_hours']:.1f}", f"{line['waste_preparing']:.1f}",
-             f"{line['waste_failed']:.1f}", f"{line['waste_lost']:.1f}",
-             f"{line['waste_preempted']:.1f}", f"{line['waste_cancelled']:.1f}")
+    rows = [(line["key"], *(hours(line[k]) for k in (
+                "gpu_hours", "cost", "wasted_gpu_hours", "waste_preparing", "waste_failed",
+                "waste_lost", "waste_preempted", "waste_cancelled")))
             for line in [*report["lines"], report["total"]]]
     console.print(_table((by.upper(), "GPU-H", "COST", "WASTED", "PREPARING", "FAILED", "LOST",
                           "PREEMPTED", "CANCELLED"), rows))

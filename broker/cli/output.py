@@ -107,3 +107,11 @@ def problem(status: int, body: dict[str, Any]) -> None:
     else:
         errors.print(f"[bold red]error {status}[/]: {title}: "
                      f"{escape(str(body.get('detail', '')))}")
+
+
+def hours(value: float) -> str:
+    """GPU-hours (or cost) for a table: one decimal, but a small non-zero amount is not shown
+    as 0.0 (two decimals, or '<0.01')."""
+    if value == 0 or abs(value) >= 0.1:
+        return f"{value:.1f}"
+    return f"{value:.2f}" if abs(value) >= 0.01 else "<0.01"

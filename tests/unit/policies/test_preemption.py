@@ -393,3 +393,20 @@ def test_topology_aware_victims_do_not_depend_on_input_order(case: RoomCase) -> 
         jobs = list(case.running)
         random.Random(seed).shuffle(jobs)
         assert _room_plan(case, jobs) == first
+
+
+def test_a_victim_without_a_checkpoint_is_told_its_whole_run_is_lost() -> None:
+    never = select_victims(URGENT, 8, [running("a", priority=0, started=-3600)], at(0),
+                           "priority", pool="p1", flavor="h100", quotas=QUOTAS)
+    assert "since it started (no checkpoint)" in never.victims[0].message
+    saved = select_victims(URGENT, 8, [running("a", priority=0, checkpoint=-60)], at(0),
+                           "priority", pool="p1", flavor="h100", quotas=QUOTAS)
+    assert "since the last checkpoint" in saved.victims[0].message
+
+
+@pytest.mark.parametrize(("value", "shown"), [(0.0, "0.0"), (0.04, "0.04"), (0.004, "<0.01"),
+                                               (0.12, "0.1"), (12.34, "12.3")])
+def test_small_gpu_hours_are_not_shown_as_nothing(value: float, shown: str) -> None:
+    from broker.cli.output import hours
+
+    assert hours(value) == shown
