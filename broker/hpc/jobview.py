@@ -169,10 +169,20 @@ def view(item: dict[str, Any]) -> JobView:
         raw_state=run.get("raw_state"),
         array_job_id=None if array_id is None else str(array_id),
         array_task_id=array.get("index"),
-        estimated_start=_parse_time((item.get("wait") or {}).get("estimated_start")),
+        estimated_start=_expected_start(item, spec),
         number=item.get("number"), array_limit=array.get("limit"),
         stdout=batch.get("output"), stderr=batch.get("error"),
     )
+
+
+def _expected_start(item: dict[str, Any], spec: dict[str, Any]) -> datetime | None:
+    """The broker's estimate, and never before the job's --begin time (a job held for its
+    begin time has no estimate: squeue --start shows the begin time then, and so does this)."""
+    estimate = _parse_time((item.get("wait") or {}).get("estimated_start"))
+    begin = _parse_time((spec.get("scheduling") or {}).get("begin_at"))
+    if begin is None or item.get("state") not in ("SUBMITTED", "VALIDATING", "QUEUED"):
+        return estimate
+    return begin if estimate is None or begin > estimate else estimate
 
 
 def oldest_first(jobs: list[JobView]) -> list[JobView]:
