@@ -237,7 +237,9 @@ def _chosen(
 ) -> PreemptionPlan:
     victims = tuple(_victim(r, job, mode, now) for r in chosen)
     freed = sum(v.gpus for v in victims)
-    ids = ", ".join(v.job_id for v in victims)
+    # the preempting job's team is told its own victims' ids, never another team's
+    ids = ", ".join(v.job_id if v.team == job.team else "a job of another team"
+                    for v in victims)
     where = f" in {domain or 'the pool'}" if domain is not None else ""
     return PreemptionPlan(
         True,

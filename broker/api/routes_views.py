@@ -22,7 +22,13 @@ from broker.domain.clock import utcnow
 from broker.domain.states import JobState
 from broker.store.db import Database
 from broker.store.reports import GroupBy
-from broker.views.decisions import MAX_PAGE, CycleView, JobDecisionView, read_cycles
+from broker.views.decisions import (
+    MAX_PAGE,
+    CycleView,
+    JobDecisionView,
+    VictimView,
+    read_cycles,
+)
 from broker.views.decisions import read_job_decisions as read_decisions
 from broker.views.pools import PoolView, read_pools
 from broker.views.quotas import QuotaView, read_quotas
@@ -126,4 +132,17 @@ async def job_decisions(
     _, db = _state(request)
     job = await run_in_threadpool(_visible_job, db, job_id, caller)
     waiting_until = None if job.state == JobState.QUEUED.value else job.updated_at
-    return await run_in_threadpool(read_decisions, db, job.id, waiting_until, limit, before)
+    decisions = await run_in_threadpool(read_decisions, db, job.id, waiting_until, limit,
+                                        before)
+    if caller.is_admin:
+        return decisions
+    return [d.model_copy(update={"victims": [_masked(v, job.team) for v in d.victims]})
+            for d in decisions]
+
+
+def _masked(victim: VictimView, team: str) -> VictimView:
+    """Another team's victim, as the preempting team sees it: what it freed, not whose."""
+    if victim.team == team:
+        return victim
+    return victim.model_copy(update={"job_id": "a job of another team",
+                                     "team": "another team"})

@@ -410,3 +410,29 @@ def test_small_gpu_hours_are_not_shown_as_nothing(value: float, shown: str) -> N
     from broker.cli.output import hours
 
     assert hours(value) == shown
+
+
+def test_the_preempting_team_is_not_told_another_teams_victim() -> None:
+    """Reclaim stops another team's borrowed job: the waiting job's message (its status and
+    events, which its team reads) names what is freed, not whose job it is."""
+    theirs = running("theirs", team="language", priority=0, borrowed=True)
+    plan = select_victims(URGENT, 8, [theirs, running("ours", priority=0)], at(0), "priority",
+                          pool="p1", flavor="h100", quotas=QUOTAS)
+    assert plan.ok and {v.job_id for v in plan.victims} <= {"theirs", "ours"}
+    if any(v.job_id == "theirs" for v in plan.victims):
+        assert "theirs" not in plan.message and "a job of another team" in plan.message
+    reclaim = select_victims(URGENT, 8, [theirs], at(0), "reclaim", pool="p1",
+                             flavor="h100", quotas=QUOTAS)
+    assert [v.job_id for v in reclaim.victims] == ["theirs"]
+    assert "theirs" not in reclaim.message and "a job of another team" in reclaim.message
+
+
+def test_the_decisions_route_masks_another_teams_victim() -> None:
+    from broker.api.routes_views import _masked
+    from broker.views.decisions import VictimView
+
+    v = VictimView(job_id="06h46b", team="language", pool="p1", gpus=8, reason="Preempted")
+    assert _masked(v, "language") == v
+    hidden = _masked(v, "vision")
+    assert (hidden.job_id, hidden.team, hidden.gpus) == ("a job of another team",
+                                                         "another team", 8)
