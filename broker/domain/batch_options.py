@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class _Strict(BaseModel):
@@ -23,3 +23,12 @@ class BatchOptions(_Strict):
     error: str | None = Field(default=None, max_length=1024, pattern=BATCH_PATH,
                               description="absolute path pattern of the script's stderr")
     exclusive: bool = Field(default=False, description="the job's nodes are its alone")
+
+    @field_validator("output", "error")
+    @classmethod
+    def _no_climbing(cls, v: str | None) -> str | None:
+        """A path that climbs ('..') could land anywhere the batch step may write (as the
+        broker's account where jobs do not run as their owners): refused, not resolved."""
+        if v is not None and ".." in v.split("/"):
+            raise ValueError(f"{v}: a path with '..' is refused; write the directory itself")
+        return v

@@ -36,3 +36,13 @@ def test_an_array_limit_is_bounded_like_its_count() -> None:
     assert exc.value.errors()[0]["loc"] == ("scheduling", "array", "limit")
     data["scheduling"]["array"]["limit"] = 2
     assert JobSpec.model_validate(data).scheduling is not None
+
+
+@pytest.mark.parametrize("path", ["/home/u/../../etc/cron.d/x", "/tmp/..", "/a/../b"])
+def test_output_paths_that_climb_are_refused(path: str) -> None:
+    from broker.domain.batch_options import BatchOptions
+
+    with pytest.raises(ValidationError) as exc:
+        BatchOptions(output=path)
+    assert exc.value.errors()[0]["loc"] == ("output",) and "'..'" in exc.value.errors()[0]["msg"]
+    assert BatchOptions(error="/home/u/out..txt/%j.err").error == "/home/u/out..txt/%j.err"
