@@ -25,6 +25,7 @@ from typing import Any
 import jwt
 
 from broker.config import OidcAuth, Role
+from broker.domain.text import control_character
 from broker.logs import get_logger
 
 log = get_logger(__name__)
@@ -32,6 +33,10 @@ MIN_REFRESH_S = 10.0
 FETCH_TIMEOUT_S = 5.0
 
 FetchJson = Callable[[str], dict[str, Any]]
+
+
+MAX_USER_NAME = 255
+"""The submitter column's width."""
 
 
 class OidcError(Exception):
@@ -207,6 +212,10 @@ class OidcVerifier:
         name = claims.get(cfg.user_claim)
         if not isinstance(name, str) or not name:
             raise OidcError(f"the token has no '{cfg.user_claim}' claim naming the user")
+        if len(name) > MAX_USER_NAME or control_character(name) is not None:
+            # stored as the submitter of every job (255 characters, no NUL on PostgreSQL)
+            raise OidcError(f"the token's '{cfg.user_claim}' claim is not a usable user name "
+                            f"(at most {MAX_USER_NAME} characters, no control characters)")
         admin = bool(set(_values(claims.get(cfg.admin_claim))) & set(cfg.admin_values))
         given = _values(claims.get(cfg.team_claim))
         # The first known team in claim order: a caller acts for one team at a time.

@@ -64,6 +64,8 @@ REFUSED = [
                  id="hs256-keyed-with-the-public-key"),
     pytest.param(lambda i: i.token(exp=None), 401, "exp", id="no-expiry"),
     pytest.param(lambda i: i.token(sub=None), 401, "'sub'", id="no-user"),
+    pytest.param(lambda i: i.token(sub="x" * 256), 401, "usable user name", id="user-too-long"),
+    pytest.param(lambda i: i.token(sub="al\x00ice"), 401, "usable user name", id="user-nul"),
     pytest.param(lambda i: i.token(groups=["marketing"]), 403, "'marketing'",
                  id="team-claim-unknown-here"),
     pytest.param(lambda i: i.token(groups=None), 403, "nothing", id="no-team-claim"),
