@@ -249,13 +249,20 @@ _BEGIN_WORDS = {"midnight": (0, 0), "noon": (12, 0), "fika": (15, 0), "teatime":
 _UNITS_S = {"": 1, "second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800}
 
 
+MAX_BEGIN_AHEAD_S = 366 * 86400
+"""A --begin of now+N is at most a year ahead (now+999999999week overflowed the date)."""
+
+
 def parse_begin(text: str, now: datetime) -> datetime:
     """Absolute start time from the --begin forms: now[+N[units]], HH:MM[:SS],
     YYYY-MM-DD[THH:MM[:SS]], MM/DD[/YY], midnight, noon, fika, teatime, today, tomorrow."""
     value = text.strip().lower()
-    m = re.match(r"^now(?:\+(\d+)(?:(second|minute|hour|day|week)s?)?)?$", value)
+    m = re.match(r"^now(?:\+(\d{1,12})(?:(second|minute|hour|day|week)s?)?)?$", value)
     if m:
-        return now + timedelta(seconds=int(m.group(1) or 0) * _UNITS_S[m.group(2) or ""])
+        seconds = int(m.group(1) or 0) * _UNITS_S[m.group(2) or ""]
+        if seconds > MAX_BEGIN_AHEAD_S:
+            raise SbatchError("Invalid --begin specification: more than a year ahead")
+        return now + timedelta(seconds=seconds)
     today = now.replace(hour=0, minute=0, second=0, microsecond=0)
     if value in ("today", "tomorrow"):
         return today + timedelta(days=1 if value == "tomorrow" else 0)

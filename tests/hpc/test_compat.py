@@ -204,3 +204,17 @@ def test_exclusive_is_refused_where_only_kubernetes_runs_it() -> None:
 def test_unsafe_output_paths_are_refused(path: str) -> None:
     with pytest.raises(CompatError, match="--output"):
         spec_for([f"--output={path}", "--gres=gpu:8", "job.sh"])
+
+
+@pytest.mark.parametrize("text", ["now+999999999week", "now+" + "9" * 5000, "0-300000000",
+                                  "1-" + "9" * 5000])
+def test_huge_begin_and_array_values_are_sbatch_errors_not_crashes(text: str) -> None:
+    from datetime import UTC, datetime
+
+    from broker.hpc.sbatch_values import SbatchError, parse_array, parse_begin
+
+    with pytest.raises(SbatchError):
+        if text.startswith("now"):
+            parse_begin(text, datetime.now(UTC))
+        else:
+            parse_array(text)
