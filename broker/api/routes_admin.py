@@ -92,7 +92,7 @@ def _set(request: Request, pool: str, drained: bool, reason: str, actor: str) ->
 
 @router.post(
     "/pools/{pool}/drain", response_model=PoolOut,
-    responses=problem_responses(404, 413),
+    responses=problem_responses(400, 404, 413),
 )
 def drain(pool: str, body: DrainRequest, request: Request, caller: Admin) -> PoolOut:
     """Admit nothing more to this pool; running jobs keep running."""

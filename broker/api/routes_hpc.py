@@ -75,7 +75,28 @@ def whoami(caller: Caller) -> dict[str, Any]:
     return {"name": caller.name, "team": caller.team, "admin": caller.is_admin}
 
 
-@router.post("/batch", status_code=201, responses=problem_responses(403, 404))
+_BATCH_BODY = {
+    "required": True,
+    "content": {"application/json": {"schema": {
+        "type": "object", "additionalProperties": False, "required": ["sbatch", "script"],
+        "description": "what isbatch sends (isbatch.client_body): the normalised sbatch "
+                       "request (isbatch --parse-only --json), its other options, the script",
+        "properties": {
+            "sbatch": {"type": "object"},
+            "extra": {"type": "object"},
+            "script": {"type": "string"},
+            "script_path": {"type": ["string", "null"]},
+            "submit_dir": {"type": ["string", "null"]},
+            "env": {"type": "object", "additionalProperties": {"type": "string"}},
+        },
+    }}},
+}
+"""The body of POST /v1/hpc/batch as OpenAPI states it (the route reads it raw so that its
+parsing runs off the event loop; broker.hpc.batch_submit.body_of checks it)."""
+
+
+@router.post("/batch", status_code=201, responses=problem_responses(400, 403, 404, 413),
+             openapi_extra={"requestBody": _BATCH_BODY})
 async def batch(request: Request, caller: Caller) -> dict[str, Any]:
     """isbatch's submission in one call: the parsed sbatch request in, ``{"id", "jobs"}`` out
     (``array_tasks`` too for an array: ``id`` is then the array's id)."""
@@ -130,7 +151,7 @@ def _draw_numbers(db: Database, count: int) -> list[int]:
         return job_numbers.allocate(s, count)
 
 
-@router.post("/jobs/{job_id}/signal", responses=problem_responses(404, 409, 503))
+@router.post("/jobs/{job_id}/signal", responses=problem_responses(400, 404, 409, 503))
 def signal(job_id: JobRef, request: Request, caller: Caller,
            name: Annotated[str, Body(embed=True, alias="signal", pattern=r"^[A-Z0-9]{1,8}$",
                                      description="e.g. USR1 (no SIG prefix)")]) -> dict[str, Any]:

@@ -46,7 +46,7 @@ class PlanOut(BaseModel):
 
 @router.post(
     "/plan", response_model=PlanOut, openapi_extra=SPEC_BODY,
-    responses=problem_responses(403, 413, 415),
+    responses=problem_responses(400, 403, 413, 415),
 )
 async def plan(request: Request, caller: Caller) -> PlanOut:
     """Every pool's verdict, the chosen placement or the most severe reason, and the earliest

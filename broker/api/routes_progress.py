@@ -27,7 +27,7 @@ from broker.store.records import JobRecord
 from broker.store.secrets import digest
 
 router = APIRouter(
-    prefix="/v1/jobs", tags=["progress"], responses=problem_responses(401, 404, 409, 413, 422)
+    prefix="/v1/jobs", tags=["progress"], responses=problem_responses(400, 401, 404, 409, 413, 422)
 )
 
 
