@@ -125,10 +125,12 @@ def test_kill_after_every_commit_changes_no_outcome(
         tmp_path / "isthmus.yaml", [slurm_backend(slurm_cluster, workdir)], slurm_pools(),
         control={"preemption_min_runtime": 2, "preemption_protect_near_end": 0},
     )
-    flaky = job_spec("flaky", "a100-80g", command=_flaky_command(workdir / "flaky.tried"))
-    low = {**job_spec("low", "h100-80g", replicas=3, command=["sleep", "12"]),
+    flaky = job_spec("flaky", "a100-80g", command=_flaky_command(workdir / "flaky.tried"),
+                     backend="slurm")
+    low = {**job_spec("low", "h100-80g", replicas=3, command=["sleep", "12"], backend="slurm"),
            "priority": "low"}
-    high = {**job_spec("urgent", "h100-80g", command=["sleep", "3"]), "priority": "high"}
+    high = {**job_spec("urgent", "h100-80g", command=["sleep", "3"], backend="slurm"),
+            "priority": "high"}
     chain = KillAfterEveryCommit(cfg, db_url, tmp_path)
     try:
         ids: dict[str, str] = {}
