@@ -89,7 +89,9 @@ def _place(slurm: SlurmCluster, tmp_path: Path,
     try:
         pools = {p.name: p for p in plane.inventory().pools}
         seen = {name: (p.free_gpus, p.queue.foreign_pending_gpus) for name, p in pools.items()}
+        # no image: this cluster's Slurm backend runs none (containers on Slurm)
         job = submit_job(db, cfg, spec().team("vision").flavors(FLAVOR).replicas(1).gpus(8)
+                         .backend("slurm").set("entrypoint", {"command": ["sleep", "1"]})
                          .build(), "t").job
         assert run_admission(plane).record.admitted == 1
         with db.read() as s:
