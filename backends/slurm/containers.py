@@ -129,7 +129,11 @@ with open(bundle + ".lock", "w") as lock:
         action = "reused"
     else:
         tls = [] if cfg["tls_verify"] else ["--src-tls-verify=false"]
-        subprocess.run(["skopeo", "copy", "--quiet", *tls, "docker://" + cfg["image"],
+        # the credentials file is the job's own (none: an anonymous pull); left to itself,
+        # skopeo probes /run/containers/<uid>/, which a root container tool makes 0700 on a
+        # host, and then fails every job user's pull with "permission denied"
+        auth = ["--authfile", bundle + ".auth.json"]
+        subprocess.run(["skopeo", "copy", "--quiet", *tls, *auth, "docker://" + cfg["image"],
                         "oci:" + layout + ":image"], check=True)
         subprocess.run(["umoci", "unpack", "--rootless", "--image", layout + ":image", bundle],
                        check=True, stdout=subprocess.DEVNULL)
