@@ -70,6 +70,16 @@ def _copy_sqlite(src: Path, dst: Path) -> None:
     target.close()
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database without any schema (not the migrated template the db fixture clones), on
+    each database: for the migrations' own tests."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'old.db'}"
+    server = request.getfixturevalue("pg_server")
+    return str(server.url(server.new_database()))
+
+
 @pytest.fixture
 def db(db_url: str, request: pytest.FixtureRequest) -> Iterator[Database]:
     """The database of `db_url`, migrated. An empty SQLite path starts as a copy of the

@@ -8,7 +8,6 @@ import json
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -30,15 +29,6 @@ T0 = datetime(2026, 11, 30, 9, tzinfo=UTC)
 def client(db: Database, example_config: IsthmusConfig) -> Iterator[TestClient]:
     with TestClient(create_app(example_config, db)) as c:
         yield c
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A database without any schema (not the migrated template the db fixture clones)."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'old.db'}"
-    server = request.getfixturevalue("pg_server")
-    return str(server.url(server.new_database()))
 
 
 def _old_job(job_id: str, minutes: int,

@@ -14,14 +14,6 @@ from broker.store import migrate, open_database, utcnow
 from broker.store.records import JOBS
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def empty_url(request: pytest.FixtureRequest, tmp_path: object) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/isthmus.db"
-    server = request.getfixturevalue("pg_server")
-    return str(server.url(server.new_database()))
-
-
 def test_upgrade_adds_cost_keeps_old_rows_and_the_append_only_guard(empty_url: str) -> None:
     db = open_database(empty_url, migrate=False)
     try:

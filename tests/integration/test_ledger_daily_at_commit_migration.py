@@ -5,9 +5,7 @@ and upgrading once more drops it again; on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
 
-import pytest
 import sqlalchemy as sa
 
 from broker.store import migrate
@@ -16,15 +14,6 @@ from broker.store.ledger_tables import DAILY, ENTRIES
 from broker.store.records import JOBS
 
 T0 = datetime(2026, 11, 30, 9, tzinfo=UTC)
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A database without any schema (not the migrated template the db fixture clones)."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'old.db'}"
-    server = request.getfixturevalue("pg_server")
-    return str(server.url(server.new_database()))
 
 
 def _triggers(db: Database) -> set[str]:

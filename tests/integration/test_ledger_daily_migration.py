@@ -6,7 +6,6 @@ PostgreSQL."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -55,15 +54,6 @@ def _entries(first: int, n: int) -> list[dict[str, object]]:
                 "pool": None if legacy or not hour_kind else f"pool-{i % 4}",
                 "submitted_by": None if legacy or not hour_kind else f"user{i % 3}"})
     return rows
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A database without any schema (not the migrated template the db fixture clones)."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'old.db'}"
-    server = request.getfixturevalue("pg_server")
-    return str(server.url(server.new_database()))
 
 
 def test_revision_0011_sums_earlier_entries_and_the_trigger_later_ones(empty_url: str) -> None:
