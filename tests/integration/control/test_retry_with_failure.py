@@ -17,7 +17,7 @@ from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
 from broker.store import attempts as att
 from broker.store.queries import job_events
-from tests.builders import spec
+from tests.builders import SpecBuilder, spec
 from tests.harness.sim import Sim, attempts_of, consistent, cycle, run_until, state, submit
 
 
@@ -80,11 +80,19 @@ def _leave_undecided(sim: Sim, job_id: str, a: att.AttemptRecord) -> None:
                   "node lost", now=now)
 
 
-def test_the_repair_retries_a_failure_an_older_version_left_undecided(sim: Sim) -> None:
-    job = submit(sim, spec().name("left").flavors("a100-80g").replicas(1).topology(None), 600)
+def _running_then_left_undecided(sim: Sim,
+                                 builder: SpecBuilder) -> tuple[str, att.AttemptRecord]:
+    """A 1-replica job run to RUNNING, then its attempt failed the way an older version left
+    it: the job and its ended attempt."""
+    job = submit(sim, builder.flavors("a100-80g").replicas(1).topology(None), 600)
     run_until(sim, job, "RUNNING", step=20)
     a = attempts_of(sim, job)[-1]
     _leave_undecided(sim, job, a)
+    return job, a
+
+
+def test_the_repair_retries_a_failure_an_older_version_left_undecided(sim: Sim) -> None:
+    job, a = _running_then_left_undecided(sim, spec().name("left"))
     assert requeue.repair_undecided(sim.plane) == 1
     assert state(sim, job)[0] == "QUEUED"
     with sim.plane.db.read() as s:
@@ -96,11 +104,8 @@ def test_the_repair_retries_a_failure_an_older_version_left_undecided(sim: Sim) 
 
 
 def test_the_repair_records_a_stop_and_leaves_the_job_failed(sim: Sim) -> None:
-    job = submit(sim, spec().name("spent").flavors("a100-80g").replicas(1).topology(None)
-                 .set("retry", {"max_attempts": 1}), 600)
-    run_until(sim, job, "RUNNING", step=20)
-    a = attempts_of(sim, job)[-1]
-    _leave_undecided(sim, job, a)
+    job, a = _running_then_left_undecided(
+        sim, spec().name("spent").set("retry", {"max_attempts": 1}))
     assert requeue.repair_undecided(sim.plane) == 1
     assert state(sim, job)[0] == "FAILED"
     with sim.plane.db.read() as s:
@@ -108,10 +113,7 @@ def test_the_repair_records_a_stop_and_leaves_the_job_failed(sim: Sim) -> None:
 
 
 def test_the_repair_leaves_alone_an_ending_whose_job_moved_on(sim: Sim) -> None:
-    job = submit(sim, spec().name("moved").flavors("a100-80g").replicas(1).topology(None), 600)
-    run_until(sim, job, "RUNNING", step=20)
-    a = attempts_of(sim, job)[-1]
-    _leave_undecided(sim, job, a)
+    job, a = _running_then_left_undecided(sim, spec().name("moved"))
     with sim.plane.db.write() as s:  # requeued by the old code's own later transaction
         now = sim.clock.now
         for to in (JobState.RETRYING, JobState.QUEUED):
