@@ -103,14 +103,16 @@ def test_held_by_kueue_for_quota_then_admitted_runs_and_succeeds(
         second = server.submit(job_spec("kq-second", "a100-80g", backend="k8s"))["id"]
 
         def held() -> dict[str, Any] | None:
+            # HeldByKueue comes first as "not evaluated yet" (true until Kueue's scheduler
+            # has looked at the Workload); wait for Kueue's own verdict
             job = server.job(second)
-            return job if job["reason"] == "HeldByKueue" else None
+            return job if job["reason"] == "HeldByKueue" \
+                and "QuotaReserved=False" in job["message"] else None
 
-        job = wait_until(held, 90, "the second job held by Kueue")
+        job = wait_until(held, 90, "the second job held by Kueue, in Kueue's words")
         # Isthmus admitted and dispatched it; Kueue holds it, and Isthmus says why in
         # Kueue's own words
         assert job["state"] == "PREPARING", job
-        assert "QuotaReserved=False" in job["message"], job
         assert "insufficient unused quota for nvidia.com/gpu in flavor a100-80g" \
             in job["message"], job
         assert _state(server, first, "RUNNING"), "the first job still runs meanwhile"
