@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from typing import Annotated
@@ -23,6 +24,7 @@ from broker.domain.clock import utcnow
 from broker.domain.ids import is_job_id
 from broker.domain.spec import JobSpec
 from broker.feasibility import request_problems
+from broker.orchestration.dependency_refs import UnknownDependency, checked_dependencies
 from broker.orchestration.rules import Outcome
 from broker.orchestration.submission import IdempotencyConflict, Submission, cancel_job
 from broker.store import attempts as att
@@ -91,6 +93,20 @@ async def checked_spec(request: Request, caller: Caller) -> JobSpec:
     return spec
 
 
+def _with_dependencies(db: Database, spec: JobSpec) -> JobSpec:
+    """The spec's dependencies as Isthmus ids of its team's jobs, or 422 naming the field."""
+    try:
+        with db.read() as s:
+            return checked_dependencies(s, spec)
+    except UnknownDependency as exc:
+        raise Problem(
+            422, "invalid-spec", "Invalid job spec",
+            f"{exc.field}: Job dependency problem: {exc}",
+            [{"field": exc.field, "message": f"Job dependency problem: {exc}; name a job of "
+              "your team by its id or number"}],
+        ) from None
+
+
 SPEC_BODY = {
     "requestBody": {
         "required": True,
@@ -112,6 +128,8 @@ async def submit(
     key: Annotated[str | None, Depends(idempotency_key)],
 ) -> Response:
     spec = await checked_spec(request, caller)
+    if spec.scheduling is not None and spec.scheduling.dependencies:
+        spec = await asyncio.to_thread(_with_dependencies, _db(request), spec)
     queue: SubmitQueue = request.app.state.submit_queue
     try:
         result = await queue.submit(Submission(spec, caller.name, key))

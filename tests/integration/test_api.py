@@ -249,6 +249,36 @@ def test_auth_and_team_scoping(secured: TestClient) -> None:
     assert (cancelled["state"], cancelled["reason"]) == ("CANCELLED", "CancelledByAdmin")
 
 
+def _after(*refs: str) -> dict[str, Any]:
+    return spec().set("scheduling", {"dependencies": [
+        {"kind": "afterok", "jobs": list(refs)}]}).dict()
+
+
+def test_a_dependency_on_another_teams_job_is_refused_at_submit_as_an_unknown_one(
+        secured: TestClient) -> None:
+    """Issue 34: a dependency names a job of the submitting team, or the submission is refused
+    (sbatch's "Job dependency problem"); another team's job and no job read the same, so the
+    answer tells nothing of the other team. A number stands for the job's id."""
+    c = secured
+    lang = c.post("/v1/jobs", json=spec().team("language").dict(), headers=_as(BOB)).json()
+    mine = c.post("/v1/jobs", json=spec().dict(), headers=_as(ALICE)).json()
+    answers = []
+    for ref in (lang["id"], str(lang["number"]), "06h0000000000000", "999999"):
+        body = _problem(c.post("/v1/jobs", json=_after(mine["id"], ref), headers=_as(ALICE)),
+                        422)
+        (error,) = body["errors"]
+        assert error["field"] == "scheduling.dependencies[0].jobs[1]", body
+        answers.append(error["message"].replace(ref, "REF"))
+    assert len(set(answers)) == 1 and "does not exist in team vision" in answers[0], answers
+    assert "language" not in answers[0] and lang["state"] not in answers[0]
+    # nothing was stored for the refused submissions
+    assert len(c.get("/v1/jobs", headers=_as(ALICE)).json()["items"]) == 1
+    by_number = c.post("/v1/jobs", json=_after(str(mine["number"])), headers=_as(ALICE))
+    assert by_number.status_code == 201, by_number.text
+    assert by_number.json()["spec"]["scheduling"]["dependencies"] == [
+        {"kind": "afterok", "jobs": [mine["id"]]}]
+
+
 def test_403_is_for_another_teams_spec_and_422_for_every_other_problem(secured: TestClient) -> None:
     """The status follows what the problem is, not its wording: an unknown team whose name
     (and so the message) says "token" is still a 422, and another team's spec a 403."""
