@@ -323,3 +323,20 @@ def test_the_batch_call_answers_bad_values_with_a_422_never_a_500(server: Server
                       headers={**headers, "Content-Type": "application/json"}, timeout=30)
     assert deep.status_code in (413, 422), deep.text
     assert httpx.get(f"{server.url}/healthz", timeout=10).status_code == 200
+
+
+def test_a_script_over_the_body_limit_is_told_as_the_413_it_got(
+        server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 34: a 21 MB script is refused by the broker's body limit (256 KiB by default);
+    isbatch says so (the 413 and the limit), not "connection reset" or "broken pipe" (a 2 MB
+    one was seen to end so on a busy machine), and submits nothing."""
+    env = env_for(server, "vision", tmp_path)
+    big = tmp_path / "big.sh"
+    big.write_text(SCRIPT + ("# " + "x" * 98 + "\n") * 210_000)  # 21 MB
+    for _ in range(3):  # the answer does not depend on how far the upload got
+        assert isbatch.run([str(big)], env) == 1
+        err = capsys.readouterr().err
+        assert "HTTP 413" in err and "262144 bytes" in err, err
+        assert "pipe" not in err.lower() and "reset" not in err.lower(), err
+    assert isqueue.run(["-h", "-n", "pretrain", "-t", "all"], env) == 0
+    assert "big" not in capsys.readouterr().out
