@@ -250,6 +250,10 @@ class PoolCapacity(_Strict):
     gpus_per_node: int = Field(ge=1)
     nodes_per_rack: int | None = Field(default=None, ge=1)
     racks_per_block: int | None = Field(default=None, ge=1)
+    cpus_per_node: int | None = Field(default=None, ge=1, le=1_000_000,
+                                      description="the pool's largest node's CPUs")
+    memory_per_node: MemorySize | None = Field(
+        default=None, description="the pool's largest node's memory (e.g. 512Gi)")
 
 
 class Pool(_Strict):

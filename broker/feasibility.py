@@ -232,10 +232,33 @@ def feasibility(config: IsthmusConfig, spec: JobSpec) -> Verdict:
                 "software, or ask an admin for a container runtime",
             )
         pools = [p for p in pools if p.backend in runs]
-    too_big = _exceeds_capacity(spec, pools)
+    too_big = _exceeds_node(spec, pools) or _exceeds_capacity(spec, pools)
     if too_big is not None:
         return too_big
     return _quota_reach(config, spec, flavors, pools)
+
+
+def _exceeds_node(spec: JobSpec, pools: list[Pool]) -> Verdict | None:
+    """When every candidate pool declares its nodes' CPUs (or memory): a replica must fit the
+    largest node of one of them. (Pools that declare none are judged at admission, from the
+    nodes their backend reports: the job then waits, told which node is the largest.)"""
+    gang = spec.gang
+    asks: list[tuple[str, int | None, Callable[[PoolCapacity], int | None], Callable[[int], str]]]
+    asks = [("CPUs", gang.cpus_per_replica, lambda c: c.cpus_per_node, str),
+            ("of memory", gang.memory_per_replica, lambda c: c.memory_per_node, format_size)]
+    for what, need, size_of, fmt in asks:
+        sizes = [(size_of(p.capacity), p.name) for p in pools if p.capacity is not None]
+        if not need or len(sizes) != len(pools) or any(n is None for n, _ in sizes):
+            continue
+        largest, pool = max((int(n or 0), name) for n, name in sizes)
+        if need > largest:
+            field = "cpus_per_replica" if what == "CPUs" else "memory_per_replica"
+            return Verdict(
+                False, Reason.ExceedsCapacity,
+                f"gang.{field}: each replica needs {fmt(need)} {what}, and the largest node "
+                f"of an acceptable pool (pool {pool}) has {fmt(largest)}; ask for at most "
+                f"{fmt(largest)} per replica, or spread the work over more replicas")
+    return None
 
 
 def _exceeds_capacity(spec: JobSpec, pools: list[Pool]) -> Verdict | None:

@@ -148,3 +148,39 @@ def test_an_image_job_no_pool_could_run_is_rejected(
 def test_which_backends_run_images(kind: str, settings: dict[str, object], runs: bool) -> None:
     from broker.config import Backend
     assert Backend(name="b", kind=kind, settings=settings).runs_images is runs
+
+
+def _sized(cfg: IsthmusConfig, **per_pool: dict[str, object]) -> IsthmusConfig:
+    pools = []
+    for p in cfg.pools:
+        extra = per_pool.get(p.name.replace("-", "_"), per_pool.get("every"))
+        if extra is not None and p.capacity is not None:
+            p = p.model_copy(update={"capacity": p.capacity.model_copy(update=extra)})
+        pools.append(p)
+    return cfg.model_copy(update={"pools": pools})
+
+
+def test_a_replica_larger_than_every_declared_node_is_rejected_naming_the_largest(
+        example_config: IsthmusConfig) -> None:
+    """Issue 34: a job asking more CPUs or memory per replica than any node has waited QUEUED
+    for ever; where every acceptable pool declares its nodes, it is REJECTED, naming the
+    largest node and what to ask for."""
+    cfg = _sized(example_config, every={"cpus_per_node": 96, "memory_per_node": 1024 * 2**30},
+                 k8s_h100={"cpus_per_node": 128, "memory_per_node": 2048 * 2**30})
+    cpus = feasibility(cfg, spec().set("gang", {"replicas": 1, "gpus_per_replica": 8,
+                                                "cpus_per_replica": 200}).build())
+    assert (cpus.ok, cpus.reason) == (False, Reason.ExceedsCapacity)
+    assert cpus.message == (
+        "gang.cpus_per_replica: each replica needs 200 CPUs, and the largest node of an "
+        "acceptable pool (pool k8s-h100) has 128; ask for at most 128 per replica, or spread "
+        "the work over more replicas")
+    memory = feasibility(cfg, spec().set("gang", {"replicas": 1, "gpus_per_replica": 8,
+                                                  "memory_per_replica": "3Ti"}).build())
+    assert memory.reason == Reason.ExceedsCapacity
+    assert "needs 3Ti of memory" in memory.message and "has 2Ti" in memory.message
+    # what the largest node holds is fine; and a pool that declares nothing decides nothing
+    fits = spec().set("gang", {"replicas": 1, "gpus_per_replica": 8, "cpus_per_replica": 128})
+    assert feasibility(cfg, fits.build()).ok
+    partly = _sized(example_config, k8s_h100={"cpus_per_node": 16})
+    assert feasibility(partly, spec().set("gang", {"replicas": 1, "gpus_per_replica": 8,
+                                                   "cpus_per_replica": 200}).build()).ok
