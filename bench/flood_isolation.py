@@ -4,7 +4,8 @@ Runs `isthmus server` on the simulated federation of examples/isthmus.yaml (its 
 database, or `--db`), then, in one run, twice the same thing with only the depth of the other
 team's queue changed:
 1. quiet: team vision submits `--backlog` jobs (1 x 8 a100-80g GPUs, 1 simulated minute: 6 s of
-   wall time), enough to keep every GPU it may take busy while language runs; then team
+   wall time), enough to keep every GPU it may take busy while language runs (100 ran out
+   before language's last jobs, which then borrowed vision's idle GPUs); then team
    language submits `--jobs` such jobs and the harness waits for them to end;
 2. flooded: vision submits `--flood` such jobs (as fast as the API takes them), then language
    submits the same `--jobs` jobs again.
@@ -14,7 +15,7 @@ work on a deep queue (holds, views, placement, estimates, the decision log). Eac
 job's time from its submit to its end is read from its events. `--flood-flavor h100-80g` puts
 the other team's jobs on other GPUs instead (no contention at all).
 
-    .venv/bin/python -m bench.flood_isolation [--flood 2000] [--backlog 100] [--jobs 20]
+    .venv/bin/python -m bench.flood_isolation [--flood 2000] [--backlog 300] [--jobs 20]
 
 Last line: ``flood: quiet <a> s flooded <b> s ratio <b/a>`` (p50 submit-to-end of language's
 jobs; goal: ratio <= 1.5).
@@ -84,12 +85,26 @@ def _submit_to_end(client: httpx.Client, job_id: str) -> float:
     return (last - first).total_seconds()
 
 
+def _cycles(client: httpx.Client) -> tuple[float, float]:
+    """(count, sum) of the admission cycles so far, from the server's metrics."""
+    found = {"count": 0.0, "sum": 0.0}
+    for line in client.get("/metrics").text.splitlines():
+        for key in found:
+            if line.startswith(f"isthmus_admission_cycle_seconds_{key} "):
+                found[key] = float(line.split()[1])
+    return found["count"], found["sum"]
+
+
 def _team_run(client: httpx.Client, label: str, jobs: int) -> float:
+    count0, sum0 = _cycles(client)
     ids = _submit(client, [_spec(f"{label}-{i}", "language", "a100-80g") for i in range(jobs)])
     _ended(client, ids, 900)
+    count1, sum1 = _cycles(client)
     took = sorted(_submit_to_end(client, j) for j in ids)
     p50 = statistics.median(took)
-    print(f"{label}: {jobs} language jobs, submit-to-end p50 {p50:.1f} s max {took[-1]:.1f} s")
+    mean = (sum1 - sum0) / max(1.0, count1 - count0)
+    print(f"{label}: {jobs} language jobs, submit-to-end p50 {p50:.1f} s max {took[-1]:.1f} s;"
+          f" admission cycle mean {mean * 1000:.0f} ms over {count1 - count0:.0f} cycles")
     return p50
 
 
@@ -97,7 +112,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--flood", type=int, default=2000)
     ap.add_argument("--jobs", type=int, default=20)
-    ap.add_argument("--backlog", type=int, default=100)
+    ap.add_argument("--backlog", type=int, default=300)
     ap.add_argument("--flood-flavor", default="a100-80g",
                     help="the other team's flavor (h100-80g: not language's GPUs)")
     ap.add_argument("--db", help="database URL (default: SQLite in a temporary folder)")
