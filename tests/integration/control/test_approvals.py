@@ -33,8 +33,8 @@ def _token(name: str, role: str, secret: bytes) -> dict[str, object]:
             "token_sha256": hashlib.sha256(secret).hexdigest()}
 
 
-TOKENS = {"mode": "token", "tokens": [_token("ada", "admin", b"admin"),
-                                      _token("bob", "user", b"user")]}
+TOKENS: dict[str, object] = {"mode": "token", "tokens": [_token("ada", "admin", b"admin"),
+                                                    _token("bob", "user", b"user")]}
 ADMIN = {"Authorization": "Bearer admin"}
 USER = {"Authorization": "Bearer user"}
 
