@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,8 +15,11 @@ import pytest
 import yaml
 
 from tests.harness.paths import EXAMPLE_CONFIG
-from tests.integration.test_cli import ISTHMUS, JOBS, ROOT, _port
-from tests.integration.test_cli import run as run_cli
+from tests.harness.server import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+JOBS = ROOT / "examples" / "jobs"
+ISTHMUS = [sys.executable, "-m", "broker.cli.main"]
 
 pytestmark = pytest.mark.slow  # over two seconds each: out of the fast tier (README)
 
@@ -29,7 +33,7 @@ def server(db_url: str, tmp_path: Path) -> Iterator[str]:
     data["user_limits"] = {"queued_jobs": 5}
     config = tmp_path / "isthmus.yaml"
     config.write_text(yaml.safe_dump(data))
-    port = _port()
+    port = free_port()
     proc = subprocess.Popen(
         [*ISTHMUS, "server", "--config", str(config), "--db", db_url, "--port", str(port),
          "--no-control"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -51,8 +55,10 @@ def server(db_url: str, tmp_path: Path) -> Iterator[str]:
 
 
 def run(*args: str, url: str | None = None) -> subprocess.CompletedProcess[str]:
-    """As test_cli's `run`, the server given last (it fits `admin` subcommands too)."""
-    return run_cli(*args, *(("--server", url) if url else ()))
+    """One `isthmus` command, the server given last (it fits `admin` subcommands too)."""
+    return subprocess.run(
+        [*ISTHMUS, *args, *(("--server", url) if url else ())], capture_output=True,
+        text=True, timeout=60, cwd=ROOT, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
 
 
 def _urgent(tmp_path: Path, name: str) -> Path:

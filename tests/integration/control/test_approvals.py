@@ -13,6 +13,8 @@ from fastapi.testclient import TestClient
 
 from broker.api.app import create_app
 from broker.config import IsthmusConfig, parse_config
+from broker.ui.session import COOKIE
+from broker.web import build_app
 from tests.builders import spec
 from tests.harness.sim import CONFIG, Sim, consistent, cycle, run_until, state, submit
 
@@ -116,3 +118,16 @@ def test_only_waiting_jobs_of_an_approval_class_can_be_decided(sim: Sim) -> None
     for action in ("approve", "refuse"):
         documented = openapi[f"/v1/admin/jobs/{{job_id}}/{action}"]["post"]["responses"]
         assert {"401", "403", "404", "409"} <= set(documented)
+
+
+@pytest.mark.parametrize("sim_config", [_config(TOKENS)], indirect=False)
+def test_the_dashboard_lists_pending_approvals_to_admins(sim: Sim) -> None:
+    job = _urgent(sim)
+    cycle(sim, 10)
+    app = build_app(sim.plane.config, sim.plane.db)
+    admin = TestClient(app, cookies={COOKIE: "admin"}).get("/ui/approvals")
+    assert admin.status_code == 200 and f'href="/ui/jobs/{job}"' in admin.text
+    assert "isthmus admin approve ID" in admin.text
+    user = TestClient(app, cookies={COOKIE: "user"}).get("/ui/approvals")
+    assert user.status_code == 403 and 'id="approvals-admin-only"' in user.text
+    assert job not in user.text
