@@ -127,6 +127,24 @@ class Client:
         result: list[dict[str, Any]] = self._call("GET", "/v1/admin/usage")
         return result
 
+    def approve(self, job_id: str, note: str = "") -> dict[str, Any]:
+        result: dict[str, Any] = self._call(
+            "POST", f"/v1/admin/jobs/{job_id}/approve", json={"note": note})
+        return result
+
+    def refuse(self, job_id: str, reason: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call(
+            "POST", f"/v1/admin/jobs/{job_id}/refuse", json={"reason": reason})
+        return result
+
+    def approvals(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", "/v1/admin/approvals")
+        return result
+
+    def limit_views(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", "/v1/limits")
+        return result
+
     def pool_views(self) -> list[dict[str, Any]]:
         """Capacity, free, Isthmus vs foreign, queues, drain and reachability of every pool."""
         result: list[dict[str, Any]] = self._call("GET", "/v1/pools")

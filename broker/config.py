@@ -205,6 +205,10 @@ class PriorityClass(_Strict):
     teams: list[str] | None = Field(
         default=None, max_length=1000,
         description="the teams whose jobs may use this class (unset: every team)")
+    approval: Literal["none", "required"] = Field(
+        default="none",
+        description="required: a job of this class waits QUEUED (AwaitingApproval) until an "
+        "admin approves it (POST /v1/admin/jobs/{id}/approve) or refuses it (/refuse)")
 
 
 class Flavor(_Strict):
@@ -278,10 +282,41 @@ class Cohort(_Strict):
     name: str = Field(pattern=NAME)
 
 
+MAX_CONCURRENT_JOBS = 1_000_000
+MAX_CONCURRENT_GPUS = 10_000_000
+
+
+class ConcurrencyLimits(_Strict):
+    """At most this many at once (unset: no limit). Running jobs and GPUs held (ADMITTED,
+    PREPARING, RUNNING) are checked at admission: the job waits QUEUED with ConcurrencyLimit.
+    Queued jobs (SUBMITTED, VALIDATING, QUEUED, RETRYING) are checked at submit: a 429."""
+
+    running_jobs: int | None = Field(default=None, ge=0, le=MAX_CONCURRENT_JOBS)
+    queued_jobs: int | None = Field(default=None, ge=0, le=MAX_CONCURRENT_JOBS)
+    gpus: int | None = Field(default=None, ge=0, le=MAX_CONCURRENT_GPUS,
+                             description="GPUs held by admitted and running jobs")
+
+    def merged(self, fallback: ConcurrencyLimits) -> ConcurrencyLimits:
+        """These limits, each unset one taken from `fallback`."""
+        return ConcurrencyLimits(
+            running_jobs=self.running_jobs if self.running_jobs is not None
+            else fallback.running_jobs,
+            queued_jobs=self.queued_jobs if self.queued_jobs is not None
+            else fallback.queued_jobs,
+            gpus=self.gpus if self.gpus is not None else fallback.gpus,
+        )
+
+
 class Team(_Strict):
     name: str = Field(pattern=NAME)
     cohort: str | None = None
     quotas: dict[str, Quota] = Field(default_factory=dict, description="by flavor name")
+    limits: ConcurrencyLimits = Field(
+        default_factory=ConcurrencyLimits, description="the whole team's jobs at once")
+    user_limits: ConcurrencyLimits = Field(
+        default_factory=ConcurrencyLimits,
+        description="each user's jobs in this team at once; unset fields come from the "
+        "top-level user_limits")
 
 
 def is_loopback(host: str) -> bool:
@@ -313,6 +348,9 @@ class IsthmusConfig(_Strict):
     pools: list[Pool] = Field(default_factory=list)
     cohorts: list[Cohort] = Field(default_factory=list)
     teams: list[Team] = Field(default_factory=list)
+    user_limits: ConcurrencyLimits = Field(
+        default_factory=ConcurrencyLimits,
+        description="each user's jobs at once, in every team (teams[].user_limits overrides)")
     slurm_compat: SlurmCompat | None = Field(
         default=None, description="how isbatch maps sbatch requests (broker/hpc/compat_config.py)"
     )
@@ -407,6 +445,10 @@ class IsthmusConfig(_Strict):
 
     def priority_class(self, name: str) -> PriorityClass | None:
         return next((p for p in self.priority_classes if p.name == name), None)
+
+    def user_limits_of(self, team: str) -> ConcurrencyLimits:
+        t = self.team(team)
+        return t.user_limits.merged(self.user_limits) if t else self.user_limits
 
     def backend(self, name: str) -> Backend | None:
         return next((b for b in self.backends if b.name == name), None)

@@ -12,12 +12,13 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 
-from broker.config import IsthmusConfig
+from broker.config import ConcurrencyLimits, IsthmusConfig
 from broker.domain.attempts import Attempt
 from broker.domain.failures import FailureCategory
 from broker.domain.spec import JobSpec
 from broker.domain.timebox import add_seconds
 from broker.feasibility import acceptable_flavors
+from policies.concurrency import Caps, ConcurrencyInputs, Held
 from policies.retry import AttemptCounts
 from policies.types import FlavorQuota, PendingJob, QuotaConfig, RunningJob, TeamQuota, Usage
 
@@ -46,6 +47,7 @@ def pending_job(
     not_before: datetime | None = None,
     exclude_pools: Iterable[str] = (),
     exclude_nodes: Iterable[str] = (),
+    user: str = "",
 ) -> PendingJob:
     """The admission view of a queued job. Unknown priority classes count as value 0 (the API
     refuses them, so this only matters for jobs stored before a class was removed)."""
@@ -54,6 +56,7 @@ def pending_job(
         id=job_id,
         team=spec.team,
         queue=spec.queue,
+        user=user,
         priority=pc.value if pc else 0,
         priority_class=spec.priority,
         can_preempt=bool(pc and pc.preempting),
@@ -75,6 +78,35 @@ def pending_job(
         max_runtime_s=spec.max_runtime,
         image=spec.entrypoint.ranks_image,
     )
+
+
+def caps(limits: ConcurrencyLimits) -> Caps:
+    return Caps(limits.running_jobs, limits.queued_jobs, limits.gpus)
+
+
+def concurrency(config: IsthmusConfig,
+                held: Mapping[tuple[str, str], tuple[int, int]]) -> ConcurrencyInputs:
+    """The concurrency limits of every team and its users, and (jobs, GPUs) held per (team,
+    user) summed per team too."""
+    team_held: dict[str, Held] = {}
+    for (team, _), (jobs, gpus) in held.items():
+        t = team_held.get(team, Held())
+        team_held[team] = Held(t.jobs + jobs, t.gpus + gpus)
+    return ConcurrencyInputs(
+        team_caps={t.name: caps(t.limits) for t in config.teams},
+        user_caps={t.name: caps(config.user_limits_of(t.name)) for t in config.teams
+                   if t.user_limits != ConcurrencyLimits()},
+        default_user=caps(config.user_limits),
+        team_held=team_held,
+        user_held={k: Held(*v) for k, v in held.items()},
+    )
+
+
+def limits_configured(config: IsthmusConfig) -> bool:
+    """Whether any running-jobs or GPU limit is set (else admission reads no counts)."""
+    return any(c.bounds_admission for c in (
+        caps(config.user_limits), *(caps(t.limits) for t in config.teams),
+        *(caps(t.user_limits) for t in config.teams)))
 
 
 def usage(

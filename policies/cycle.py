@@ -7,18 +7,18 @@ Phases (Kueue's, numbered in the decision record):
                first (policies/backlog.py)
   3 nominate   candidate pools per job (flavor, backend kind), cached per job shape
   4 order      priority, then fair share, then submission time (FairQueue)
-  5 admit      per job: quota per flavor, gang placement on the working copy; on success the
-               capacity and the quota are reserved at once so later jobs see them taken; a
-               starving gang that does not fit holds capacity in one domain (reservation:
-               where it would fit soonest by the nodes' expected releases, else the most
-               free) so smaller jobs may backfill elsewhere but not in front of it; a later job
-               that does not fit otherwise may run on held GPUs where, by its time limit, it
-               does not delay the gang's expected start (policies/backfill.py); a job that may
-               preempt (lower priority work in its pool, or of its own team when its quota
-               is full) or reclaim lent quota asks the preemption oracle; for priority
-               preemption it passes the pool's node-level room (free GPUs per node and the
-               domain of each node at the job's required level), so victims are only chosen
-               where their end lets the gang fit, fragmented pools included
+  5 admit      per job: the team's and user's concurrency limits (policies/concurrency.py, charged
+               per admission); quota per flavor, gang placement on the working copy; on success the
+               capacity and the quota are reserved at once so later jobs see them taken; a starving
+               gang that does not fit holds capacity in one domain (reservation: where it would fit
+               soonest by the nodes' expected releases, else the most free) so smaller jobs may
+               backfill elsewhere but not in front of it; a later job that does not fit otherwise
+               may run on held GPUs where, by its time limit, it does not delay the gang's expected
+               start (policies/backfill.py); a job that may preempt (lower priority work in its
+               pool, or of its own team when its quota is full) or reclaim lent quota asks the
+               preemption oracle; for priority preemption it passes the pool's node-level room (free
+               GPUs per node and the domain of each node at the job's required level), so victims
+               are only chosen where their end lets the gang fit, fragmented pools included
   6 requeue    every other job waits with the most severe reason and all per-pool verdicts
 A waiting job whose pools had room at the start of the cycle, taken by jobs admitted before it,
 is shown as HigherPriorityAhead or FairShareBehind rather than as a capacity problem.
@@ -41,6 +41,7 @@ from policies import queue_guard
 from policies.backfill import Backfill, Held, try_backfill
 from policies.backlog import hold_backend_queue
 from policies.capacity import CapacityIndex, PoolIndex
+from policies.concurrency import ConcurrencyInputs, ConcurrencyState
 from policies.decisions import CycleRecord, CycleResult, Decision, inputs_digest
 from policies.ordering import FairQueue, FairShare, OrderingParams, is_starving
 from policies.placement import (
@@ -95,8 +96,11 @@ class _Cycle:
         now: datetime,
         params: AdmissionParams,
         preemptor: PreemptionOracle | None,
+        concurrency: ConcurrencyState | None = None,
     ) -> None:
         self.index = index
+        self.concurrency = concurrency
+        """Running jobs and GPUs held per team and user, charged as jobs are admitted."""
         self.quota = quota
         self.share = share
         self.now = now
@@ -121,6 +125,10 @@ class _Cycle:
         if limit is not None and self.admitted >= limit:
             return Decision(job.id, False, Reason.WaitingForAdmission,
                             f"this cycle admitted its limit of {limit} jobs", position=position)
+        if self.concurrency is not None:
+            over = self.concurrency.blocked(job)
+            if over is not None:
+                return Decision(job.id, False, over[0], over[1], position=position)
         cands = self.candidates(job)
         o = self.params.ordering
         if is_starving(job, self.now, o) and self.reservations < o.max_reservations:
@@ -151,6 +159,7 @@ class _Cycle:
     def _backfilled(self, job: PendingJob, bf: Backfill, result: PlacementResult,
                     verdicts: dict[str, QuotaVerdict], position: int) -> Decision:
         pl, qv = bf.placement, verdicts[bf.placement.flavor]
+        self._charge(job)
         self.quota.reserve(job.team, pl.flavor, job.total_gpus)
         self.share.charge(job.team, pl.flavor, job.total_gpus)
         self.admitted += 1
@@ -171,6 +180,7 @@ class _Cycle:
     ) -> Decision:
         assert result.placement is not None
         flavor = result.placement.flavor
+        self._charge(job)
         self.quota.reserve(job.team, flavor, job.total_gpus)
         commit(job, result, self.index)
         self.share.charge(job.team, flavor, job.total_gpus)
@@ -188,6 +198,10 @@ class _Cycle:
             qv.borrowed,
             position=position,
         )
+
+    def _charge(self, job: PendingJob) -> None:
+        if self.concurrency is not None:
+            self.concurrency.charge(job)
 
     def _wait(
         self,
@@ -348,8 +362,11 @@ def admission_cycle(
     now: datetime,
     params: AdmissionParams | None = None,
     preemptor: PreemptionOracle | None = None,
+    concurrency: ConcurrencyInputs | None = None,
 ) -> CycleResult:
-    """Decide for every pending job: admit (with a placement) or wait (with a reason)."""
+    """Decide for every pending job: admit (with a placement) or wait (with a reason).
+    `concurrency`: limits and counts per team and user (policies.concurrency), checked before
+    a job is placed."""
     params = params or AdmissionParams()
     jobs = list(pending)
     # 1 heads
@@ -370,7 +387,9 @@ def admission_cycle(
     for pool in index.pools.values():
         hold_backend_queue(pool, params.placement.hold_queued_by_shape)
     share = FairShare(quotas, usage)
-    cycle = _Cycle(index, QuotaState(quotas, usage), share, now, params, preemptor)
+    limits = ConcurrencyState(concurrency) if concurrency is not None \
+        and concurrency.any_admission_limit else None
+    cycle = _Cycle(index, QuotaState(quotas, usage), share, now, params, preemptor, limits)
     # 3 nominate happens lazily per job shape inside the cycle; 4 order
     queue = FairQueue(eligible, share, now, params.ordering)
     # 5 admit

@@ -1,7 +1,8 @@
 """Holds before admission: a start time, dependencies, an array's running-task limit. Pure.
 
 ``hold(job, others, now)`` answers None (the job may go to admission) or a Hold with its reason.
-Checks, in order: the start time (BeginTimeNotReached); the dependencies (WaitingForDependency,
+Checks, in order: an approval its priority class needs and it lacks (AwaitingApproval); the
+start time (BeginTimeNotReached); the dependencies (WaitingForDependency,
 or ``never`` with DependencyNeverSatisfied when one cannot be satisfied any more); the array's
 limit (JobArrayTaskLimit: as many tasks of the array hold GPUs as its %N allows).
 
@@ -52,6 +53,8 @@ class Held:
     created_at: datetime
     scheduling: Scheduling
     team: str = ""
+    awaiting_approval: str | None = None
+    """The job's priority class, when it needs an admin's approval the job does not have."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +101,10 @@ def hold(job: Held, by_id: Mapping[str, JobRef], active: Sequence[JobRef],
          now: datetime) -> Hold | None:
     """Why ``job`` may not go to admission now, or None. ``by_id`` holds the jobs its
     dependencies name; ``active`` every job that has not ended (for singleton and arrays)."""
+    if job.awaiting_approval is not None:
+        return Hold(Reason.AwaitingApproval,
+                    f"priority class '{job.awaiting_approval}' needs an admin's approval "
+                    f"(isthmus admin approve {job.id}, or refuse)")
     sched = job.scheduling
     if sched.begin_at is not None and now < sched.begin_at:
         return Hold(Reason.BeginTimeNotReached,

@@ -31,6 +31,8 @@ class PendingJob:
     """Acceptable flavors, most preferred first (already narrowed by constraints)."""
     submitted_at: datetime
     queue: str = "default"
+    user: str = ""
+    """Who submitted it (per-user concurrency limits)."""
     priority: int = 0
     priority_class: str = "normal"
     can_preempt: bool = False

@@ -95,6 +95,7 @@ _WHEN = {
     413: "request body too large",
     415: "not application/json",
     422: "invalid input; `errors` names each field and the limit",
+    429: "a concurrency limit (queued jobs per team or user) is reached; `errors` names it",
     503: "a backend this needs cannot be reached from this server now",
 }
 

@@ -9,10 +9,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from broker import ledger
 from broker.api.auth import Principal, principal
+from broker.api.job_refs import JobRef
 from broker.api.problems import Problem, problem_responses
+from broker.api.schemas import JobOut
 from broker.config import IsthmusConfig
 from broker.domain.clock import utcnow
+from broker.domain.ids import is_job_id
 from broker.domain.text import Text
+from broker.orchestration import approval
+from broker.orchestration.transitions import JobNotFound
+from broker.store import approvals
 from broker.store.conflicts import on_conflict
 from broker.store.db import Database
 from broker.store.pools import pool_states, set_drained
@@ -117,3 +123,62 @@ def usage(request: Request, caller: Admin) -> list[dict[str, object]]:
         {"team": team, "flavor": flavor, "reserved_gpus": g, "borrowed_gpus": b}
         for (team, flavor), (g, b) in sorted(rows.items())
     ]
+
+
+class ApproveRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    note: Text = Field(default="", max_length=1000, description="shown in the job's event")
+
+
+class RefuseRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: Text = Field(min_length=1, max_length=1000,
+                         description="why; shown to the job's owner in its message")
+
+
+def _decide(request: Request, job_id: str, decision: approval.Decision, actor: str,
+            note: str) -> JobOut:
+    if not is_job_id(job_id):
+        raise Problem(404, "job-not-found", "Job not found", f"no job with id '{job_id}'")
+    try:
+        done = approval.decide(request.app.state.db, request.app.state.config, job_id,
+                               decision, actor, note)
+    except JobNotFound:
+        raise Problem(404, "job-not-found", "Job not found",
+                      f"no job with id '{job_id}'") from None
+    except approval.ApprovalConflict as exc:
+        raise Problem(409, "not-awaiting-approval", "Job is not awaiting approval",
+                      str(exc)) from None
+    wake = request.app.state.wake_admission
+    if wake is not None and decision == "approve":
+        wake()  # the job may be admitted now
+    return JobOut.of(done.result.job)
+
+
+@router.post("/jobs/{job_id}/approve", response_model=JobOut,
+             responses=problem_responses(400, 404, 409, 413))
+def approve(job_id: JobRef, request: Request, caller: Admin,
+            body: ApproveRequest | None = None) -> JobOut:
+    """Approve a job whose priority class needs approval: it goes to admission (the decision
+    is a job event naming the admin and the time). 409 when the job is not QUEUED, needs no
+    approval or was already decided."""
+    return _decide(request, job_id, "approve", caller.name, body.note if body else "")
+
+
+@router.post("/jobs/{job_id}/refuse", response_model=JobOut,
+             responses=problem_responses(400, 404, 409, 413))
+def refuse(job_id: JobRef, body: RefuseRequest, request: Request, caller: Admin) -> JobOut:
+    """Refuse a job whose priority class needs approval: it ends CANCELLED with reason
+    ApprovalRefused and the admin's reason in its message."""
+    return _decide(request, job_id, "refuse", caller.name, body.reason)
+
+
+@router.get("/approvals", response_model=list[JobOut])
+def pending_approvals(request: Request, caller: Admin) -> list[JobOut]:
+    """Jobs waiting for an admin's approval (reason AwaitingApproval), oldest first."""
+    db: Database = request.app.state.db
+    with db.read() as s:
+        rows = approvals.awaiting(s)
+    return [JobOut.of(r) for r in rows]

@@ -19,6 +19,7 @@ from broker.api.auth import Principal, principal
 from broker.api.group_commit import SubmitQueue
 from broker.api.job_refs import JobRef
 from broker.api.problems import Problem, problem_responses
+from broker.api.queue_limits import check_queued
 from broker.config import IsthmusConfig
 from broker.domain.spec import JobSpec
 from broker.domain.states import JobState
@@ -95,7 +96,8 @@ _BATCH_BODY = {
 parsing runs off the event loop; broker.hpc.batch_submit.body_of checks it)."""
 
 
-@router.post("/batch", status_code=201, responses=problem_responses(400, 403, 404, 413),
+@router.post("/batch", status_code=201,
+             responses=problem_responses(400, 403, 404, 413, 429),
              openapi_extra={"requestBody": _BATCH_BODY})
 async def batch(request: Request, caller: Caller) -> dict[str, Any]:
     """isbatch's submission in one call: the parsed sbatch request in, ``{"id", "jobs"}`` out
@@ -129,6 +131,8 @@ async def batch(request: Request, caller: Caller) -> dict[str, Any]:
             raise Problem(status, "invalid-spec" if status == 422 else "forbidden-team",
                           "Invalid job spec" if status == 422 else "Not your team",
                           "; ".join(f"{p.field}: {p.message}" for p in problems))
+    if checked:
+        await check_queued(db, config, checked[0].team, caller.name, adding=len(checked))
     queue: SubmitQueue = request.app.state.submit_queue
     numbers: list[int | None] = [None] * len(checked)
     if data["sbatch"]["array"]:  # checked by specs_of_body: a str or None

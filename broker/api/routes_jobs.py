@@ -17,6 +17,7 @@ from broker.api.guards import DB_INT_MAX, idempotency_key
 from broker.api.job_refs import JobRef
 from broker.api.listing import decode_cursor, waits
 from broker.api.problems import Problem, invalid_spec, problem_responses
+from broker.api.queue_limits import check_queued
 from broker.api.schemas import CheckpointOut, EventOut, JobOut, JobPage
 from broker.config import IsthmusConfig
 from broker.domain import JobState
@@ -119,7 +120,7 @@ SPEC_BODY = {
     "", status_code=201, response_model=JobOut, openapi_extra=SPEC_BODY,
     responses={
         200: {"model": JobOut, "description": "replay of an idempotent submission"},
-        **problem_responses(400, 403, 409, 413, 415),
+        **problem_responses(400, 403, 409, 413, 415, 429),
     },
 )
 async def submit(
@@ -130,6 +131,7 @@ async def submit(
     spec = await checked_spec(request, caller)
     if spec.scheduling is not None and spec.scheduling.dependencies:
         spec = await asyncio.to_thread(_with_dependencies, _db(request), spec)
+    await check_queued(_db(request), _config(request), spec.team, caller.name, key=key)
     queue: SubmitQueue = request.app.state.submit_queue
     try:
         result = await queue.submit(Submission(spec, caller.name, key))

@@ -30,6 +30,7 @@ from broker.views.decisions import (
     read_cycles,
 )
 from broker.views.decisions import read_job_decisions as read_decisions
+from broker.views.limits import LimitView, read_limits
 from broker.views.pools import PoolView, read_pools
 from broker.views.quotas import QuotaView, read_quotas
 from broker.views.usage import UsageReport, read_usage, to_csv
@@ -63,6 +64,15 @@ async def quotas(request: Request, caller: Caller) -> list[QuotaView]:
     config, db = _state(request)
     team = None if caller.is_admin else caller.team or ""
     return await run_in_threadpool(read_quotas, config, db, team)
+
+
+@router.get("/v1/limits", response_model=list[LimitView])
+async def limits(request: Request, caller: Caller) -> list[LimitView]:
+    """Concurrency limits against live counts: per team (running jobs, queued jobs, GPUs
+    held) and per user with jobs. A team token sees its team's lines."""
+    config, db = _state(request)
+    team = None if caller.is_admin else caller.team or ""
+    return await run_in_threadpool(read_limits, config, db, team)
 
 
 def _instant(name: str, text: str | None) -> datetime | None:

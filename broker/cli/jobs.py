@@ -158,6 +158,10 @@ def explain(job_id: JobId, server: ServerUrl = DEFAULT_URL, token: Token = None,
         console.print("  rejected when validated: it can never run with this configuration; "
                       "the reason says which limit and by how much", markup=False)
         return
+    if data["reason"] == "AwaitingApproval":
+        console.print("  awaits an admin's approval of its priority class before admission "
+                      "considers it (isthmus admin approve / refuse)", markup=False)
+        return
     if data["explanation"] is None:
         console.print("  not yet considered by an admission cycle", markup=False)
         return

@@ -160,6 +160,45 @@ def admin_undrain(pool: Annotated[str, typer.Argument(help="the pool's name")],
                   markup=False)
 
 
+@admin_app.command("approve")
+def admin_approve(job_id: Annotated[str, typer.Argument(help="the job's id or number")],
+                  note: Annotated[str, typer.Option("--note", help="shown in its event")] = "",
+                  server: ServerUrl = DEFAULT_URL, token: Token = None,
+                  as_json: AsJson = False) -> None:
+    """Approve a job whose priority class needs approval (it goes to admission)."""
+    j = _call(server, token, "approve", job_id, note)
+    emit_json(j) if as_json else console.print(f"{j['id']}: {j['state']} ({j['reason']}): "
+                                               f"{j['message']}", markup=False)
+
+
+@admin_app.command("refuse")
+def admin_refuse(job_id: Annotated[str, typer.Argument(help="the job's id or number")],
+                 reason: Annotated[str, typer.Option("--reason", help="why (shown to its "
+                                                     "owner)")],
+                 server: ServerUrl = DEFAULT_URL, token: Token = None,
+                 as_json: AsJson = False) -> None:
+    """Refuse a job whose priority class needs approval (it ends CANCELLED, ApprovalRefused)."""
+    j = _call(server, token, "refuse", job_id, reason)
+    emit_json(j) if as_json else console.print(f"{j['id']}: {j['state']} ({j['reason']}): "
+                                               f"{j['message']}", markup=False)
+
+
+@admin_app.command("approvals")
+def admin_approvals(server: ServerUrl = DEFAULT_URL, token: Token = None,
+                    as_json: AsJson = False) -> None:
+    """Jobs waiting for an admin's approval, oldest first."""
+    rows = _call(server, token, "approvals")
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        console.print("no job awaits approval", markup=False)
+    for j in rows:
+        console.print(f"{j['number'] or j['id']:<12} {j['team']:<16} {j['submitted_by']:<16} "
+                      f"{j['priority']:<10} {j['total_gpus']:>5} GPUs  {j['name']}",
+                      markup=False)
+
+
 @admin_app.command("usage")
 def admin_usage(server: ServerUrl = DEFAULT_URL, token: Token = None,
                 as_json: AsJson = False) -> None:

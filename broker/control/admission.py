@@ -37,12 +37,14 @@ from broker.domain.attempts import Placement
 from broker.domain.exclusions import Exclusions
 from broker.domain.inventory import InventorySnapshot
 from broker.metrics import ADMISSION_CYCLE
-from broker.policy_inputs import pending_job, quota_config
+from broker.policy_inputs import concurrency, limits_configured, pending_job, quota_config
 from broker.policy_inputs import usage as usage_view
 from broker.store import attempts as att
+from broker.store import concurrency as counts
 from broker.store.queries import list_jobs
 from broker.store.records import JobRecord
 from policies import eta
+from policies.concurrency import ConcurrencyInputs
 from policies.cycle import CycleResult, admission_cycle
 from policies.run_length import RuntimeModel
 from policies.types import PendingJob, QuotaConfig, Usage
@@ -70,7 +72,7 @@ def _pending_views(
                 view = pending_job(
                     plane.config, j.id, plane.spec(j.id, j.spec_json), j.created_at,
                     not_before=j.not_before, exclude_pools=exclude.pools,
-                    exclude_nodes=exclude.nodes,
+                    exclude_nodes=exclude.nodes, user=j.submitted_by,
                 )
             if guard.incident is not None:
                 incidents.append(guard.incident)
@@ -168,6 +170,8 @@ class CycleInputs:
     unreadable: list[Incident]
     runtimes: RuntimeModel = field(default_factory=RuntimeModel)
     running: list[eta.Running] = field(default_factory=list)
+    concurrency: ConcurrencyInputs | None = None
+    """Limits and counts per team and user; None when no running-jobs or GPU limit is set."""
 
 
 def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
@@ -183,16 +187,19 @@ def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
         runtimes = _runtime_model(plane, s, now) if fold_usage else \
             eta_inputs.runtime_model(plane, s)
         running = eta_inputs.running_work(plane, s, runtimes, now)
+        limits = concurrency(plane.config, counts.held_by_user(s)) \
+            if limits_configured(plane.config) else None
         if fold_usage:  # the real cycle: only what changed since the last one is read
             decayed = admission_usage.decayed_usage(plane, s, now, in_use)
     if fold_usage:  # the real cycle: held jobs get their reason and stay out (a plan only reads)
-        queued = holds.apply_holds(plane, queued, now)  # start times, dependencies, array limits
+        # start times, dependencies, array limits, approvals
+        queued = holds.apply_holds(plane, queued, now)
     inventory = hold_in_flight(plane.inventory(), held)
     views, unreadable = _pending_views(plane, queued)
     if decayed is None:  # a what-if reads the ledger whole: it moves no state of the real cycle
         decayed = plane.decayed_usage(in_use, now)
     return CycleInputs(queued, views, inventory, quota_config(plane.config),
-                       usage_view(in_use, decayed), now, unreadable, runtimes, running)
+                       usage_view(in_use, decayed), now, unreadable, runtimes, running, limits)
 
 
 def decide(
@@ -204,6 +211,7 @@ def decide(
     result = admission_cycle(
         views, inputs.inventory, inputs.quotas, inputs.usage, inputs.now,
         params=plane.params.admission, preemptor=LazyPreemptor(plane, inputs.quotas, inputs.now),
+        concurrency=inputs.concurrency,
     )
     estimates = eta.estimate(
         result.decisions, {v.id: v for v in views}, inputs.inventory, inputs.now,

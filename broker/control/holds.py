@@ -1,8 +1,10 @@
-"""The hold phase of an admission cycle: queued jobs whose start time, dependencies or array
-limit keep them back get their reason and take no part in placement (policies.holds decides).
+"""The hold phase of an admission cycle: queued jobs whose missing approval, start time,
+dependencies or array limit keep them back get their reason and take no part in placement
+(policies.holds decides).
 
 A job whose dependency can never be satisfied is cancelled with DependencyNeverSatisfied, as
-Slurm does with kill_invalid_depend. Jobs without ``scheduling`` cost nothing here.
+Slurm does with kill_invalid_depend. Jobs without ``scheduling`` cost nothing here, unless
+their priority class needs approval (one look-up of their decision events).
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from broker.control.guard import JobGuard
 from broker.control.plane import ControlPlane
 from broker.domain import JobState
 from broker.domain.reasons import Reason
+from broker.domain.scheduling import Scheduling
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
+from broker.store import approvals
 from broker.store.queries import jobs_by_ids, list_jobs
 from broker.store.records import JobRecord
 from policies.holds import Held, JobRef, holds_for
@@ -33,20 +37,37 @@ def _ref(plane: ControlPlane, job: JobRecord) -> JobRef:
                   job.team)
 
 
+def _unapproved(plane: ControlPlane, queued: list[JobRecord]) -> dict[str, str]:
+    """Queued jobs whose priority class needs an approval they do not have -> the class.
+    Only jobs of such classes are looked up (their decision events, broker.store.approvals)."""
+    needing = {pc.name for pc in plane.config.priority_classes if pc.approval == "required"}
+    if not needing:
+        return {}
+    asking = {j.id: j.priority for j in queued if j.priority in needing}
+    if not asking:
+        return {}
+    with plane.db.read() as s:
+        done = approvals.approved(s, sorted(asking))
+    return {job_id: pc for job_id, pc in asking.items() if job_id not in done}
+
+
 def apply_holds(plane: ControlPlane, queued: list[JobRecord], now: datetime) -> list[JobRecord]:
     """The queued jobs free to go to admission; the others are given their hold reason."""
+    unapproved = _unapproved(plane, queued)
     held: list[Held] = []
     for j in queued:
         with JobGuard("hold view", j.id):
             sched = plane.spec(j.id, j.spec_json).scheduling
-            if sched is not None:
-                held.append(Held(j.id, j.name, j.submitted_by, j.created_at, sched, j.team))
+            if sched is not None or j.id in unapproved:
+                held.append(Held(j.id, j.name, j.submitted_by, j.created_at,
+                                 sched or Scheduling(), j.team, unapproved.get(j.id)))
     if not held:
         return queued
     wanted = {ref for h in held for d in h.scheduling.dependencies for ref in d.jobs}
+    scheduled = any(h.awaiting_approval is None for h in held)
     with plane.db.read() as s:
         named = jobs_by_ids(s, sorted(wanted)) if wanted else {}
-        live = list_jobs(s, states=ACTIVE, limit=100_000, ascending=True)
+        live = list_jobs(s, states=ACTIVE, limit=100_000, ascending=True) if scheduled else []
     by_id = {k: _ref(plane, v) for k, v in named.items()}
     active = [_ref(plane, j) for j in live]
     verdicts = holds_for(held, by_id, active, now)

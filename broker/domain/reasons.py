@@ -80,6 +80,12 @@ class Reason(StrEnum):
     ImageUnsupported = "ImageUnsupported"
     # REJECTED: the job names an image and no pool that offers its flavors runs images
     NoPoolRunsImages = "NoPoolRunsImages"
+    # governance (issue 33): a priority class that needs an admin's approval, and its end
+    AwaitingApproval = "AwaitingApproval"
+    Approved = "Approved"
+    ApprovalRefused = "ApprovalRefused"
+    # a team's or a user's concurrency limit (running jobs, GPUs held) keeps the job queued
+    ConcurrencyLimit = "ConcurrencyLimit"
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +154,15 @@ REASONS: dict[Reason, ReasonInfo] = {
     ),
     R.HeldByKueue: ReasonInfo(
         12, K.WAIT, "Kueue has not admitted the Job; the message quotes its Workload's condition"
+    ),
+    R.AwaitingApproval: ReasonInfo(
+        11, K.WAIT, "its priority class needs an admin's approval (isthmus admin approve)"
+    ),
+    R.Approved: ReasonInfo(1, K.PROGRESS, "an admin approved its priority class; waiting for "
+                           "the next admission cycle"),
+    R.ApprovalRefused: ReasonInfo(6, K.END, "cancelled: an admin refused its priority class"),
+    R.ConcurrencyLimit: ReasonInfo(
+        44, K.WAIT, "its team or user runs as many jobs or holds as many GPUs as a limit allows"
     ),
 }
 

@@ -95,6 +95,10 @@ def submit(parsed: sbatch_parse.Parsed, environ: Mapping[str, str]) -> int:
     except ApiError as exc:
         if str(exc.problem.get("type", "")).endswith(":sbatch-not-mapped"):
             return _fail(str(exc))
+        if str(exc.problem.get("type", "")).endswith(":concurrency-limit"):
+            # as sbatch words a QOS submit limit (MaxSubmitJobs), with the limit named
+            return _fail("Batch job submission failed: Job violates accounting/QOS policy "
+                         f"(job submit limit): {exc.problem.get('detail', '')}")
         return _fail(f"{exc} (HTTP {exc.status})")
     except TransportError as exc:
         return _fail(f"cannot reach the Isthmus broker at {conf.url}: {exc}")

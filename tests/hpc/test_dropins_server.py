@@ -20,7 +20,8 @@ from tests.harness.server import Server, slurm_pools, write_config
 pytestmark = pytest.mark.slow  # over two seconds each: out of the fast tier (README)
 
 ROOT = Path(__file__).resolve().parents[2]
-TOKENS = {"vision": "tok-vision-1", "language": "tok-language-1"}
+TOKENS = {"vision": "tok-vision-1", "language": "tok-language-1", "capped": "tok-capped-1"}
+CAPPED = {"user_limits": {"queued_jobs": 1}}  # team capped: one waiting job per user
 COMPAT = {
     "default_partition": "a100",
     "partitions": {"a100": {"flavors": ["a100-80g"]}, "h100": {"flavors": ["h100-80g"]}},
@@ -52,8 +53,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         tmp / "isthmus.yaml", [backend], slurm_pools(),
         auth={"mode": "token", "tokens": tokens}, control={"enabled": False},
         slurm_compat=COMPAT,
-        teams=[{"name": t, "quotas": {"a100-80g": {"nominal": 64}, "h100-80g": {"nominal": 64}}}
-               for t in TOKENS],
+        teams=[{"name": t, "quotas": {"a100-80g": {"nominal": 64}, "h100-80g": {"nominal": 64}},
+                **(CAPPED if t == "capped" else {})} for t in TOKENS],
     )
     srv = Server(cfg, f"sqlite:///{tmp / 'isthmus.db'}", tmp / "server.log").start()
     yield srv
@@ -134,6 +135,19 @@ def test_refusals_submit_nothing(server: Server, script: Path, tmp_path: Path,
     assert "Invalid --time specification" in capsys.readouterr().err
     assert isqueue.run(["-h", "-t", "all"], env) == 0
     assert "v100" not in capsys.readouterr().out
+
+
+def test_a_queued_jobs_limit_is_said_as_sbatch_says_a_submit_limit(
+        server: Server, script: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    env = env_for(server, "capped", tmp_path)
+    assert isbatch.run([str(script)], env) == 0
+    capsys.readouterr()
+    assert isbatch.run([str(script)], env) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("isbatch: error: Batch job submission failed: Job violates "
+                          "accounting/QOS policy (job submit limit)")
+    assert "teams[capped].user_limits.queued_jobs allows 1" in err and "HTTP" not in err
 
 
 def test_console_script_with_a_config_file(server: Server, script: Path, tmp_path: Path) -> None:

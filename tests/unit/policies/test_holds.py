@@ -106,3 +106,13 @@ def test_another_teams_jobs_hold_back_no_singleton_and_no_array() -> None:
     own = [JobRef(f"v{i}", "RUNNING", "x", "bob", T0, "7", "vision") for i in range(2)]
     got = hold(mine, {}, spoofs + own, NOW)
     assert got is not None and got.reason is Reason.JobArrayTaskLimit
+
+
+def test_a_missing_approval_holds_before_anything_else() -> None:
+    later = {"begin_at": (NOW + timedelta(hours=1)).isoformat()}
+    job = Held("a1", "n", "alice", NOW, Scheduling.model_validate(later), "vision", "urgent")
+    got = hold(job, {}, [], NOW)
+    assert got is not None and got.reason is Reason.AwaitingApproval and not got.never
+    assert "'urgent'" in got.message and "isthmus admin approve a1" in got.message
+    approved = Held("a1", "n", "alice", NOW, Scheduling(), "vision", None)
+    assert hold(approved, {}, [], NOW) is None

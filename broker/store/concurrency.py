@@ -1,0 +1,41 @@
+"""Counts behind the concurrency limits: jobs and GPUs held, jobs waiting, per team and user.
+
+Read from the jobs table (its state index): a job's `total_gpus` and `submitted_by` never
+change, so the live rows are the truth and nothing is kept beside them to drift.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlmodel import Session
+
+from broker.domain.states import HOLDING, JobState
+from broker.store.records import JOBS
+
+WAITING: tuple[str, ...] = tuple(s.value for s in (
+    JobState.SUBMITTED, JobState.VALIDATING, JobState.QUEUED, JobState.RETRYING))
+"""States counted as queued jobs: not ended and holding no GPUs."""
+
+
+def held_by_user(s: Session) -> dict[tuple[str, str], tuple[int, int]]:
+    """(jobs, GPUs) held (ADMITTED, PREPARING, RUNNING) per (team, user)."""
+    stmt = (sa.select(JOBS.c.team, JOBS.c.submitted_by, sa.func.count(),
+                      sa.func.coalesce(sa.func.sum(JOBS.c.total_gpus), 0))
+            .where(JOBS.c.state.in_(sorted(st.value for st in HOLDING)))
+            .group_by(JOBS.c.team, JOBS.c.submitted_by))
+    return {(t, u): (int(n), int(g)) for t, u, n, g in s.connection().execute(stmt)}
+
+
+def waiting_by_user(s: Session, team: str | None = None) -> dict[tuple[str, str], int]:
+    """Jobs waiting (WAITING states) per (team, user); `team`: that team's only."""
+    stmt = (sa.select(JOBS.c.team, JOBS.c.submitted_by, sa.func.count())
+            .where(JOBS.c.state.in_(WAITING)).group_by(JOBS.c.team, JOBS.c.submitted_by))
+    if team is not None:
+        stmt = stmt.where(JOBS.c.team == team)
+    return {(t, u): int(n) for t, u, n in s.connection().execute(stmt)}
+
+
+def waiting_of(s: Session, team: str, user: str) -> tuple[int, int]:
+    """(the team's, the user's) jobs waiting."""
+    by_user = waiting_by_user(s, team)
+    return sum(by_user.values()), by_user.get((team, user), 0)
