@@ -49,7 +49,7 @@ def slurm_compat(request: Request, caller: Caller) -> dict[str, Any]:
     }
 
 
-@router.get("/jobs")
+@router.get("/jobs", responses=problem_responses(403))
 def jobs(
     request: Request,
     caller: Caller,

@@ -293,6 +293,19 @@ def test_403_is_for_another_teams_spec_and_422_for_every_other_problem(secured: 
         assert error["field"] == "team" and "token" in error["message"]
 
 
+def test_every_route_taking_a_team_documents_its_403(secured: TestClient) -> None:
+    """Issue 34: a user naming another team gets a 403; a route with a `team` parameter says
+    so in its OpenAPI document (GET /v1/hpc/jobs did not)."""
+    doc = secured.get("/openapi.json").json()
+    taking = [(method, path) for path, item in doc["paths"].items()
+              for method, op in item.items()
+              if any(p.get("name") == "team" for p in op.get("parameters", []))]
+    assert ("get", "/v1/hpc/jobs") in taking and ("get", "/v1/jobs") in taking
+    for method, path in taking:
+        assert "403" in doc["paths"][path][method]["responses"], (method, path)
+    _problem(secured.get("/v1/hpc/jobs", params={"team": "language"}, headers=_as(ALICE)), 403)
+
+
 def test_openapi_documents_the_jobspec(client: TestClient) -> None:
     doc = client.get("/openapi.json").json()
     assert "JobSpec" in doc["components"]["schemas"]
