@@ -16,6 +16,7 @@ job's time from its submit to its end is read from its events. `--flood-flavor h
 the other team's jobs on other GPUs instead (no contention at all).
 
     .venv/bin/python -m bench.flood_isolation [--flood 2000] [--backlog 300] [--jobs 20]
+        [--postgres | --db URL]
 
 Last line: ``flood: quiet <a> s flooded <b> s ratio <b/a>`` (p50 submit-to-end of language's
 jobs; goal: ratio <= 1.5).
@@ -35,6 +36,7 @@ from typing import Any
 import httpx
 import yaml
 
+from bench.soak import Postgres
 from tests.harness.server import Server
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,10 +118,13 @@ def main() -> None:
     ap.add_argument("--flood-flavor", default="a100-80g",
                     help="the other team's flavor (h100-80g: not language's GPUs)")
     ap.add_argument("--db", help="database URL (default: SQLite in a temporary folder)")
+    ap.add_argument("--postgres", action="store_true",
+                    help="on a private PostgreSQL server started here")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="flood-") as tmp_name:
         work = Path(tmp_name)
-        db = args.db or f"sqlite:///{work / 'isthmus.db'}"
+        pg = Postgres() if args.postgres else None
+        db = pg.url if pg is not None else args.db or f"sqlite:///{work / 'isthmus.db'}"
         server = Server(_config(work), db, work / "server.log").start()
         try:
             with httpx.Client(base_url=server.url, timeout=60) as client:
@@ -138,6 +143,8 @@ def main() -> None:
                       f"{'+' if len(queued) == 500 else ''}")
         finally:
             server.stop()
+            if pg is not None:
+                pg.stop()
     print(f"flood: quiet {quiet:.1f} s flooded {flooded:.1f} s ratio {flooded / quiet:.2f}")
 
 
