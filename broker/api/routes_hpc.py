@@ -59,13 +59,16 @@ def jobs(
     cursor: str | None = None,
 ) -> dict[str, Any]:
     """``GET /v1/jobs`` (same scoping: users see their team only) with each job's current
-    run: nodes, exit code, start and end as the backend reported them."""
+    run: nodes, exit code, start and end as the backend reported them; and for a cancelled job
+    who cancelled it (``cancelled_by``: a name, or ``system:...``), which sacct shows."""
     page = routes_jobs.list_(request, caller, team, state, limit, cursor)
     db: Database = request.app.state.db
     with db.read() as s:
         found = runs.current_runs(s, [(j.id, j.attempt) for j in page.items])
+        by = runs.cancellers(s, [j.id for j in page.items if j.state == JobState.CANCELLED])
     return {
-        "items": [{**j.model_dump(mode="json"), "run": found.get(j.id)} for j in page.items],
+        "items": [{**j.model_dump(mode="json"), "run": found.get(j.id),
+                   "cancelled_by": by.get(j.id)} for j in page.items],
         "next_cursor": page.next_cursor,
     }
 

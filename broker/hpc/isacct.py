@@ -35,7 +35,7 @@ def field(job: JobView, name: str, now: datetime) -> str:
         "partition": job.partition, "account": job.account, "user": job.user,
         "alloccpus": str(job.cpus), "allocnodes": str(job.num_nodes),
         "alloctres": tres,
-        "state": job.long_state, "exitcode": job.exit_text,
+        "state": job.accounted_state, "exitcode": job.exit_text,
         "elapsed": jobview.duration(job.elapsed_s(now)),
         "timelimit": jobview.duration(job.time_limit_s),
         "start": jobview.timestamp(job.start), "end": jobview.timestamp(job.end),
@@ -148,7 +148,12 @@ def _print_columns(table: list[list[str]], names: list[str], args: argparse.Name
                        for n, w in zip(names, widths, strict=True)))
         print(" ".join("-" * w for w in widths))
     for r in table:
-        print(" ".join(v[:w].rjust(w) for v, w in zip(r, widths, strict=True)))
+        print(" ".join(_fit(v, w).rjust(w) for v, w in zip(r, widths, strict=True)))
+
+
+def _fit(value: str, width: int) -> str:
+    """sacct's cut: a value longer than its column ends in '+' (``CANCELLED+``)."""
+    return value if len(value) <= width else value[:width - 1] + "+"
 
 
 def _print_jobs(rows: list[JobView], names: list[str], args: argparse.Namespace,

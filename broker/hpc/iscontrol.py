@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import pwd
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -32,10 +31,7 @@ def _hms(seconds: int) -> str:
 
 def _user(name: str) -> str:
     """UserId as scontrol writes it, name(uid); the uid of the same name here, if any."""
-    try:
-        return f"{name}({pwd.getpwnam(name).pw_uid})"
-    except KeyError:
-        return f"{name}(4294967294)"
+    return f"{name}({jobview.uid_of(name)})"
 
 
 def record(job: JobView, now: datetime) -> list[list[str]]:

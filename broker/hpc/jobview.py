@@ -19,6 +19,7 @@ job's NODELIST(REASON) is its Isthmus reason, e.g. ``(QuotaExhausted)``.
 from __future__ import annotations
 
 import json
+import pwd
 import re
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -79,6 +80,8 @@ class JobView:
     pending_tasks: str | None = None
     """Set on the one line squeue shows for an array's pending tasks: their indices as
     ``0-5%2`` (`collapse_pending`)."""
+    cancelled_by: str | None = None
+    """Who cancelled the job (a user's name, or ``system:...``: the broker), if it was."""
 
     @property
     def raw_id(self) -> str:
@@ -101,6 +104,15 @@ class JobView:
             return "OUT_OF_MEMORY"
         return {"RUNNING": "RUNNING", "SUCCEEDED": "COMPLETED", "CANCELLED": "CANCELLED",
                 "FAILED": "FAILED", "REJECTED": "FAILED"}.get(s, s)
+
+    @property
+    def accounted_state(self) -> str:
+        """sacct's State: ``CANCELLED by UID`` for a cancelled job, as Slurm writes it (the
+        uid of the user of that name on this host; 0 when the broker cancelled it, as for
+        slurmctld's own cancels; 4294967294 for a name this host does not know)."""
+        if self.long_state != "CANCELLED" or self.cancelled_by is None:
+            return self.long_state
+        return f"CANCELLED by {uid_of(self.cancelled_by)}"
 
     @property
     def code(self) -> str:
@@ -133,6 +145,21 @@ class JobView:
         """Slurm's -j/ids: the job's own id or number, ``ARRAY_TASK``, or the array's id
         (every task of it: an array's id is its first task's number, as with Slurm)."""
         return wanted in (self.id, self.raw_id, self.display_id) or wanted == self.array_job_id
+
+
+NOBODY = 4294967294
+"""The uid Slurm writes for a user it cannot name (its NO_VAL)."""
+
+
+def uid_of(name: str) -> int:
+    """The uid of user `name` on this host: 0 for the broker itself (``system:...``),
+    NOBODY for a name unknown here."""
+    if name.startswith("system:"):
+        return 0
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        return NOBODY
 
 
 def view(item: dict[str, Any]) -> JobView:
@@ -172,6 +199,7 @@ def view(item: dict[str, Any]) -> JobView:
         estimated_start=_expected_start(item, spec),
         number=item.get("number"), array_limit=array.get("limit"),
         stdout=batch.get("output"), stderr=batch.get("error"),
+        cancelled_by=item.get("cancelled_by"),
     )
 
 

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from broker.store import attempts as att
+from broker.store.records import EVENTS
 
 
 def current_runs(session: Session, jobs: Sequence[tuple[str, int]]) -> dict[str, dict[str, Any]]:
@@ -58,3 +59,14 @@ def current_runs(session: Session, jobs: Sequence[tuple[str, int]]) -> dict[str,
             if run[key] is None and data.get(key):
                 run[key] = data[key]
     return out
+
+
+def cancellers(session: Session, job_ids: Sequence[str]) -> dict[str, str]:
+    """``{job_id: actor}``: who cancelled each of these (cancelled) jobs, from the event that
+    made it CANCELLED (a user's name, or ``system:...`` when the broker did)."""
+    if not job_ids:
+        return {}
+    rows = session.connection().execute(
+        sa.select(EVENTS.c.job_id, EVENTS.c.actor)
+        .where(EVENTS.c.job_id.in_(list(job_ids)), EVENTS.c.to_state == "CANCELLED"))
+    return {r.job_id: r.actor for r in rows}

@@ -101,12 +101,21 @@ def test_submit_queue_cancel_account(server: Server, script: Path, tmp_path: Pat
     assert iscancel.run([job_id], env) == 0
     assert isacct.run(["-j", job_id, "-P", "--format=JobID,JobName,Account,State,ExitCode"],
                       env) == 0
+    # sacct's "CANCELLED by UID" (the canceller's uid on this host; this token's user has none
+    # here, so Slurm's NO_VAL); in a column of 10, cut as sacct cuts it
     assert capsys.readouterr().out.splitlines() == [
-        "JobID|JobName|Account|State|ExitCode", f"{job_id}|pretrain|vision|CANCELLED|0:0"]
+        "JobID|JobName|Account|State|ExitCode",
+        f"{job_id}|pretrain|vision|CANCELLED by 4294967294|0:0"]
+    assert isacct.run(["-j", job_id, "-n", "-X", "--format=JobID,State"], env) == 0
+    assert capsys.readouterr().out.split() == [job_id, "CANCELLED+"]
+    assert isacct.run(["-j", job_id, "-n", "-X", "--format=JobID,State%30"], env) == 0
+    assert capsys.readouterr().out.split() == [job_id, "CANCELLED", "by", "4294967294"]
+    assert isacct.run(["-n", "-X", "-P", "-s", "CA", "--format=JobID"], env) == 0
+    assert job_id in capsys.readouterr().out.split()  # -s CA still finds it
 
     assert isacct.run(["-j", job_id, "--json"], env) == 0
     (acct,) = json.loads(capsys.readouterr().out)["jobs"]
-    assert acct["State"] == "CANCELLED" and acct["JobIDRaw"] == job_id
+    assert acct["State"] == "CANCELLED by 4294967294" and acct["JobIDRaw"] == job_id
 
 
 def test_parsable_account_qos_and_the_spec(server: Server, script: Path, tmp_path: Path,
@@ -306,7 +315,7 @@ def test_an_array_reads_as_slurm_shows_it(server: Server, script: Path, tmp_path
     assert iscancel.run([f"{array}_3"], env) == 0
     assert isacct.run(["-X", "-n", "-P", "-j", array, "-o", "JobID,State", "--state", "CA"],
                       env) == 0
-    assert capsys.readouterr().out.splitlines() == [f"{array}_3|CANCELLED"]
+    assert capsys.readouterr().out.splitlines() == [f"{array}_3|CANCELLED by 4294967294"]
     assert iscancel.run([array], env) == 0  # the array's id: every task left
     assert isqueue.run(["-h", "-j", array], env) == 0
     assert capsys.readouterr().out == ""
