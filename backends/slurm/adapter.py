@@ -296,10 +296,12 @@ class SlurmBackend:
     # -- cancel -------------------------------------------------------------------------------
 
     def cancel(self, name: str, grace_seconds: int) -> CancelResult:
-        """Pending jobs are cancelled at once. Running ones get USR1 in the batch shell (which
-        forwards it to every rank); the kill follows after ``grace_seconds``, issued by the
-        next observe()/cancel() call at or after the deadline (the broker calls observe every
-        cycle). A broker restart loses the deadline; the reconciler's orphan cancel repeats it.
+        """Pending jobs are cancelled at once. Running ones get USR1 in the batch shell, which
+        sends the job's own stop signal (checkpoint.signal, e.g. sbatch's --signal=USR2) on to
+        its step (every rank, or the user's script); the kill follows after
+        ``grace_seconds``, issued by the next observe()/cancel() call at or after the deadline
+        (the broker calls observe every cycle). A broker restart loses the deadline; the
+        reconciler's orphan cancel repeats it.
         """
         self._flush_kills()
         queued = [r for r in self.transport.find(name) if r.state not in TERMINAL]

@@ -342,6 +342,12 @@ def _sig(request: SubmitRequest) -> str:
     return sig
 
 
+def _trapped(request: SubmitRequest) -> str:
+    """The signals the batch shell forwards as the stop signal: it, and USR1 (a cancel's)."""
+    sig = _sig(request)
+    return sig if sig in ("USR1", "10") else f"{sig} USR1"
+
+
 def _with_script(job: BatchJob, request: SubmitRequest, settings: RenderSettings) -> BatchJob:
     payload, user_script = _payload(request)
     lines = ["#!/bin/bash"]
@@ -381,8 +387,10 @@ def _with_script(job: BatchJob, request: SubmitRequest, settings: RenderSettings
         f"export MASTER_PORT={settings.master_port}",
         *_launch(request, job, settings),
         "ISTHMUS_STEP=$!",
-        # the stop signal (checkpoint.signal: a name or number the spec checked) goes on
-        f"trap 'kill -{_sig(request)} \"$ISTHMUS_STEP\" 2>/dev/null' {_sig(request)}",
+        # the stop signal (checkpoint.signal: a name or number the spec checked) goes on; so
+        # does USR1, which is how a cancel or a preemption asks the batch shell to stop (the
+        # adapter's cancel), turned into the job's own stop signal
+        f"trap 'kill -{_sig(request)} \"$ISTHMUS_STEP\" 2>/dev/null' {_trapped(request)}",
         'wait "$ISTHMUS_STEP"; rc=$?',
         'while kill -0 "$ISTHMUS_STEP" 2>/dev/null; do wait "$ISTHMUS_STEP"; rc=$?; done',
         'exit "$rc"',

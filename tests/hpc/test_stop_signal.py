@@ -26,12 +26,35 @@ def test_slurm_gets_the_signal_as_written_and_the_batch_shell_forwards_it() -> N
                                                           "signal_batch_only": False}),
                          partition="a100")
     assert "#SBATCH --signal=USR2@90" in steps.splitlines()
-    assert "trap 'kill -USR2 \"$ISTHMUS_STEP\" 2>/dev/null' USR2" in steps.splitlines()
+    assert "trap 'kill -USR2 \"$ISTHMUS_STEP\" 2>/dev/null' USR2 USR1" in steps.splitlines()
     batch = render_slurm(slurm_request(entry, checkpoint={"grace": 30, "signal": "35"}),
                          partition="a100")
     assert "#SBATCH --signal=B:35@30" in batch.splitlines()
     default = render_slurm(slurm_request(entry), partition="a100")  # grace 45, USR1, B:
     assert "#SBATCH --signal=B:USR1@45" in default.splitlines()
+
+
+def test_a_cancel_on_slurm_reaches_the_script_as_its_own_stop_signal(tmp_path: Path) -> None:
+    """A cancel or a preemption on Slurm sends USR1 to the batch shell (the adapter's cancel);
+    a job that chose USR2 (sbatch --signal=USR2@90) must get USR2, not die of USR1 without its
+    grace. The rendered trap line runs here in a real bash, around a stand-in step."""
+    entry: dict[str, object] = {"script": "#!/bin/bash\nsrun true", "launcher": "batch"}
+    rendered = render_slurm(slurm_request(entry, checkpoint={"grace": 90, "signal": "USR2"}),
+                            partition="a100")
+    (trap,) = [line for line in rendered.splitlines() if line.startswith("trap ")]
+    got = tmp_path / "got"
+    shell = "\n".join([
+        f"(trap 'echo USR2 > {got}; exit 0' USR2; trap 'echo USR1 > {got}; exit 0' USR1;"
+        " while :; do sleep 0.05; done) &",
+        "ISTHMUS_STEP=$!", trap, "echo ready",
+        'wait "$ISTHMUS_STEP"; rc=$?',
+        'while kill -0 "$ISTHMUS_STEP" 2>/dev/null; do wait "$ISTHMUS_STEP"; rc=$?; done',
+        'exit "$rc"'])
+    proc = subprocess.Popen(["bash", "-c", shell], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGUSR1)  # what the adapter's cancel sends
+    assert proc.wait(timeout=30) == 0  # the shell lived on until its step ended
+    assert got.read_text().strip() == "USR2"
 
 
 def _container(script: str, checkpoint: dict[str, object]) -> dict[str, Any]:
