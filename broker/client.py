@@ -100,9 +100,10 @@ class Client:
             "GET", f"/v1/jobs/{job_id}/attempts/{number}/snapshot")
         return result
 
-    def signal(self, job_id: str, signal: str) -> dict[str, Any]:
+    def signal(self, job_id: str, signal: str, whom: str = "steps") -> dict[str, Any]:
+        """``whom``: steps (scancel's default), batch (``-b``) or full (``-f``)."""
         result: dict[str, Any] = self._call("POST", f"/v1/hpc/jobs/{job_id}/signal",
-                                            json={"signal": signal})
+                                            json={"signal": signal, "whom": whom})
         return result
 
     def cancel(self, job_id: str) -> dict[str, Any]:

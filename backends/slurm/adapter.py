@@ -325,8 +325,9 @@ class SlurmBackend:
         return CancelResult(name=name, found=True, signalled=signalled,
                             message="; ".join(messages))
 
-    def send_signal(self, name: str, signal: str) -> str:  # iscancel --signal
-        return send_signal(self.transport, name, signal)
+    def send_signal(self, name: str, signal: str, whom: str = "steps") -> str:
+        """iscancel --signal [-b|-f]"""
+        return send_signal(self.transport, name, signal, whom)
 
     def _flush_kills(self) -> None:
         now = time.monotonic()

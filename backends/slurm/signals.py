@@ -11,15 +11,19 @@ SIGNALS = frozenset({"HUP", "INT", "QUIT", "ABRT", "KILL", "USR1", "USR2", "TERM
 """Signals iscancel --signal may send, by name (as scancel takes them, without SIG)."""
 
 
-def send_signal(transport: Transport, name: str, signal: str) -> str:
+def send_signal(transport: Transport, name: str, signal: str, whom: str = "steps") -> str:
     """``scancel --signal=SIGNAL`` for the running job of this name: its steps get it (the
-    script's own srun ranks), as scancel sends it; Unsupported when none runs."""
+    script's own srun ranks), as scancel sends it; with ``whom`` batch (``scancel -b``) the
+    batch shell, with full (``-f``) both. Unsupported when none runs."""
     if signal not in SIGNALS:
         raise Unsupported(f"signal {signal!r}: one of {', '.join(sorted(SIGNALS))}")
     running = [r for r in transport.find(name) if r.state == "RUNNING"]
     if not running:
         raise Unsupported(f"no running Slurm job named {name}")
-    sent = [r.job_id for r in running if transport.signal_steps(r.job_id, signal)]
+    send, to = {"steps": (transport.signal_steps, "the steps of"),
+                "batch": (transport.signal, "the batch shell of"),
+                "full": (transport.signal_full, "the batch shell and steps of")}[whom]
+    sent = [r.job_id for r in running if send(r.job_id, signal)]
     if not sent:
         raise Unsupported(f"Slurm did not signal {name}: it ended meanwhile")
-    return f"SIG{signal} sent to the steps of Slurm job {', '.join(sent)}"
+    return f"SIG{signal} sent to {to} Slurm job {', '.join(sent)}"

@@ -66,6 +66,11 @@ class Transport(Protocol):
         False when Slurm does not know the job."""
         ...
 
+    def signal_full(self, job_id: str, signal: str) -> bool:
+        """Send ``signal`` to the batch shell and every step (``scancel --signal --full``);
+        False when Slurm does not know the job."""
+        ...
+
     def cancel(self, job_id: str) -> bool:
         """Cancel (SIGTERM, KillWait, SIGKILL); False when Slurm does not know the job."""
         ...

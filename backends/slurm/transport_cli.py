@@ -262,6 +262,10 @@ class CliTransport:
         proc = self.run(["scancel", f"--signal={signal}", job_id], unknown_ok=True)
         return proc.returncode == 0
 
+    def signal_full(self, job_id: str, signal: str) -> bool:
+        proc = self.run(["scancel", f"--signal={signal}", "--full", job_id], unknown_ok=True)
+        return proc.returncode == 0
+
     def cancel(self, job_id: str) -> bool:
         proc = self.run(["scancel", job_id], unknown_ok=True)
         return proc.returncode == 0

@@ -329,6 +329,9 @@ class RestTransport:
         raise Unsupported("slurmrestd signals the whole job, batch shell included; use "
                           "transport 'cli' to signal the steps as scancel --signal does")
 
+    def signal_full(self, job_id: str, signal: str) -> bool:
+        return self.signal(job_id, signal)  # slurmrestd's signal: the whole job
+
     def cancel(self, job_id: str) -> bool:
         return self._delete(job_id, None)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Query, Request
 
@@ -161,10 +161,13 @@ def _draw_numbers(db: Database, count: int) -> list[int]:
 @router.post("/jobs/{job_id}/signal", responses=problem_responses(400, 404, 409, 503))
 def signal(job_id: JobRef, request: Request, caller: Caller,
            name: Annotated[str, Body(embed=True, alias="signal", pattern=r"^[A-Z0-9]{1,8}$",
-                                     description="e.g. USR1 (no SIG prefix)")]) -> dict[str, Any]:
+                                     description="e.g. USR1 (no SIG prefix)")],
+           whom: Annotated[Literal["steps", "batch", "full"], Body(
+               embed=True, description="the job's steps (scancel's default), its batch "
+               "shell (scancel -b) or both (scancel -f)")] = "steps") -> dict[str, Any]:
     """``iscancel --signal``: send a signal to a running job's processes, as ``scancel
-    --signal`` does on Slurm (to the job's steps). Kubernetes has no way to signal a
-    container's processes through its API: 409 there, saying so."""
+    --signal`` does on Slurm (to the job's steps, its batch shell, or both). Kubernetes has
+    no way to signal a container's processes through its API: 409 there, saying so."""
     from backends.base import BackendUnavailable, Unsupported
     from broker.store import attempts as att
 
@@ -190,9 +193,9 @@ def signal(job_id: JobRef, request: Request, caller: Caller,
         raise Problem(503, "backend-not-reachable", "Backend cannot signal from here",
                       f"this server cannot signal jobs on backend '{a.backend}'")
     try:
-        message = sender(a.backend_name, name)
+        message = sender(a.backend_name, name, whom)
     except Unsupported as exc:
         raise Problem(409, "signal-unsupported", "Signal not sent", str(exc)) from None
     except BackendUnavailable as exc:
         raise Problem(503, "backend-unavailable", "Backend unavailable", str(exc)) from None
-    return {"job_id": job_id, "signal": name, "message": message}
+    return {"job_id": job_id, "signal": name, "whom": whom, "message": message}

@@ -4,7 +4,8 @@ Ids (job numbers, ``ARRAYID_TASK`` / ``ARRAYID`` for arrays, or Isthmus ids) and
 ``-u``, ``-n``, ``-t``, ``-p``, ``-A`` select jobs; with filters only, every matching job of the
 caller's team is cancelled. Another team's job is answered as scancel answers an unknown id: the
 broker does not tell whether it exists. ``-s/--signal=SIG`` sends the signal instead of
-cancelling, as scancel does: on Slurm to the job's steps (``scancel --signal``); a job on
+cancelling, as scancel does: on Slurm to the job's steps (``scancel --signal``), with ``-b``
+to its batch shell only and with ``-f`` to both; a job on
 Kubernetes cannot be signalled (the broker answers why) and a job that is not running neither.
 """
 
@@ -14,6 +15,7 @@ import argparse
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from broker.client import ApiError, Client
 from broker.hpc import jobview, pipes
@@ -32,6 +34,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-p", "--partition")
     p.add_argument("-A", "--account")
     p.add_argument("-s", "--signal")
+    whom = p.add_mutually_exclusive_group()
+    whom.add_argument("-b", "--batch", action="store_true",
+                      help="with --signal: to the batch shell only")
+    whom.add_argument("-f", "--full", action="store_true",
+                      help="with --signal: to the batch shell and every step")
     p.add_argument("--me", action="store_true")
     p.add_argument("-v", "--verbose", action="store_true")
     return p
@@ -39,7 +46,9 @@ def parser() -> argparse.ArgumentParser:
 
 def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     args = parser().parse_args(argv)
-    sig = signal_name(args.signal) if args.signal else None
+    name = signal_name(args.signal) if args.signal else None
+    sig = None if name is None else Signal(
+        name, "batch" if args.batch else "full" if args.full else "steps")
     filters = any((args.user, args.name, args.state, args.partition, args.account, args.me))
     error = _usage_error(args, sig, filters)
     if error is not None:
@@ -48,7 +57,19 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     return main_guard(PROG, lambda: _cancel_selected(environ, args, sig, filters))
 
 
-def _usage_error(args: argparse.Namespace, sig: str | None, filters: bool) -> str | None:
+@dataclass(frozen=True)
+class Signal:
+    """A signal to send instead of a cancel, and to whom (scancel's default: the steps;
+    ``-b``: the batch shell; ``-f``: both); shown as its name."""
+
+    name: str
+    whom: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _usage_error(args: argparse.Namespace, sig: Signal | None, filters: bool) -> str | None:
     if args.signal and sig is None:
         return f"Invalid job signal: {args.signal}"
     if not args.job_ids and not filters:
@@ -56,7 +77,7 @@ def _usage_error(args: argparse.Namespace, sig: str | None, filters: bool) -> st
     return None
 
 
-def _cancel_selected(environ: Mapping[str, str], args: argparse.Namespace, sig: str | None,
+def _cancel_selected(environ: Mapping[str, str], args: argparse.Namespace, sig: Signal | None,
                      filters: bool) -> int:
     code = 0
     with connect(environ) as api:
@@ -81,7 +102,7 @@ def _cancel_selected(environ: Mapping[str, str], args: argparse.Namespace, sig: 
     return code
 
 
-def _direct(api: Client, job_id: str, verbose: bool, sig: str | None) -> int | None:
+def _direct(api: Client, job_id: str, verbose: bool, sig: Signal | None) -> int | None:
     """Cancel (or signal) one job by its Isthmus id: the exit code, or None when the broker
     knows no job by that id (it may be an array id)."""
     try:
@@ -143,7 +164,8 @@ def signal_name(text: str) -> str | None:
     return found.name.removeprefix("SIG")
 
 
-def _cancel(api: Client, job_id: str, shown: str, verbose: bool, sig: str | None = None) -> int:
+def _cancel(api: Client, job_id: str, shown: str, verbose: bool,
+            sig: Signal | None = None) -> int:
     try:
         _send(api, job_id, sig)
     except ApiError as exc:
@@ -151,14 +173,14 @@ def _cancel(api: Client, job_id: str, shown: str, verbose: bool, sig: str | None
     return _done(shown, verbose, sig)
 
 
-def _send(api: Client, job_id: str, sig: str | None) -> None:
+def _send(api: Client, job_id: str, sig: Signal | None) -> None:
     if sig is not None:
-        api.signal(job_id, sig)
+        api.signal(job_id, sig.name, sig.whom)
     else:
         api.cancel(job_id)
 
 
-def _refused(exc: ApiError, shown: str, sig: str | None) -> int:
+def _refused(exc: ApiError, shown: str, sig: Signal | None) -> int:
     """scancel's message for a refused cancel or signal; exit code 1."""
     if sig is not None and exc.status in (409, 503):
         print(f"{PROG}: error: Signal {sig} to job {shown} not sent: {exc}", file=sys.stderr)
@@ -173,7 +195,7 @@ def _refused(exc: ApiError, shown: str, sig: str | None) -> int:
     return 1
 
 
-def _done(shown: str, verbose: bool, sig: str | None) -> int:
+def _done(shown: str, verbose: bool, sig: Signal | None) -> int:
     if verbose:
         what = f"Signal {sig} to" if sig is not None else "Terminating"
         print(f"{PROG}: {what} job {shown}", file=sys.stderr)

@@ -94,6 +94,9 @@ class FakeTransport:
     def signal_steps(self, job_id: str, signal: str) -> bool:
         return False
 
+    def signal_full(self, job_id: str, signal: str) -> bool:
+        return False
+
     def cancel(self, job_id: str) -> bool:
         return False
 

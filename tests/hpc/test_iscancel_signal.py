@@ -75,3 +75,32 @@ def test_an_array_is_cancelled_by_its_array_id_alone(
     assert states == {"CANCELLED"}
     assert iscancel.run(["0123456789abcdef"], env) == 1
     assert "Invalid job id specified" in capsys.readouterr().err
+
+
+def test_batch_and_full_reach_the_backend_as_scancel_b_and_f(
+    db: Database, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``iscancel --signal=USR2 -b`` / ``-f`` ask the backend for the batch shell / the batch
+    shell and every step, as ``scancel -b`` / ``-f`` do; without either, the steps."""
+    sim = make_sim(db, parse_config(CONFIG))
+    on_slurm = submit(sim, spec().flavors("h100-80g").replicas(1).topology(None), 3600)
+    run_until(sim, on_slurm, "RUNNING")
+    asked: list[tuple[str, str, str]] = []
+
+    def send_signal(name: str, sig: str, whom: str = "steps") -> str:
+        asked.append((name, sig, whom))
+        return f"SIG{sig} sent ({whom})"
+
+    plane = SimpleNamespace(backends=sim.plane.backends,
+                            gate=lambda name: SimpleNamespace(send_signal=send_signal))
+    app = create_app(sim.plane.config, db)
+    app.state.runtime = SimpleNamespace(plane=plane, wake=lambda name: None)
+    route_clients(monkeypatch, common, app)
+    env = {"ISTHMUS_URL": "http://testserver", "HOME": "/nonexistent"}
+    for flags, whom in (([], "steps"), (["-b"], "batch"), (["--full"], "full")):
+        assert iscancel.run([*flags, "--signal=USR2", on_slurm], env) == 0, capsys.readouterr()
+        assert asked[-1][1:] == ("USR2", whom)
+    assert TestClient(app).get(f"/v1/jobs/{on_slurm}").json()["state"] == "RUNNING"
+    bad = TestClient(app).post(f"/v1/hpc/jobs/{on_slurm}/signal",
+                               json={"signal": "USR1", "whom": "everyone"})
+    assert bad.status_code == 422
