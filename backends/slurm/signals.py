@@ -20,6 +20,9 @@ def send_signal(transport: Transport, name: str, signal: str, whom: str = "steps
     running = [r for r in transport.find(name) if r.state == "RUNNING"]
     if not running:
         raise Unsupported(f"no running Slurm job named {name}")
+    if whom == "batch" and transport.kind == "rest":
+        raise Unsupported("slurmrestd signals the whole job, steps included; use scancel -f "
+                          "(--full), or transport 'cli' for the batch shell alone")
     send, to = {"steps": (transport.signal_steps, "the steps of"),
                 "batch": (transport.signal, "the batch shell of"),
                 "full": (transport.signal_full, "the batch shell and steps of")}[whom]

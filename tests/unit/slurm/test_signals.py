@@ -39,3 +39,10 @@ def test_each_addressee_takes_its_own_call(whom: str, words: str) -> None:
     message = send_signal(transport, "isthmus-x-1", "USR2", whom)
     assert transport.sent == [(whom, "41", "USR2")]
     assert message == f"SIGUSR2 {words}"
+
+
+def test_slurmrestd_cannot_signal_the_batch_shell_alone() -> None:
+    transport = Recording(kind="rest", queue=[job("41", "RUNNING", name="isthmus-x-1")])
+    with pytest.raises(Exception, match="whole job"):
+        send_signal(transport, "isthmus-x-1", "USR2", "batch")
+    assert transport.sent == []
