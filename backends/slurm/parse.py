@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 
-from backends.slurm.hostlist import expand
 from backends.slurm.records import NodeEvent, NodeRecord, SlurmJob, Switch
+from broker.domain.hostlist import expand
 
 EVENT_FIELDS = ("NodeName", "TimeStart", "TimeEnd", "State", "Reason")
 SACCT_FIELDS = ("JobID", "JobName", "State", "ExitCode", "Reason", "NodeList", "Submit",

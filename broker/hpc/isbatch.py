@@ -21,7 +21,6 @@ from typing import Any
 
 from broker.hpc import client_config, pipes, sbatch_parse
 from broker.hpc.compat import CompatError, CompatTables, exported_env, to_job_spec
-from broker.hpc.hostlist import compress
 from broker.hpc.sbatch_values import SbatchError
 from broker.hpc.thin_client import ApiError, ThinClient, TransportError
 
@@ -173,6 +172,9 @@ def plan_lines(spec: dict[str, Any], plan: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     at = plan.get("estimated_start")
     if at and plan.get("pool"):
+        # imported here: broker.domain would cost every submission its start-up
+        from broker.domain.hostlist import compress
+
         gang = spec["gang"]
         cpus = gang["replicas"] * (gang.get("cpus_per_replica") or 1)
         lines.append(f"Job {name} to start at {_local_time(at)} using {cpus} processors on "

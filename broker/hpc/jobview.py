@@ -25,9 +25,9 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from broker.domain.hostlist import compress as compress  # re-exported: isqueue, isacct
 from broker.domain.units import parse_duration
 from broker.hpc.compat import ANNOTATION
-from broker.hpc.hostlist import compress as compress  # re-exported: isqueue, isacct
 
 PENDING_STATES = ("SUBMITTED", "VALIDATING", "QUEUED", "ADMITTED", "PREPARING", "RETRYING")
 ACTIVE_STATES = (*PENDING_STATES, "RUNNING")

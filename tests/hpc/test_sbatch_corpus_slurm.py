@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from backends.slurm.hostlist import expand
+from broker.domain.hostlist import expand
 from broker.hpc.isbatch import run
 from tests.fixtures.slurm import SlurmCluster
 from tests.hpc.corpus_cases import Case, cases

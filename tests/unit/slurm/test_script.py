@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from backends.base import Unsupported
-from backends.slurm.hostlist import expand
 from backends.slurm.script import LAUNCHER, RESERVED_ENV, RenderSettings, batch_job, render
+from broker.domain.hostlist import expand
 from tests.harness.requests import slurm_request
 
 # (JobSpec strips surrounding whitespace, so the sample ends without a newline)
