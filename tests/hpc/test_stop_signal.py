@@ -4,6 +4,7 @@ max_runtime and in the place of the kubelet's TERM, to the script (B:) or its pr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -50,11 +51,17 @@ def test_a_cancel_on_slurm_reaches_the_script_as_its_own_stop_signal(tmp_path: P
         'wait "$ISTHMUS_STEP"; rc=$?',
         'while kill -0 "$ISTHMUS_STEP" 2>/dev/null; do wait "$ISTHMUS_STEP"; rc=$?; done',
         'exit "$rc"'])
-    proc = subprocess.Popen(["bash", "-c", shell], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-    proc.send_signal(signal.SIGUSR1)  # what the adapter's cancel sends
-    assert proc.wait(timeout=30) == 0  # the shell lived on until its step ended
-    assert got.read_text().strip() == "USR2"
+    proc = subprocess.Popen(["bash", "-c", shell], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGUSR1)  # what the adapter's cancel sends
+        assert proc.wait(timeout=30) == 0  # the shell lived on until its step ended
+        assert got.read_text().strip() == "USR2"
+    finally:  # the stand-in step too, whatever happened to the shell
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
 
 
 def _container(script: str, checkpoint: dict[str, object]) -> dict[str, Any]:
