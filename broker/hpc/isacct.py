@@ -36,8 +36,8 @@ def field(job: JobView, name: str, now: datetime) -> str:
         "alloccpus": str(job.cpus), "allocnodes": str(job.num_nodes),
         "alloctres": tres,
         "state": job.accounted_state, "exitcode": job.exit_text,
-        "elapsed": jobview.duration(job.elapsed_s(now)),
-        "timelimit": jobview.duration(job.time_limit_s),
+        "elapsed": jobview.long_duration(job.elapsed_s(now)),
+        "timelimit": jobview.long_duration(job.time_limit_s),
         "start": jobview.timestamp(job.start), "end": jobview.timestamp(job.end),
         "submit": jobview.timestamp(job.submitted), "nodelist": jobview.compress(job.nodes)
         or "None assigned", "nnodes": str(job.num_nodes), "qos": job.qos,

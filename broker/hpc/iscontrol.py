@@ -21,14 +21,6 @@ from broker.hpc.jobview import JobView
 PROG = "iscontrol"
 
 
-def _hms(seconds: int) -> str:
-    """scontrol's RunTime/TimeLimit: [D-]HH:MM:SS."""
-    days, rest = divmod(max(0, seconds), 86400)
-    h, rest = divmod(rest, 3600)
-    m, s = divmod(rest, 60)
-    return (f"{days}-" if days else "") + f"{h:02d}:{m:02d}:{s:02d}"
-
-
 def _user(name: str) -> str:
     """UserId as scontrol writes it, name(uid); the uid of the same name here, if any."""
     return f"{name}({jobview.uid_of(name)})"
@@ -41,7 +33,8 @@ def record(job: JobView, now: datetime) -> list[list[str]]:
         [f"JobId={job.raw_id}", f"JobName={job.name}"],
         [f"UserId={_user(job.user)}", f"Account={job.account}", f"QOS={job.qos}"],
         [f"JobState={job.long_state}", f"Reason={'None' if running else job.reason}"],
-        [f"RunTime={_hms(job.elapsed_s(now))}", f"TimeLimit={_hms(job.time_limit_s)}"],
+        [f"RunTime={jobview.long_duration(job.elapsed_s(now))}",
+         f"TimeLimit={jobview.long_duration(job.time_limit_s)}"],
         [f"SubmitTime={jobview.timestamp(job.submitted)}",
          f"StartTime={jobview.timestamp(job.start)}", f"EndTime={jobview.timestamp(job.end)}"],
         [f"Partition={job.partition}"],
