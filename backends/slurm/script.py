@@ -85,6 +85,14 @@ env.update({
 if spec.get("batch"):  # the batch step of an sbatch script is no rank: its srun starts them
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK"):
         env.pop(key, None)
+    # and it runs where sbatch was run (or its --chdir), as Slurm runs a batch script
+    where = spec["env"].get("SLURM_SUBMIT_DIR")
+    if where:
+        try:
+            os.chdir(where)
+        except OSError as exc:
+            print(f"isthmus: couldn't chdir to {where!r}: {exc.strerror}: staying in "
+                  f"{os.getcwd()}", file=sys.stderr, flush=True)
 if "argv" in spec:
     argv = spec["argv"]
 else:

@@ -126,6 +126,25 @@ def test_launcher_execs_argv_with_env_and_rank(tmp_path: Path) -> None:
                    "GPUS_PER_NODE": "12", "MASTER_PORT": "7", "FOO": "a b$c"}
 
 
+def test_the_batch_step_runs_where_sbatch_was_run(tmp_path: Path) -> None:
+    """As Slurm runs a batch script in its submit directory (or --chdir): a workflow tool's
+    rule writes its outputs relative to it (Snakemake's did land in the backend's work_dir).
+    A directory the node does not have leaves the step where it is, saying so."""
+    submit = tmp_path / "submit"
+    submit.mkdir()
+    (tmp_path / "launch.py").write_text(LAUNCHER)
+    for where, expected in ((submit, str(submit)), (tmp_path / "gone", str(tmp_path))):
+        spec = {"argv": [sys.executable, "-c", "import os; print(os.getcwd())"],
+                "env": {"SLURM_SUBMIT_DIR": str(where)}, "gpus_per_replica": 1,
+                "batch": True}
+        (tmp_path / "job.json").write_text(json.dumps(spec))
+        proc = subprocess.run([sys.executable, str(tmp_path / "launch.py"),
+                               str(tmp_path / "job.json")], capture_output=True, text=True,
+                              env={"PATH": "/usr/bin:/bin"}, cwd=tmp_path, check=True)
+        assert proc.stdout.strip() == expected
+        assert ("couldn't chdir" in proc.stderr) == (expected != str(submit))
+
+
 @pytest.mark.parametrize(("text", "names"), [
     ("a100-[1-2]", ("a100-1", "a100-2")),
     ("a100-[1-2],h100-3", ("a100-1", "a100-2", "h100-3")),

@@ -1,5 +1,6 @@
 """A Parsl python_app through SlurmProvider, as a user writes it; run by
-tests/hpc/test_real_tools_sim.py with the shims first on PATH. Prints the app's result."""
+tests/hpc/test_real_tools_sim.py and test_real_tools_slurm.py with the shims first on PATH.
+Prints the app's result."""
 
 import sys
 
@@ -17,13 +18,13 @@ def add(a: int, b: int) -> int:
     return a + b + 0 * len(os.environ["SLURM_JOB_ID"])
 
 
-def main(run_dir: str) -> None:
+def main(run_dir: str, worker_init: str = "") -> None:
     config = Config(
         executors=[HighThroughputExecutor(
             label="slurm", address="127.0.0.1", max_workers_per_node=1,
             provider=SlurmProvider(
                 partition="a100", nodes_per_block=1, init_blocks=1, max_blocks=1,
-                walltime="00:10:00", exclusive=False,
+                walltime="00:10:00", exclusive=False, worker_init=worker_init,
                 # a GPU (Isthmus runs GPU gangs); the simulated job outlasts the run, so
                 # Parsl cancels it at the end
                 scheduler_options="#SBATCH --gres=gpu:1\n"
@@ -37,4 +38,5 @@ def main(run_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    # the second argument: the usual worker_init of a site (activate the Python that has Parsl)
+    main(*sys.argv[1:3])
