@@ -24,6 +24,7 @@ import pytest
 
 from tests.fixtures.slurm import SlurmCluster
 from tests.harness.server import Server, slurm_backend, slurm_pools, write_config
+from tests.harness.wait import wait_until
 
 pytestmark = pytest.mark.slurm
 
@@ -45,7 +46,21 @@ def server(slurm_cluster: SlurmCluster, tmp_path: Path, workdir: Path) -> Iterat
     )
     srv = Server(cfg, f"sqlite:///{tmp_path / 'isthmus.db'}", tmp_path / "server.log").start()
     yield srv
-    srv.stop()
+    # A tool's cancel at its end (Parsl cancels its block) is graceful: the stop signal, the
+    # job's grace, then the kill, which this server sends. It stays up until its Slurm jobs
+    # have left the queue, so none is left running on the shared cluster.
+    try:
+        wait_until(lambda: not _still_queued(srv, slurm_cluster), 180,
+                   "this server's Slurm jobs to leave the queue")
+    finally:
+        srv.stop()
+
+
+def _still_queued(server: Server, slurm: SlurmCluster) -> list[str]:
+    items = httpx.get(f"{server.url}/v1/hpc/jobs", timeout=30,
+                      headers={"Authorization": f"Bearer {TOKEN}"}).json()["items"]
+    ours = {str(i["run"]["backend_id"]) for i in items if (i.get("run") or {}).get("backend_id")}
+    return sorted(ours & set(slurm.job_ids()))
 
 
 @pytest.fixture
