@@ -169,9 +169,13 @@ def candidate_pools(config: IsthmusConfig, spec: JobSpec, flavors: list[Flavor])
     ]
 
 
-def replicas_per_domain(cap: PoolCapacity, level: TopologyLevel | None, gpus: int) -> int:
-    """How many replicas of `gpus` GPUs the largest domain at `level` can hold."""
+def replicas_per_domain(cap: PoolCapacity, level: TopologyLevel | None, gpus: int,
+                        one_per_node: bool = False) -> int:
+    """How many replicas of `gpus` GPUs the largest domain at `level` can hold (at most one a
+    node for a gang that asks for a node per replica)."""
     per_node = cap.gpus_per_node // gpus
+    if one_per_node:
+        per_node = min(per_node, 1)
     if level is TopologyLevel.NODE:
         nodes = 1
     elif level is TopologyLevel.RACK:
@@ -269,7 +273,8 @@ def _exceeds_capacity(spec: JobSpec, pools: list[Pool]) -> Verdict | None:
     sized = [(p, p.capacity) for p in pools if p.capacity is not None]
     if sized and len(sized) == len(pools):
         best_pool, best = max(
-            ((p, replicas_per_domain(c, level, gang.gpus_per_replica)) for p, c in sized),
+            ((p, replicas_per_domain(c, level, gang.gpus_per_replica, gang.one_per_node))
+             for p, c in sized),
             key=lambda pb: (pb[1], pb[0].name),
         )
         if best < gang.replicas:

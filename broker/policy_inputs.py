@@ -65,6 +65,7 @@ def pending_job(
         gpus_per_replica=spec.gang.gpus_per_replica,
         cpus_per_replica=spec.gang.cpus_per_replica,
         memory_per_replica=spec.gang.memory_per_replica,
+        one_per_node=spec.gang.one_per_node,
         flavors=tuple(f.name for f in acceptable_flavors(config, spec)),
         topology_required=spec.topology.required,
         topology_preferred=spec.topology.preferred,

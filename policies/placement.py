@@ -29,7 +29,7 @@ from broker.domain.attempts import Placement
 from broker.domain.inventory import pool_is_candidate
 from broker.domain.reasons import Reason, most_severe, severity
 from broker.domain.spec import BackendKind
-from broker.domain.topology import LEVEL_NAMES, LEVELS, POOL, TopologyLevel, rank_of
+from broker.domain.topology import LEVEL_NAMES, LEVELS, NODE, POOL, TopologyLevel, rank_of
 from policies import queue_guard
 from policies.capacity import (
     CapacityIndex,
@@ -137,13 +137,16 @@ def _node_cap(job: PendingJob, pool: PoolIndex) -> NodeCap | None:
     ex = job.exclude_nodes
     c = job.cpus_per_replica
     m = job.memory_per_replica
-    if not c and not m and not (ex and not ex.isdisjoint(pool.nodes)):
+    one = job.one_per_node
+    if not c and not m and not one and not (ex and not ex.isdisjoint(pool.nodes)):
         return None
 
     def cap(n: NodeSlot) -> int:
         if n.name in ex:
             return 0
         k = n.free // g
+        if one:  # sbatch -N: replicas on distinct nodes
+            k = min(k, 1)
         if c and n.free_cpus is not None:
             k = min(k, n.free_cpus // c)
         if m and n.free_mem is not None:
@@ -235,6 +238,12 @@ def _refusal(job: PendingJob, pool: PoolIndex,
     if too_big:
         return _verdict(pool, Reason.TopologyUnsatisfiable, too_big)
     top = max_level(job)
+    if job.one_per_node and r > 1 and top == NODE:
+        return _verdict(pool, Reason.TopologyUnsatisfiable,
+                        f"{r} replicas on a node each cannot all be within one node")
+    if job.one_per_node and r > len(pool.nodes):
+        return _verdict(pool, Reason.TopologyUnsatisfiable,
+                        f"{r} replicas on a node each; {s.name} has {len(pool.nodes)} nodes")
     if pool.static_cap(g, top) < r:
         within = f"one {LEVEL_NAMES[top]}" if top < POOL else "the pool"
         msg = (

@@ -42,6 +42,8 @@ class PendingJob:
     own team's, and other teams' jobs on borrowed quota)."""
     cpus_per_replica: int | None = None
     memory_per_replica: int | None = None
+    one_per_node: bool = False
+    """Replicas on distinct nodes (sbatch -N): at most one of them per node."""
     topology_required: TopologyLevel | None = None
     topology_preferred: TopologyLevel | None = None
     backend: BackendConstraint = "any"

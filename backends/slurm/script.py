@@ -181,7 +181,9 @@ def batch_job(
         _check_word("GPU type", gpu_type)
     nodes = tuple(_check_word("node", n) for n in placement.nodes)
     shape = gang_shape(spec.gang.replicas, spec.gang.gpus_per_replica, nodes,
-                       one_node=placement.topology_level is TopologyLevel.NODE)
+                       one_node=placement.topology_level is TopologyLevel.NODE,
+                       one_per_node=spec.gang.one_per_node,
+                       tasks_per_replica=spec.gang.tasks_per_replica)
     switches, rack, constraint = _rack(request, settings)
     grace = min(spec.checkpoint.grace, MAX_SIGNAL_SECONDS)
     memory_mb = memory_per_gpu_mb = None
@@ -242,16 +244,31 @@ def gpu_count(job: BatchJob, count: int) -> str:
     return f"{job.gpu_type}:{count}" if job.gpu_type else str(count)
 
 
+def per_task_gpus(shape: GangShape) -> int:
+    """GPUs per task where they are asked per task (a mixed layout): the replica's share."""
+    if shape.gpus_per_task is None:
+        raise Unsupported(f"{shape.gpus_per_replica} GPUs a replica do not split evenly over "
+                          f"its {shape.tasks_per_replica} tasks on a mixed layout")
+    return shape.gpus_per_task
+
+
 def shape_directives(job: BatchJob) -> list[str]:
     """Tasks, nodes and GPUs as sbatch options, from the job's GangShape."""
     shape = job.shape
     lines = [f"--nodes={shape.nodes}"] if shape.nodes is not None else []
-    lines.append(f"--ntasks={shape.replicas}")
+    lines.append(f"--ntasks={shape.ntasks}")
     if shape.tasks_per_node is None:
-        lines.append(f"--gpus-per-task={gpu_count(job, shape.gpus_per_replica)}")
+        lines.append(f"--gpus-per-task={gpu_count(job, per_task_gpus(shape))}")
+    elif shape.tasks_per_replica > 1 and shape.gpus_per_task is not None:
+        # several tasks a replica: each its share of the GPUs, bound (as --gpus-per-task
+        # binds them in the script's own srun steps)
+        lines.append(f"--ntasks-per-node={shape.ntasks_per_node}")
+        lines.append(f"--gpus-per-task={gpu_count(job, shape.gpus_per_task)}")
+        # a typed --gpus-per-task alone binds nothing (the tasks saw no GPU): bind explicitly
+        lines.append(f"--gpu-bind=per_task:{shape.gpus_per_task}")
     else:
         gpu = gpu_count(job, shape.gpus_per_node)
-        lines.append(f"--ntasks-per-node={shape.tasks_per_node}")
+        lines.append(f"--ntasks-per-node={shape.ntasks_per_node}")
         lines.append(f"--gres=gpu:{gpu}" if job.gpu_request == "gres"
                      else f"--gpus-per-node={gpu}")
     if shape.nodelist:

@@ -45,6 +45,24 @@ class GangShape:
     """k replicas on every node (uniform layouts); None: GPUs are asked per task."""
     nodelist: tuple[str, ...] = ()
     """The distinct nodes the placement named, in its order."""
+    tasks_per_replica: int = 1
+    """Slurm tasks (ranks) each replica runs, sharing its GPUs (gang.tasks_per_replica)."""
+
+    @property
+    def ntasks(self) -> int:
+        """Slurm's --ntasks: every rank of the gang."""
+        return self.replicas * self.tasks_per_replica
+
+    @property
+    def ntasks_per_node(self) -> int | None:
+        """Slurm's --ntasks-per-node of a uniform layout (replicas a node x their tasks)."""
+        return None if self.tasks_per_node is None else self.tasks_per_node * self.tasks_per_replica
+
+    @property
+    def gpus_per_task(self) -> int | None:
+        """Each task's share of its replica's GPUs; None when they do not divide evenly."""
+        g, t = self.gpus_per_replica, self.tasks_per_replica
+        return g // t if g % t == 0 else None
 
     @property
     def per_task(self) -> bool:
@@ -63,32 +81,46 @@ class GangShape:
         return None, -(-mb_per_replica // self.gpus_per_replica)
 
     def srun_options(self) -> list[str]:
-        """srun starts one task per replica in the same layout, each bound to its own GPUs."""
-        opts = [f"--ntasks={self.replicas}"]
+        """srun starts every task in the same layout, each bound to its own GPUs (its share of
+        its replica's, when they divide)."""
+        opts = [f"--ntasks={self.ntasks}"]
         if self.nodes is not None:
             opts.append(f"--nodes={self.nodes}")
-        if self.tasks_per_node is not None:
-            opts.append(f"--ntasks-per-node={self.tasks_per_node}")
-        opts.append(f"--gpu-bind=per_task:{self.gpus_per_replica}")
+        if self.ntasks_per_node is not None:
+            opts.append(f"--ntasks-per-node={self.ntasks_per_node}")
+        if self.gpus_per_task is not None:
+            opts.append(f"--gpu-bind=per_task:{self.gpus_per_task}")
         return opts
 
 
 def gang_shape(replicas: int, gpus_per_replica: int, nodes: Sequence[str] = (), *,
-               one_node: bool = False) -> GangShape:
+               one_node: bool = False, one_per_node: bool = False,
+               tasks_per_replica: int = 1) -> GangShape:
     """The request for ``replicas`` x ``gpus_per_replica`` GPUs on the placement's ``nodes``
-    (one entry per replica, or none); ``one_node``: the gang must stay inside one node."""
-    if replicas < 1 or gpus_per_replica < 1:
-        raise Unsupported(f"a gang of {replicas} x {gpus_per_replica} GPUs cannot be asked for")
+    (one entry per replica, or none); ``one_node``: the gang must stay inside one node;
+    ``one_per_node``: each replica on a node of its own (sbatch -N); ``tasks_per_replica``:
+    the Slurm tasks each replica runs."""
+    if replicas < 1 or gpus_per_replica < 1 or tasks_per_replica < 1:
+        raise Unsupported(f"a gang of {replicas} x {gpus_per_replica} GPUs "
+                          f"({tasks_per_replica} tasks each) cannot be asked for")
+    t = tasks_per_replica
+    if one_per_node and one_node and replicas > 1:
+        raise Unsupported(f"{replicas} replicas on a node each cannot stay inside one node")
     if not nodes:
+        if one_per_node:  # Slurm places it: a node per replica, as sbatch -N asks
+            return GangShape(replicas, gpus_per_replica, replicas, 1, tasks_per_replica=t)
         if one_node or replicas == 1:
-            return GangShape(replicas, gpus_per_replica, 1, replicas)
-        return GangShape(replicas, gpus_per_replica, None, None)
+            return GangShape(replicas, gpus_per_replica, 1, replicas, tasks_per_replica=t)
+        return GangShape(replicas, gpus_per_replica, None, None, tasks_per_replica=t)
     if len(nodes) != replicas:
         raise Unsupported(f"placement names {len(nodes)} node(s) for a gang of {replicas}")
     counts = Counter(nodes)
     distinct = tuple(counts)  # first-seen order
     if one_node and len(distinct) > 1:
         raise Unsupported(f"placement spreads a one-node gang over {len(distinct)} nodes")
+    if one_per_node and len(distinct) < replicas:
+        raise Unsupported("placement puts two replicas of a one-per-node gang on one node")
     per_node = set(counts.values())
     k = per_node.pop() if len(per_node) == 1 else None
-    return GangShape(replicas, gpus_per_replica, len(distinct), k, distinct)
+    return GangShape(replicas, gpus_per_replica, len(distinct), k, distinct,
+                     tasks_per_replica=t)

@@ -21,7 +21,7 @@ from backends.slurm import parse
 from backends.slurm.owner_policy import OwnerPolicy
 from backends.slurm.owner_tokens import OwnerTokenError, OwnerTokens
 from backends.slurm.records import BatchJob, NodeEvent, NodeRecord, SlurmJob, Switch
-from backends.slurm.script import gpu_count
+from backends.slurm.script import gpu_count, per_task_gpus
 from backends.slurm.transport import SubmitRefused
 from backends.slurm.versions import DIALECTS, Dialect, dialect_for_openapi
 from broker.logs import get_logger
@@ -201,7 +201,7 @@ class RestTransport:
         env = {"PATH": JOB_PATH, "SLURM_UMASK": JOB_UMASK}
         props: dict[str, Any] = {
             "name": job.name, "comment": job.comment, "partition": job.partition,
-            "tasks": shape.replicas, "time_limit": job.time_limit_min,
+            "tasks": shape.ntasks, "time_limit": job.time_limit_min,
             "current_working_directory": job.output.rsplit("/", 1)[0],
             "standard_output": job.user_output or job.output,
         }
@@ -238,12 +238,12 @@ class RestTransport:
         tasks, tasks_per_node, gres / gpus_per_node, gpus_per_task, memory_per_gpu)."""
         shape = job.shape
         if shape.tasks_per_node is None:
-            gpu = gpu_count(job, shape.gpus_per_replica)
+            gpu = gpu_count(job, per_task_gpus(shape))
             if dialect.gres_key == "gres":
                 return {"gpus_per_task": gpu}
             return {"tres_per_task": f"gres/gpu:{gpu}"}
         gpu = gpu_count(job, shape.gpus_per_node)
-        fields: dict[str, Any] = {"tasks_per_node": shape.tasks_per_node}
+        fields: dict[str, Any] = {"tasks_per_node": shape.ntasks_per_node}
         if dialect.gres_key != "gres":
             fields["tres_per_node"] = f"gres/gpu:{gpu}"
         elif job.gpu_request == "gres":

@@ -50,6 +50,7 @@ class Ceiling:
 
     REPLICAS = 65536
     GPUS_PER_REPLICA = 64
+    TASKS_PER_REPLICA = 256
     CPUS_PER_REPLICA = 65536
     MEMORY_PER_REPLICA = 2**50  # 1Pi
     GPU_MEMORY_GB = 65536
@@ -161,10 +162,22 @@ class Gang(_Strict):
     )
     cpus_per_replica: WholeNumber | None = Field(default=None, ge=1, le=Ceiling.CPUS_PER_REPLICA)
     memory_per_replica: MemorySize | None = None
+    one_per_node: bool = Field(
+        default=False, description="each replica on a node of its own (sbatch -N asks for "
+        "nodes): never two on one node; otherwise replicas may share a node that has room")
+    tasks_per_replica: WholeNumber = Field(
+        default=1, ge=1, le=Ceiling.TASKS_PER_REPLICA,
+        description="processes (Slurm tasks, ranks) each replica runs, sharing its GPUs "
+        "(sbatch --ntasks-per-node with -N); its GPUs are split among them when they divide")
 
     @property
     def total_gpus(self) -> int:
         return self.replicas * self.gpus_per_replica
+
+    @property
+    def tasks(self) -> int:
+        """Every rank of the gang: replicas x tasks per replica."""
+        return self.replicas * self.tasks_per_replica
 
 
 class FlavorConstraints(_Strict):

@@ -9,7 +9,7 @@ How each option lands (the README's HPC section says the same):
 | -C/--constraint (features joined by &) | narrows the flavors to each feature's mapped flavor |
 | -A/--account (default: the token's team) | team |
 | -q/--qos | priority class |
-| -N, -n, --ntasks-per-node | gang.replicas (one rank per node) |
+| -N, -n, --ntasks-per-node | gang.replicas, one_per_node, tasks_per_replica |
 | GPUs per node, cpus, memory | gang.gpus_per_replica, cpus_per_replica, memory_per_replica |
 | -t/--time | max_runtime (slurm_compat.default_time_limit_s when absent) |
 | --signal=[{R|B}:]SIG[@S] | checkpoint.grace = S, .signal = SIG, .signal_batch_only = B: |
@@ -243,13 +243,22 @@ def _team(req: SbatchRequest, compat: SlurmCompat | CompatTables,
 
 
 def _gang(req: SbatchRequest) -> dict[str, Any]:
-    """The gang: one replica per node with the node's GPUs, its CPUs and memory."""
+    """The gang: one replica per node (sbatch's -N asks for nodes: never two on one node) with
+    the node's GPUs, CPUs and memory, running --ntasks-per-node tasks that share them."""
     if not req.gpus_per_node:
         raise CompatError("no GPUs requested: Isthmus runs GPU gangs; give --gres=gpu[:type]:N, "
                           "--gpus-per-node, --gpus-per-task or --gpus")
     replicas = req.replicas or 1
-    gang: dict[str, Any] = {"replicas": replicas, "gpus_per_replica": req.gpus_per_node}
     tasks = req.extra.get("ntasks_per_node") or 1
+    ntasks = req.extra.get("ntasks")
+    if ntasks is not None and ntasks != replicas * tasks:
+        raise CompatError(f"--ntasks={ntasks} over {replicas} node(s) leaves them unequal; "
+                          "Isthmus runs gangs of equal ranks: give --ntasks-per-node (or an "
+                          "--ntasks that the nodes divide)")
+    gang: dict[str, Any] = {"replicas": replicas, "gpus_per_replica": req.gpus_per_node,
+                            "one_per_node": True}
+    if tasks > 1:
+        gang["tasks_per_replica"] = tasks
     if req.cpus_per_task:
         gang["cpus_per_replica"] = req.cpus_per_task * tasks
     elif req.extra.get("cpus_per_gpu"):

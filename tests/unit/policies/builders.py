@@ -94,6 +94,9 @@ class JobBuilder:
     def cpus(self, n: int) -> JobBuilder:
         return self._set(cpus_per_replica=n)
 
+    def one_per_node(self) -> JobBuilder:
+        return self._set(one_per_node=True)
+
     def image(self, ref: str) -> JobBuilder:
         return self._set(image=ref)
 

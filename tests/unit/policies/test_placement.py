@@ -404,3 +404,24 @@ def test_of_two_fitting_pools_the_one_with_a_foreign_backlog_loses() -> None:
     plain = place(make_job().gpus(8).build(),
                   CapacityIndex(inventory(make_pool("a-busy"), make_pool("b-idle"))))
     assert plain.placement is not None and plain.placement.pool == "a-busy"
+
+
+def test_one_per_node_puts_each_replica_on_a_node_of_its_own() -> None:
+    """sbatch -N 2 with 4 GPUs a node: two nodes, never both replicas on one 8-GPU node (they
+    were: a 2 x 4 gang packed on one node ran on one host); where only one node has room,
+    the gang waits, and a pool with fewer nodes than replicas is refused."""
+    packed = make_job().gpus(4).replicas(2).topology(None).build()
+    spread = make_job().gpus(4).replicas(2).topology(None).one_per_node().build()
+    pool = make_pool("p1").shape(racks=1, nodes=2)
+    placed = place(packed, CapacityIndex(inventory(pool)))
+    assert placed.placement is not None and len(set(placed.placement.nodes)) == 1
+    placed = place(spread, CapacityIndex(inventory(pool)))
+    assert placed.reason is Reason.Admitted, placed.message
+    assert placed.placement is not None and len(set(placed.placement.nodes)) == 2
+    busy = make_pool("p1").shape(racks=1, nodes=2).use("n1", 8)
+    waiting = place(spread, CapacityIndex(inventory(busy)))
+    assert waiting.placement is None or waiting.placement.nodes == ()
+    small = make_pool("p1").shape(racks=1, nodes=1)
+    refused = place(spread, CapacityIndex(inventory(small)))
+    assert refused.reason is Reason.TopologyUnsatisfiable, refused.message
+    assert "2 replicas on a node each; p1 has 1 nodes" in refused.message

@@ -185,3 +185,29 @@ def test_placements_that_contradict_the_gang_are_refused(
 ) -> None:
     with pytest.raises(Unsupported, match=match):
         gang_shape(2, 4, nodes, one_node=level == "node")
+
+
+def test_a_node_per_replica_and_several_tasks_each() -> None:
+    """sbatch -n 8 --ntasks-per-node=4 --gpus-per-task=1 as a gang: 2 replicas, a node each,
+    4 tasks each sharing 4 GPUs: 8 tasks, 4 a node, each bound to one GPU, in the script, the
+    srun line and the slurmrestd body; and -N 2 left to Slurm's placement asks for 2 nodes."""
+    case = Case("2x4-t4", 2, 4, ("n1", "n2"), None, GangShape(2, 4, 2, 1, ("n1", "n2"), 4),
+                {}, "", {})
+    shape = gang_shape(2, 4, ("n1", "n2"), one_per_node=True, tasks_per_replica=4)
+    assert shape == case.shape and (shape.ntasks, shape.ntasks_per_node) == (8, 4)
+    request = _request(case, one_per_node=True, tasks_per_replica=4)
+    job = batch_job(request, RenderSettings(), partition="a100", gpu_type="a100")
+    opts = _sbatch(job.script)
+    assert {k: opts.get(k) for k in ("--nodes", "--ntasks", "--ntasks-per-node",
+                                      "--gpus-per-task", "--gpu-bind", "--gres")} == {
+        "--nodes": "2", "--ntasks": "8", "--ntasks-per-node": "4",
+        "--gpus-per-task": "a100:1", "--gpu-bind": "per_task:1", "--gres": None}
+    (srun,) = [line for line in job.script.splitlines() if line.startswith("srun ")]
+    assert "--ntasks=8 --nodes=2 --ntasks-per-node=4 --gpu-bind=per_task:1" in srun
+    rest = RestTransport(url="http://slurmrestd.invalid", user="u", token="t",
+                         version="v0.0.38").submit_body(job)["job"]
+    assert (rest["tasks"], rest["tasks_per_node"]) == (8, 4)
+    # -N 2 with no nodes named: Slurm places it, two nodes, a replica each
+    assert gang_shape(2, 4, (), one_per_node=True) == GangShape(2, 4, 2, 1)
+    with pytest.raises(Unsupported, match="two replicas of a one-per-node gang"):
+        gang_shape(2, 4, ("n1", "n1"), one_per_node=True)
