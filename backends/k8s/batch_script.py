@@ -5,7 +5,9 @@ Each pod of the Indexed Job runs a fixed wrapper (``WRAPPER``; the user's script
 argument, never shell text of ours) that puts two shims first on PATH and then runs the script:
 
 - ``srun [options] CMD ...`` runs CMD in this rank (every rank already runs the script, so the
-  script's ``srun torchrun ...`` becomes one torchrun per rank, as on Slurm);
+  script's ``srun torchrun ...`` becomes one torchrun per rank, as on Slurm), or, for a gang
+  of several tasks a replica (``--ntasks-per-node``), that many copies, each with its
+  SLURM_PROCID/SLURM_LOCALID and its share of the pod's GPUs;
 - ``scontrol show hostname(s) [LIST]`` prints the gang's host names, one a line.
 
 Environment: SLURM_JOB_ID (the job's number), SLURM_JOB_NAME, SLURM_NNODES /
@@ -38,7 +40,29 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ $# -gt 0 ] || { echo "srun: error: no command given" >&2; exit 1; }
-exec "$@"
+t="${SLURM_NTASKS_PER_NODE:-1}"
+case "$t" in ''|*[!0-9]*|0|1) exec "$@" ;; esac
+# several tasks a node (sbatch --ntasks-per-node): t copies, each with its rank and, when the
+# pod's GPUs divide evenly, its own share of them, as srun with --gpus-per-task gives
+gpus="${CUDA_VISIBLE_DEVICES:-}"
+n=0; [ -n "$gpus" ] && n=$(printf '%s' "$gpus" | tr ',' '\n' | grep -c .)
+pids=""
+i=0
+while [ "$i" -lt "$t" ]; do
+  share="$gpus"
+  if [ "$n" -gt 0 ] && [ $((n % t)) -eq 0 ]; then
+    k=$((n / t))
+    share=$(printf '%s' "$gpus" | tr ',' '\n' | sed -n "$((i * k + 1)),$(((i + 1) * k))p" \
+      | paste -sd, -)
+  fi
+  SLURM_LOCALID=$i SLURM_PROCID=$((SLURM_NODEID * t + i)) CUDA_VISIBLE_DEVICES="$share" \
+    "$@" &
+  pids="$pids $!"
+  i=$((i + 1))
+done
+rc=0
+for p in $pids; do wait "$p" || rc=$?; done
+exit "$rc"
 ISTHMUS_SHIM
 cat > "$shims/scontrol" <<'ISTHMUS_SHIM'
 #!/bin/bash
@@ -111,12 +135,14 @@ def env(request: SubmitRequest) -> list[dict[str, Any]]:
         "SLURM_JOB_NAME": spec.name,
         "SLURM_NNODES": str(spec.gang.replicas),
         "SLURM_JOB_NUM_NODES": str(spec.gang.replicas),
-        "SLURM_NTASKS": str(spec.gang.replicas),
+        "SLURM_NTASKS": str(spec.gang.tasks),
+        "SLURM_NTASKS_PER_NODE": str(spec.gang.tasks_per_replica),
         "SLURM_JOB_NODELIST": ",".join(host_names(request)),
         "SLURM_GPUS_ON_NODE": str(spec.gang.gpus_per_replica),
     }
     if spec.gang.cpus_per_replica:
-        values["SLURM_CPUS_PER_TASK"] = str(spec.gang.cpus_per_replica)
+        values["SLURM_CPUS_PER_TASK"] = str(
+            max(1, spec.gang.cpus_per_replica // spec.gang.tasks_per_replica))
     values["SLURM_SUBMIT_DIR"] = spec.env.get("SLURM_SUBMIT_DIR", "/")
     values.update(stop_signal_env(request))
     return [{"name": k, "value": v} for k, v in values.items()]

@@ -115,6 +115,16 @@ def node_affinity(
     }
 
 
+def one_pod_a_node(request: SubmitRequest, settings: K8sSettings) -> dict[str, Any]:
+    """A gang that asks for a node per replica (sbatch -N): no two of its pods on one node,
+    required of the scheduler (by the job's own label, attempt by attempt)."""
+    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+        "labelSelector": {"matchLabels": {LABEL_JOB: request.job_id,
+                                          LABEL_ATTEMPT: str(request.attempt)}},
+        "topologyKey": settings.hostname_label,
+    }]}}
+
+
 def tolerations_for(pool: K8sPoolBinding, settings: K8sSettings) -> list[dict[str, Any]]:
     tols = [dict(t) for t in pool_tolerations(pool, settings)]
     # A lost node should end the gang in about a minute, not after the default 5 minutes.
@@ -285,6 +295,8 @@ def pod_template(request: SubmitRequest, pool: K8sPoolBinding,
         "containers": [container_for(request, settings)],
     }
     affinity = node_affinity(request, pool, settings, pin_domain=mode != "kueue")
+    if spec.gang.one_per_node and spec.gang.replicas > 1:
+        affinity.update(one_pod_a_node(request, settings))
     if affinity:
         pod_spec["affinity"] = affinity
     if spec.mounts:

@@ -66,3 +66,29 @@ def test_srun_shim_refuses_an_empty_command_and_scontrol_only_lists_hosts(tmp_pa
                           capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 1 and "srun: error: no command given" in proc.stderr
     assert (tmp_path / "scontrol").read_text().strip() == "refused"
+
+
+def test_several_tasks_a_node_run_as_srun_runs_them(tmp_path: Path) -> None:
+    """sbatch -n 8 --ntasks-per-node=4 --gpus-per-task=1 on Kubernetes: two pods, and in each
+    the script's srun starts four tasks with ranks 0-7 and a GPU each (before, one task a pod:
+    the script's srun started 2 tasks in all, each seeing every GPU)."""
+    script = """#!/bin/bash
+srun bash -c 'echo "$SLURM_PROCID $SLURM_LOCALID $SLURM_NTASKS $CUDA_VISIBLE_DEVICES" \
+  > "$OUT/task-$SLURM_PROCID"'
+"""
+    req = request(replicas=2, gpus=4, entrypoint={"image": "trainer:1", "script": script,
+                                                  "launcher": "batch"},
+                  gang={"replicas": 2, "gpus_per_replica": 4, "one_per_node": True,
+                        "tasks_per_replica": 4})
+    job = render(req, POOL, K8sSettings(namespace="train"))[0]
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    procs = []
+    for i in range(2):
+        env = {**_rank_env(container, i, tmp_path), "CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+        procs.append(subprocess.Popen(container["command"], env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        _out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+    tasks = sorted((tmp_path / f"task-{r}").read_text().split() for r in range(8))
+    assert tasks == sorted([str(r), str(r % 4), "8", str(r % 4)] for r in range(8))

@@ -131,6 +131,20 @@ def test_affinity_to_chosen_nodes() -> None:
     ]  # the nodes are tighter than the rack, which is not repeated
 
 
+def test_a_node_per_replica_is_required_of_the_scheduler() -> None:
+    """sbatch -N (gang.one_per_node): no two pods of the attempt on one node, by the pods'
+    own job and attempt labels; a packable gang gets no such term."""
+    spread = request(replicas=2, gpus=4, nodes=("n1", "n2"),
+                     gang={"replicas": 2, "gpus_per_replica": 4, "one_per_node": True})
+    anti = _pod_spec(render(spread, H100, SETTINGS))["affinity"]["podAntiAffinity"]
+    (term,) = anti["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term == {"labelSelector": {"matchLabels": {"isthmus.io/job": JOB_ID,
+                                                      "isthmus.io/attempt": "2"}},
+                    "topologyKey": "kubernetes.io/hostname"}
+    packed = request(replicas=2, gpus=4, nodes=("n1", "n1"))
+    assert "podAntiAffinity" not in _pod_spec(render(packed, H100, SETTINGS))["affinity"]
+
+
 def test_tolerations_for_the_pools_own_taint_and_node_loss() -> None:
     tols = _pod_spec(render(request(), H100, SETTINGS))["tolerations"]
     assert tols[0] == {"key": "isthmus.io/pool", "operator": "Equal", "value": "h100"}
