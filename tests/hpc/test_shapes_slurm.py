@@ -30,12 +30,18 @@ COMPAT = {
 }
 BODY = """
 echo "batch $SLURM_JOB_NUM_NODES $SLURM_NTASKS" > batch.txt
-srun bash -c 'echo "$SLURM_PROCID $SLURMD_NODENAME ${CUDA_VISIBLE_DEVICES:-none}"' > ranks.txt
+srun bash -c 'echo "$SLURM_PROCID $SLURMD_NODENAME ${CUDA_VISIBLE_DEVICES:-none}"' > ranks.tmp
+mv ranks.tmp ranks.txt
 """
 SHAPES = {
     "two-nodes-four-gpus": "#SBATCH -N 2 --ntasks-per-node=1 --gres=gpu:a100:4",
     "eight-tasks-a-gpu-each": "#SBATCH -n 8 --ntasks-per-node=4 --gpus-per-task=1",
     "one-node-two-gpus": "#SBATCH -N 1 --gres=gpu:2",
+    # -N 2 with 1, 2 and 8 GPUs a node (4 above); tasks a node with two GPUs each
+    "two-nodes-one-gpu": "#SBATCH -N 2 --gres=gpu:1",
+    "two-nodes-two-gpus": "#SBATCH --nodes=2 --gpus-per-node=2",
+    "two-nodes-eight-gpus": "#SBATCH -N 2 --gres=gpu:a100:8",
+    "four-tasks-two-gpus-each": "#SBATCH -N 1 --ntasks-per-node=4 --gpus-per-task=2",
 }
 
 
@@ -49,7 +55,8 @@ def server(slurm_cluster: SlurmCluster, tmp_path: Path, workdir: Path) -> Iterat
 
 
 def _ran(where: Path) -> dict[str, object] | None:
-    """What a finished run did, read from its files; None until both are written."""
+    """What a finished run did, read from its files; None until both are written (ranks.txt
+    appears whole, once the script's srun has ended)."""
     batch, ranks = where / "batch.txt", where / "ranks.txt"
     if not batch.exists() or not ranks.exists():
         return None
