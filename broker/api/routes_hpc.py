@@ -46,7 +46,33 @@ def slurm_compat(request: Request, caller: Caller) -> dict[str, Any]:
     return {
         "slurm_compat": config.slurm_compat.model_dump(mode="json"),
         "caller": {"name": caller.name, "team": caller.team, "admin": caller.is_admin},
+        "partition_shapes": _partition_shapes(config),
     }
+
+
+def _partition_shapes(config: IsthmusConfig) -> dict[str, dict[str, Any]]:
+    """What sinfo's ``%D`` and ``%G`` show of each sbatch partition: the nodes and the GPUs a
+    node (``gpu:TYPE:N``, a type per flavor) of the pools it maps to, from their configured
+    shapes (pools without one count no nodes)."""
+    compat = config.slurm_compat
+    assert compat is not None
+    kinds = {b.name: b.serves_as.value for b in config.backends}
+    type_of: dict[str, str] = {}
+    for gpu_type, flavor in compat.gpu_types.items():
+        type_of.setdefault(flavor, gpu_type)
+    out: dict[str, dict[str, Any]] = {}
+    for name, part in compat.partitions.items():
+        nodes, gres = 0, []
+        for flavor in part.flavors:
+            pools = [p for p in config.pools if p.flavor == flavor and p.capacity is not None
+                     and part.backend in ("any", kinds.get(p.backend))]
+            if not pools:
+                continue
+            nodes += sum(p.capacity.nodes for p in pools if p.capacity is not None)
+            most = max(p.capacity.gpus_per_node for p in pools if p.capacity is not None)
+            gres.append(f"gpu:{type_of.get(flavor, flavor)}:{most}")
+        out[name] = {"nodes": nodes, "gres": ",".join(gres) or "(null)"}
+    return out
 
 
 @router.get("/jobs", responses=problem_responses(403))

@@ -2,8 +2,9 @@
 
 The partitions are the broker's ``slurm_compat.partitions`` (an sbatch ``-p`` name, not one
 Slurm partition: it may span Slurm and Kubernetes pools). ``-h`` drops the header, ``-o`` takes
-``%P`` (the name, ``*`` after the default partition), ``%R`` (the name alone) and ``%a``
-(``up``); other fields are refused by name.
+``%P`` (the name, ``*`` after the default partition), ``%R`` (the name alone), ``%a``
+(``up``), ``%D`` (the nodes of its pools) and ``%G`` (their GPUs a node, ``gpu:TYPE:N``, from
+the pools' configured shapes); other fields are refused by name.
 """
 
 from __future__ import annotations
@@ -13,23 +14,28 @@ import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from broker.hpc import pipes
 from broker.hpc.common import DropInError, connect, main_guard
 
 PROG = "isinfo"
 DEFAULT_FORMAT = "%9P %5a"
-_HEADERS = {"P": "PARTITION", "R": "PARTITION", "a": "AVAIL"}
+_HEADERS = {"P": "PARTITION", "R": "PARTITION", "a": "AVAIL", "D": "NODES", "G": "GRES"}
 _SPEC = re.compile(r"%(\.)?(-)?(\d+)?([A-Za-z])")
 
 
-def lines(partitions: Sequence[str], default: str | None, fmt: str, header: bool) -> list[str]:
+def lines(partitions: Sequence[str], default: str | None, fmt: str, header: bool,
+          shapes: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
     specs = list(_SPEC.finditer(fmt))
     for m in specs:
         if m.group(4) not in _HEADERS:
             raise DropInError(f"Invalid node format specification: {m.group(4)}")
+    shapes = shapes or {}
     rows: list[dict[str, str] | None] = [None] if header else []
-    rows += [{"P": name + ("*" if name == default else ""), "R": name, "a": "up"}
+    rows += [{"P": name + ("*" if name == default else ""), "R": name, "a": "up",
+              "D": str((shapes.get(name) or {}).get("nodes", 0)),
+              "G": str((shapes.get(name) or {}).get("gres", "(null)"))}
              for name in partitions]
     out = []
     for row in rows:
@@ -63,10 +69,11 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
 
     def body() -> int:
         with connect(environ) as api:
-            compat = api.slurm_compat()["slurm_compat"]
+            answer = api.slurm_compat()
+        compat = answer["slurm_compat"]
         names = sorted(compat.get("partitions") or {})
         for line in lines(names, compat.get("default_partition"), args.format,
-                          not args.noheader):
+                          not args.noheader, answer.get("partition_shapes")):
             print(line)
         return 0
 

@@ -363,3 +363,14 @@ def test_a_script_over_the_body_limit_is_told_as_the_413_it_got(
         assert "pipe" not in err.lower() and "reset" not in err.lower(), err
     assert isqueue.run(["-h", "-n", "pretrain", "-t", "all"], env) == 0
     assert "big" not in capsys.readouterr().out
+
+
+def test_isinfo_shows_each_partitions_nodes_and_gpus(
+        server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """sinfo -h -o "%P %D %G", which tools read for partitions and their GPUs: the nodes and
+    GPUs a node of the pools each sbatch partition maps to (3 nodes of 8 here)."""
+    from broker.hpc import isinfo
+
+    env = env_for(server, "vision", tmp_path)
+    assert isinfo.run(["-h", "-o", "%P %D %G"], env) == 0
+    assert capsys.readouterr().out.splitlines() == ["a100* 3 gpu:a100:8", "h100 3 gpu:h100:8"]

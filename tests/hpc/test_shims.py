@@ -53,5 +53,8 @@ def test_isinfo_lists_partitions_as_sinfo_does() -> None:
     assert isinfo.lines(["a100", "h100"], "a100", "%P", header=False) == ["a100*", "h100"]
     assert isinfo.lines(["a100"], "a100", "%9P %5a", header=True) == [
         "PARTITION AVAIL", "a100*     up"]
-    with pytest.raises(DropInError, match="Invalid node format specification: G"):
-        isinfo.lines(["a100"], None, "%P %G", header=False)
+    shapes = {"a100": {"nodes": 6, "gres": "gpu:a100:8"}}
+    assert isinfo.lines(["a100", "h100"], None, "%P %D %G", header=True, shapes=shapes) == [
+        "PARTITION NODES GRES", "a100 6 gpu:a100:8", "h100 0 (null)"]
+    with pytest.raises(DropInError, match="Invalid node format specification: T"):
+        isinfo.lines(["a100"], None, "%P %T", header=False)
