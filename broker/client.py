@@ -106,6 +106,14 @@ class Client:
                                             json={"signal": signal, "whom": whom})
         return result
 
+    def hold(self, job_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", f"/v1/jobs/{job_id}/hold")
+        return result
+
+    def release(self, job_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("POST", f"/v1/jobs/{job_id}/release")
+        return result
+
     def cancel(self, job_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self._call("POST", f"/v1/jobs/{job_id}/cancel")
         return result

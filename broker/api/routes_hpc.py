@@ -9,6 +9,7 @@ submits each resulting spec exactly as ``POST /v1/jobs`` does (the spec, the cal
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Annotated, Any, Literal
 
@@ -28,6 +29,7 @@ from broker.hpc import batch_submit, runs
 from broker.hpc.compat import CompatError
 from broker.hpc.sbatch_values import SbatchError
 from broker.orchestration.submission import Submission
+from broker.orchestration.user_holds import NotQueued, hold_job
 from broker.store import job_numbers
 from broker.store.db import Database
 
@@ -173,10 +175,19 @@ async def batch(request: Request, caller: Caller) -> dict[str, Any]:
         queue.submit(Submission(spec, caller.name, number=n))
         for spec, n in zip(checked, numbers, strict=True)))
     ids = [d.job.id for d in done]
+    if data.get("extra", {}).get("hold"):  # sbatch --hold: stored held, until released
+        await asyncio.to_thread(_hold_all, db, [d.job.id for d in done if d.created],
+                                caller.name)
     if data["sbatch"]["array"]:
         return {"id": str(numbers[0]), "number": numbers[0], "array_tasks": ids,
                 "task_numbers": [d.job.number for d in done], "jobs": ids}
     return {"id": ids[0], "number": done[0].job.number, "jobs": ids}
+
+
+def _hold_all(db: Database, job_ids: list[str], actor: str) -> None:
+    for job_id in job_ids:
+        with contextlib.suppress(NotQueued):  # one rejected at submit: nothing to hold
+            hold_job(db, job_id, actor)
 
 
 def _draw_numbers(db: Database, count: int) -> list[int]:

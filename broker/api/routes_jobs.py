@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from collections.abc import Callable
 from typing import Annotated
 
 import sqlalchemy as sa
@@ -28,6 +29,7 @@ from broker.feasibility import request_problems
 from broker.orchestration.dependency_refs import UnknownDependency, checked_dependencies
 from broker.orchestration.rules import Outcome
 from broker.orchestration.submission import IdempotencyConflict, Submission, cancel_job
+from broker.orchestration.user_holds import NotQueued, hold_job, release_job
 from broker.store import attempts as att
 from broker.store.db import Database
 from broker.store.queries import get_job, job_events, list_jobs
@@ -216,6 +218,34 @@ def cancel(job_id: JobRef, request: Request, caller: Caller) -> JobOut:
             f"job {job_id} is {result.job.state}; only a job that has not ended can be cancelled",
         )
     return JobOut.of(result.job)
+
+
+@router.post("/{job_id}/hold", response_model=JobOut, responses=problem_responses(404, 409))
+def hold(job_id: JobRef, request: Request, caller: Caller) -> JobOut:
+    """Keep a queued job out of admission until released (``scontrol hold``): it waits
+    with JobHeldUser. 409 for a job that is not queued (Slurm holds only pending jobs)."""
+    return _held(job_id, request, caller, hold_job)
+
+
+@router.post("/{job_id}/release", response_model=JobOut,
+             responses=problem_responses(404, 409))
+def release(job_id: JobRef, request: Request, caller: Caller) -> JobOut:
+    """Let a held job go back to admission (``scontrol release``)."""
+    return _held(job_id, request, caller, release_job)
+
+
+def _held(job_id: str, request: Request, caller: Principal,
+          change: Callable[[Database, str, str], JobRecord]) -> JobOut:
+    db = _db(request)
+    _visible_job(db, job_id, caller)
+    try:
+        change(db, job_id, caller.name)
+    except NotQueued as exc:
+        raise Problem(409, "not-queued", "Job is not queued", str(exc)) from None
+    with db.read() as s:
+        job = get_job(s, job_id)
+    assert job is not None
+    return JobOut.of(job)
 
 
 @router.get("/{job_id}/explain", responses=problem_responses(404))

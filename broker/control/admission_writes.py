@@ -22,7 +22,7 @@ from broker.domain.attempts import RunSnapshot, backend_object_name
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
 from broker.store import attempts as att
-from broker.store import batch, records
+from broker.store import batch, records, user_holds
 from broker.store.conflicts import on_conflict
 from broker.store.records import JobRecord
 from policies import eta
@@ -125,6 +125,7 @@ def _persist_batched(plane: ControlPlane, chunk: list[Decision], by_id: dict[str
     incidents: list[Incident] = []
     with plane.db.write() as s:
         locked = records.lock_jobs(s, [d.job_id for d in chunk])
+        chunk = _not_held(s, chunk)
         with batch.deferred(s, effects=False) as queued:
             for i, d in enumerate(chunk):
                 mark = queued.mark()
@@ -144,7 +145,7 @@ def _persist_each(plane: ControlPlane, chunk: list[Decision], by_id: dict[str, J
                   now: datetime, estimates: dict[str, eta.Estimate]) -> None:
     """Each decision in its own savepoint so that one refusal does not undo the others."""
     with plane.db.write() as s:
-        for i, d in enumerate(chunk):
+        for i, d in enumerate(_not_held(s, chunk)):
             job = by_id[d.job_id]
             with JobGuard("admission persist", job.id) as guard, s.begin_nested():
                 _persist_one(plane, s, job, d, now, estimates)
@@ -152,6 +153,15 @@ def _persist_each(plane: ControlPlane, chunk: list[Decision], by_id: dict[str, J
                     crash_point("mid-cycle")  # inside the transaction: all or nothing
             if guard.incident is not None:  # its savepoint is undone; the others stand
                 mark_all(s, [guard.incident], now)
+
+
+def _not_held(s: Session, chunk: list[Decision]) -> list[Decision]:
+    """The chunk without admissions of jobs a user held after the cycle read them (read once
+    the jobs are locked: a hold that committed first is seen; one that waits for the lock
+    then finds them ADMITTED and is refused). The next cycle gives those JobHeldUser."""
+    admitted = [d.job_id for d in chunk if d.admitted]
+    held = user_holds.held(s, admitted) if admitted else {}
+    return [d for d in chunk if d.job_id not in held] if held else chunk
 
 
 def mark_all(s: Session, incidents: list[Incident], now: datetime) -> None:

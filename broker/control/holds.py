@@ -1,6 +1,6 @@
-"""The hold phase of an admission cycle: queued jobs whose missing approval, start time,
-dependencies or array limit keep them back get their reason and take no part in placement
-(policies.holds decides).
+"""The hold phase of an admission cycle: queued jobs a user holds (scontrol hold), or whose
+missing approval, start time, dependencies or array limit keep them back, get their reason and
+take no part in placement (policies.holds decides the last three).
 
 A job whose dependency can never be satisfied is cancelled with DependencyNeverSatisfied, as
 Slurm does with kill_invalid_depend. Jobs without ``scheduling`` cost nothing here, unless
@@ -18,7 +18,8 @@ from broker.domain.reasons import Reason
 from broker.domain.scheduling import Scheduling
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
-from broker.store import approvals
+from broker.orchestration.user_holds import held_message
+from broker.store import approvals, user_holds
 from broker.store.queries import jobs_by_ids, list_jobs
 from broker.store.records import JobRecord
 from policies.holds import Held, JobRef, holds_for
@@ -51,8 +52,30 @@ def _unapproved(plane: ControlPlane, queued: list[JobRecord]) -> dict[str, str]:
     return {job_id: pc for job_id, pc in asking.items() if job_id not in done}
 
 
+def _user_held(plane: ControlPlane, queued: list[JobRecord],
+               now: datetime) -> list[JobRecord]:
+    """The queued jobs no user holds (scontrol hold); a held one keeps JobHeldUser (set by
+    the hold itself; said again here if a job is held without it)."""
+    if not queued:
+        return queued
+    with plane.db.read() as s:
+        by_user = user_holds.held(s)
+    if not by_user:
+        return queued
+    stale = [j for j in queued if j.id in by_user and j.reason != Reason.JobHeldUser.value]
+    if stale:
+        with plane.db.write() as s:
+            for job in stale:
+                with JobGuard("hold", job.id), s.begin_nested():
+                    set_state(s, job.id, JobState.QUEUED, Reason.JobHeldUser,
+                              Cause("admission", HOLDS), held_message(by_user[job.id]),
+                              now=now)
+    return [j for j in queued if j.id not in by_user]
+
+
 def apply_holds(plane: ControlPlane, queued: list[JobRecord], now: datetime) -> list[JobRecord]:
     """The queued jobs free to go to admission; the others are given their hold reason."""
+    queued = _user_held(plane, queued, now)
     unapproved = _unapproved(plane, queued)
     held: list[Held] = []
     for j in queued:

@@ -86,6 +86,8 @@ class Reason(StrEnum):
     ApprovalRefused = "ApprovalRefused"
     # a team's or a user's concurrency limit (running jobs, GPUs held) keeps the job queued
     ConcurrencyLimit = "ConcurrencyLimit"
+    # a user's hold (scontrol hold, sbatch --hold) keeps the job queued until released
+    JobHeldUser = "JobHeldUser"
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +156,9 @@ REASONS: dict[Reason, ReasonInfo] = {
     ),
     R.HeldByKueue: ReasonInfo(
         12, K.WAIT, "Kueue has not admitted the Job; the message quotes its Workload's condition"
+    ),
+    R.JobHeldUser: ReasonInfo(
+        10, K.WAIT, "held by a user (scontrol hold, sbatch --hold) until released"
     ),
     R.AwaitingApproval: ReasonInfo(
         11, K.WAIT, "its priority class needs an admin's approval (isthmus admin approve)"

@@ -54,6 +54,7 @@ MAPPED = frozenset({
     "ntasks", "ntasks_per_node", "cpus_per_task", "cpus_per_gpu", "mem", "mem_per_gpu",
     "mem_per_cpu", "time", "job_name", "constraint", "signal", "wrap", "test_only", "output",
     "error", "exclusive",
+    "hold",  # read by the batch route: the jobs are held once stored (scontrol release)
 })
 _BATCH_PATH = re.compile(r"^[A-Za-z0-9._/%+@=,~-]+$")  # the spec's BATCH_PATH, relative allowed
 # Become spec.scheduling (holds before admission) and, for arrays, one job per task.

@@ -1,9 +1,10 @@
-"""iscontrol: the part of scontrol that tools read about jobs: ``show job ID`` (and
-``show jobid``), in Slurm's ``Key=Value`` form (``-o`` puts each job on one line).
+"""iscontrol: the part of scontrol that tools use on jobs: ``show job ID`` (and ``show jobid``)
+in Slurm's ``Key=Value`` form (``-o`` puts each job on one line), and ``hold ID`` /
+``release ID`` for pending jobs.
 
 ID is a number, ``ARRAY_TASK``, an array's id (each of its tasks, as scontrol shows them) or an
-Isthmus id. Other subcommands are refused by name: Isthmus holds, releases and requeues through
-its own lifecycle (``isthmus cancel``, the retry policy), not through scontrol.
+Isthmus id. Other subcommands are refused by name: a running job is requeued through Isthmus's
+own lifecycle (``isthmus cancel``, the retry policy), not through scontrol.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
+from broker.client import ApiError
 from broker.hpc import jobview, pipes
 from broker.hpc.common import DropInError, all_jobs, connect, main_guard
 from broker.hpc.jobview import JobView
@@ -62,11 +64,15 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     args = parser().parse_args(argv)
 
     def body() -> int:
+        verb = args.words[0].lower() if args.words else ""
+        if verb in ("hold", "release") and len(args.words) >= 2:
+            return _hold_or_release(environ, verb, args.words[1:])
         words = [w.lower() for w in args.words[:2]]
         if words not in (["show", "job"], ["show", "jobid"]) or len(args.words) != 3:
-            raise DropInError(f"'{' '.join(args.words)}': only 'show job ID' is available "
-                              "(Isthmus holds, releases and requeues through its own "
-                              "lifecycle: isthmus cancel, the retry policy)")
+            raise DropInError(f"'{' '.join(args.words)}': only 'show job ID', 'hold ID' and "
+                              "'release ID' are available (a running job is requeued "
+                              "through Isthmus's own lifecycle: isthmus cancel, the retry "
+                              "policy)")
         wanted = args.words[2]
         now = datetime.now(UTC)
         with connect(environ) as api:
@@ -84,6 +90,28 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
         return 0
 
     return main_guard(PROG, body)
+
+
+def _hold_or_release(environ: Mapping[str, str], verb: str, ids: Sequence[str]) -> int:
+    """``scontrol hold|release ID[,ID...] [ID...]``: each pending job, by number, array id
+    (every task) or Isthmus id; Slurm's words for an id no job of the team has."""
+    wanted = [i for word in ids for i in word.split(",") if i]
+    code = 0
+    with connect(environ) as api:
+        jobs = all_jobs(api)
+        for ref in wanted:
+            found = [j for j in jobs if j.matches_id(ref)]
+            if not found:
+                print(f"{PROG}: error: Invalid job id specified for job {ref}", file=sys.stderr)
+                code = 1
+            for job in found:
+                try:
+                    api.hold(job.id) if verb == "hold" else api.release(job.id)
+                except ApiError as exc:
+                    print(f"{PROG}: error: Job is no longer pending execution for job "
+                          f"{job.display_id} ({exc})", file=sys.stderr)
+                    code = 1
+    return code
 
 
 def main() -> None:

@@ -241,6 +241,17 @@ class ExplanationRow(SQLModel, table=True):
     payload_json: str = Field(sa_type=sa.Text)
 
 
+class JobHoldRow(SQLModel, table=True):
+    """A user's hold on a queued job (scontrol hold, sbatch --hold): it takes no part in
+    admission until released (the row deleted)."""
+
+    __tablename__ = "job_holds"
+
+    job_id: str = Field(primary_key=True, foreign_key="jobs.id", max_length=16)
+    held_by: str = Field(max_length=255)
+    held_at: datetime = Field(sa_type=UTCDateTime)
+
+
 class PoolStateRow(SQLModel, table=True):
     """Admin overrides of a pool (drained or not), on top of isthmus.yaml."""
 

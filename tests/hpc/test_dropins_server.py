@@ -374,3 +374,30 @@ def test_isinfo_shows_each_partitions_nodes_and_gpus(
     env = env_for(server, "vision", tmp_path)
     assert isinfo.run(["-h", "-o", "%P %D %G"], env) == 0
     assert capsys.readouterr().out.splitlines() == ["a100* 3 gpu:a100:8", "h100 3 gpu:h100:8"]
+
+
+def test_hold_and_release_as_sbatch_and_scontrol_do(
+        server: Server, script: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """sbatch --hold stores the job held; scontrol release lets it go, hold holds it again;
+    isqueue shows (JobHeldUser) as squeue does. Another team's id is an unknown one."""
+    from broker.hpc import iscontrol
+
+    env = env_for(server, "vision", tmp_path)
+    assert isbatch.run(["--parsable", "--hold", str(script)], env) == 0
+    number = capsys.readouterr().out.strip()
+
+    def reason() -> str:
+        assert isqueue.run(["-h", "-j", number, "-o", "%r"], env) == 0
+        return capsys.readouterr().out.strip()
+
+    assert reason() == "JobHeldUser"
+    assert iscontrol.run(["release", number], env) == 0
+    assert reason() == "WaitingForAdmission"
+    assert iscontrol.run(["hold", number], env) == 0
+    assert reason() == "JobHeldUser"
+    other = env_for(server, "language", tmp_path)
+    assert iscontrol.run(["release", number], other) == 1
+    assert f"Invalid job id specified for job {number}" in capsys.readouterr().err
+    assert reason() == "JobHeldUser"
+    assert iscancel.run([number], env) == 0
