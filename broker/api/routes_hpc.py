@@ -52,6 +52,21 @@ def slurm_compat(request: Request, caller: Caller) -> dict[str, Any]:
     }
 
 
+def _partition_of(config: IsthmusConfig, spec: dict[str, Any],
+                  run: dict[str, Any] | None) -> str | None:
+    """squeue's PARTITION for a job: the sbatch partitions (slurm_compat) that offer the
+    flavor it runs on, or while it waits the flavors it accepts, comma-joined as Slurm shows a
+    job queued to several; None without a slurm_compat section or a partition that fits (the
+    drop-ins then show the pool). isbatch's jobs carry the one they asked for."""
+    compat = config.slurm_compat
+    if compat is None:
+        return None
+    flavors = [run["flavor"]] if run and run.get("flavor") else list(spec.get("flavors") or [])
+    names = [name for name, part in compat.partitions.items()
+             if any(f in part.flavors for f in flavors)]
+    return ",".join(sorted(names)) or None
+
+
 def _partition_shapes(config: IsthmusConfig) -> dict[str, dict[str, Any]]:
     """What sinfo's ``%D`` and ``%G`` show of each sbatch partition: the nodes and the GPUs a
     node (``gpu:TYPE:N``, a type per flavor) of the pools it maps to, from their configured
@@ -94,9 +109,12 @@ def jobs(
     with db.read() as s:
         found = runs.current_runs(s, [(j.id, j.attempt) for j in page.items])
         by = runs.cancellers(s, [j.id for j in page.items if j.state == JobState.CANCELLED])
+    config: IsthmusConfig = request.app.state.config
     return {
         "items": [{**j.model_dump(mode="json"), "run": found.get(j.id),
-                   "cancelled_by": by.get(j.id)} for j in page.items],
+                   "cancelled_by": by.get(j.id),
+                   "partition": _partition_of(config, j.spec, found.get(j.id))}
+                  for j in page.items],
         "next_cursor": page.next_cursor,
     }
 

@@ -181,7 +181,8 @@ def view(item: dict[str, Any]) -> JobView:
     # before numbers, or made through the API with another id, keeps that id.
     array_id = item.get("array_number")
     array_id = array.get("id") if array_id is None else array_id
-    partition = (request.get("partition") or sbatch.get("partition") or run.get("pool")
+    partition = (request.get("partition") or sbatch.get("partition") or item.get("partition")
+                 or run.get("pool")
                  or ",".join(spec.get("flavors") or []))
     return JobView(
         id=item["id"], name=sbatch.get("job_name") or item["name"], user=item["submitted_by"],

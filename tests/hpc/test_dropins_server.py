@@ -401,3 +401,21 @@ def test_hold_and_release_as_sbatch_and_scontrol_do(
     assert f"Invalid job id specified for job {number}" in capsys.readouterr().err
     assert reason() == "JobHeldUser"
     assert iscancel.run([number], env) == 0
+
+
+def test_isqueue_partition_is_always_an_sbatch_partition(
+        server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A job submitted through the API shows the sbatch partitions that offer its flavors, as
+    squeue shows a job queued to several ("a100,h100"), not its flavors or a pool name."""
+    import httpx
+
+    body = {"name": "api-job", "team": "vision", "flavors": ["h100-80g", "a100-80g"],
+            "gang": {"replicas": 1, "gpus_per_replica": 8}, "max_runtime": "1h",
+            "entrypoint": {"command": ["python", "train.py"]}}
+    r = httpx.post(f"{server.url}/v1/jobs", json=body, timeout=30,
+                   headers={"Authorization": f"Bearer {TOKENS['vision']}"})
+    assert r.status_code == 201, r.text
+    env = env_for(server, "vision", tmp_path)
+    assert r.json()["state"] == "QUEUED", r.json()
+    assert isqueue.run(["-h", "-j", str(r.json()["number"]), "-o", "%P"], env) == 0
+    assert capsys.readouterr().out.strip() == "a100,h100"
