@@ -114,6 +114,12 @@ def pool_view(
     else:
         capacity, free, unschedulable, busy = _configured_gpus(cfg), 0, 0, 0
         racks, blocks, queued_ours, queued_foreign = [], [], 0, 0
+    if snap is not None and placed > busy:
+        # Isthmus attempts the backend does not show busy on its nodes (not started yet, or
+        # lost by a backend that restarted, until the reconciler settles them) are not on
+        # the nodes: they wait, and free + ours + foreign + unschedulable stays the capacity
+        waiting += placed - busy
+        placed = busy
     taken = answer.taken_at if answer is not None else None
     return PoolView(
         name=cfg.name, backend=cfg.backend, flavor=cfg.flavor, cost_weight=cfg.cost_weight,

@@ -53,6 +53,19 @@ def test_capacity_free_ours_foreign_queues_and_domains(example_config: IsthmusCo
                                                                       ("b2", 6, 16)]
 
 
+def test_ours_never_counts_beyond_what_the_backend_shows_busy(
+        example_config: IsthmusConfig) -> None:
+    """Issue 31: after a simulator restart a pool showed 32 free plus 16 held of 32 GPUs: the
+    attempts the backend no longer shows were counted on its nodes. They wait instead."""
+    views = {v.name: v for v in pool_views(
+        example_config, {}, {"sim-slurm": _answer()}, {"slurm-h100": (30, 2)}, utcnow())}
+    v = views["slurm-h100"]
+    assert (v.free_gpus, v.isthmus_gpus, v.foreign_gpus, v.isthmus_waiting_gpus) == (
+        16, 16, 0, 16)
+    assert v.free_gpus + v.isthmus_gpus + v.foreign_gpus + v.unschedulable_gpus \
+        == v.capacity_gpus
+
+
 def test_unreachable_and_never_seen_backends_show_their_configured_shape(
     example_config: IsthmusConfig,
 ) -> None:
