@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from broker.domain.hostlist import expand
 from broker.hpc import isacct, isbatch, iscancel, iscontrol, isqueue
 from tests.fixtures.slurm import SlurmCluster
 from tests.harness.server import Server, slurm_backend, slurm_pools, write_config
@@ -141,7 +142,11 @@ def test_isacct_isqueue_and_iscontrol_read_as_sacct_squeue_and_scontrol(
 
         def accounted(sid: str = slurm_id) -> list[str] | None:
             row = _theirs(slurm_cluster, sid)
-            return row if row[0] not in ("PENDING", "RUNNING", "COMPLETING") else None
+            fields = dict(zip(SACCT.split(","), row, strict=True))
+            # slurmdbd's record can lag behind the job's end: wait until it names every node
+            whole = str(len(expand(fields["NodeList"]))) == fields["NNodes"]
+            return row if whole and row[0] not in ("PENDING", "RUNNING", "COMPLETING") \
+                else None
 
         theirs = wait_until(accounted, DEADLINE, f"sacct has Slurm job {slurm_id}")
 
