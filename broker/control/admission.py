@@ -41,6 +41,7 @@ from broker.policy_inputs import concurrency, limits_configured, pending_job, qu
 from broker.policy_inputs import usage as usage_view
 from broker.store import attempts as att
 from broker.store import concurrency as counts
+from broker.store import user_holds
 from broker.store.queries import list_jobs
 from broker.store.records import JobRecord
 from policies import eta
@@ -191,9 +192,10 @@ def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
             if limits_configured(plane.config) else None
         if fold_usage:  # the real cycle: only what changed since the last one is read
             decayed = admission_usage.decayed_usage(plane, s, now, in_use)
+        by_user = user_holds.held(s) if fold_usage and queued else {}
     if fold_usage:  # the real cycle: held jobs get their reason and stay out (a plan only reads)
         # start times, dependencies, array limits, approvals
-        queued = holds.apply_holds(plane, queued, now)
+        queued = holds.apply_holds(plane, queued, by_user, now)
     inventory = hold_in_flight(plane.inventory(), held)
     views, unreadable = _pending_views(plane, queued)
     if decayed is None:  # a what-if reads the ledger whole: it moves no state of the real cycle

@@ -19,7 +19,7 @@ from broker.domain.scheduling import Scheduling
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
 from broker.orchestration.user_holds import held_message
-from broker.store import approvals, user_holds
+from broker.store import approvals
 from broker.store.queries import jobs_by_ids, list_jobs
 from broker.store.records import JobRecord
 from policies.holds import Held, JobRef, holds_for
@@ -52,14 +52,11 @@ def _unapproved(plane: ControlPlane, queued: list[JobRecord]) -> dict[str, str]:
     return {job_id: pc for job_id, pc in asking.items() if job_id not in done}
 
 
-def _user_held(plane: ControlPlane, queued: list[JobRecord],
+def _user_held(plane: ControlPlane, queued: list[JobRecord], by_user: dict[str, str],
                now: datetime) -> list[JobRecord]:
-    """The queued jobs no user holds (scontrol hold); a held one keeps JobHeldUser (set by
-    the hold itself; said again here if a job is held without it)."""
-    if not queued:
-        return queued
-    with plane.db.read() as s:
-        by_user = user_holds.held(s)
+    """The queued jobs no user holds (scontrol hold; `by_user`: job id -> who holds it, read
+    with the cycle's inputs); a held one keeps JobHeldUser (set by the hold itself; said again
+    here if a job is held without it)."""
     if not by_user:
         return queued
     stale = [j for j in queued if j.id in by_user and j.reason != Reason.JobHeldUser.value]
@@ -73,9 +70,10 @@ def _user_held(plane: ControlPlane, queued: list[JobRecord],
     return [j for j in queued if j.id not in by_user]
 
 
-def apply_holds(plane: ControlPlane, queued: list[JobRecord], now: datetime) -> list[JobRecord]:
+def apply_holds(plane: ControlPlane, queued: list[JobRecord], by_user: dict[str, str],
+                now: datetime) -> list[JobRecord]:
     """The queued jobs free to go to admission; the others are given their hold reason."""
-    queued = _user_held(plane, queued, now)
+    queued = _user_held(plane, queued, by_user, now)
     unapproved = _unapproved(plane, queued)
     held: list[Held] = []
     for j in queued:
