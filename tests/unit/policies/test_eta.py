@@ -312,7 +312,7 @@ def test_a_start_behind_a_run_of_uncertain_length_gets_a_window_around_it() -> N
     assert e.window.earliest == at(SPREAD.early_stretch * (30 + 86.4))
     assert e.window.latest == at(SPREAD.late_stretch * (30 + 393.6))
     w = est[first.id].window
-    assert w is not None and w.earliest <= est[first.id].at == at(30) <= w.latest
+    assert w is not None and w.earliest <= at(30) <= w.latest and est[first.id].at == at(30)
 
 
 def test_without_run_length_history_there_is_no_window() -> None:
