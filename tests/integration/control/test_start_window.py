@@ -1,12 +1,14 @@
 """The start window (policies/eta.py) from the real admission cycle to every surface: the API's
-`wait.start_window`, `isthmus status/list` (their rendering), `explain`, `isqueue --start` and
-the dashboard's job and queue pages. History first: eight 2 h jobs that ran 10 to 80 minutes
+`wait.start_window`, `isthmus status/list` (their rendering), `explain`, `isqueue --start`,
+`POST /v1/plan` (`isthmus plan`, `isbatch --test-only`) and the dashboard's job and queue
+pages. History first: eight 2 h jobs that ran 10 to 80 minutes
 teach the run-time model its spread; then the a100 pool is filled and a job waits."""
 
 from __future__ import annotations
 
 import io
 from datetime import datetime
+from types import SimpleNamespace
 
 import pytest
 from fastapi.testclient import TestClient
@@ -17,7 +19,7 @@ from broker.cli import output
 from broker.config import parse_config
 from broker.control.admission import run_admission
 from broker.control.dispatch import run_dispatch
-from broker.hpc import isqueue
+from broker.hpc import isbatch, isqueue
 from broker.store.db import Database
 from broker.web import build_app
 from policies.eta import SPREAD
@@ -51,7 +53,8 @@ def test_a_waiting_job_shows_its_likely_start_window_everywhere(
     waiting = submit(sim, spec().name("waits").flavors("a100-80g").replicas(1).topology(None))
     run_admission(sim.plane)
 
-    app = build_app(sim.plane.config, db)  # the API and the dashboard
+    runtime = SimpleNamespace(plane=sim.plane, leading=True, wake=lambda *_: None)
+    app = build_app(sim.plane.config, db, runtime)  # type: ignore[arg-type]
     client = TestClient(app)
     job = client.get(f"/v1/jobs/{waiting}").json()
     wait = job["wait"]
@@ -76,6 +79,12 @@ def test_a_waiting_job_shows_its_likely_start_window_everywhere(
     out = capsys.readouterr().out
     header, line = out.splitlines()
     assert header.split()[-1] == "LIKELY_START" and "likely " in line, out
+
+    body = spec().name("what-if").flavors("a100-80g").replicas(1).topology(None).build()
+    plan = client.post("/v1/plan", json=body.model_dump(mode="json")).json()
+    assert plan["start_window"] is not None, plan  # isthmus plan, isbatch --test-only
+    assert any("likely " in line for line in isbatch.plan_lines(
+        body.model_dump(mode="json"), plan))
 
     page = client.get(f"/ui/jobs/{waiting}").text
     assert 'id="job-eta-window"' in page and "likely " in page
