@@ -210,8 +210,10 @@ def estimate(
                  spread.point_q if spread is not None else None)
     ordering = ordering or OrderingParams()
     point = _project(decisions, jobs, inventory, now, max_estimated, runs, ordering)
-    if spread is None or not runs.speaks or spread.low_q == spread.point_q == spread.high_q:
-        return point
+    if spread is None or not runs.speaks or spread.low_q == spread.point_q == spread.high_q \
+            or not any(e.at is not None and e.method.startswith("releases")
+                       for e in point.values()):
+        return point  # no window to give: the two projections would be spent for nothing
     early = _project(decisions, jobs, inventory, now, max_estimated,
                      runs.at(spread.low_q, _EARLY), ordering)
     late = _project(decisions, jobs, inventory, now, max_estimated,
