@@ -19,10 +19,11 @@ ratio would put it a fixed share of the way there, a point that moves on with ev
 is never reached (the receding estimate of issue 31).
 
 Window: the projection is played again with every run at a low and at a high quantile of its
-group's run/declared ratios (`Spread`), which gives each dated start a window
-(`Estimate.window`) with the coverage those quantiles were measured to give
-(bench/eta_accuracy.py, docs/benchmarks.md). Without a model that speaks there is no spread to
-project and no window.
+group's run/declared ratios (`Spread`); the two starts, stretched away from now by what
+bench/eta_accuracy.py measured (the order moves under a waiting job, which no run length
+shows), give each start that waits for releases a window (`Estimate.window`) with its stated
+coverage (docs/benchmarks.md). Without a model that speaks there is no spread to project and
+no window.
 
 Methods (`Estimate.method`), named so a user knows what the time rests on:
   now            the gang fits now; it waits only for the next cycle (or its backend queue)
@@ -176,7 +177,7 @@ class _Runs:
                 return max(now, predicted[self.which])
         return max(now, at)
 
-    def at(self, q: float | None, which: int) -> _Runs:
+    def with_quantile(self, q: float | None, which: int) -> _Runs:
         return _Runs(self.factor, self.model, self.ends, q, which)
 
     def label(self) -> str:
@@ -215,9 +216,9 @@ def estimate(
                        for e in point.values()):
         return point  # no window to give: the two projections would be spent for nothing
     early = _project(decisions, jobs, inventory, now, max_estimated,
-                     runs.at(spread.low_q, _EARLY), ordering)
+                     runs.with_quantile(spread.low_q, _EARLY), ordering)
     late = _project(decisions, jobs, inventory, now, max_estimated,
-                    runs.at(spread.high_q, _LATE), ordering)
+                    runs.with_quantile(spread.high_q, _LATE), ordering)
     return {k: _windowed(e, early.get(k), late.get(k), spread, now)
             for k, e in point.items()}
 
