@@ -14,9 +14,10 @@ from broker.domain.attempts import Placement
 from broker.domain.inventory import InventorySnapshot
 from broker.domain.reasons import Reason, most_severe, severity
 from broker.domain.spec import BackendKind
+from broker.domain.start_window import likely
 from broker.domain.topology import TopologyLevel
 from policies.cycle import AdmissionParams, Decision, admission_cycle
-from policies.eta import Estimate
+from policies.eta import Estimate, Window
 from policies.placement import PoolVerdict, verdict_order
 from policies.types import PendingJob, QuotaConfig, Usage
 
@@ -36,6 +37,17 @@ class PoolLine(BaseModel):
     level: TopologyLevel | None = None
     domain: str | None = None
     queued: bool = False
+
+
+class StartWindow(BaseModel):
+    """Where the start is likely to fall (policies.eta.Window): inside [earliest, latest] for
+    the stated share (`coverage`, 0..1) of jobs."""
+
+    model_config = ConfigDict(frozen=True)
+
+    earliest: datetime
+    latest: datetime
+    coverage: float
 
 
 class Explanation(BaseModel):
@@ -58,6 +70,8 @@ class Explanation(BaseModel):
     estimated_start: datetime | None = None
     estimate_method: str | None = None
     """How `estimated_start` was found (policies.eta): now, releases, preemption, unknown: why."""
+    start_window: StartWindow | None = None
+    """Where the start is likely to fall, around `estimated_start` (None: no window)."""
 
     def to_text(self) -> str:
         state = "admitted" if self.admitted else "waiting"
@@ -114,7 +128,12 @@ def wait_text(x: Explanation) -> str:
         parts.append(f"position {x.position} in the queue ({x.team_position} in its team)")
     if x.estimated_start is not None:
         at = x.estimated_start.strftime("%Y-%m-%d %H:%M:%SZ")
-        parts.append(f"estimated start {at} ({x.estimate_method})")
+        w = x.start_window
+        if w is not None:
+            parts.append(f"start {likely(w.earliest, w.latest, w.coverage)}, "
+                         f"estimated {at} ({x.estimate_method})")
+        else:
+            parts.append(f"estimated start {at} ({x.estimate_method})")
     else:
         parts.append(f"estimated start {x.estimate_method or 'unknown'}")
     return ", ".join(parts)
@@ -140,7 +159,13 @@ def explain(decision: Decision, estimate: Estimate | None = None) -> Explanation
         team_position=estimate.team_position if estimate else None,
         estimated_start=estimate.at if estimate else None,
         estimate_method=estimate.method if estimate else None,
+        start_window=_window(estimate.window) if estimate else None,
     )
+
+
+def _window(w: Window | None) -> StartWindow | None:
+    return None if w is None else StartWindow(earliest=w.earliest, latest=w.latest,
+                                              coverage=w.coverage)
 
 
 def explain_job(

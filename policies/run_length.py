@@ -17,6 +17,10 @@ bench/eta_accuracy.py, docs/benchmarks.md):
 (Measured on bench/eta_accuracy.py, seeds 3, 5, 7: these groups gave a median error of
 60/53/52% where team-and-limit, limit, team groups gave 61/56/55%; docs/benchmarks.md.)
 
+The spread of the same ratios gives the uncertainty: `run_s(..., q)` is the q-quantile of the
+group's ratios times the limit instead of the mean (policies/eta.py projects the queue at a low
+and a high quantile for the window of a start).
+
 A job with no group of `min_samples` (and a model with fewer samples than that) keeps its
 declared limit. Work already running for `elapsed` seconds is predicted from the samples of
 its group that ran longer than that (a job 5 h into an 8 h limit is not a typical job of the
@@ -84,13 +88,16 @@ class RuntimeModel:
         declared limit and team are not known, such as a backend's anonymous releases."""
         return _mean(self.groups.get((), []), self.min_samples) or 1.0
 
-    def run_s(self, team: str, declared_s: float, gpus: int = 0) -> float:
-        """Predicted run time of a job of `gpus` GPUs that has not started."""
-        return self.remaining_s(team, declared_s, 0.0, gpus)
+    def run_s(self, team: str, declared_s: float, gpus: int = 0,
+              q: float | None = None) -> float:
+        """Predicted run time of a job of `gpus` GPUs that has not started: the mean, or with
+        `q` the q-quantile (0..1) of its group."""
+        return self.remaining_s(team, declared_s, 0.0, gpus, q)
 
     def remaining_s(self, team: str, declared_s: float, elapsed_s: float,
-                    gpus: int = 0) -> float:
-        """Predicted run time left of work running for `elapsed_s` (never below a second)."""
+                    gpus: int = 0, q: float | None = None) -> float:
+        """Predicted run time left of work running for `elapsed_s` (never below a second): the
+        mean, or with `q` the q-quantile, of the group's samples that ran longer."""
         declared = max(1.0, declared_s)
         elapsed = max(0.0, elapsed_s)
         floor = elapsed / declared
@@ -99,7 +106,8 @@ class RuntimeModel:
             if not ratios:
                 continue
             later = ratios[bisect.bisect_right(ratios, floor):]
-            m = _mean(later, self.min_samples)
+            m = _mean(later, self.min_samples) if q is None else \
+                _quantile(later, self.min_samples, q)
             if m is not None:
                 return max(1.0, m * declared - elapsed)
         return max(1.0, declared - elapsed)
@@ -109,3 +117,13 @@ def _mean(values: list[float], least: int) -> float | None:
     if len(values) < least:
         return None
     return math.fsum(values) / len(values)
+
+
+def _quantile(values: list[float], least: int, q: float) -> float | None:
+    """The q-quantile of sorted `values`, interpolated between neighbours (None: too few)."""
+    if len(values) < least:
+        return None
+    pos = min(1.0, max(0.0, q)) * (len(values) - 1)
+    i = math.floor(pos)
+    j = min(i + 1, len(values) - 1)
+    return values[i] + (values[j] - values[i]) * (pos - i)

@@ -17,7 +17,7 @@ from broker.config import IsthmusConfig
 from broker.control.runtime import Runtime
 from broker.domain.reasons import Reason
 from broker.feasibility import feasibility
-from policies.explain import Explanation
+from policies.explain import Explanation, StartWindow
 
 router = APIRouter(prefix="/v1", tags=["plan"], responses=problem_responses(401, 422))
 Caller = Annotated[Principal, Depends(principal)]
@@ -35,6 +35,8 @@ class PlanOut(BaseModel):
     queued_ahead: int | None = None
     estimated_start: datetime | None = None
     estimate_method: str | None = None
+    start_window: StartWindow | None = None
+    """Where the start is likely to fall, with its stated coverage (None: no window)."""
     pool: str | None = None
     """Where it would start: the placement's pool when admitted now, else the pool in which
     the estimate found its start (None without an estimated date)."""
@@ -76,7 +78,8 @@ async def plan(request: Request, caller: Caller) -> PlanOut:
         basis="admission", would_reject=False, reason=x.reason, message=x.message,
         admitted=x.admitted, queued_ahead=result.queued_ahead,
         estimated_start=x.estimated_start,
-        estimate_method=x.estimate_method, pool=result.pool, nodes=list(result.nodes),
+        estimate_method=x.estimate_method, start_window=x.start_window, pool=result.pool,
+        nodes=list(result.nodes),
         explanation=x,
         note="" if runtime.leading else "this replica does not lead the control loop; "
              "the answer uses its own view of the backends",

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from broker.domain import JobState
 from broker.store.records import EventRecord, JobRecord
+from policies.explain import StartWindow
 
 
 class CheckpointOut(BaseModel):
@@ -30,6 +31,9 @@ class WaitOut(BaseModel):
     estimated_start: datetime | None
     estimate_method: str | None
     """now, releases, preemption, or 'unknown: why' (policies/eta.py)."""
+    start_window: StartWindow | None = None
+    """Where the start is likely to fall: inside [earliest, latest] for the stated share
+    (`coverage`) of jobs (policies/eta.py; None: no window)."""
     as_of: datetime
 
     @classmethod
@@ -38,7 +42,7 @@ class WaitOut(BaseModel):
         return cls(
             position=x.get("position"), team_position=x.get("team_position"),
             estimated_start=x.get("estimated_start"), estimate_method=x.get("estimate_method"),
-            as_of=at,
+            start_window=x.get("start_window"), as_of=at,
         )
 
 

@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from broker.domain.start_window import likely_of
+
 # Piped output is for logs and scripts: do not squeeze it into 80 columns.
 console = Console(width=None if sys.stdout.isatty() else 160)
 errors = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
@@ -66,6 +68,9 @@ def wait_rows(j: dict[str, Any]) -> list[tuple[str, str]]:
                                  f"team {j['team']}"))
     start = w.get("estimated_start")
     method = w.get("estimate_method") or "unknown"
+    window = likely_of(w.get("start_window"))
+    if window:
+        rows.append(("start", window))
     rows.append(("estimated start",
                  f"{str(start)[:19]} ({method})" if start else method))
     rows.append(("as of", str(w.get("as_of"))[:19]))
@@ -79,7 +84,8 @@ def wait_cell(j: dict[str, Any]) -> str:
     pos = f"#{w['position']}" if w.get("position") else ""
     start = w.get("estimated_start")
     eta = str(start)[5:16].replace("T", " ") if start else "?"
-    return f"{pos} {eta}".strip()
+    window = likely_of(w.get("start_window"))
+    return f"{pos} {eta}{f' ({window})' if window else ''}".strip()
 
 
 def events_table(events: list[dict[str, Any]]) -> Table:

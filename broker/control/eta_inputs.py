@@ -9,7 +9,7 @@ and placed nodes) is parsed once and kept on the plane (soft state: re-read on l
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import sqlalchemy as sa
 from sqlmodel import Session
@@ -20,7 +20,7 @@ from broker.control.soft_state import ETA_FACTS_MAX, AttemptKey, EtaFacts
 from broker.domain.attempts import Placement
 from broker.store import attempts as att
 from broker.store.records import JOBS
-from policies.eta import Running
+from policies.eta import Running, running
 from policies.run_length import RunSample, RuntimeModel
 
 RATIO_SAMPLES = 1000
@@ -87,7 +87,8 @@ def runtime_model(plane: ControlPlane, s: Session) -> RuntimeModel:
 def running_work(plane: ControlPlane, s: Session, model: RuntimeModel,
                  now: datetime) -> list[Running]:
     """The running attempts on their placed nodes: declared end (start + limit, as the
-    backends announce the release) and predicted end (the model, given the time run)."""
+    backends announce the release) and predicted ends (the model, given the time run: the
+    point and the window's; policies.eta.running)."""
     a = att.ATTEMPTS
     rows = s.connection().execute(
         sa.select(a.c.job_id, a.c.number, a.c.started_at)
@@ -101,8 +102,6 @@ def running_work(plane: ControlPlane, s: Session, model: RuntimeModel,
         if f is None:
             continue
         team, limit, nodes, gpus = f
-        elapsed = (now - r.started_at).total_seconds()
-        end = now + timedelta(seconds=model.remaining_s(team, limit, elapsed, gpus))
-        declared = r.started_at + timedelta(seconds=limit)
-        out.extend(Running(node, declared, end) for node in sorted(set(nodes or ())))
+        out.extend(running(node, r.started_at, limit, team, gpus, model, now)
+                   for node in sorted(set(nodes or ())))
     return out

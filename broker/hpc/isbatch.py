@@ -179,6 +179,12 @@ def plan_lines(spec: dict[str, Any], plan: dict[str, Any]) -> list[str]:
         cpus = gang["replicas"] * (gang.get("cpus_per_replica") or 1)
         lines.append(f"Job {name} to start at {_local_time(at)} using {cpus} processors on "
                      f"nodes {compress(plan.get('nodes') or [])} in partition {plan['pool']}")
+        # imported here: the domain package (pydantic) stays out of a submission's start-up
+        from broker.domain.start_window import likely_of
+
+        window = likely_of(plan.get("start_window"))
+        if window:
+            lines.append(f"Job {name} start {window}")
     elif plan["basis"] == "feasibility":
         lines.append(f"Job {name} would be accepted; no start time: {plan['note']}")
         return lines

@@ -4,7 +4,9 @@ Default columns ``JOBID PARTITION NAME USER ST TIME NODES NODELIST(REASON)``, JO
 job's number (``ARRAY_TASK`` for an array task; an array's waiting tasks share one line
 ``ARRAY_[0-5%2]`` unless ``-r``); ``-o`` takes squeue's common ``%`` fields, ``-O`` their long
 names; ``--start`` shows the expected start
-(Isthmus has no estimate yet: N/A), ``--json`` the jobs as JSON.
+(Isthmus has no estimate yet: N/A) and, after squeue's columns, the window the start is likely
+in with its stated coverage (LIKELY_START, broker.domain.start_window), ``--json`` the jobs as
+JSON.
 """
 
 from __future__ import annotations
@@ -195,7 +197,13 @@ def _print_jobs(jobs: Sequence[JobView], args: argparse.Namespace, now: datetime
         return
     fmt = args.format or (_long_format(args.long_format) if args.long_format else None)
     fmt = fmt or (START_FORMAT if args.start else DEFAULT_FORMAT)
-    for line in render(jobs, fmt, now, header=not args.noheader):
+    lines = render(jobs, fmt, now, header=not args.noheader)
+    if args.start and fmt == START_FORMAT:  # squeue's columns first: scripts cut them
+        width = max((len(x) for x in lines), default=0)
+        likely = [job.start_window or "" for job in jobs]
+        column = ["LIKELY_START", *likely] if not args.noheader else likely
+        lines = [f"{x.ljust(width)}  {w}".rstrip() for x, w in zip(lines, column, strict=True)]
+    for line in lines:
         print(line)
 
 
@@ -240,6 +248,7 @@ def _as_json(job: JobView, now: datetime) -> dict[str, object]:
         "start_time": jobview.timestamp(job.start) if job.start else None,
         "estimated_start": (jobview.timestamp(job.estimated_start)
                             if job.estimated_start else None),
+        "start_window": job.start_window,
         "array_job_id": job.array_job_id, "array_task_id": job.array_task_id,
     }
 

@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from broker.domain.hostlist import compress as compress  # re-exported: isqueue, isacct
+from broker.domain.start_window import likely_of
 from broker.domain.units import parse_duration
 from broker.hpc.compat import ANNOTATION
 
@@ -70,6 +71,8 @@ class JobView:
     array_task_id: int | None
     estimated_start: datetime | None = None
     """The broker's ETA for a waiting job (its last admission cycle's estimate), else None."""
+    start_window: str | None = None
+    """Where that start is likely to fall, as text ('likely ... (80%)'), else None."""
     number: int | None = None
     """The numeric id (None for a job stored before numbers): what Slurm's tools see."""
     array_limit: int | None = None
@@ -198,6 +201,7 @@ def view(item: dict[str, Any]) -> JobView:
         array_job_id=None if array_id is None else str(array_id),
         array_task_id=array.get("index"),
         estimated_start=_expected_start(item, spec),
+        start_window=_start_window(item, spec),
         number=item.get("number"), array_limit=array.get("limit"),
         stdout=batch.get("output"), stderr=batch.get("error"),
         cancelled_by=item.get("cancelled_by"),
@@ -212,6 +216,13 @@ def _expected_start(item: dict[str, Any], spec: dict[str, Any]) -> datetime | No
     if begin is None or item.get("state") not in ("SUBMITTED", "VALIDATING", "QUEUED"):
         return estimate
     return begin if estimate is None or begin > estimate else estimate
+
+
+def _start_window(item: dict[str, Any], spec: dict[str, Any]) -> str | None:
+    """The estimate's window, unless a --begin time later than the estimate replaces it."""
+    if _expected_start(item, spec) != _parse_time((item.get("wait") or {}).get("estimated_start")):
+        return None
+    return likely_of((item.get("wait") or {}).get("start_window"))
 
 
 def oldest_first(jobs: list[JobView]) -> list[JobView]:

@@ -9,6 +9,7 @@ from fastapi.responses import HTMLResponse
 from starlette.templating import Jinja2Templates
 
 from broker.api.auth import Principal
+from broker.domain.start_window import likely_of
 from broker.timeline import human
 from broker.ui import svg
 from broker.ui.assets import HERE
@@ -17,6 +18,8 @@ TEMPLATES = Jinja2Templates(directory=HERE / "templates")
 TEMPLATES.env.globals["svg"] = svg
 TEMPLATES.env.filters["human"] = human
 TEMPLATES.env.filters["when"] = lambda v: "" if v is None else str(v)[:19].replace("T", " ")
+TEMPLATES.env.filters["likely"] = lambda w: likely_of(
+    w.model_dump() if hasattr(w, "model_dump") else w) or ""
 
 # Nothing but this origin: no CDN, no inline script or style, no framing.
 SECURITY_HEADERS = {

@@ -82,11 +82,16 @@ def test_busy_gpus_without_a_known_end_give_no_date() -> None:
     assert est[job.id].at is None and "without a known end" in est[job.id].method
 
 
-def test_runtime_factor_scales_declared_times() -> None:
+def test_runtime_factor_scales_declared_run_times_not_announced_releases() -> None:
+    """The factor scales what the waiting jobs declare: the second job waits for the first's
+    hour at half (30 minutes). The release at minute 60 is the backend's, of work whose start
+    is not known: it stays where announced (scaling the time left to it would move it on at
+    every cycle, the receding estimate)."""
     pool = make_pool().shape(racks=1, nodes=1).release("n0", (60, 8))
-    job = _job(8)
-    _, est = _run(pool, job, factor=0.5)
-    assert est[job.id].at == at(30) and "x0.50" in est[job.id].method
+    first, second = _job(8), _job(8)
+    _, est = _run(pool, first, second, factor=0.5)
+    assert est[first.id].at == at(60) and "x0.50" in est[first.id].method
+    assert est[second.id].at == at(90), est[second.id]
 
 
 def test_quota_wait_is_not_dated() -> None:
@@ -243,3 +248,97 @@ def test_known_running_work_ends_at_its_predicted_end() -> None:
     assert estimate(result.decisions, {job.id: job}, inv, T0, running=mine)[job.id].at == at(45)
     other = [Running(node, at(400), at(45))]
     assert estimate(result.decisions, {job.id: job}, inv, T0, running=other)[job.id].at == at(600)
+
+
+def test_a_gang_waiting_on_a_known_release_keeps_its_estimate_as_time_passes() -> None:
+    """Issue 31's receding ETA: the gang's node is busy until 20:41:24 (the backend announces
+    the release; the broker does not know when that work started), and history says runs take
+    about 1% of what they declare. The estimate used to scale the time left to the release by
+    that ratio, so every cycle put the start a few seconds ahead, rounded up to the next step:
+    20:30:24 -> 20:31:25 -> 20:32:26, always a minute ahead. Cycles a minute apart must give
+    the same start, the announced one."""
+    from datetime import UTC, datetime, timedelta
+
+    from policies.run_length import RunSample, RuntimeModel
+
+    model = RuntimeModel.learn([RunSample("vision", 5400.0, 54.0, 16)] * 20)
+    t0 = datetime(2026, 12, 4, 20, 29, 24, tzinfo=UTC)
+    release = datetime(2026, 12, 4, 20, 41, 24, tzinfo=UTC)
+    minutes = (release - T0).total_seconds() / 60
+    gang = replace(_job(8, replicas=2, runtime_min=90), submitted_at=t0)
+    pool = make_pool().shape(racks=1, nodes=2).release("n0", (minutes, 8)) \
+        .release("n1", (minutes, 8))
+    inv = inventory(pool)
+    seen = []
+    for cycle in range(3):
+        now = t0 + timedelta(seconds=61 * cycle)
+        result = admission_cycle([gang], inv, QUOTAS, quota_usage(), now)
+        assert not result.by_job()[gang.id].admitted
+        e = estimate(result.decisions, {gang.id: gang}, inv, now,
+                     runtime_factor=model.factor(), model=model)[gang.id]
+        seen.append(e.at)
+    assert seen == [release] * 3, seen
+
+
+def _spread_model():
+    """8 h jobs ran 10% to 90% of their limit here (an even spread): a run of the mean is
+    4 h, the window's quantiles 0.1 and 0.9 of the ratios 18% and 82% (1.44 h, 6.56 h)."""
+    from policies.run_length import RunSample, RuntimeModel
+
+    ratios = [0.1 + 0.8 * i / 19 for i in range(20)]
+    return RuntimeModel.learn([RunSample("vision", 8 * 3600.0, r * 8 * 3600.0) for r in ratios])
+
+
+def test_a_start_behind_a_run_of_uncertain_length_gets_a_window_around_it() -> None:
+    """The node comes back at minute 30; the first job starts then and runs 8 h at most, 4 h
+    on the mean of history: the second starts at 4.5 h on the point estimate. Projected with
+    short (quantile 0.1) and long (0.9) runs the start moves to 30 + 86.4 and 30 + 393.6
+    minutes;
+    the window stretches those (SPREAD: the late end by 1.5 from now, the early one by 0.6)
+    and states its coverage. The first job's start does not depend on run lengths: its window
+    is the announced release, stretched."""
+    from policies.eta import SPREAD
+
+    model = _spread_model()
+    pool = make_pool().shape(racks=1, nodes=1).release("n0", (30, 8))
+    first, second = _job(8, runtime_min=480), _job(8, runtime_min=480)
+    inv = inventory(pool)
+    result = admission_cycle([first, second], inv, QUOTAS, quota_usage(), T0)
+    est = estimate(result.decisions, {first.id: first, second.id: second}, inv, T0,
+                   model=model)
+    e = est[second.id]
+    assert e.at == at(30 + 240), e
+    assert e.window is not None and e.window.coverage == SPREAD.coverage == 0.8
+    assert e.window.earliest == at(SPREAD.early_stretch * (30 + 86.4))
+    assert e.window.latest == at(SPREAD.late_stretch * (30 + 393.6))
+    w = est[first.id].window
+    assert w is not None and w.earliest <= at(30) <= w.latest and est[first.id].at == at(30)
+
+
+def test_without_run_length_history_there_is_no_window() -> None:
+    """No spread to project: the point estimate stands alone (no made-up window)."""
+    pool = make_pool().shape(racks=1, nodes=1).release("n0", (30, 8))
+    first, second = _job(8), _job(8)
+    _, est = _run(pool, first, second)
+    assert est[second.id].at == at(90) and est[second.id].window is None
+
+
+def test_running_work_of_uncertain_length_moves_the_window_not_the_point() -> None:
+    """An 8 h job 1 h into its run: the point waits for the mean of the longer runs, the
+    window for their 10% and 90% quantiles (policies.eta.running)."""
+    from policies.eta import SPREAD, running
+
+    model = _spread_model()
+    pool = make_pool().shape(racks=1, nodes=1).release("n0", (7 * 60, 8))
+    inv = inventory(pool)
+    node = inv.pools[0].nodes[0].name
+    job = _job(8)
+    result = admission_cycle([job], inv, QUOTAS, quota_usage(), T0)
+    mine = [running(node, at(-60), 8 * 3600.0, "vision", 8, model, T0)]
+    e = estimate(result.decisions, {job.id: job}, inv, T0, model=model, running=mine)[job.id]
+    later = [r for r in (0.1 + 0.8 * i / 19 for i in range(20)) if r > 1 / 8]
+    mean_end = sum(later) / len(later) * 8 * 60 - 60
+    assert e.at == at(mean_end), e
+    assert e.window is not None
+    assert e.window.earliest < e.at < e.window.latest
+    assert e.window.latest <= at(SPREAD.late_stretch * (0.9 * 8 * 60 - 60))

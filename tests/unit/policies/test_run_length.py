@@ -69,3 +69,18 @@ def test_gangs_of_another_size_with_the_same_limit_are_predicted_apart() -> None
     assert model.remaining_s("e", 4 * HOUR, HOUR, 64) == pytest.approx(0.9 * 4 * HOUR - HOUR)
     # a size never seen with this limit: the limit's group
     assert model.run_s("e", 4 * HOUR, 8) == pytest.approx((40 * 0.1 + 12 * 0.9) / 52 * 4 * HOUR)
+
+
+def test_quantiles_of_a_group_give_the_spread_of_its_runs() -> None:
+    """1 h jobs ran 10%..100% here: the 0.1 and 0.9 quantiles (interpolated) bound the run,
+    the mean stays the point; work 30 min in is predicted from the longer runs only."""
+    ratios = [i / 10 for i in range(1, 11)]
+    model = RuntimeModel.learn(_samples("a", HOUR, ratios))
+    assert model.run_s("a", HOUR, q=0.1) == pytest.approx(0.19 * HOUR)
+    assert model.run_s("a", HOUR, q=0.9) == pytest.approx(0.91 * HOUR)
+    assert model.run_s("a", HOUR) == pytest.approx(0.55 * HOUR)
+    # 30 min in: the runs longer than half (0.6..1.0), too few (5 < 8) for its group: declared
+    assert model.remaining_s("a", HOUR, 0.5 * HOUR, q=0.9) == pytest.approx(0.5 * HOUR)
+    many = RuntimeModel.learn(_samples("a", HOUR, ratios * 2))
+    assert many.remaining_s("a", HOUR, 0.5 * HOUR, q=0.0) == pytest.approx(0.1 * HOUR)
+    assert many.remaining_s("a", HOUR, 0.5 * HOUR, q=1.0) == pytest.approx(0.5 * HOUR)
