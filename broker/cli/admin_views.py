@@ -48,6 +48,10 @@ def pools(server: ServerUrl = DEFAULT_URL, token: Token = None, as_json: AsJson 
             console.print(f"{p['name']}: drained: {p['drain_reason']}", markup=False)
         if not p["reachable"]:
             console.print(f"{p['name']}: {p['note']}", markup=False)
+        if p.get("isthmus_unseen_gpus"):
+            console.print(f"{p['name']}: {p['isthmus_unseen_gpus']} GPUs of Isthmus attempts "
+                          "are not seen on the nodes (the backend lost them; reconciliation "
+                          "ends those attempts)", markup=False)
 
 
 def quotas(server: ServerUrl = DEFAULT_URL, token: Token = None,

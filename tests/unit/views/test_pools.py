@@ -74,3 +74,22 @@ def test_drained_by_whom_and_why(example_config: IsthmusConfig) -> None:
     v = next(p for p in pool_views(example_config, undrained, {}, {}, now)
              if p.name == "slurm-h100")
     assert (v.drained, v.drained_by) == (False, None)
+
+
+def test_placements_the_nodes_do_not_show_are_not_counted_as_held(
+    example_config: IsthmusConfig,
+) -> None:
+    """A restarted simulator forgets its jobs: its nodes are free while the store still places
+    attempts there until reconciliation ends them. The view never counts a GPU twice."""
+    now = utcnow()
+    pool = PoolSnapshot(
+        name="slurm-h100", backend_kind=BackendKind.SLURM, backend="sim-slurm",
+        flavor="h100-80g",
+        nodes=tuple(_node(f"n{i}", "b1", "r1", 8) for i in range(4)),  # 32 GPUs, all free
+    )
+    fresh = Answer(InventorySnapshot(taken_at=now, pools=(pool,)), "", now)
+    v = next(p for p in pool_views(example_config, {}, {"sim-slurm": fresh},
+                                   {"slurm-h100": (16, 0)}, now) if p.name == "slurm-h100")
+    assert (v.capacity_gpus, v.free_gpus) == (32, 32)
+    assert (v.isthmus_gpus, v.foreign_gpus, v.isthmus_unseen_gpus) == (0, 0, 16)
+    assert v.free_gpus + v.isthmus_gpus + v.foreign_gpus + v.unschedulable_gpus == 32
