@@ -144,9 +144,9 @@ def admin_cycles(limit: Annotated[int, typer.Option(help="at most")] = 20,
         return
     table = [(c["id"], c["at"], c["inputs_digest"], c["pending"], c["admitted"],
               ", ".join(f"{k} {v}" for k, v in c["reasons"].items()) or "-",
-              len(c["victims"]), c["decisions_logged"]) for c in rows]
+              len(c["victims"]), c["decisions_logged"], c.get("repeats", 0)) for c in rows]
     console.print(_table(("ID", "AT", "DIGEST", "PENDING", "ADMITTED", "WAITING", "VICTIMS",
-                          "LOGGED"), table))
+                          "LOGGED", "REPEATS"), table))
 
 
 COMMANDS = (("pools", pools), ("quotas", quotas), ("decisions", decisions))
