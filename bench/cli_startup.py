@@ -6,7 +6,10 @@ then times N runs (default 20) of each of `isthmus list`, `isthmus status ID`,
 `isthmus explain ID` and `isqueue` through the console scripts, as a user runs them. Each
 command's median is printed; the last line gives the slowest `isthmus` median and `isqueue`'s:
 
-    .venv/bin/python -m bench.cli_startup [--runs 20]
+    .venv/bin/python -m bench.cli_startup [--runs 20] [--baseline /path/to/checkout]
+
+With `--baseline DIR` each call alternates with the same call run on another checkout's code
+(e.g. main before a change), against the same server, so both see the same machine load.
 
 Last line: ``cli-startup: isthmus <a> s isqueue <b> s`` (goal: both <= 0.25 s on the test
 machine, issue 31).
@@ -42,6 +45,8 @@ def _time(cmd: list[str], env: dict[str, str], cwd: Path) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="another checkout whose commands are timed alternately")
     args = ap.parse_args()
     bin_dir = Path(sys.executable).parent
     with tempfile.TemporaryDirectory(prefix="cli-startup-") as tmp_name:
@@ -64,18 +69,25 @@ def main() -> None:
                     "isthmus explain": [isthmus, "explain", job_id],
                     "isqueue": [str(bin_dir / "isqueue")],
                 }
+                base_env = {**env, "PYTHONPATH": str(args.baseline)} if args.baseline else None
                 times: dict[str, list[float]] = {name: [] for name in commands}
+                base: dict[str, list[float]] = {name: [] for name in commands}
                 for cmd in commands.values():  # one call each first: the server warms up
                     _time(cmd, env, tmp)
                 for _ in range(args.runs):  # interleaved: a load spike hits every command
                     for name, cmd in commands.items():
                         times[name].append(_time(cmd, env, tmp))
+                        if base_env is not None:
+                            base[name].append(_time(cmd, base_env, tmp))
             finally:
                 server.terminate()
                 server.wait(timeout=30)
     medians = {name: statistics.median(t) for name, t in times.items()}
     for name, t in times.items():
-        print(f"{name:<16} p50 {medians[name]:.3f} s  max {max(t):.3f} s ({args.runs} runs)")
+        line = f"{name:<16} p50 {medians[name]:.3f} s  max {max(t):.3f} s ({args.runs} runs)"
+        if base[name]:
+            line += f"; baseline p50 {statistics.median(base[name]):.3f} s"
+        print(line)
     slowest = max(v for k, v in medians.items() if k.startswith("isthmus"))
     print(f"cli-startup: isthmus {slowest:.2f} s isqueue {medians['isqueue']:.2f} s")
 
