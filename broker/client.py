@@ -1,14 +1,22 @@
-"""A small Python client for the v1 API (used by the CLI; usable from notebooks)."""
+"""A small Python client for the v1 API, on the standard library alone (used by the CLI and
+the HPC drop-ins; usable from notebooks).
+
+Every `isthmus` and drop-in command is one process with one or two calls, so its start-up is
+most of what a user waits for: httpx and the pydantic models cost 0.25 s of imports on an idle
+machine here and seconds on a loaded one (docs/benchmarks.md). This client speaks JSON over one
+keep-alive `http.client` connection and imports nothing else.
+"""
 
 from __future__ import annotations
 
+import json
+from http.client import HTTPConnection, HTTPException, HTTPSConnection
 from typing import Any
-
-import httpx
+from urllib.parse import urlencode, urlsplit
 
 
 class ApiError(Exception):
-    """A problem+json answer, kept whole so callers can show the field errors."""
+    """A problem+json answer (status >= 400), kept whole so callers can show the field errors."""
 
     def __init__(self, status: int, problem: dict[str, Any]) -> None:
         self.status = status
@@ -16,13 +24,27 @@ class ApiError(Exception):
         super().__init__(problem.get("detail") or problem.get("title") or f"HTTP {status}")
 
 
+class TransportError(Exception):
+    """The API could not be reached or answered something that is not HTTP/JSON."""
+
+
 class Client:
     def __init__(self, base_url: str, token: str | None = None, timeout: float = 30.0) -> None:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise TransportError(f"not an http(s) URL: {base_url!r}")
+        kind = HTTPSConnection if parts.scheme == "https" else HTTPConnection
+        try:
+            self._conn = kind(parts.hostname, parts.port, timeout=timeout)
+        except ValueError as exc:  # a port out of range or not a number
+            raise TransportError(f"{base_url!r}: {exc}") from None
+        self._prefix = parts.path.rstrip("/")
+        self._headers = {"Accept": "application/json"}
+        if token:
+            self._headers["Authorization"] = f"Bearer {token}"
 
     def close(self) -> None:
-        self._http.close()
+        self._conn.close()
 
     def __enter__(self) -> Client:
         return self
@@ -30,19 +52,57 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, method: str, path: str, **kw: Any) -> Any:
-        r = self._http.request(method, path, **kw)
-        if r.status_code >= 400:
-            try:
-                body = r.json()
-            except ValueError:
-                body = {"title": r.reason_phrase, "detail": r.text[:500]}
-            raise ApiError(r.status_code, body if isinstance(body, dict) else {"detail": body})
-        return r.json()
+    def exchange(self, method: str, url: str, data: bytes | None,
+                 headers: dict[str, str]) -> tuple[int, str, bytes]:
+        """One request: status, reason phrase and body (the tests answer it in-process)."""
+        try:
+            self._conn.request(method, url, body=data, headers=headers)
+            r = self._conn.getresponse()
+            return r.status, r.reason, r.read()
+        except (OSError, HTTPException) as exc:
+            self._conn.close()
+            raise TransportError(str(exc) or type(exc).__name__) from exc
+
+    def raw(self, method: str, path: str, body: Any = None,
+            params: dict[str, Any] | None = None,
+            headers: dict[str, str] | None = None) -> tuple[int, str, bytes]:
+        url = self._prefix + path + (f"?{urlencode(params, doseq=True)}" if params else "")
+        sent = {**self._headers, **(headers or {})}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            sent["Content-Type"] = "application/json"
+        status, reason, payload = self.exchange(method, url, data, sent)
+        if status >= 400:
+            raise _api_error(status, reason, payload)
+        return status, reason, payload
+
+    def call(self, method: str, path: str, body: Any = None,
+             params: dict[str, Any] | None = None, headers: dict[str, str] | None = None) -> Any:
+        """A JSON call; ApiError for a problem answer, TransportError when unreachable."""
+        status, _reason, payload = self.raw(method, path, body, params, headers)
+        try:
+            return json.loads(payload) if payload else None
+        except ValueError:
+            raise TransportError(f"HTTP {status}: not JSON: {payload[:200]!r}") from None
+
+    def text(self, path: str, params: dict[str, Any] | None = None) -> str:
+        """A GET whose answer is text (a rendered script, a CSV report)."""
+        return self.raw("GET", path, params=params)[2].decode(errors="replace")
+
+    def _call(self, method: str, path: str, *, json: Any = None,
+              params: dict[str, Any] | None = None,
+              headers: dict[str, str] | None = None) -> Any:
+        return self.call(method, path, json, params, headers)
 
     def submit(self, spec: dict[str, Any], idempotency_key: str | None = None) -> dict[str, Any]:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         result: dict[str, Any] = self._call("POST", "/v1/jobs", json=spec, headers=headers)
+        return result
+
+    def batch(self, body: dict[str, Any]) -> dict[str, Any]:
+        """isbatch's submission: POST /v1/hpc/batch (broker/hpc/batch_submit.py)."""
+        result: dict[str, Any] = self._call("POST", "/v1/hpc/batch", json=body)
         return result
 
     def plan(self, spec: dict[str, Any]) -> dict[str, Any]:
@@ -86,14 +146,7 @@ class Client:
         return result
 
     def render(self, job_id: str, number: int) -> str:
-        r = self._http.get(f"/v1/jobs/{job_id}/attempts/{number}/render")
-        if r.status_code >= 400:
-            try:
-                body = r.json()
-            except ValueError:
-                body = {"title": r.reason_phrase, "detail": r.text[:500]}
-            raise ApiError(r.status_code, body if isinstance(body, dict) else {"detail": body})
-        return r.text
+        return self.text(f"/v1/jobs/{job_id}/attempts/{number}/render")
 
     def snapshot(self, job_id: str, number: int) -> dict[str, Any]:
         result: dict[str, Any] = self._call(
@@ -170,10 +223,7 @@ class Client:
                   if v is not None}
         if fmt == "json":
             return self._call("GET", "/v1/reports/usage", params=params)
-        r = self._http.get("/v1/reports/usage", params=params)
-        if r.status_code >= 400:
-            raise _api_error(r)
-        return r.text
+        return self.text("/v1/reports/usage", params=params)
 
     def cycles(self, limit: int = 50, before: int | None = None) -> list[dict[str, Any]]:
         params: dict[str, Any] = {"limit": limit}
@@ -213,12 +263,14 @@ class Client:
         return result
 
 
-def _api_error(r: httpx.Response) -> ApiError:
+def _api_error(status: int, reason: str, payload: bytes) -> ApiError:
     try:
-        body = r.json()
+        body = json.loads(payload)
     except ValueError:
-        body = {"title": r.reason_phrase, "detail": r.text[:500]}
-    return ApiError(r.status_code, body if isinstance(body, dict) else {"detail": body})
+        body = None
+    if not isinstance(body, dict):
+        body = {"title": reason, "detail": payload[:500].decode(errors="replace")}
+    return ApiError(status, body)
 
 
 def _list_params(team: str | None, states: list[str] | None, limit: int,

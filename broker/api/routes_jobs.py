@@ -34,6 +34,7 @@ from broker.store import attempts as att
 from broker.store.db import Database
 from broker.store.queries import get_job, job_events, list_jobs
 from broker.store.records import JobRecord
+from policies.explain import Explanation
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=problem_responses(401, 422))
 Caller = Annotated[Principal, Depends(principal)]
@@ -251,7 +252,8 @@ def _held(job_id: str, request: Request, caller: Principal,
 @router.get("/{job_id}/explain", responses=problem_responses(404))
 def explain(job_id: JobRef, request: Request, caller: Caller) -> dict[str, object]:
     """Why the job waits (or where it was placed): the latest admission verdicts per pool,
-    ordered, with the most severe reason."""
+    ordered, with the most severe reason; `text` is the same as `isthmus explain` prints it
+    (rendered here, so the CLI needs none of the policy models)."""
     db = _db(request)
     job = _visible_job(db, job_id, caller)
     with db.read() as s:
@@ -259,12 +261,13 @@ def explain(job_id: JobRef, request: Request, caller: Caller) -> dict[str, objec
     if stored is None:
         return {
             "job_id": job_id, "state": job.state, "reason": job.reason,
-            "message": job.message, "considered_at": None, "explanation": None,
+            "message": job.message, "considered_at": None, "explanation": None, "text": None,
         }
     at, payload = stored
     return {
         "job_id": job_id, "state": job.state, "reason": job.reason, "message": job.message,
         "considered_at": at.isoformat(), "explanation": json.loads(payload),
+        "text": Explanation.model_validate_json(payload).to_text(),
     }
 
 

@@ -43,6 +43,8 @@ class PlanOut(BaseModel):
     nodes: list[str] = []
     """The nodes of that start, one entry per replica."""
     explanation: Explanation | None = None
+    text: str | None = None
+    """The explanation as `isthmus plan` prints it (None without one)."""
     note: str = ""
 
 
@@ -79,8 +81,7 @@ async def plan(request: Request, caller: Caller) -> PlanOut:
         admitted=x.admitted, queued_ahead=result.queued_ahead,
         estimated_start=x.estimated_start,
         estimate_method=x.estimate_method, start_window=x.start_window, pool=result.pool,
-        nodes=list(result.nodes),
-        explanation=x,
+        nodes=list(result.nodes), explanation=x, text=x.to_text(),
         note="" if runtime.leading else "this replica does not lead the control loop; "
              "the answer uses its own view of the backends",
     )

@@ -48,6 +48,10 @@ def pools(server: ServerUrl = DEFAULT_URL, token: Token = None, as_json: AsJson 
             console.print(f"{p['name']}: drained: {p['drain_reason']}", markup=False)
         if not p["reachable"]:
             console.print(f"{p['name']}: {p['note']}", markup=False)
+        if p.get("isthmus_unseen_gpus"):
+            console.print(f"{p['name']}: {p['isthmus_unseen_gpus']} GPUs of Isthmus attempts "
+                          "are not seen on the nodes (the backend lost them; reconciliation "
+                          "ends those attempts)", markup=False)
 
 
 def quotas(server: ServerUrl = DEFAULT_URL, token: Token = None,
@@ -154,9 +158,9 @@ def admin_cycles(limit: Annotated[int, typer.Option(help="at most")] = 20,
         return
     table = [(c["id"], c["at"], c["inputs_digest"], c["pending"], c["admitted"],
               ", ".join(f"{k} {v}" for k, v in c["reasons"].items()) or "-",
-              len(c["victims"]), c["decisions_logged"]) for c in rows]
+              len(c["victims"]), c["decisions_logged"], c.get("repeats", 0)) for c in rows]
     console.print(_table(("ID", "AT", "DIGEST", "PENDING", "ADMITTED", "WAITING", "VICTIMS",
-                          "LOGGED"), table))
+                          "LOGGED", "REPEATS"), table))
 
 
 COMMANDS = (("pools", pools), ("quotas", quotas), ("decisions", decisions))

@@ -9,7 +9,7 @@ import typer
 
 from broker.cli.output import errors
 from broker.cli.output import problem as show_problem
-from broker.client import ApiError, Client
+from broker.client import ApiError, Client, TransportError
 
 ServerUrl = Annotated[
     str, typer.Option("--server", envvar="ISTHMUS_URL", help="API base URL")
@@ -55,9 +55,5 @@ def call(server: str, token: str | None, fn: str, *args: Any) -> Any:
     except ApiError as exc:
         show_problem(exc.status, exc.problem)
         raise typer.Exit(1) from None
-    except OSError as exc:
+    except TransportError as exc:
         fail(f"cannot reach the Isthmus API at {server}: {exc}")
-    except Exception as exc:
-        if exc.__class__.__module__.startswith("httpx"):
-            fail(f"cannot reach the Isthmus API at {server}: {exc}")
-        raise

@@ -11,7 +11,6 @@ import typer
 
 from broker.cli.common import AsJson, fail
 from broker.cli.output import console, emit_json
-from broker.config import ConfigError, load_config
 
 if TYPE_CHECKING:
     from broker.store.db import Database
@@ -36,6 +35,8 @@ def _db_url(db: str | None, config: Path | None) -> str:
         return db
     if config is None:
         _fail(f"give --db URL (or {DB_ENV}) or --config FILE")
+    from broker.config import ConfigError, load_config
+
     try:
         return load_config(config).database
     except ConfigError as exc:

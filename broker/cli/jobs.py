@@ -9,11 +9,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 
 from broker.cli.common import DEFAULT_URL, AsJson, JobId, ServerUrl, Token, call, fail
 from broker.cli.output import console, emit_json, events_table, job_detail, job_table
-from broker.domain import TERMINAL, JobState
+from broker.domain.states import TERMINAL, JobState
 
 SpecFile = Annotated[
     Path, typer.Option("-f", "--file", help="job spec (.json or .yaml; '-' reads stdin)")
@@ -21,6 +20,8 @@ SpecFile = Annotated[
 
 
 def _read_spec(path: Path) -> dict[str, Any]:
+    import yaml
+
     try:
         text = path.read_text() if str(path) != "-" else typer.get_text_stream("stdin").read()
     except OSError as exc:
@@ -59,8 +60,6 @@ def plan(file: SpecFile, server: ServerUrl = DEFAULT_URL, token: Token = None,
     """What admission would decide for a spec now (like `sbatch --test-only`): every pool's
     verdict, the placement or the reason, and the estimated start. Nothing is submitted.
     Exits 1 when the job would be rejected (as `isbatch --test-only` does)."""
-    from policies.explain import Explanation
-
     data = call(server, token, "plan", _read_spec(file))
     if as_json:
         emit_json(data)
@@ -73,8 +72,8 @@ def plan(file: SpecFile, server: ServerUrl = DEFAULT_URL, token: Token = None,
     if data["explanation"] is None:
         console.print(f"valid ({data['reason']}): {data['message']}", markup=False)
     else:
-        x = Explanation.model_validate(data["explanation"])
-        console.print(x.to_text().replace("job plan: ", "plan: ", 1), markup=False)
+        text = _explanation_text(data)
+        console.print(text.replace("job plan: ", "plan: ", 1), markup=False)
         if data.get("queued_ahead") is not None:
             console.print(f"  jobs queued ahead of it: {data['queued_ahead']}", markup=False)
     if data.get("note"):
@@ -146,8 +145,6 @@ def explain(job_id: JobId, server: ServerUrl = DEFAULT_URL, token: Token = None,
             as_json: AsJson = False) -> None:
     """Why a job waits: the latest admission verdicts per pool, most severe reason first; for
     a REJECTED job, the rejection."""
-    from policies.explain import Explanation
-
     data = call(server, token, "explain", job_id)
     if as_json:
         emit_json(data)
@@ -166,7 +163,17 @@ def explain(job_id: JobId, server: ServerUrl = DEFAULT_URL, token: Token = None,
         console.print("  not yet considered by an admission cycle", markup=False)
         return
     console.print(f"  as of {data['considered_at']}", markup=False)
-    console.print(Explanation.model_validate(data["explanation"]).to_text(), markup=False)
+    console.print(_explanation_text(data), markup=False)
+
+
+def _explanation_text(data: dict[str, Any]) -> str:
+    """The server renders the explanation (`text`); a server from before that sends only the
+    model, rendered here at the cost of importing the policies."""
+    if data.get("text") is not None:
+        return str(data["text"])
+    from policies.explain import Explanation
+
+    return Explanation.model_validate(data["explanation"]).to_text()
 
 
 def attempts(job_id: JobId, server: ServerUrl = DEFAULT_URL, token: Token = None,

@@ -12,7 +12,6 @@ from broker.cli.common import DEFAULT_URL, AsJson, ServerUrl, Token, call, fail
 from broker.cli.db import DB_ENV, DbUrl, db_app
 from broker.cli.hpc import hpc_app
 from broker.cli.output import console, emit_json
-from broker.config import ConfigError, load_config
 
 # rich_markup_mode=None: plain click help, where a boolean flag reads `--json`, not
 # `--json <bool>`
@@ -57,6 +56,7 @@ def server(
     ] = 1,
 ) -> None:
     """Run the API server (and, when it holds the lease, the control loop)."""
+    from broker.config import ConfigError
     from broker.server import ServerError, run
 
     try:
@@ -84,6 +84,7 @@ def control(
 ) -> None:
     """Run the control loop without the API (PostgreSQL): a replica that leads when it holds
     the lease; pair it with `isthmus server --no-control`."""
+    from broker.config import ConfigError
     from broker.control_only import run_control
     from broker.server import ServerError
 
@@ -222,6 +223,7 @@ def config_check(
 ) -> None:
     """Validate an isthmus.yaml as the server does when it starts (all but binding its port
     and opening its database) and print a summary."""
+    from broker.config import ConfigError, load_config
     from broker.server import ServerError, check_config
 
     try:

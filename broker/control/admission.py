@@ -264,14 +264,21 @@ def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
         if e is not None:
             stored[job_id] = (e.position, e.at.timestamp() if e.at else None, e.method)
     crash_point("before-cycle-record")
+    # An idle cycle (no job to decide) changes and explains nothing: a run of them is one
+    # stored row, the first's, counting the others (revision 0016).
+    idle = not result.decisions
+    folded = plane.soft.idle_cycle if idle else None
     with plane.db.write() as s:
-        record = asdict(result.record)
-        cycle_id = att.insert_cycle(
-            s, now, plane.epoch, result.record.inputs_digest, json.dumps(record, default=str)
-        )
-        logged = decision_log.record(s, plane, cycle_id, now, result.decisions,
+        if folded is None or not att.fold_idle_cycle(s, folded, plane.epoch, now):
+            record = asdict(result.record)
+            folded = att.insert_cycle(
+                s, now, plane.epoch, result.record.inputs_digest,
+                json.dumps(record, default=str),
+            )
+        logged = decision_log.record(s, plane, folded, now, result.decisions,
                                      {j.id: j.team for j in queued}, changed)
     decision_log.remember(plane, logged)
+    plane.soft.idle_cycle = folded if idle else None
     # a cycle that admitted is news; one that only looked is not (the jobs' own lines tell
     # what changed: broker.orchestration.story_rule)
     log.log(logging.INFO if result.record.admitted else logging.DEBUG,

@@ -64,5 +64,8 @@ class SoftState:
     is rebuilt every FULL_EVERY_S)."""
     decisions_logged: dict[str, datetime] = field(default_factory=dict)
     """Owner: decision_log. Bound: the jobs of the last cycle (replaced every cycle)."""
+    idle_cycle: int | None = None
+    """Owner: admission. The stored cycle the idle cycles since are counted on (None: the last
+    cycle had jobs to decide). Losing it (a restart) costs one more row."""
     eta_facts: dict[AttemptKey, EtaFacts] = field(default_factory=dict)
     """Owner: eta_inputs. Bound: ETA_FACTS_MAX (emptied when it would pass it)."""

@@ -5,12 +5,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator, Mapping
 
-import httpx
-
-from broker.client import ApiError, Client
+from broker.client import ApiError, Client, TransportError
 from broker.hpc import client_config
 from broker.hpc.jobview import JobView, view
-from broker.hpc.thin_client import ThinClient
 
 
 class DropInError(Exception):
@@ -25,7 +22,7 @@ def connect(environ: Mapping[str, str]) -> Client:
     return Client(conf.url, conf.token)
 
 
-def all_jobs(api: Client | ThinClient, states: list[str] | None = None,
+def all_jobs(api: Client, states: list[str] | None = None,
              most: int = 10_000) -> Iterator[JobView]:
     """Every job the caller may see (their team's; all for admins), newest first."""
     cursor = None
@@ -48,6 +45,6 @@ def main_guard(prog: str, body: Callable[[], int]) -> int:
         print(f"{prog}: error: {exc}", file=sys.stderr)
     except ApiError as exc:
         print(f"{prog}: error: {exc} (HTTP {exc.status})", file=sys.stderr)
-    except httpx.HTTPError as exc:
+    except TransportError as exc:
         print(f"{prog}: error: cannot reach the Isthmus broker: {exc}", file=sys.stderr)
     return 1

@@ -6,7 +6,7 @@ Exit codes and messages follow sbatch: 255 for an unknown option, 1 for a refuse
 the message names the option.
 
 Its start-up is part of every submission's latency, so it imports the standard library, the
-sbatch reader and the mapping only: no httpx, no pydantic (`broker.hpc.thin_client`); what only
+sbatch reader and the mapping only: no httpx, no pydantic (`broker.client`); what only
 some requests need (dependencies, arrays) is imported on use.
 """
 
@@ -19,10 +19,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from broker.client import ApiError, Client, TransportError
 from broker.hpc import client_config, pipes, sbatch_parse
 from broker.hpc.compat import CompatError, CompatTables, exported_env, to_job_spec
 from broker.hpc.sbatch_values import SbatchError
-from broker.hpc.thin_client import ApiError, ThinClient, TransportError
 
 PROG = "isbatch"
 USAGE = (
@@ -82,7 +82,7 @@ def submit(parsed: sbatch_parse.Parsed, environ: Mapping[str, str]) -> int:
     except client_config.ClientConfigError as exc:
         return _fail(str(exc))
     try:
-        with ThinClient(conf.url, conf.token) as api:
+        with Client(conf.url, conf.token) as api:
             if options.test_only:
                 return _test_only(api, parsed, environ)
             body = client_body(parsed.request, parsed.script, parsed.command_line.script_path,
@@ -122,7 +122,7 @@ def client_body(request: sbatch_parse.SbatchRequest, script: str, script_path: s
             "script_path": script_path, "env": dict(env), "submit_dir": submit_dir}
 
 
-def _resolver(api: ThinClient) -> Callable[[str], list[str]]:
+def _resolver(api: Client) -> Callable[[str], list[str]]:
     """Job ids of --dependency as the user writes them (an id, an array id, ARRAY_TASK) ->
     Isthmus job ids among the jobs the user may see (for --test-only; a submission has the
     broker resolve them)."""
@@ -140,7 +140,7 @@ def _resolver(api: ThinClient) -> Callable[[str], list[str]]:
     return resolve
 
 
-def _test_only(api: ThinClient, parsed: sbatch_parse.Parsed, environ: Mapping[str, str]) -> int:
+def _test_only(api: Client, parsed: sbatch_parse.Parsed, environ: Mapping[str, str]) -> int:
     """Ask the broker's what-if (POST /v1/plan) where and when the job would start and say it
     as `sbatch --test-only` does (on stderr); nothing is stored. Exit 1 when the broker would
     reject the job."""

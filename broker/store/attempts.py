@@ -353,6 +353,16 @@ def insert_cycle(
     return int(key[0]) if key else 0
 
 
+def fold_idle_cycle(session: Session, cycle_id: int, epoch: int, at: datetime) -> bool:
+    """Count one more idle cycle on the stored cycle `cycle_id` of this leader's `epoch`;
+    False when that row is gone (pruned) or not this epoch's."""
+    result = session.connection().execute(
+        sa.update(CYCLES).where(CYCLES.c.id == cycle_id, CYCLES.c.leader_epoch == epoch)
+        .values(repeats=CYCLES.c.repeats + 1, last_at=at)
+    )
+    return bool(result.rowcount)
+
+
 EXPLANATIONS: sa.Table = ExplanationRow.__table__  # type: ignore[attr-defined]
 
 

@@ -38,6 +38,8 @@ class CycleRecord:
     leader_epoch: int
     inputs_digest: str
     record_json: str
+    repeats: int
+    last_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +65,7 @@ def insert_decisions(session: Session, cycle_id: int, rows: Sequence[LoggedDecis
 def cycles_page(session: Session, limit: int, before_id: int | None = None) -> list[CycleRecord]:
     """Cycles newest first; `before_id`: only older ones (the next page)."""
     stmt = sa.select(CYCLES.c.id, CYCLES.c.at, CYCLES.c.leader_epoch, CYCLES.c.inputs_digest,
-                     CYCLES.c.record_json)
+                     CYCLES.c.record_json, CYCLES.c.repeats, CYCLES.c.last_at)
     if before_id is not None:
         stmt = stmt.where(CYCLES.c.id < before_id)
     rows = session.connection().execute(stmt.order_by(CYCLES.c.id.desc()).limit(limit))

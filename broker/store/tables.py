@@ -220,6 +220,10 @@ class AdmissionCycleRow(SQLModel, table=True):
     leader_epoch: int
     inputs_digest: str = Field(max_length=32)
     record_json: str = Field(sa_type=sa.Text)
+    repeats: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
+    """Idle cycles (no job to decide) after this one folded into its row (revision 0016)."""
+    last_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    """When the last of them ran (None: none folded)."""
 
 
 class ServerSecretRow(SQLModel, table=True):

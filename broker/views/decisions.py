@@ -36,6 +36,11 @@ class CycleView(BaseModel):
     victims: list[str]
     decisions_logged: int
     """Jobs whose decision changed in this cycle (see the module doc)."""
+    repeats: int = 0
+    """Idle cycles (no job to decide) after this one, stored as this row: a run of idle
+    cycles is one row."""
+    last_at: datetime | None = None
+    """When the last of those idle cycles ran."""
 
 
 class PoolVerdictView(BaseModel):
@@ -80,7 +85,7 @@ def _cycle_view(c: store.CycleRecord, logged: int) -> CycleView:
         admitted_to=[(str(j), str(p)) for j, p in rec.get("admitted_to", [])],
         reservations=[str(r) for r in rec.get("reservations", [])],
         victims=[str(v) for v in rec.get("victims", [])],
-        decisions_logged=logged,
+        decisions_logged=logged, repeats=c.repeats, last_at=c.last_at,
     )
 
 

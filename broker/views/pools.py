@@ -48,7 +48,12 @@ class PoolView(BaseModel):
     unschedulable_gpus: int
     """GPUs on nodes that are drained or down in the backend."""
     isthmus_gpus: int
-    """GPUs Isthmus attempts hold on the nodes (ranks starting or running)."""
+    """GPUs Isthmus attempts hold on the nodes (ranks starting or running) that the backend
+    reports busy: with free, foreign and unschedulable it adds up to the capacity."""
+    isthmus_unseen_gpus: int = 0
+    """GPUs of attempts the store places in the pool but the backend's nodes show free: a
+    backend that lost its jobs (a restarted simulator, a wiped cluster) until reconciliation
+    ends those attempts."""
     isthmus_waiting_gpus: int
     """GPUs of admitted Isthmus attempts not placed on nodes yet."""
     foreign_gpus: int
@@ -103,28 +108,28 @@ def pool_view(
     if answer is not None and answer.snapshot is not None and snap is None and reachable:
         reachable, note = False, f"backend {cfg.backend} reports no pool {cfg.name}"
     placed, waiting = held
+    unseen = 0
     if snap is not None:
         capacity = snap.total_gpus
         free = snap.free_gpus
         unschedulable = sum(n.total_gpus for n in snap.nodes if not n.schedulable)
         busy = sum(n.total_gpus - n.free_gpus for n in snap.nodes if n.schedulable)
+        # the backend's nodes are the truth of what is held: the store's placements count
+        # only as far as the nodes are busy (a restarted simulator showed 32 free plus 16
+        # held of 32 GPUs)
+        unseen = max(0, placed - busy)
+        placed -= unseen
         racks, blocks = _domains(snap, "rack"), _domains(snap, "block")
         queued_ours, queued_foreign = (snap.queue.isthmus_pending_gpus,
                                        snap.queue.foreign_pending_gpus)
     else:
         capacity, free, unschedulable, busy = _configured_gpus(cfg), 0, 0, 0
         racks, blocks, queued_ours, queued_foreign = [], [], 0, 0
-    if snap is not None and placed > busy:
-        # Isthmus attempts the backend does not show busy on its nodes (not started yet, or
-        # lost by a backend that restarted, until the reconciler settles them) are not on
-        # the nodes: they wait, and free + ours + foreign + unschedulable stays the capacity
-        waiting += placed - busy
-        placed = busy
     taken = answer.taken_at if answer is not None else None
     return PoolView(
         name=cfg.name, backend=cfg.backend, flavor=cfg.flavor, cost_weight=cfg.cost_weight,
         capacity_gpus=capacity, free_gpus=free, unschedulable_gpus=unschedulable,
-        isthmus_gpus=placed, isthmus_waiting_gpus=waiting,
+        isthmus_gpus=placed, isthmus_unseen_gpus=unseen, isthmus_waiting_gpus=waiting,
         foreign_gpus=max(0, busy - placed),
         queued_isthmus_gpus=queued_ours, queued_foreign_gpus=queued_foreign,
         drained=cfg.drained or bool(state and state.drained), drained_in_config=cfg.drained,

@@ -16,12 +16,21 @@ def clients_of(app: FastAPI) -> Callable[..., Client]:
     """A `Client` factory whose clients send their requests to `app`."""
 
     def local(url: str, token: str | None = None) -> Client:
-        c = Client(url, token)
-        c._http.close()
-        c._http = TestClient(app)
-        return c
+        return over_app(Client(url, token), TestClient(app))
 
     return local
+
+
+def over_app(client: Client, http: TestClient) -> Client:
+    """`client`, its requests answered by the app behind `http` instead of a socket."""
+
+    def exchange(method: str, url: str, data: bytes | None,
+                 headers: dict[str, str]) -> tuple[int, str, bytes]:
+        r = http.request(method, url, content=data, headers=headers)
+        return r.status_code, r.reason_phrase, r.content
+
+    client.exchange = exchange  # type: ignore[method-assign]
+    return client
 
 
 def route_clients(monkeypatch: pytest.MonkeyPatch, module: ModuleType, app: FastAPI) -> None:

@@ -185,16 +185,16 @@ def test_one_api_call_per_submission(server: Server, script: Path, tmp_path: Pat
     """isbatch sends its parsed request once (POST /v1/hpc/batch): the broker maps it, resolves
     --dependency and splits an array; nothing else is asked, for a plain job, an array or a
     dependency."""
-    from broker.hpc.thin_client import ThinClient
+    from broker.client import Client
 
     calls: list[tuple[str, str]] = []
-    real = ThinClient.call
+    real = Client.call
 
-    def counted(self: ThinClient, method: str, path: str, *args: object, **kw: object) -> object:
+    def counted(self: Client, method: str, path: str, *args: object, **kw: object) -> object:
         calls.append((method, path))
         return real(self, method, path, *args, **kw)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(ThinClient, "call", counted)
+    monkeypatch.setattr(Client, "call", counted)
     env = env_for(server, "vision", tmp_path)
     assert isbatch.run(["--parsable", "--export=ALL,LR=0.1", str(script)], env) == 0
     parent = capsys.readouterr().out.strip()
@@ -203,7 +203,7 @@ def test_one_api_call_per_submission(server: Server, script: Path, tmp_path: Pat
                         str(script)], env) == 0
     array_id = capsys.readouterr().out.strip()
     assert calls == [("POST", "/v1/hpc/batch")] * 2
-    monkeypatch.setattr(ThinClient, "call", real)
+    monkeypatch.setattr(Client, "call", real)
     assert isqueue.run(["--json", "-j", array_id], env) == 0
     tasks = json.loads(capsys.readouterr().out)["jobs"]
     assert sorted(t["job_id"] for t in tasks) == [f"{array_id}_{i}" for i in range(3)]

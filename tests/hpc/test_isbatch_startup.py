@@ -14,7 +14,7 @@ from broker.hpc import isbatch
 from tests.harness.paths import ROOT
 from tests.harness.server import free_port
 
-HEAVY = ("httpx", "pydantic", "yaml", "broker.domain", "broker.client", "sqlalchemy", "rich")
+HEAVY = ("httpx", "pydantic", "yaml", "broker.domain.spec", "sqlalchemy", "rich")
 
 
 def test_the_isbatch_entry_point_imports_no_heavy_module() -> None:

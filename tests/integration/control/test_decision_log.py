@@ -86,3 +86,30 @@ def test_pruning_in_batches_keeps_recent_cycles_and_the_explanation(sim: Sim) ->
     with sim.plane.db.read() as s:
         explanation = att.get_explanation(s, job)
     assert explanation is not None and "PoolDrained" in explanation[1]
+
+
+def test_a_run_of_idle_cycles_is_one_row_with_a_count(sim: Sim) -> None:
+    """Cycles with no job to decide are stored once: the first's row counts the rest, until a
+    cycle has a job to decide; a pruned row is not counted on (a new one is stored)."""
+    for _ in range(4):
+        run_admission(sim.plane)
+        sim.advance(1)
+    assert _count(sim, "admission_cycles") == 1
+    [idle] = read_cycles(sim.plane.db, limit=10)
+    assert (idle.pending, idle.repeats) == (0, 3)
+    assert idle.last_at is not None and idle.last_at > idle.at
+    job = _waiting_job(sim)
+    run_admission(sim.plane)  # a job to decide: a row of its own
+    sim.advance(1)
+    with sim.plane.db.write() as s:  # the job goes: idle again
+        s.connection().execute(sa.text("UPDATE jobs SET state = 'CANCELLED' WHERE id = :j"),
+                               {"j": job})
+    for _ in range(3):
+        run_admission(sim.plane)
+        sim.advance(1)
+    assert [(c.pending, c.repeats) for c in read_cycles(sim.plane.db, limit=10)] == [
+        (0, 2), (1, 0), (0, 3)]
+    sim.advance(RETENTION + 10)
+    assert decision_log.prune(sim.plane) == 3
+    run_admission(sim.plane)  # the row it counted on is gone: a new one
+    assert [(c.pending, c.repeats) for c in read_cycles(sim.plane.db, limit=10)] == [(0, 0)]

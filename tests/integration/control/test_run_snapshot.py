@@ -111,14 +111,10 @@ def test_cli_snapshot_exports_the_last_attempt_as_json(sim: Sim, monkeypatch: An
     run_until(sim, job, "RUNNING")
     http = TestClient(create_app(sim.plane.config, sim.plane.db))
 
-    class Local(Client):
-        def __init__(self, *a: object, **k: object) -> None:
-            self._http = http
+    from tests.harness.inprocess import over_app
 
-        def close(self) -> None:  # the test's client outlives each command
-            return None
-
-    monkeypatch.setattr(common, "Client", Local)
+    monkeypatch.setattr(common, "Client", lambda url, token=None: over_app(Client(url, token),
+                                                                           http))
     out = CliRunner().invoke(cli.app, ["snapshot", job])
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)

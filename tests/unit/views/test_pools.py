@@ -56,12 +56,12 @@ def test_capacity_free_ours_foreign_queues_and_domains(example_config: IsthmusCo
 def test_ours_never_counts_beyond_what_the_backend_shows_busy(
         example_config: IsthmusConfig) -> None:
     """Issue 31: after a simulator restart a pool showed 32 free plus 16 held of 32 GPUs: the
-    attempts the backend no longer shows were counted on its nodes. They wait instead."""
+    attempts the backend no longer shows were counted on its nodes. They are counted apart."""
     views = {v.name: v for v in pool_views(
         example_config, {}, {"sim-slurm": _answer()}, {"slurm-h100": (30, 2)}, utcnow())}
     v = views["slurm-h100"]
-    assert (v.free_gpus, v.isthmus_gpus, v.foreign_gpus, v.isthmus_waiting_gpus) == (
-        16, 16, 0, 16)
+    assert (v.free_gpus, v.isthmus_gpus, v.foreign_gpus, v.isthmus_unseen_gpus,
+            v.isthmus_waiting_gpus) == (16, 16, 0, 14, 2)
     assert v.free_gpus + v.isthmus_gpus + v.foreign_gpus + v.unschedulable_gpus \
         == v.capacity_gpus
 
@@ -87,3 +87,22 @@ def test_drained_by_whom_and_why(example_config: IsthmusConfig) -> None:
     v = next(p for p in pool_views(example_config, undrained, {}, {}, now)
              if p.name == "slurm-h100")
     assert (v.drained, v.drained_by) == (False, None)
+
+
+def test_placements_the_nodes_do_not_show_are_not_counted_as_held(
+    example_config: IsthmusConfig,
+) -> None:
+    """A restarted simulator forgets its jobs: its nodes are free while the store still places
+    attempts there until reconciliation ends them. The view never counts a GPU twice."""
+    now = utcnow()
+    pool = PoolSnapshot(
+        name="slurm-h100", backend_kind=BackendKind.SLURM, backend="sim-slurm",
+        flavor="h100-80g",
+        nodes=tuple(_node(f"n{i}", "b1", "r1", 8) for i in range(4)),  # 32 GPUs, all free
+    )
+    fresh = Answer(InventorySnapshot(taken_at=now, pools=(pool,)), "", now)
+    v = next(p for p in pool_views(example_config, {}, {"sim-slurm": fresh},
+                                   {"slurm-h100": (16, 0)}, now) if p.name == "slurm-h100")
+    assert (v.capacity_gpus, v.free_gpus) == (32, 32)
+    assert (v.isthmus_gpus, v.foreign_gpus, v.isthmus_unseen_gpus) == (0, 0, 16)
+    assert v.free_gpus + v.isthmus_gpus + v.foreign_gpus + v.unschedulable_gpus == 32
