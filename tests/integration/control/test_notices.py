@@ -65,7 +65,7 @@ def receiver() -> Iterator[Receiver]:
     lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        def do_POST(self) -> None:
             raw = self.rfile.read(int(self.headers["Content-Length"]))
             with lock:
                 got.calls += 1
@@ -91,7 +91,7 @@ class Mailbox:
     def __init__(self) -> None:
         self.messages: list[Any] = []
 
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         self.messages.append((envelope.rcpt_tos, message_from_bytes(envelope.content)))
         return "250 OK"
 
