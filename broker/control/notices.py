@@ -56,11 +56,13 @@ def run_notices(plane: ControlPlane) -> int:
     """One pass: expand new notices, send the due deliveries. Returns deliveries sent."""
     cfg = plane.config.notices
     now = plane.clock()
-    with plane.db.write() as s:
-        for notice in store.unexpanded(s, cfg.batch):
-            store.expand(s, notice.id, targets(plane.config, notice), now)
-    with plane.db.read() as s:
-        due = store.due(s, now, cfg.batch)
+    with plane.db.read() as s:  # most passes find nothing: no write transaction for them
+        new, due = store.has_unexpanded(s), store.due(s, now, cfg.batch)
+    if new:
+        with plane.db.write() as s:
+            for notice in store.unexpanded(s, cfg.batch):
+                store.expand(s, notice.id, targets(plane.config, notice), now)
+            due = store.due(s, now, cfg.batch)
     sent = 0
     for delivery, notice in due:
         try:

@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from broker.domain.notices import MAX_JOB_TARGETS, JobNotify, kinds_of_mail_type
 from broker.hpc.sbatch_parse import SbatchRequest
 from broker.hpc.sbatch_values import parse_array, parse_begin, parse_dependency, parse_signal
 
@@ -303,6 +302,10 @@ def _notify(req: SbatchRequest) -> dict[str, Any] | None:
     user, types = req.extra.get("mail_user"), req.extra.get("mail_type")
     if not user or not types:
         return None
+    # Here, not at the top: isbatch imports this module and starts without pydantic or the
+    # domain package (tests/hpc/test_isbatch_startup.py); the mapping runs in the broker.
+    from broker.domain.notices import MAX_JOB_TARGETS, JobNotify, kinds_of_mail_type
+
     try:
         kinds = kinds_of_mail_type(str(types))
     except ValueError as exc:

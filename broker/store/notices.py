@@ -85,6 +85,11 @@ def _notice(row: Any) -> Notice:
                   *row[6:])
 
 
+def has_unexpanded(session: Session) -> bool:
+    return session.connection().execute(
+        sa.select(NOTICES.c.id).where(NOTICES.c.expanded.is_(False)).limit(1)).first() is not None
+
+
 def unexpanded(session: Session, limit: int) -> list[Notice]:
     """Notices whose targets are not resolved yet, oldest first."""
     rows = session.connection().execute(

@@ -345,3 +345,21 @@ def test_a_jobs_own_webhook_is_told_when_its_host_is_allowed(db: Any,
     _deliver(sim)
     assert receiver.kinds() == ["succeeded"]
     assert SIGNATURE_HEADER not in receiver.accepted[0][1]
+
+
+def test_the_leaders_loop_delivers_them(db: Any, receiver: Receiver) -> None:
+    """No test calls the pass: the runtime's `notices` job does, on the leader."""
+    from broker.control.lease import LeaderLease
+    from broker.control.runtime import Intervals, Runtime
+    from tests.harness.wait import wait_until
+
+    sim = make_sim(db, _config(receiver.url, None))
+    job = submit(sim, spec().name("x").flavors("a100-80g").replicas(1).topology(None), 60)
+    cancel_job(sim.plane.db, job, "tester", by_admin=False)
+    iv = Intervals(admission=60, dispatch=60, reconcile=60, lease_ttl=1.5, notices=0.1)
+    runtime = Runtime(sim.plane, LeaderLease(sim.plane.db, holder="r1", ttl=iv.lease_ttl), iv)
+    runtime.start()
+    try:
+        wait_until(lambda: receiver.kinds() == ["cancelled"], 60, "the cancelled notice")
+    finally:
+        runtime.stop()
