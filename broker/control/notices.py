@@ -42,7 +42,7 @@ from broker.domain.notices import (
 from broker.logs import get_logger
 from broker.store import notices as store
 
-log = get_logger("control.notices")
+log = get_logger(__name__)
 
 SIGNATURE_HEADER = "X-Isthmus-Signature"
 NOTICE_HEADER = "X-Isthmus-Notice"
@@ -66,7 +66,13 @@ def run_notices(plane: ControlPlane) -> int:
     sent = 0
     for delivery, notice in due:
         try:
-            send(cfg, delivery.channel, delivery.target, notice)
+            try:
+                send(cfg, delivery.channel, delivery.target, notice)
+            except DeliveryError:
+                raise
+            except Exception as exc:  # a bug must not stop the deliveries behind this one
+                log.exception("notice %s: delivery failed unexpectedly", notice.key)
+                raise DeliveryError(f"internal error: {type(exc).__name__}") from None
         except DeliveryError as exc:
             tries = delivery.attempts + 1
             dead = tries >= cfg.max_attempts
@@ -88,7 +94,10 @@ def run_notices(plane: ControlPlane) -> int:
 
 def targets(config: IsthmusConfig, notice: store.Notice) -> list[tuple[str, str]]:
     """(channel, target) pairs subscribed to this notice, from the configuration now."""
-    kind = NoticeKind(notice.kind)
+    try:
+        kind = NoticeKind(notice.kind)
+    except ValueError:  # written by a newer version: nobody here subscribes to it
+        return []
     out: list[tuple[str, str]] = []
     team = config.team(notice.team)
     mail = config.notices.smtp is not None

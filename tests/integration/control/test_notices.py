@@ -277,13 +277,17 @@ def test_a_receiver_failing_twice_gets_the_notice_once(db: Any, receiver: Receiv
 
 
 def test_a_receiver_that_always_fails_ends_in_the_dead_letter_view(
-        db: Any, receiver: Receiver, monkeypatch: pytest.MonkeyPatch) -> None:
+        db: Any, receiver: Receiver, caplog: pytest.LogCaptureFixture) -> None:
     receiver.always_fail = True
     sim = make_sim(db, _config(receiver.url, None, max_attempts=3))
     job = submit(sim, spec().name("x").flavors("a100-80g").replicas(1).topology(None), 60)
     cancel_job(sim.plane.db, job, "tester", by_admin=False)
+    caplog.set_level("INFO", logger="isthmus")
     _deliver(sim, rounds=6, gap=120)
     assert receiver.calls == 3  # bounded: max_attempts, then no more
+    told = [r.getMessage() for r in caplog.records if "failed (try" in r.getMessage()]
+    assert len(told) == 3 and "; dead" in told[-1]
+    assert not any("token=abc" in m or "/hooks/" in m or SECRET in m for m in caplog.messages)
     client = TestClient(create_app(sim.plane.config, sim.plane.db))
     dead = client.get("/v1/admin/notices", params={"status": "dead"}).json()
     assert [(d["kind"], d["job_id"], d["attempts"]) for d in dead] == [("cancelled", job, 3)]
