@@ -4,6 +4,8 @@
 per event); `notice_deliveries` holds one row per notice and target (webhook URL or mail
 address) with its attempts, next try and last error; status `dead` is the dead-letter view.
 
+Downgrade drops both tables.
+
 Revision ID: 0016_notices
 Revises: 0015_job_number
 """
@@ -52,4 +54,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    raise NotImplementedError("Isthmus migrations are forward-only; restore from a backup")
+    """Drops the outbox and its deliveries (notices not yet sent are lost)."""
+    op.drop_index("ix_notice_deliveries_due", "notice_deliveries")
+    op.drop_table("notice_deliveries")
+    op.drop_index("ix_notices_job", "notices")
+    op.drop_index("ix_notices_expanded", "notices")
+    op.drop_table("notices")
