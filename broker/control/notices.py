@@ -63,11 +63,20 @@ def run_notices(plane: ControlPlane) -> int:
             for notice in store.unexpanded(s, cfg.batch):
                 store.expand(s, notice.id, targets(plane.config, notice), now)
             due = store.due(s, now, cfg.batch)
+    if not due:
+        return 0
+    # One client a pass: building one (its TLS context) cost more than a local delivery.
+    with httpx.Client(timeout=cfg.timeout, follow_redirects=False) as http:
+        return _send_due(plane, cfg, http, due)
+
+
+def _send_due(plane: ControlPlane, cfg: Notices, http: httpx.Client,
+              due: list[tuple[store.Delivery, store.Notice]]) -> int:
     sent = 0
     for delivery, notice in due:
         try:
             try:
-                send(cfg, delivery.channel, delivery.target, notice)
+                send(cfg, http, delivery.channel, delivery.target, notice)
             except DeliveryError:
                 raise
             except Exception as exc:  # a bug must not stop the deliveries behind this one
@@ -135,9 +144,10 @@ def body(notice: store.Notice) -> dict[str, Any]:
     return out
 
 
-def send(cfg: Notices, channel: str, target: str, notice: store.Notice) -> None:
+def send(cfg: Notices, http: httpx.Client, channel: str, target: str,
+         notice: store.Notice) -> None:
     if channel == store.WEBHOOK:
-        _post(cfg, target, notice)
+        _post(cfg, http, target, notice)
     elif channel == store.EMAIL:
         _mail(cfg, target, notice)
     else:
@@ -149,7 +159,7 @@ def signature(secret: bytes, payload: bytes) -> str:
     return "sha256=" + hmac.new(secret, payload, hashlib.sha256).hexdigest()
 
 
-def _post(cfg: Notices, url: str, notice: store.Notice) -> None:
+def _post(cfg: Notices, http: httpx.Client, url: str, notice: store.Notice) -> None:
     payload = json.dumps(body(notice), sort_keys=True).encode()
     headers = {"Content-Type": "application/json", NOTICE_HEADER: notice.key,
                "User-Agent": "isthmus-notices"}
@@ -160,8 +170,7 @@ def _post(cfg: Notices, url: str, notice: store.Notice) -> None:
                                 "unset or empty; set it or remove the setting")
         headers[SIGNATURE_HEADER] = signature(secret.encode(), payload)
     try:
-        answer = httpx.post(url, content=payload, headers=headers, timeout=cfg.timeout,
-                            follow_redirects=False)
+        answer = http.post(url, content=payload, headers=headers)
     except httpx.HTTPError as exc:
         raise DeliveryError(f"{type(exc).__name__}: {str(exc)[:200]}") from None
     if not 200 <= answer.status_code < 300:
