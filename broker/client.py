@@ -203,6 +203,21 @@ class Client:
         result: list[dict[str, Any]] = self._call("GET", "/v1/admin/approvals")
         return result
 
+    def notices(self, status: str | None = None, team: str | None = None,
+                limit: int = 100) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"limit": limit}
+        if status:
+            params["status"] = status
+        if team:
+            params["team"] = team
+        result: list[dict[str, Any]] = self._call("GET", "/v1/admin/notices", params=params)
+        return result
+
+    def retry_notice(self, delivery_id: int) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call(
+            "POST", f"/v1/admin/notices/{delivery_id}/retry")
+        return result
+
     def limit_views(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self._call("GET", "/v1/limits")
         return result

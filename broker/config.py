@@ -28,6 +28,7 @@ from broker.config_tuning import (
 )
 from broker.config_tuning import Strict as _Strict
 from broker.domain.metadata_keys import DEFAULT_RESERVED_PREFIXES
+from broker.domain.notices import EmailAddress, Subscription
 from broker.domain.spec import (
     DAY,
     BackendKind,
@@ -307,6 +308,45 @@ class ConcurrencyLimits(_Strict):
         )
 
 
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
+
+
+class Smtp(_Strict):
+    """The mail server notices are sent through (plain SMTP, optionally STARTTLS and login).
+    The password is read from the environment variable `password_env`, never from this file."""
+
+    host: str = Field(min_length=1, max_length=253)
+    port: int = Field(default=25, ge=1, le=65535)
+    sender: EmailAddress = Field(description="the From: address")
+    starttls: bool = False
+    username: str | None = Field(default=None, max_length=255)
+    password_env: str | None = Field(default=None, pattern=ENV_NAME)
+    timeout: float = Field(default=10.0, gt=0, le=120)
+
+
+class Notices(_Strict):
+    """How notices are delivered (broker/control/notices.py): by the leader, every
+    `interval`, at most `batch` deliveries a pass; a failed delivery is tried again after
+    `backoff`, doubled each time up to `max_backoff`, until `max_attempts` (then it is dead:
+    `isthmus admin notices --dead`)."""
+
+    interval: float = Field(default=2.0, gt=0, le=3600)
+    batch: int = Field(default=100, ge=1, le=10_000)
+    timeout: float = Field(default=10.0, gt=0, le=120, description="per webhook call")
+    max_attempts: int = Field(default=8, ge=1, le=50)
+    backoff: float = Field(default=5.0, gt=0, le=3600)
+    max_backoff: float = Field(default=900.0, gt=0, le=86400)
+    signing_secret_env: str | None = Field(
+        default=None, pattern=ENV_NAME,
+        description="environment variable holding the HMAC-SHA256 key of the "
+        "X-Isthmus-Signature header (unset: bodies are not signed)")
+    smtp: Smtp | None = Field(default=None, description="unset: mail targets are not sent to")
+    job_webhook_hosts: list[str] = Field(
+        default_factory=list, max_length=256,
+        description="hosts a job's own webhooks (spec `notify.webhooks`) may name; empty: "
+        "jobs may name none (the broker would otherwise call any address a user writes)")
+
+
 class Team(_Strict):
     name: str = Field(pattern=NAME)
     cohort: str | None = None
@@ -317,6 +357,8 @@ class Team(_Strict):
         default_factory=ConcurrencyLimits,
         description="each user's jobs in this team at once; unset fields come from the "
         "top-level user_limits")
+    notices: Subscription | None = Field(
+        default=None, description="webhooks and mail addresses told of this team's jobs")
 
 
 def is_loopback(host: str) -> bool:
@@ -351,6 +393,7 @@ class IsthmusConfig(_Strict):
     user_limits: ConcurrencyLimits = Field(
         default_factory=ConcurrencyLimits,
         description="each user's jobs at once, in every team (teams[].user_limits overrides)")
+    notices: Notices = Field(default_factory=Notices)
     slurm_compat: SlurmCompat | None = Field(
         default=None, description="how isbatch maps sbatch requests (broker/hpc/compat_config.py)"
     )

@@ -15,9 +15,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from broker.config import Flavor, IsthmusConfig, Limits, Pool, PoolCapacity, Team, Tenancy
+from broker.config import (
+    Flavor,
+    IsthmusConfig,
+    Limits,
+    Notices,
+    Pool,
+    PoolCapacity,
+    Team,
+    Tenancy,
+)
 from broker.domain import Reason, metadata_keys
 from broker.domain.inventory import pool_is_candidate
+from broker.domain.notices import webhook_host
 from broker.domain.spec import JobSpec
 from broker.domain.topology import TopologyLevel
 from broker.domain.units import format_duration, format_size
@@ -86,7 +96,21 @@ def request_problems(
         )
     out += limit_problems(config.limits, spec)
     out += tenancy_problems(config.tenancy, spec)
+    out += notify_problems(config.notices, spec)
     return out
+
+
+def notify_problems(notices: Notices, spec: JobSpec) -> list[FieldProblem]:
+    """A job's own webhooks name only hosts `notices.job_webhook_hosts` allows (else any user
+    could make the broker call any address it reaches)."""
+    if spec.notify is None:
+        return []
+    allowed = {h.lower() for h in notices.job_webhook_hosts}
+    return [FieldProblem(f"notify.webhooks[{i}]",
+                         f"host '{webhook_host(url)}' is not in notices.job_webhook_hosts "
+                         f"(allowed: {', '.join(sorted(allowed)) or 'none'}); ask an admin, or "
+                         "use the team's notices")
+            for i, url in enumerate(spec.notify.webhooks) if webhook_host(url) not in allowed]
 
 
 def tenancy_problems(tenancy: Tenancy, spec: JobSpec) -> list[FieldProblem]:

@@ -31,6 +31,7 @@ from broker.control.runtime import Runtime
 from broker.domain.spec import JobSpec
 from broker.logs import get_logger
 from broker.metrics import REGISTRY, store_collectors
+from broker.orchestration import notice_rule
 from broker.orchestration.transitions import JobNotFound
 from broker.store.db import Database
 
@@ -45,6 +46,8 @@ def create_app(config: IsthmusConfig, db: Database, runtime: Runtime | None = No
     )
     app.state.config = config
     app.state.db = db
+    # this process's transitions write notices for the teams that have them (notice_rule)
+    notice_rule.watch_teams(t.name for t in config.teams if t.notices is not None)
     app.state.authenticator = Authenticator(config)
     app.state.wake_admission = waker = admission_waker(db, runtime)
     if waker is not None:

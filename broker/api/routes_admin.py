@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from broker import ledger
@@ -15,10 +15,12 @@ from broker.api.schemas import JobOut
 from broker.config import IsthmusConfig
 from broker.domain.clock import utcnow
 from broker.domain.ids import is_job_id
+from broker.domain.notices import redacted
 from broker.domain.text import Text
 from broker.orchestration import approval
 from broker.orchestration.transitions import JobNotFound
 from broker.store import approvals
+from broker.store import notices as notice_store
 from broker.store.conflicts import on_conflict
 from broker.store.db import Database
 from broker.store.pools import pool_states, set_drained
@@ -182,3 +184,60 @@ def pending_approvals(request: Request, caller: Admin) -> list[JobOut]:
     with db.read() as s:
         rows = approvals.awaiting(s)
     return [JobOut.of(r) for r in rows]
+
+
+class NoticeDeliveryOut(BaseModel):
+    id: int
+    kind: str
+    team: str
+    job_id: str | None
+    at: str
+    channel: str
+    target: str = Field(description="a mail address, or a webhook URL shown as scheme://host/...")
+    status: str
+    attempts: int
+    next_try_at: str
+    last_error: str
+    delivered_at: str | None
+
+    @classmethod
+    def of(cls, row: notice_store.Listed) -> NoticeDeliveryOut:
+        d = row.delivery
+        return cls(id=d.id, kind=row.kind, team=row.team, job_id=row.job_id,
+                   at=row.at.isoformat(), channel=d.channel,
+                   target=redacted(d.target) if d.channel == notice_store.WEBHOOK else d.target,
+                   status=d.status, attempts=d.attempts, next_try_at=d.next_try_at.isoformat(),
+                   last_error=d.last_error,
+                   delivered_at=d.delivered_at.isoformat() if d.delivered_at else None)
+
+
+@router.get("/notices", response_model=list[NoticeDeliveryOut])
+def notice_deliveries(
+    request: Request, caller: Admin,
+    status: Annotated[Literal["pending", "delivered", "dead"] | None,
+                      Query(description="dead: the dead-letter view")] = None,
+    team: Annotated[str | None, Query(max_length=63)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> list[NoticeDeliveryOut]:
+    """Notice deliveries, newest notices first: each target's status, attempts and last
+    error. `status=dead` lists the ones whose attempts are spent."""
+    db: Database = request.app.state.db
+    with db.read() as s:
+        rows = notice_store.listing(s, status, team, limit)
+    return [NoticeDeliveryOut.of(r) for r in rows]
+
+
+@router.post("/notices/{delivery_id}/retry", response_model=list[NoticeDeliveryOut],
+             responses=problem_responses(404))
+def retry_notice(delivery_id: int, request: Request, caller: Admin) -> list[NoticeDeliveryOut]:
+    """Give a dead delivery a fresh set of attempts (once its receiver is fixed); the
+    leader sends it on its next notices pass. 404 when no dead delivery has this id."""
+    db: Database = request.app.state.db
+    with db.write() as s:
+        if not notice_store.retry_dead(s, delivery_id, utcnow()):
+            raise Problem(404, "not-found", "No such dead delivery",
+                          f"no dead notice delivery with id {delivery_id}")
+    with db.read() as s:
+        rows = [r for r in notice_store.listing(s, None, None, 1000)
+                if r.delivery.id == delivery_id]
+    return [NoticeDeliveryOut.of(r) for r in rows]

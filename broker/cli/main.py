@@ -200,6 +200,39 @@ def admin_approvals(server: ServerUrl = DEFAULT_URL, token: Token = None,
                       markup=False)
 
 
+@admin_app.command("notices")
+def admin_notices(
+    dead: Annotated[bool, typer.Option("--dead", help="only the dead-letter view (attempts "
+                                       "spent)")] = False,
+    status: Annotated[str | None, typer.Option(help="pending, delivered or dead")] = None,
+    team: Annotated[str | None, typer.Option(help="one team's notices")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 100,
+    server: ServerUrl = DEFAULT_URL, token: Token = None, as_json: AsJson = False,
+) -> None:
+    """Notice deliveries (webhooks, mail), newest first, with attempts and last error."""
+    rows = _call(server, token, "notices", "dead" if dead else status, team, limit)
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        console.print("no notice deliveries", markup=False)
+    for d in rows:
+        console.print(f"{d['id']:<6} {d['status']:<9} {d['kind']:<16} {d['team']:<12} "
+                      f"{d['job_id'] or '-':<16} {d['channel']:<7} {d['target']}  "
+                      f"tries {d['attempts']}  {d['last_error']}", markup=False)
+
+
+@admin_app.command("notice-retry")
+def admin_notice_retry(
+    delivery_id: Annotated[int, typer.Argument(help="a dead delivery's id (admin notices)")],
+    server: ServerUrl = DEFAULT_URL, token: Token = None, as_json: AsJson = False,
+) -> None:
+    """Send a dead notice delivery again (a fresh set of attempts)."""
+    rows = _call(server, token, "retry_notice", delivery_id)
+    emit_json(rows) if as_json else console.print(
+        f"delivery {delivery_id}: pending again", markup=False)
+
+
 @admin_app.command("usage")
 def admin_usage(server: ServerUrl = DEFAULT_URL, token: Token = None,
                 as_json: AsJson = False) -> None:

@@ -29,6 +29,7 @@ from broker.domain.clock import utcnow
 from broker.domain.inventory import InventorySnapshot, NodeSnapshot, PoolSnapshot, TopologyPath
 from broker.domain.spec import BackendKind, JobSpec
 from broker.logs import get_logger
+from broker.orchestration import notice_rule
 from broker.store import attempts as att
 from broker.store.db import Database
 from broker.store.fence import FencedDatabase
@@ -77,6 +78,7 @@ class ControlPlane:
     _gates: dict[str, GatedBackend] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
+        notice_rule.watch_teams(t.name for t in self.config.teams if t.notices is not None)
         self.backends = {name: self._wrap(b) for name, b in self.backends.items()}
         self._inventories = Inventories(
             lambda: self.clock(), self.params.inventory_wait_s, self.params.inventory_max_age_s

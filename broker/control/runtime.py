@@ -48,6 +48,7 @@ from broker.control.admission import run_admission
 from broker.control.decision_log import prune as prune_decisions
 from broker.control.dispatch import run_dispatch
 from broker.control.lease import LeaderLease
+from broker.control.notices import run_notices
 from broker.control.plane import ControlPlane
 from broker.control.reconcile import run_reconcile
 from broker.control.requeue import repair_undecided
@@ -78,6 +79,8 @@ class Intervals:
     repair: float = 60.0
     """How often the leader looks for attempt endings left without a retry decision
     (broker.control.requeue.repair_undecided); also at once whenever it starts leading."""
+    notices: float = 2.0
+    """How often the leader delivers notices (broker.control.notices)."""
 
 
 class Runtime:
@@ -119,6 +122,7 @@ class Runtime:
         self._add("dispatch", dispatch, iv.dispatch)
         self._add("decision-log", prune_decisions, iv.prune)
         self._add("retry-repair", repair_undecided, iv.repair)
+        self._add("notices", run_notices, iv.notices)
         def reconcile(plane: ControlPlane, name: str) -> None:
             report = run_reconcile(plane, name)
             if report.transitions or report.lost or report.cancelled:

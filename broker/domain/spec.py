@@ -25,6 +25,7 @@ from pydantic import (
 
 from broker.domain import metadata_keys
 from broker.domain.batch_options import BatchOptions
+from broker.domain.notices import JobNotify
 from broker.domain.scheduling import Scheduling
 from broker.domain.stop_signal import STOP_SIGNAL
 from broker.domain.text import MultilineText, Text, TextKey
@@ -363,6 +364,9 @@ class JobSpec(_Strict):
     scheduling: Scheduling | None = Field(
         default=None, description="start time, dependencies, array membership (sbatch style)"
     )
+    notify: JobNotify | None = Field(
+        default=None, description="this job's own notices: webhooks, mail addresses, event "
+        "kinds (isbatch --mail-user/--mail-type); the team's notices come from isthmus.yaml")
 
     @field_validator("flavors")
     @classmethod

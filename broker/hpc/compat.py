@@ -18,9 +18,10 @@ How each option lands (the README's HPC section says the same):
 | -o/--output, -e/--error (relative to the submit directory) | entrypoint.batch.output/error |
 | --exclusive | entrypoint.batch.exclusive; Slurm partitions only (backend narrowed to slurm) |
 | --export=VAR=value,VAR | env |
+| --mail-user=ADDR, --mail-type=TYPES | notify.emails, notify.events (notices.MAIL_TYPES) |
 
 Kept as the pod annotation ``sbatch.isthmus.io/request`` and otherwise without effect
-(``STORED``): mail, chdir, comment, requeue, hints, verbosity.
+(``STORED``): chdir, comment, requeue, hints, verbosity. Mail options are kept there too.
 Every other option is refused by name, as are partitions, accounts, qos, GPU types and features
 the section does not map.
 """
@@ -43,7 +44,7 @@ if TYPE_CHECKING:  # the pydantic model is the server's; isbatch reads the serve
 
 # Given options with no effect on the job; kept in the request annotation.
 STORED = frozenset({
-    "mail_type", "mail_user", "chdir", "comment", "open_mode",
+    "chdir", "comment", "open_mode",
     "requeue", "no_requeue", "hint", "distribution", "verbose", "quiet", "parsable", "export",
     "get_user_env", "propagate", "kill_on_invalid_dep", "wckey", "acctg_freq", "profile",
     "clusters",  # one federation: -M is kept and shown (--parsable prints ID;CLUSTER)
@@ -53,7 +54,7 @@ MAPPED = frozenset({
     "partition", "account", "qos", "gres", "gpus", "gpus_per_node", "gpus_per_task", "nodes",
     "ntasks", "ntasks_per_node", "cpus_per_task", "cpus_per_gpu", "mem", "mem_per_gpu",
     "mem_per_cpu", "time", "job_name", "constraint", "signal", "wrap", "test_only", "output",
-    "error", "exclusive",
+    "error", "exclusive", "mail_type", "mail_user",
     "hold",  # read by the batch route: the jobs are held once stored (scontrol release)
 })
 _BATCH_PATH = re.compile(r"^[A-Za-z0-9._/%+@=,~-]+$")  # the spec's BATCH_PATH, relative allowed
@@ -305,6 +306,31 @@ def _entrypoint(req: SbatchRequest, script: str, compat: SlurmCompat | CompatTab
     return entrypoint
 
 
+def _notify(req: SbatchRequest) -> dict[str, Any] | None:
+    """--mail-user and --mail-type as the job's own notices (mail only: addresses, no
+    webhooks). As in Slurm, nothing is sent without both, and NONE sends nothing."""
+    user, types = req.extra.get("mail_user"), req.extra.get("mail_type")
+    if not user or not types:
+        return None
+    # Here, not at the top: isbatch imports this module and starts without pydantic or the
+    # domain package (tests/hpc/test_isbatch_startup.py); the mapping runs in the broker.
+    from broker.domain.notices import MAX_JOB_TARGETS, JobNotify, kinds_of_mail_type
+
+    try:
+        kinds = kinds_of_mail_type(str(types))
+    except ValueError as exc:
+        raise CompatError(str(exc)) from None
+    if not kinds:
+        return None
+    emails = [a.strip() for a in str(user).split(",") if a.strip()]
+    try:
+        JobNotify(emails=emails)
+    except ValueError:
+        raise CompatError(f"--mail-user: '{str(user)[:80]}' is not a mail address (at most "
+                          f"{MAX_JOB_TARGETS}, comma-separated: name@example.org)") from None
+    return {"emails": emails, "events": sorted(kinds)}
+
+
 def _slurm_only(backend: str, partition: str) -> str:
     """--exclusive reserves whole nodes, which Slurm does and Kubernetes pools do not."""
     if backend == "k8s":
@@ -362,6 +388,9 @@ def to_job_spec(
         env.setdefault("SLURM_SUBMIT_DIR", submit_dir)
     if env:
         spec["env"] = env
+    notify = _notify(req)
+    if notify:
+        spec["notify"] = notify
     scheduling = _scheduling(req, resolve, now or datetime.now(UTC))
     if scheduling:
         spec["scheduling"] = scheduling

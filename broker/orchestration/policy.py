@@ -6,6 +6,7 @@ from __future__ import annotations
 from broker.domain import JobState
 from broker.orchestration.ledger_rules import ReleaseOnLeave, ReserveOnAdmission
 from broker.orchestration.metrics_rule import MetricsRule
+from broker.orchestration.notice_rule import NoticeRule
 from broker.orchestration.rules import RetryEngineOnlyRule, RuleSet
 from broker.orchestration.story_rule import StoryRule
 
@@ -18,6 +19,6 @@ def default_rules() -> RuleSet:
             RetryEngineOnlyRule(JobState.RETRYING, JobState.FAILED,
                                 "a job waiting for its retry fails only on a decision of the "
                                 "retry engine"),
-            ReserveOnAdmission(), ReleaseOnLeave(), MetricsRule(), StoryRule(),
+            ReserveOnAdmission(), ReleaseOnLeave(), MetricsRule(), StoryRule(), NoticeRule(),
         ]
     )

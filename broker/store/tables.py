@@ -287,3 +287,48 @@ class CycleDecisionRow(SQLModel, table=True):
     reason: str = Field(max_length=40)
     digest: str = Field(max_length=32)
     payload_json: str = Field(sa_type=sa.Text)
+
+
+class NoticeRow(SQLModel, table=True):
+    """The notices outbox: one row per notable job event (broker/domain/notices.py), written in
+    the transaction of the event (broker/orchestration/notice_rule.py). `key` is unique, so an
+    event gives one notice however often its transaction is retried. The leader's delivery
+    pass (broker/control/notices.py) resolves its targets once (`expanded`)."""
+
+    __tablename__ = "notices"
+    __table_args__ = (
+        sa.UniqueConstraint("key", name="uq_notices_key"),
+        sa.Index("ix_notices_expanded", "expanded", "id"),
+        sa.Index("ix_notices_job", "job_id"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    key: str = Field(max_length=128)
+    kind: str = Field(max_length=24)
+    job_id: str | None = Field(default=None, max_length=16)
+    event_seq: int | None = None
+    team: str = Field(max_length=63)
+    at: datetime = Field(sa_type=UTCDateTime)
+    details_json: str | None = Field(default=None, sa_type=sa.Text)
+    expanded: bool = False
+
+
+class NoticeDeliveryRow(SQLModel, table=True):
+    """One notice to one target (a webhook URL or a mail address): pending until delivered,
+    or dead once its attempts are spent (the dead-letter view)."""
+
+    __tablename__ = "notice_deliveries"
+    __table_args__ = (
+        sa.UniqueConstraint("notice_id", "channel", "target", name="uq_notice_deliveries"),
+        sa.Index("ix_notice_deliveries_due", "status", "next_try_at"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    notice_id: int = Field(foreign_key="notices.id")
+    channel: str = Field(max_length=8)
+    target: str = Field(max_length=2048)
+    status: str = Field(max_length=12)
+    attempts: int = 0
+    next_try_at: datetime = Field(sa_type=UTCDateTime)
+    last_error: str = Field(default="", sa_type=sa.Text)
+    delivered_at: datetime | None = Field(default=None, sa_type=UTCDateTime)

@@ -134,5 +134,6 @@ def build_runtime(config: IsthmusConfig, db: Database) -> Runtime:
     intervals = Intervals(
         admission=c.admission_interval, dispatch=c.dispatch_interval,
         reconcile=c.reconcile_interval, lease_ttl=c.lease_ttl,
+        notices=config.notices.interval,
     )
     return Runtime(plane, lease, intervals)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.domain.notices import NoticeKind
 from broker.domain.spec import JobSpec
 from broker.hpc.compat import ANNOTATION, CompatError, to_job_spec
 from broker.hpc.compat_config import SlurmCompat
@@ -218,3 +219,36 @@ def test_huge_begin_and_array_values_are_sbatch_errors_not_crashes(text: str) ->
             parse_begin(text, datetime.now(UTC))
         else:
             parse_array(text)
+
+
+@pytest.mark.parametrize(("mail_type", "events"), [
+    ("END", ["cancelled", "failed", "succeeded"]),
+    ("BEGIN,FAIL", ["failed", "started"]),
+    ("requeue", ["preempted", "requeued"]),
+    ("ALL", sorted(k.value for k in NoticeKind)),
+], ids=["end", "begin-fail", "requeue-any-case", "all"])
+def test_mail_options_become_the_jobs_notices(mail_type: str, events: list[str]) -> None:
+    spec = JobSpec.model_validate(spec_for([f"--mail-type={mail_type}",
+                                            "--mail-user=ada@example.org", "--gres=gpu:8",
+                                            "job.sh"]))
+    assert spec.notify is not None
+    assert spec.notify.emails == ["ada@example.org"]
+    assert sorted(k.value for k in spec.notify.events) == events
+
+
+@pytest.mark.parametrize("args", [
+    ["--mail-type=END"], ["--mail-user=ada@example.org"],
+    ["--mail-type=NONE", "--mail-user=ada@example.org"],
+], ids=["type-without-user", "user-without-type", "none"])
+def test_mail_options_alone_ask_for_nothing(args: list[str]) -> None:
+    assert "notify" not in spec_for([*args, "--gres=gpu:8", "job.sh"])
+
+
+@pytest.mark.parametrize(("args", "match"), [
+    (["--mail-type=SOMETIMES", "--mail-user=ada@example.org"], "--mail-type: unknown type"),
+    (["--mail-type=END", "--mail-user=ada"], "--mail-user: 'ada' is not a mail address"),
+], ids=["bad-type", "bad-user"])
+def test_bad_mail_options_are_refused_by_name(args: list[str], match: str) -> None:
+    parsed = parse([*args, "--gres=gpu:8", "job.sh"], {}, lambda path: SCRIPT)
+    with pytest.raises(CompatError, match=match):
+        to_job_spec(parsed.request, parsed.script, COMPAT, caller_team="vision")
