@@ -64,10 +64,12 @@ def test_a_standby_does_not_follow_the_change_feeds_until_it_leads(
         assert feeds == [], "a standby follows no change feed"
         other.release()
         wait_until(lambda: runtime.leading, QUICK_S, "the standby to take the lease")
-        assert len(feeds) == 1, "the leader follows the feed"
+        with runtime._lock:  # leading is set first, then the feeds followed, under this lock
+            assert len(feeds) == 1, "the leader follows the feed"
         runtime.step_down()
         wait_until(lambda: runtime.leading, QUICK_S, "the lease to be taken again")
-        assert len(feeds) == 1, "a feed is followed once, not once per leadership"
+        with runtime._lock:
+            assert len(feeds) == 1, "a feed is followed once, not once per leadership"
     finally:
         runtime.stop()
 
