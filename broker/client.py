@@ -167,6 +167,11 @@ class Client:
         result: dict[str, Any] = self._call("POST", f"/v1/jobs/{job_id}/release")
         return result
 
+    def requeue(self, job_id: str, hold: bool = False) -> dict[str, Any]:
+        query = "?hold=true" if hold else ""
+        result: dict[str, Any] = self._call("POST", f"/v1/jobs/{job_id}/requeue{query}")
+        return result
+
     def cancel(self, job_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self._call("POST", f"/v1/jobs/{job_id}/cancel")
         return result

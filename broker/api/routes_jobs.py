@@ -30,6 +30,7 @@ from broker.orchestration.dependency_refs import UnknownDependency, checked_depe
 from broker.orchestration.rules import Outcome
 from broker.orchestration.submission import IdempotencyConflict, Submission, cancel_job
 from broker.orchestration.user_holds import NotQueued, hold_job, release_job
+from broker.orchestration.user_requeue import NotRequeueable, requeue_job
 from broker.store import attempts as att
 from broker.store.db import Database
 from broker.store.queries import get_job, job_events, list_jobs
@@ -233,6 +234,27 @@ def hold(job_id: JobRef, request: Request, caller: Caller) -> JobOut:
 def release(job_id: JobRef, request: Request, caller: Caller) -> JobOut:
     """Let a held job go back to admission (``scontrol release``)."""
     return _held(job_id, request, caller, release_job)
+
+
+@router.post("/{job_id}/requeue", response_model=JobOut, status_code=202,
+             responses=problem_responses(404, 409))
+def requeue(job_id: JobRef, request: Request, caller: Caller, hold: bool = False) -> JobOut:
+    """Stop the job's current attempt and put it back in the queue under the same id
+    (``scontrol requeue``; ``hold=true``: ``scontrol requeuehold``, it then waits held until
+    released). Accepted here, carried out by the next admission cycle: the attempt gets the
+    job's stop signal and grace, the job goes RETRYING -> QUEUED with reason Requeued (not a
+    failure, not counted by the retry policy). 409 for a job that is not admitted or running
+    (a waiting job has nothing to stop; an ended job stays ended: submit it again)."""
+    db = _db(request)
+    _visible_job(db, job_id, caller)
+    try:
+        job = requeue_job(db, job_id, caller.name, hold)
+    except NotRequeueable as exc:
+        raise Problem(409, "not-requeueable", "Job cannot be requeued", str(exc)) from None
+    wake = request.app.state.wake_admission
+    if wake is not None:
+        wake()  # the cycle carries requeues out
+    return JobOut.of(job)
 
 
 def _held(job_id: str, request: Request, caller: Principal,

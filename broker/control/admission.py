@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from sqlmodel import Session
 
 from broker import ledger
-from broker.control import admission_usage, decision_log, eta_inputs, holds
+from broker.control import admission_usage, decision_log, eta_inputs, holds, user_requeue
 from broker.control import admission_writes as writes
 from broker.control.faults import crash_point
 from broker.control.guard import Incident, JobGuard
@@ -41,9 +41,10 @@ from broker.policy_inputs import concurrency, limits_configured, pending_job, qu
 from broker.policy_inputs import usage as usage_view
 from broker.store import attempts as att
 from broker.store import concurrency as counts
-from broker.store import user_holds
+from broker.store import requeue_requests, user_holds
 from broker.store.queries import list_jobs
 from broker.store.records import JobRecord
+from broker.store.requeue_requests import RequeueRequest
 from policies import eta
 from policies.concurrency import ConcurrencyInputs
 from policies.cycle import CycleResult, admission_cycle
@@ -173,6 +174,8 @@ class CycleInputs:
     running: list[eta.Running] = field(default_factory=list)
     concurrency: ConcurrencyInputs | None = None
     """Limits and counts per team and user; None when no running-jobs or GPU limit is set."""
+    requeues: list[RequeueRequest] = field(default_factory=list)
+    """Requeues users asked for (scontrol requeue), carried out by the real cycle first."""
 
 
 def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
@@ -193,6 +196,7 @@ def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
         if fold_usage:  # the real cycle: only what changed since the last one is read
             decayed = admission_usage.decayed_usage(plane, s, now, in_use)
         by_user = user_holds.held(s) if fold_usage and queued else {}
+        requeues = requeue_requests.pending(s) if fold_usage else []
     if fold_usage:  # the real cycle: held jobs get their reason and stay out (a plan only reads)
         # start times, dependencies, array limits, approvals
         queued = holds.apply_holds(plane, queued, by_user, now)
@@ -201,7 +205,8 @@ def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
     if decayed is None:  # a what-if reads the ledger whole: it moves no state of the real cycle
         decayed = plane.decayed_usage(in_use, now)
     return CycleInputs(queued, views, inventory, quota_config(plane.config),
-                       usage_view(in_use, decayed), now, unreadable, runtimes, running, limits)
+                       usage_view(in_use, decayed), now, unreadable, runtimes, running, limits,
+                       requeues)
 
 
 def decide(
@@ -230,6 +235,8 @@ def run_admission(plane: ControlPlane, limit: int = 10_000) -> CycleResult:
 def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
     now = plane.clock()
     inputs = cycle_inputs(plane, now, limit)
+    if inputs.requeues:  # the jobs go back to the queue: the next cycle considers them
+        user_requeue.carry_out(plane, inputs.requeues, now)
     queued = inputs.queued
     if inputs.unreadable:
         with plane.db.write() as s:

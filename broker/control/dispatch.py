@@ -50,6 +50,8 @@ def _request(plane: ControlPlane, a: att.AttemptRecord, token: str,
     }
     if snapshot.resume_from:
         env["ISTHMUS_RESUME_FROM"] = snapshot.resume_from
+    if a.number > 1:  # as Slurm sets it in a requeued job: the times the job went again
+        env["SLURM_RESTART_COUNT"] = str(a.number - 1)
     return SubmitRequest(
         job_id=a.job_id, attempt=a.number, name=a.backend_name, snapshot=snapshot,
         placement=snapshot.placement, env=env, owner=owner, job_number=number,

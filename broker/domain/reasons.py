@@ -88,6 +88,7 @@ class Reason(StrEnum):
     ConcurrencyLimit = "ConcurrencyLimit"
     # a user's hold (scontrol hold, sbatch --hold) keeps the job queued until released
     JobHeldUser = "JobHeldUser"
+    Requeued = "Requeued"
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +160,10 @@ REASONS: dict[Reason, ReasonInfo] = {
     ),
     R.JobHeldUser: ReasonInfo(
         10, K.WAIT, "held by a user (scontrol hold, sbatch --hold) until released"
+    ),
+    R.Requeued: ReasonInfo(
+        2, K.PROGRESS, "its owner or an admin requeued it (scontrol requeue): its attempt was "
+        "stopped and it waits for admission again"
     ),
     R.AwaitingApproval: ReasonInfo(
         11, K.WAIT, "its priority class needs an admin's approval (isthmus admin approve)"

@@ -1,10 +1,10 @@
 """iscontrol: the part of scontrol that tools use on jobs: ``show job ID`` (and ``show jobid``)
-in Slurm's ``Key=Value`` form (``-o`` puts each job on one line), and ``hold ID`` /
-``release ID`` for pending jobs.
+in Slurm's ``Key=Value`` form (``-o`` puts each job on one line), ``hold ID`` /
+``release ID`` for pending jobs and ``requeue ID`` / ``requeuehold ID`` for admitted or running
+ones (stopped and put back in the queue under the same id; requeuehold also holds it).
 
 ID is a number, ``ARRAY_TASK``, an array's id (each of its tasks, as scontrol shows them) or an
-Isthmus id. Other subcommands are refused by name: a running job is requeued through Isthmus's
-own lifecycle (``isthmus cancel``, the retry policy), not through scontrol.
+Isthmus id. Other subcommands are refused by name.
 """
 
 from __future__ import annotations
@@ -65,14 +65,12 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
 
     def body() -> int:
         verb = args.words[0].lower() if args.words else ""
-        if verb in ("hold", "release") and len(args.words) >= 2:
-            return _hold_or_release(environ, verb, args.words[1:])
+        if verb in _CHANGES and len(args.words) >= 2:
+            return _change(environ, verb, args.words[1:])
         words = [w.lower() for w in args.words[:2]]
         if words not in (["show", "job"], ["show", "jobid"]) or len(args.words) != 3:
-            raise DropInError(f"'{' '.join(args.words)}': only 'show job ID', 'hold ID' and "
-                              "'release ID' are available (a running job is requeued "
-                              "through Isthmus's own lifecycle: isthmus cancel, the retry "
-                              "policy)")
+            raise DropInError(f"'{' '.join(args.words)}': only 'show job ID', 'hold ID', "
+                              "'release ID', 'requeue ID' and 'requeuehold ID' are available")
         wanted = args.words[2]
         now = datetime.now(UTC)
         with connect(environ) as api:
@@ -92,9 +90,16 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
     return main_guard(PROG, body)
 
 
-def _hold_or_release(environ: Mapping[str, str], verb: str, ids: Sequence[str]) -> int:
-    """``scontrol hold|release ID[,ID...] [ID...]``: each pending job, by number, array id
-    (every task) or Isthmus id; Slurm's words for an id no job of the team has."""
+_CHANGES = ("hold", "release", "requeue", "requeuehold")
+
+
+def _change(environ: Mapping[str, str], verb: str, ids: Sequence[str]) -> int:
+    """``scontrol hold|release|requeue|requeuehold ID[,ID...] [ID...]``: each job, by number,
+    array id (every task) or Isthmus id; Slurm's words for an id no job of the team has and
+    for a job in the wrong state (the broker's reason in brackets)."""
+    if "=" in ids[0] or ids[0].lower() == "incomplete":  # caller gives >= 1 word
+        raise DropInError(f"'{ids[0]}': scontrol {verb}'s options are not available here; "
+                          "name the job ids only")
     wanted = [i for word in ids for i in word.split(",") if i]
     code = 0
     with connect(environ) as api:
@@ -106,12 +111,26 @@ def _hold_or_release(environ: Mapping[str, str], verb: str, ids: Sequence[str]) 
                 code = 1
             for job in found:
                 try:
-                    api.hold(job.id) if verb == "hold" else api.release(job.id)
+                    if verb == "hold":
+                        api.hold(job.id)
+                    elif verb == "release":
+                        api.release(job.id)
+                    else:
+                        api.requeue(job.id, hold=verb == "requeuehold")
                 except ApiError as exc:
-                    print(f"{PROG}: error: Job is no longer pending execution for job "
-                          f"{job.display_id} ({exc})", file=sys.stderr)
+                    print(f"{PROG}: error: {_refusal(verb, job)} for job {job.display_id} "
+                          f"({exc})", file=sys.stderr)
                     code = 1
     return code
+
+
+def _refusal(verb: str, job: JobView) -> str:
+    """Slurm's words for a job in a state the change does not apply to."""
+    if verb in ("hold", "release"):
+        return "Job is no longer pending execution"
+    if job.long_state in ("PENDING", "REQUEUED", "REQUEUE_HOLD"):
+        return "Job is pending execution"
+    return "Job/step already completing or completed"
 
 
 def main() -> None:

@@ -256,6 +256,20 @@ class JobHoldRow(SQLModel, table=True):
     held_at: datetime = Field(sa_type=UTCDateTime)
 
 
+class JobRequeueRow(SQLModel, table=True):
+    """A request to requeue a job's current attempt (scontrol requeue / requeuehold), kept until
+    the admission cycle has stopped that attempt and put the job back in the queue (the row is
+    deleted in that transaction), or finds that the job moved on."""
+
+    __tablename__ = "job_requeues"
+
+    job_id: str = Field(primary_key=True, foreign_key="jobs.id", max_length=16)
+    attempt: int
+    requested_by: str = Field(max_length=255)
+    hold: bool = False
+    requested_at: datetime = Field(sa_type=UTCDateTime)
+
+
 class PoolStateRow(SQLModel, table=True):
     """Admin overrides of a pool (drained or not), on top of isthmus.yaml."""
 

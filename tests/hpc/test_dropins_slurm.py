@@ -270,3 +270,38 @@ echo after-step
     done = wait_until(lambda: _acct_when(env, job_id, capsys, lambda st: st not in ENDLESS),
                       DEADLINE, "isacct shows the job ended")
     assert done[2:4] == ["COMPLETED", "0:0"], done  # signalled, not cancelled
+
+
+def test_scontrol_requeue_runs_the_job_again_under_its_id(
+    server: Server, tmp_path: Path, workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """iscontrol requeue as scontrol requeue: the running job is stopped and runs again under
+    the same number, told SLURM_RESTART_COUNT=1 as a requeued Slurm job is (the usual
+    checkpoint-and-requeue script resumes on it); it then completes. A pending job is
+    refused in Slurm's words."""
+    from broker.hpc import iscontrol
+
+    runs, ready = workdir / "runs.txt", workdir / "ready"
+    script = _script(tmp_path / "requeue.sh", f"""#!/bin/bash
+#SBATCH -J e2e-requeue -N 1 --gres=gpu:a100:1 -t 5 -A isthmus
+echo "restart=${{SLURM_RESTART_COUNT:-0}}" >> {runs}
+if [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ]; then exit 0; fi
+touch {ready}
+for i in $(seq 1200); do sleep 0.2; done
+exit 7
+""")
+    env = _env(server, tmp_path)
+    assert isbatch.run(["--parsable", str(script)], env) == 0
+    number = capsys.readouterr().out.strip()
+    wait_until(lambda: (j := _queue(env, number, capsys)) and j["job_state"] == "RUNNING"
+               and ready.exists(), DEADLINE, "the job runs")
+    assert iscontrol.run(["requeue", number], env) == 0
+    done = wait_until(lambda: _acct_when(env, number, capsys, lambda st: st not in ENDLESS),
+                      DEADLINE, "isacct shows the job ended")
+    assert done[2:4] == ["COMPLETED", "0:0"], done
+    assert runs.read_text().split() == ["restart=0", "restart=1"]
+    assert isbatch.run(["--parsable", "--hold", str(script)], env) == 0
+    held = capsys.readouterr().out.strip()
+    assert iscontrol.run(["requeue", held], env) == 1
+    assert f"Job is pending execution for job {held}" in capsys.readouterr().err
+    assert iscancel.run([held], env) == 0
