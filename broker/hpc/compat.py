@@ -9,7 +9,7 @@ How each option lands (the README's HPC section says the same):
 | -C/--constraint (features joined by &) | narrows the flavors to each feature's mapped flavor |
 | -A/--account (default: the token's team) | team |
 | -q/--qos | priority class |
-| -N, -n, --ntasks-per-node | gang.replicas, one_per_node, tasks_per_replica |
+| -N, -n, --ntasks-per-node, --ntasks-per-gpu | gang.replicas, one_per_node, tasks_per_replica |
 | GPUs per node, cpus, memory | gang.gpus_per_replica, cpus_per_replica, memory_per_replica |
 | -t/--time | max_runtime (slurm_compat.default_time_limit_s when absent) |
 | --signal=[{R|B}:]SIG[@S] | checkpoint.grace = S, .signal = SIG, .signal_batch_only = B: |
@@ -21,9 +21,9 @@ How each option lands (the README's HPC section says the same):
 | --mail-user=ADDR, --mail-type=TYPES | notify.emails, notify.events (notices.MAIL_TYPES) |
 
 Kept as the pod annotation ``sbatch.isthmus.io/request`` and otherwise without effect
-(``STORED``): chdir, comment, requeue, hints, verbosity. Mail options are kept there too.
-Every other option is refused by name, as are partitions, accounts, qos, GPU types and features
-the section does not map.
+(``STORED``): chdir, comment, requeue, hints, nice, GPU binding, verbosity. Every other
+option is refused by name, as are partitions, accounts, qos, GPU types and features the section
+does not map.
 """
 
 from __future__ import annotations
@@ -48,13 +48,15 @@ STORED = frozenset({
     "requeue", "no_requeue", "hint", "distribution", "verbose", "quiet", "parsable", "export",
     "get_user_env", "propagate", "kill_on_invalid_dep", "wckey", "acctg_freq", "profile",
     "clusters",  # one federation: -M is kept and shown (--parsable prints ID;CLUSTER)
+    "nice",  # the broker orders a team's jobs by priority class and submit time
+    "gpu_bind", "gres_flags",  # GPU binding: Isthmus binds a task's GPUs (--gpus-per-task)
 })
 # Given options that the mapping reads.
 MAPPED = frozenset({
     "partition", "account", "qos", "gres", "gpus", "gpus_per_node", "gpus_per_task", "nodes",
     "ntasks", "ntasks_per_node", "cpus_per_task", "cpus_per_gpu", "mem", "mem_per_gpu",
     "mem_per_cpu", "time", "job_name", "constraint", "signal", "wrap", "test_only", "output",
-    "error", "exclusive", "mail_type", "mail_user",
+    "error", "exclusive", "mail_type", "mail_user", "ntasks_per_gpu",
     "hold",  # read by the batch route: the jobs are held once stored (scontrol release)
 })
 _BATCH_PATH = re.compile(r"^[A-Za-z0-9._/%+@=,~-]+$")  # the spec's BATCH_PATH, relative allowed
@@ -251,7 +253,7 @@ def _gang(req: SbatchRequest) -> dict[str, Any]:
         raise CompatError("no GPUs requested: Isthmus runs GPU gangs; give --gres=gpu[:type]:N, "
                           "--gpus-per-node, --gpus-per-task or --gpus")
     replicas = req.replicas or 1
-    tasks = req.extra.get("ntasks_per_node") or 1
+    tasks = _tasks_per_node(req)
     ntasks = req.extra.get("ntasks")
     if ntasks is not None and ntasks != replicas * tasks:
         raise CompatError(f"--ntasks={ntasks} over {replicas} node(s) leaves them unequal; "
@@ -268,6 +270,23 @@ def _gang(req: SbatchRequest) -> dict[str, Any]:
     if req.mem_mb:
         gang["memory_per_replica"] = req.mem_mb * 2**20
     return gang
+
+
+def _tasks_per_node(req: SbatchRequest) -> int:
+    """--ntasks-per-node, or --ntasks-per-gpu times the node's GPUs (sbatch starts that many
+    tasks for each GPU); both given must agree."""
+    tasks: int = req.extra.get("ntasks_per_node") or 1
+    per_gpu = req.extra.get("options", {}).get("ntasks_per_gpu")
+    if per_gpu is None:
+        return tasks
+    if not str(per_gpu).isdigit() or not 1 <= int(per_gpu) <= 1024:
+        raise CompatError(f"--ntasks-per-gpu={per_gpu}: give a whole number of tasks, 1-1024")
+    derived = int(per_gpu) * (req.gpus_per_node or 1)
+    if req.extra.get("ntasks_per_node") and req.extra["ntasks_per_node"] != derived:
+        raise CompatError(f"--ntasks-per-gpu={per_gpu} with {req.gpus_per_node} GPUs a node "
+                          f"is {derived} tasks a node, not --ntasks-per-node="
+                          f"{req.extra['ntasks_per_node']}: give one of the two")
+    return derived
 
 
 def _batch_options(req: SbatchRequest, submit_dir: str | None) -> dict[str, Any]:

@@ -252,3 +252,32 @@ def test_bad_mail_options_are_refused_by_name(args: list[str], match: str) -> No
     parsed = parse([*args, "--gres=gpu:8", "job.sh"], {}, lambda path: SCRIPT)
     with pytest.raises(CompatError, match=match):
         to_job_spec(parsed.request, parsed.script, COMPAT, caller_team="vision")
+
+
+def test_the_options_tools_emit_are_accepted_with_their_meaning_or_kept() -> None:
+    """--nice, --gpu-bind, --gres-flags are kept (shown in the request annotation) and
+    --mem=0 (a node's whole memory) asks for no fixed amount; --ntasks-per-gpu gives
+    that many tasks per GPU on each node, as sbatch starts them."""
+    spec = spec_for(["-N", "2", "--gres=gpu:4", "--nice=10", "--gpu-bind=closest",
+                     "--gres-flags=enforce-binding", "--mem=0", "--ntasks-per-gpu=2",
+                     "job.sh"])
+    checked = JobSpec.model_validate(spec)
+    assert (checked.gang.replicas, checked.gang.gpus_per_replica) == (2, 4)
+    assert checked.gang.tasks_per_replica == 8
+    assert checked.gang.memory_per_replica is None
+    kept = json.loads(checked.annotations[ANNOTATION])["options"]
+    assert (kept["nice"], kept["gpu_bind"], kept["gres_flags"]) == (
+        "10", "closest", "enforce-binding")
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [(["--ntasks-per-gpu=0"], "--ntasks-per-gpu=0: give a whole number"),
+     (["--ntasks-per-gpu=2", "--ntasks-per-node=3"], "is 8 tasks a node, not "
+      "--ntasks-per-node=3")],
+    ids=["zero", "disagrees"],
+)
+def test_ntasks_per_gpu_refusals_name_the_option(args: list[str], match: str) -> None:
+    with pytest.raises(CompatError) as err:
+        spec_for(["--gres=gpu:4", *args, "job.sh"])
+    assert match in str(err.value)
