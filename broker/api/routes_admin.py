@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from broker import ledger
 from broker.api.auth import Principal, principal
+from broker.api.guards import DB_INT_MAX
 from broker.api.job_refs import JobRef
 from broker.api.problems import Problem, problem_responses
 from broker.api.schemas import JobOut
@@ -229,7 +230,9 @@ def notice_deliveries(
 
 @router.post("/notices/{delivery_id}/retry", response_model=list[NoticeDeliveryOut],
              responses=problem_responses(404))
-def retry_notice(delivery_id: int, request: Request, caller: Admin) -> list[NoticeDeliveryOut]:
+def retry_notice(
+        delivery_id: Annotated[int, Path(ge=1, le=DB_INT_MAX, description="a delivery's id")],
+        request: Request, caller: Admin) -> list[NoticeDeliveryOut]:
     """Give a dead delivery a fresh set of attempts (once its receiver is fixed); the
     leader sends it on its next notices pass. 404 when no dead delivery has this id."""
     db: Database = request.app.state.db
