@@ -101,7 +101,7 @@ class Client:
         return result
 
     def batch(self, body: dict[str, Any]) -> dict[str, Any]:
-        """isbatch's submission: POST /v1/hpc/batch (broker/hpc/batch_submit.py)."""
+        """isbatch's submission: POST /v1/hpc/batch (broker/orchestration/batch_submit.py)."""
         result: dict[str, Any] = self._call("POST", "/v1/hpc/batch", json=body)
         return result
 

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
+from broker.config_slurm_compat import SlurmCompat
 from broker.config_tuning import (
     AdmissionTuning,
     FairShareTuning,
@@ -38,7 +39,6 @@ from broker.domain.spec import (
     MemorySize,
     RuntimeDuration,
 )
-from broker.hpc.compat_config import SlurmCompat
 
 __all__ = ["AdmissionTuning", "FairShareTuning", "OrderingTuning", "PlacementTuning",
            "Policies", "PreemptionTuning", "RetryTuning", "ScoreTuning"]  # and what follows
@@ -395,7 +395,7 @@ class IsthmusConfig(_Strict):
         description="each user's jobs at once, in every team (teams[].user_limits overrides)")
     notices: Notices = Field(default_factory=Notices)
     slurm_compat: SlurmCompat | None = Field(
-        default=None, description="how isbatch maps sbatch requests (broker/hpc/compat_config.py)"
+        default=None, description="how isbatch maps sbatch requests (broker/config_slurm_compat.py)"
     )
 
     @model_validator(mode="before")

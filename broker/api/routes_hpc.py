@@ -1,8 +1,9 @@
 """/v1/hpc: what the HPC drop-ins (isbatch, isqueue, ...) need besides the jobs API.
 
 isbatch submits with one call, ``POST /v1/hpc/batch``: it sends the request it parsed, the
-server maps it through its ``slurm_compat`` section (broker/hpc/batch_submit.py) and checks and
-submits each resulting spec exactly as ``POST /v1/jobs`` does (the spec, the caller's team).
+server maps it through its ``slurm_compat`` section (broker/orchestration/batch_submit.py)
+and checks and submits each resulting spec exactly as ``POST /v1/jobs`` does (the spec, the
+caller's team).
 ``isbatch --test-only`` reads the section (``GET /v1/hpc/slurm-compat``) and asks ``/v1/plan``.
 """
 
@@ -25,11 +26,12 @@ from broker.config import IsthmusConfig
 from broker.domain.spec import JobSpec
 from broker.domain.states import JobState
 from broker.feasibility import request_problems
-from broker.hpc import batch_submit, runs
-from broker.hpc.compat import CompatError
-from broker.hpc.sbatch_values import SbatchError
+from broker.orchestration import batch_submit
 from broker.orchestration.submission import Submission
 from broker.orchestration.user_holds import NotQueued, hold_job
+from broker.sbatch.compat import CompatError
+from broker.sbatch.values import SbatchError
+from broker.store import current_runs as runs
 from broker.store import job_numbers
 from broker.store.db import Database
 
@@ -142,7 +144,7 @@ _BATCH_BODY = {
     }}},
 }
 """The body of POST /v1/hpc/batch as OpenAPI states it (the route reads it raw so that its
-parsing runs off the event loop; broker.hpc.batch_submit.body_of checks it)."""
+parsing runs off the event loop; broker.orchestration.batch_submit.body_of checks it)."""
 
 
 @router.post("/batch", status_code=201,

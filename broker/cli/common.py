@@ -32,10 +32,10 @@ def fail(message: str, code: int = 2) -> NoReturn:
 def client_settings(server: str, token: str | None) -> tuple[str, str | None]:
     """The API and token a command uses: `--server`/`--token`, else ISTHMUS_URL/ISTHMUS_TOKEN,
     else ~/.config/isthmus/client.yaml, the file the HPC drop-ins read (one loader:
-    broker.hpc.client_config), else the local default."""
+    broker.dropins.client_config), else the local default."""
     if server != DEFAULT_URL and token is not None:
         return server, token
-    from broker.hpc.client_config import ClientConfigError, load
+    from broker.dropins.client_config import ClientConfigError, load
 
     try:
         cfg = load(os.environ)

@@ -9,7 +9,7 @@ import typer
 
 from broker.cli.common import AsJson, fail
 from broker.cli.output import emit_json
-from broker.hpc import shims
+from broker.dropins import shims
 
 hpc_app = typer.Typer(no_args_is_help=True, help="HPC login-node helpers.",
                       rich_markup_mode=None)

@@ -167,13 +167,11 @@ def explain(job_id: JobId, server: ServerUrl = DEFAULT_URL, token: Token = None,
 
 
 def _explanation_text(data: dict[str, Any]) -> str:
-    """The server renders the explanation (`text`); a server from before that sends only the
-    model, rendered here at the cost of importing the policies."""
+    """The server renders the explanation (`text`): the CLI renders wire JSON and imports no
+    policy. A server too old to send it gets its JSON shown as it came."""
     if data.get("text") is not None:
         return str(data["text"])
-    from policies.explain import Explanation
-
-    return Explanation.model_validate(data["explanation"]).to_text()
+    return json.dumps(data["explanation"], indent=2)
 
 
 def attempts(job_id: JobId, server: ServerUrl = DEFAULT_URL, token: Token = None,

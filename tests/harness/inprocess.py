@@ -34,5 +34,5 @@ def over_app(client: Client, http: TestClient) -> Client:
 
 
 def route_clients(monkeypatch: pytest.MonkeyPatch, module: ModuleType, app: FastAPI) -> None:
-    """Make `module` (broker.hpc.common or broker.cli.common) build its clients over `app`."""
+    """Make `module` (broker.dropins.common or broker.cli.common) build its clients over `app`."""
     monkeypatch.setattr(module, "Client", clients_of(app))

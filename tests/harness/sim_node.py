@@ -20,7 +20,7 @@ from typing import Any
 
 from backends.k8s.batch_script import command
 from broker.client import Client
-from broker.hpc import jobview
+from broker.dropins import jobview
 
 STARTED = ("RUNNING", "SUCCEEDED")
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from broker.config_slurm_compat import SlurmCompat
 from broker.domain.notices import NoticeKind
 from broker.domain.spec import JobSpec
-from broker.hpc.compat import ANNOTATION, CompatError, to_job_spec
-from broker.hpc.compat_config import SlurmCompat
-from broker.hpc.sbatch_parse import parse
+from broker.sbatch.compat import ANNOTATION, CompatError, to_job_spec
+from broker.sbatch.parse import parse
 
 COMPAT = SlurmCompat.model_validate({
     "default_partition": "a100",
@@ -142,7 +142,7 @@ def test_config_refuses_unknown_references(tmp_path: Path) -> None:
 
 
 def test_array_becomes_one_spec_per_task_with_the_slurm_variables() -> None:
-    from broker.hpc.compat import array_specs
+    from broker.sbatch.compat import array_specs
 
     parsed = parse(["--array=0-10:5%2", "--gres=gpu:1", "job.sh"], {}, lambda path: SCRIPT)
     base = to_job_spec(parsed.request, parsed.script, COMPAT, caller_team="vision")
@@ -212,7 +212,7 @@ def test_unsafe_output_paths_are_refused(path: str) -> None:
 def test_huge_begin_and_array_values_are_sbatch_errors_not_crashes(text: str) -> None:
     from datetime import UTC, datetime
 
-    from broker.hpc.sbatch_values import SbatchError, parse_array, parse_begin
+    from broker.sbatch.values import SbatchError, parse_array, parse_begin
 
     with pytest.raises(SbatchError):
         if text.startswith("now"):

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from broker.hpc import isacct, isbatch, iscancel, isqueue
+from broker.dropins import isacct, isbatch, iscancel, isqueue
 from tests.harness.server import Server, slurm_pools, write_config
 
 pytestmark = pytest.mark.slow  # over two seconds each: out of the fast tier (README)
@@ -227,7 +227,7 @@ def test_the_batch_call_refuses_what_isbatch_would_not_send(server: Server,
                                                            script: Path) -> None:
     import httpx
 
-    from broker.hpc.sbatch_parse import parse
+    from broker.sbatch.parse import parse
 
     parsed = parse([str(script)], {}, lambda path: SCRIPT)
     good = isbatch.client_body(parsed.request, parsed.script, str(script), {}, "/home/u")
@@ -282,7 +282,7 @@ def test_an_array_reads_as_slurm_shows_it(server: Server, script: Path, tmp_path
     squeue, sacct, scontrol, the jobs API and scancel; the array's id selects every task."""
     import httpx
 
-    from broker.hpc import iscontrol
+    from broker.dropins import iscontrol
 
     env = env_for(server, "vision", tmp_path)
     assert isbatch.run(["--parsable", "--array=0-5%2", "-J", "sweep", str(script)], env) == 0
@@ -328,7 +328,7 @@ def test_the_batch_call_answers_bad_values_with_a_422_never_a_500(server: Server
     counted, not built, so it costs the broker nothing."""
     import httpx
 
-    from broker.hpc.sbatch_parse import parse
+    from broker.sbatch.parse import parse
 
     parsed = parse([str(script)], {}, lambda path: SCRIPT)
     good = isbatch.client_body(parsed.request, parsed.script, str(script), {}, "/home/u")
@@ -369,7 +369,7 @@ def test_isinfo_shows_each_partitions_nodes_and_gpus(
         server: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """sinfo -h -o "%P %D %G", which tools read for partitions and their GPUs: the nodes and
     GPUs a node of the pools each sbatch partition maps to (3 nodes of 8 here)."""
-    from broker.hpc import isinfo
+    from broker.dropins import isinfo
 
     env = env_for(server, "vision", tmp_path)
     assert isinfo.run(["-h", "-o", "%P %D %G"], env) == 0
@@ -381,7 +381,7 @@ def test_hold_and_release_as_sbatch_and_scontrol_do(
         capsys: pytest.CaptureFixture[str]) -> None:
     """sbatch --hold stores the job held; scontrol release lets it go, hold holds it again;
     isqueue shows (JobHeldUser) as squeue does. Another team's id is an unknown one."""
-    from broker.hpc import iscontrol
+    from broker.dropins import iscontrol
 
     env = env_for(server, "vision", tmp_path)
     assert isbatch.run(["--parsable", "--hold", str(script)], env) == 0

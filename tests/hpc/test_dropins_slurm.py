@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.hpc import isacct, isbatch, iscancel, isqueue
+from broker.dropins import isacct, isbatch, iscancel, isqueue
 from tests.fixtures.slurm import SlurmCluster
 from tests.harness.server import Server, slurm_backend, slurm_pools, write_config
 from tests.harness.wait import wait_until
@@ -279,7 +279,7 @@ def test_scontrol_requeue_runs_the_job_again_under_its_id(
     the same number, told SLURM_RESTART_COUNT=1 as a requeued Slurm job is (the usual
     checkpoint-and-requeue script resumes on it); it then completes. A pending job is
     refused in Slurm's words."""
-    from broker.hpc import iscontrol
+    from broker.dropins import iscontrol
 
     runs, ready = workdir / "runs.txt", workdir / "ready"
     script = _script(tmp_path / "requeue.sh", f"""#!/bin/bash

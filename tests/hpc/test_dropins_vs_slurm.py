@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from broker.domain.hostlist import expand
-from broker.hpc import isacct, isbatch, iscancel, iscontrol, isqueue
+from broker.dropins import isacct, isbatch, iscancel, iscontrol, isqueue
 from tests.fixtures.slurm import SlurmCluster
 from tests.harness.server import Server, slurm_backend, slurm_pools, write_config
 from tests.harness.wait import wait_until

@@ -16,7 +16,7 @@ import httpx
 import pytest
 import yaml
 
-from broker.hpc import isbatch
+from broker.dropins import isbatch
 from tests.harness.server import Server, k8s_backend, k8s_pools, write_config
 from tests.harness.wait import wait_until
 

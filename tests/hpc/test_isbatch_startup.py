@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.hpc import isbatch
+from broker.dropins import isbatch
 from tests.harness.paths import ROOT
 from tests.harness.server import free_port
 
@@ -18,7 +18,7 @@ HEAVY = ("httpx", "pydantic", "yaml", "broker.domain.spec", "sqlalchemy", "rich"
 
 
 def test_the_isbatch_entry_point_imports_no_heavy_module() -> None:
-    code = ("import json, sys; import broker.hpc.isbatch; "
+    code = ("import json, sys; import broker.dropins.isbatch; "
             f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=ROOT, timeout=120).stdout

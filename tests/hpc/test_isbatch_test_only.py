@@ -15,7 +15,7 @@ import httpx
 import pytest
 import yaml
 
-from broker.hpc import isbatch
+from broker.dropins import isbatch
 from tests.harness.paths import EXAMPLE_CONFIG
 from tests.harness.server import Server
 from tests.harness.wait import wait_until

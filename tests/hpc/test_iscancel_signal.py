@@ -9,11 +9,11 @@ from types import SimpleNamespace
 import pytest
 from fastapi.testclient import TestClient
 
-import broker.hpc.common as common
+import broker.dropins.common as common
 from broker.api.app import create_app
 from broker.config import parse_config
 from broker.domain.scheduling import ArrayMember, Scheduling
-from broker.hpc import iscancel
+from broker.dropins import iscancel
 from broker.orchestration.submission import submit_job
 from broker.store.db import Database
 from tests.builders import spec

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-import broker.hpc.common as common
-from broker.hpc import isqueue
+import broker.dropins.common as common
+from broker.dropins import isqueue
 
 
 def test_an_unknown_format_letter_is_refused_before_any_call(

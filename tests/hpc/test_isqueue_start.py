@@ -9,12 +9,12 @@ from datetime import UTC, datetime
 import pytest
 from fastapi.testclient import TestClient
 
-import broker.hpc.common as common
+import broker.dropins.common as common
 from broker.api.app import create_app
 from broker.config import parse_config
 from broker.control.admission import run_admission
 from broker.control.dispatch import run_dispatch
-from broker.hpc import isqueue
+from broker.dropins import isqueue
 from broker.orchestration.submission import submit_job
 from broker.store.db import Database
 from tests.builders import spec

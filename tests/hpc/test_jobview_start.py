@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.hpc import jobview
+from broker.dropins import jobview
 
 BEGIN = "2026-12-05T09:00:00+00:00"
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from broker.hpc.isbatch import run
+from broker.dropins.isbatch import run
 from tests.hpc.corpus_cases import Case, cases
 
 ALL = cases()
@@ -43,7 +43,7 @@ def test_console_script_runs_without_a_server(tmp_path) -> None:
     script = tmp_path / "job.sh"
     script.write_text("#!/bin/bash\n#SBATCH -N 2 --gres=gpu:h100:8 -t 1-0\nsrun hostname\n")
     proc = subprocess.run(
-        [sys.executable, "-c", "from broker.hpc.isbatch import main; main()",
+        [sys.executable, "-c", "from broker.dropins.isbatch import main; main()",
          "--parse-only", "--json", str(script)],
         capture_output=True, text=True, timeout=60, check=False,
     )

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from broker.domain.hostlist import expand
-from broker.hpc.isbatch import run
+from broker.dropins.isbatch import run
 from tests.fixtures.slurm import SlurmCluster
 from tests.hpc.corpus_cases import Case, cases
 

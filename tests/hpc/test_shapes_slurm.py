@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.hpc import isbatch
+from broker.dropins import isbatch
 from tests.fixtures.slurm import SlurmCluster
 from tests.harness.server import Server, slurm_backend, slurm_pools, write_config
 from tests.harness.wait import wait_until

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.hpc import isinfo, shims
-from broker.hpc.common import DropInError
+from broker.dropins import isinfo, shims
+from broker.dropins.common import DropInError
 
 BIN = Path(sys.executable).parent
 

@@ -57,7 +57,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, s
 
 
 CLI = "import sys; from broker.cli.main import app; sys.argv[0] = 'isthmus'; app()"
-ISQUEUE = "import sys; from broker.hpc.isqueue import main; sys.argv[0] = 'isqueue'; main()"
+ISQUEUE = "import sys; from broker.dropins.isqueue import main; sys.argv[0] = 'isqueue'; main()"
 
 
 @pytest.mark.parametrize("command", [["list"], ["status", "JOB"], ["explain", "JOB"]],
@@ -74,5 +74,5 @@ def test_an_isthmus_read_command_imports_no_heavy_module(
 def test_isqueue_imports_no_heavy_module(served: tuple[Server, str, Path]) -> None:
     server, _job_id, home = served
     modules = _imported(ISQUEUE, ["-t", "all"], server.url, home)
-    assert "broker.hpc.isqueue" in modules
+    assert "broker.dropins.isqueue" in modules
     assert _heavy(modules, HEAVY_ISQUEUE) == []

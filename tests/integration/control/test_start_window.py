@@ -14,12 +14,12 @@ import pytest
 from fastapi.testclient import TestClient
 from rich.console import Console
 
-import broker.hpc.common as common
+import broker.dropins.common as common
 from broker.cli import output
 from broker.config import parse_config
 from broker.control.admission import run_admission
 from broker.control.dispatch import run_dispatch
-from broker.hpc import isbatch, isqueue
+from broker.dropins import isbatch, isqueue
 from broker.store.db import Database
 from broker.web import build_app
 from policies.eta import SPREAD

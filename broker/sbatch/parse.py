@@ -21,8 +21,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
-from broker.hpc import sbatch_values as v
-from broker.hpc.sbatch_values import SbatchError
+from broker.sbatch import values as v
+from broker.sbatch.values import SbatchError
 
 # (long name, short letter or "", kind): "v" takes a value, "f" a flag, "o" an optional value
 # (only as --opt=value, as getopt does), "c" a counting flag.

@@ -17,8 +17,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from broker.domain.spec import JobSpec
-from broker.hpc.compat import CompatError, array_specs, to_job_spec
-from broker.hpc.sbatch_parse import SbatchRequest
+from broker.sbatch.compat import CompatError, array_specs, to_job_spec
+from broker.sbatch.parse import SbatchRequest
 from broker.store.db import Database
 from broker.store.queries import list_jobs
 

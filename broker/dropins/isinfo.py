@@ -16,8 +16,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from broker.hpc import pipes
-from broker.hpc.common import DropInError, connect, main_guard
+from broker.dropins import pipes
+from broker.dropins.common import DropInError, connect, main_guard
 
 PROG = "isinfo"
 DEFAULT_FORMAT = "%9P %5a"

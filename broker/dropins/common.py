@@ -6,8 +6,8 @@ import sys
 from collections.abc import Callable, Iterator, Mapping
 
 from broker.client import ApiError, Client, TransportError
-from broker.hpc import client_config
-from broker.hpc.jobview import JobView, view
+from broker.dropins import client_config
+from broker.dropins.jobview import JobView, view
 
 
 class DropInError(Exception):

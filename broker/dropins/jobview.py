@@ -28,7 +28,7 @@ from typing import Any
 from broker.domain.hostlist import compress as compress  # re-exported: isqueue, isacct
 from broker.domain.start_window import likely_of
 from broker.domain.units import parse_duration
-from broker.hpc.compat import ANNOTATION
+from broker.sbatch.compat import ANNOTATION
 
 PENDING_STATES = ("SUBMITTED", "VALIDATING", "QUEUED", "ADMITTED", "PREPARING", "RETRYING")
 ACTIVE_STATES = (*PENDING_STATES, "RUNNING")

@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from broker.hpc import jobview, pipes
-from broker.hpc.common import all_jobs, connect, main_guard
-from broker.hpc.jobview import JobView
+from broker.dropins import jobview, pipes
+from broker.dropins.common import all_jobs, connect, main_guard
+from broker.dropins.jobview import JobView
 
 PROG = "isacct"
 DEFAULT_FIELDS = "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode"

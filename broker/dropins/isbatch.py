@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from broker.client import ApiError, Client, TransportError
-from broker.hpc import client_config, pipes, sbatch_parse
-from broker.hpc.compat import CompatError, CompatTables, exported_env, to_job_spec
-from broker.hpc.sbatch_values import SbatchError
+from broker.dropins import client_config, pipes
+from broker.sbatch import parse as sbatch_parse
+from broker.sbatch.compat import CompatError, CompatTables, exported_env, to_job_spec
+from broker.sbatch.values import SbatchError
 
 PROG = "isbatch"
 USAGE = (
@@ -115,9 +116,9 @@ def submit(parsed: sbatch_parse.Parsed, environ: Mapping[str, str]) -> int:
 
 def client_body(request: sbatch_parse.SbatchRequest, script: str, script_path: str | None,
                 env: Mapping[str, str], submit_dir: str | None) -> dict[str, Any]:
-    """The body of POST /v1/hpc/batch (read by `broker.hpc.batch_submit.body_of`): the request,
-    the script and what only this side knows (the variables --export names, with values from
-    the user's environment, and the submit directory)."""
+    """The body of POST /v1/hpc/batch (read by `broker.orchestration.batch_submit.body_of`):
+    the request, the script and what only this side knows (the variables --export names, with
+    values from the user's environment, and the submit directory)."""
     return {"sbatch": request.sbatch_json(), "extra": request.extra, "script": script,
             "script_path": script_path, "env": dict(env), "submit_dir": submit_dir}
 
@@ -130,7 +131,7 @@ def _resolver(api: Client) -> Callable[[str], list[str]]:
 
     def resolve(ref: str) -> list[str]:
         # Imported on use: they load broker.domain, which would cost every submission ~0.5 s.
-        from broker.hpc.common import all_jobs
+        from broker.dropins.common import all_jobs
 
         if not seen:
             seen.extend(all_jobs(api))

@@ -36,11 +36,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from broker.hpc.sbatch_parse import SbatchRequest
-from broker.hpc.sbatch_values import parse_array, parse_begin, parse_dependency, parse_signal
+from broker.sbatch.parse import SbatchRequest
+from broker.sbatch.values import parse_array, parse_begin, parse_dependency, parse_signal
 
 if TYPE_CHECKING:  # the pydantic model is the server's; isbatch reads the served JSON
-    from broker.hpc.compat_config import SlurmCompat
+    from broker.config_slurm_compat import SlurmCompat
 
 # Given options with no effect on the job; kept in the request annotation.
 STORED = frozenset({

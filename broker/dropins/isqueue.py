@@ -20,9 +20,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from broker.hpc import jobview, pipes
-from broker.hpc.common import DropInError, all_jobs, connect, main_guard
-from broker.hpc.jobview import JobView
+from broker.dropins import jobview, pipes
+from broker.dropins.common import DropInError, all_jobs, connect, main_guard
+from broker.dropins.jobview import JobView
 
 PROG = "isqueue"
 DEFAULT_FORMAT = "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R"

@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
 from broker.client import ApiError
-from broker.hpc import jobview, pipes
-from broker.hpc.common import DropInError, all_jobs, connect, main_guard
-from broker.hpc.jobview import JobView
+from broker.dropins import jobview, pipes
+from broker.dropins.common import DropInError, all_jobs, connect, main_guard
+from broker.dropins.jobview import JobView
 
 PROG = "iscontrol"
 
