@@ -10,21 +10,11 @@ import difflib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
-from enum import Flag, auto
 from typing import Any, Protocol, TypeVar, overload, runtime_checkable
 
 from broker.domain.attempts import Placement, RunSnapshot
 from broker.domain.facts import Fact
 from broker.domain.inventory import InventorySnapshot
-
-
-class Capability(Flag):
-    NONE = 0
-    GANG = auto()  # all-or-nothing start of several ranks
-    TOPOLOGY = auto()  # can keep a gang inside a rack/block
-    PREEMPT_SIGNAL = auto()  # signals the job before killing it (checkpoint grace)
-    QUEUE_DEPTH = auto()  # reports pending demand, including foreign work
-    ACCOUNTING = auto()  # knows about jobs after they left the queue
 
 
 class BackendUnavailable(Exception):
@@ -125,7 +115,6 @@ class CancelResult:
 class Backend(Protocol):
     name: str
     kind: str
-    capabilities: Capability
 
     def inventory(self) -> InventorySnapshot: ...
 

@@ -71,7 +71,6 @@ import sqlalchemy as sa
 from backends.base import (
     Backend,
     CancelResult,
-    Capability,
     Observed,
     Rendering,
     SubmitRequest,
@@ -207,7 +206,6 @@ class Metered:
         self.inner = inner
         self.name: str = inner.name
         self.kind: str = inner.kind
-        self.capabilities: Capability = inner.capabilities
         self.cpu = 0.0
         self.calls: Counter[str] = Counter()
 

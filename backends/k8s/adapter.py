@@ -30,7 +30,6 @@ from typing import Any
 
 from backends.base import (
     CancelResult,
-    Capability,
     RankLog,
     SubmitRequest,
     SubmitResult,
@@ -68,9 +67,6 @@ class K8sBackend:
     """Implements backends.base.Backend; see the module docstring."""
 
     kind = "k8s"
-    capabilities = (Capability.GANG | Capability.TOPOLOGY | Capability.PREEMPT_SIGNAL
-                    | Capability.QUEUE_DEPTH)
-
     def __init__(
         self,
         name: str,

@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 from backends.base import (
     BackendUnavailable,
     CancelResult,
-    Capability,
     RankLog,
     Rendering,
     SubmitRequest,
@@ -50,10 +49,6 @@ __all__ = ["DURATION_ENV", "ExternalLoad", "SimBackend", "SimClock", "SimFailure
 
 class SimBackend:
     """Implements backends.base.Backend; see the module docstring."""
-
-    capabilities = (
-        Capability.GANG | Capability.TOPOLOGY | Capability.QUEUE_DEPTH | Capability.ACCOUNTING
-    )
 
     def __init__(
         self,

@@ -11,7 +11,6 @@ from datetime import UTC, datetime, timedelta
 
 from backends.base import (
     CancelResult,
-    Capability,
     RankLog,
     SubmitRequest,
     SubmitResult,
@@ -48,9 +47,6 @@ class SlurmBackend:
     """One Slurm cluster. Talks through ``transport``; builds facts and inventory from it."""
 
     kind = "slurm"
-    capabilities = (Capability.GANG | Capability.TOPOLOGY | Capability.PREEMPT_SIGNAL
-                    | Capability.QUEUE_DEPTH | Capability.ACCOUNTING)
-
     def __init__(
         self,
         name: str,

@@ -32,7 +32,6 @@ from backends.base import (
     Backend,
     BackendUnavailable,
     CancelResult,
-    Capability,
     Rendering,
     SubmitRequest,
     SubmitResult,
@@ -64,7 +63,6 @@ class GatedBackend:
         self.inner = inner
         self.name: str = inner.name
         self.kind: str = inner.kind
-        self.capabilities: Capability = inner.capabilities
         self.lock_wait = lock_wait
         self.observe_timeout = observe_timeout
         self._lock = threading.Lock()
@@ -203,8 +201,6 @@ class GatedBackend:
 class UnavailableBackend:
     """Stands in for a configured backend whose adapter could not be built: every call says
     why, so its pools stay visible and its jobs wait with BackendUnavailable."""
-
-    capabilities = Capability.NONE
 
     def __init__(self, name: str, kind: str, error: str) -> None:
         self.name, self.kind, self.error = name, kind, error

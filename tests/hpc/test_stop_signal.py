@@ -46,7 +46,7 @@ def test_a_cancel_on_slurm_reaches_the_script_as_its_own_stop_signal(tmp_path: P
     got = tmp_path / "got"
     shell = "\n".join([
         f"(trap 'echo USR2 > {got}; exit 0' USR2; trap 'echo USR1 > {got}; exit 0' USR1;"
-        " while :; do sleep 0.05; done) &",
+        " echo step-ready; while :; do sleep 0.05; done) &",
         "ISTHMUS_STEP=$!", trap, "echo ready",
         'wait "$ISTHMUS_STEP"; rc=$?',
         'while kill -0 "$ISTHMUS_STEP" 2>/dev/null; do wait "$ISTHMUS_STEP"; rc=$?; done',
@@ -54,7 +54,9 @@ def test_a_cancel_on_slurm_reaches_the_script_as_its_own_stop_signal(tmp_path: P
     proc = subprocess.Popen(["bash", "-c", shell], stdout=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        assert proc.stdout is not None
+        # both traps in place: the shell's (it says ready) and the step's (step-ready)
+        assert {proc.stdout.readline().strip() for _ in range(2)} == {"ready", "step-ready"}
         proc.send_signal(signal.SIGUSR1)  # what the adapter's cancel sends
         assert proc.wait(timeout=30) == 0  # the shell lived on until its step ended
         assert got.read_text().strip() == "USR2"

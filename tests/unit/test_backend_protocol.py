@@ -64,7 +64,7 @@ def _differences(protocol: type[Any], cls: type[Any]) -> list[str]:
 
 def test_the_protocol_declares_the_calls_the_control_loop_makes() -> None:
     assert {"inventory", "submit", "lookup", "cancel", "observe"} <= set(_methods(Backend))
-    assert set(typing.get_type_hints(Backend)) >= {"name", "kind", "capabilities"}
+    assert set(typing.get_type_hints(Backend)) >= {"name", "kind"}
 
 
 @pytest.mark.parametrize("cls", ADAPTERS, ids=lambda c: c.__name__)
@@ -100,7 +100,7 @@ def _sim() -> SimBackend:
                          ids=["sim", "slurm"])
 def test_adapters_carry_the_declared_attributes(backend: Backend) -> None:
     hints = typing.get_type_hints(Backend)
-    for attr in ("name", "kind", "capabilities"):
+    for attr in ("name", "kind"):
         assert isinstance(getattr(backend, attr), hints[attr]), attr
 
 

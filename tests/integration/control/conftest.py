@@ -29,7 +29,7 @@ class Locked:
 
     def __init__(self, inner: SimBackend, lock: threading.Lock) -> None:
         self._inner, self._lock = inner, lock
-        self.name, self.kind, self.capabilities = inner.name, inner.kind, inner.capabilities
+        self.name, self.kind = inner.name, inner.kind
 
     def __getattr__(self, attr: str) -> object:
         target = getattr(self._inner, attr)

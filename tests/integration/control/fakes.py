@@ -18,7 +18,7 @@ class BlockingBackend:
 
     def __init__(self, inner: Backend, limit: float = 30.0) -> None:
         self.inner, self.limit = inner, limit
-        self.name, self.kind, self.capabilities = inner.name, inner.kind, inner.capabilities
+        self.name, self.kind = inner.name, inner.kind
         self._open = threading.Event()
         self._open.set()
         self.observe_too = True

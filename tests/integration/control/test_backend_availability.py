@@ -211,7 +211,6 @@ class Overlaps:
 
     def __init__(self, inner: SimBackend) -> None:
         self.inner, self.name, self.kind = inner, inner.name, inner.kind
-        self.capabilities = inner.capabilities
         self.inside = 0
         self.overlaps = 0
         self._count = threading.Lock()

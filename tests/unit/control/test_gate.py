@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from backends.base import BackendUnavailable, CancelResult, Capability
+from backends.base import BackendUnavailable, CancelResult
 from broker.control.gate import GatedBackend
 from broker.domain.facts import Fact
 from tests.harness.wait import wait_until
@@ -17,7 +17,7 @@ from tests.harness.wait import wait_until
 class Hanging:
     """cancel and observe hang until released; lookup answers at once."""
 
-    name, kind, capabilities = "slow", "slurm", Capability.NONE
+    name, kind = "slow", "slurm"
 
     def __init__(self) -> None:
         self.release = threading.Event()
