@@ -94,7 +94,7 @@ from broker.orchestration.replay import check_all
 from broker.orchestration.submission import Submission, submit_many
 from broker.store import open_database
 from broker.store.records import JOBS
-from broker.store.tables import AttemptRow
+from broker.store.tables import ATTEMPTS as ATTEMPTS_TABLE
 from broker.wiring.runtime import control_params
 
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED", "REJECTED")
@@ -458,7 +458,7 @@ def _open_jobs(db: Any) -> int:
 
 
 def _tally(db: Any, run: LoopRun) -> None:
-    attempts = AttemptRow.__table__  # type: ignore[attr-defined]
+    attempts = ATTEMPTS_TABLE
     with db.read() as s:
         conn = s.connection()
         run.states = Counter(dict(conn.execute(

@@ -39,12 +39,11 @@ from broker.store import daily_sums, open_database
 from broker.store.attempts import ATTEMPTS, CYCLES, EXPLANATIONS
 from broker.store.decision_log import DECISIONS
 from broker.store.records import EVENTS, JOBS
-from broker.store.tables import LedgerEntryRow
+from broker.store.tables import LEDGER_ENTRIES as LEDGER
 from broker.web import build_app
 from broker.wiring.runtime import build_backends, control_params
 
 ROOT = Path(__file__).resolve().parents[1]
-LEDGER: sa.Table = LedgerEntryRow.__table__  # type: ignore[attr-defined]
 TEAMS = ("vision", "language")
 POOLS = (("slurm-h100", "h100-80g", "sim-slurm"), ("slurm-a100", "a100-80g", "sim-slurm"),
          ("k8s-h100", "h100-80g", "sim-k8s"), ("k8s-a100", "a100-80g", "sim-k8s"))

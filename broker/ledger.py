@@ -40,12 +40,10 @@ from sqlmodel import Session
 from broker.store import batch, daily_sums, ledger_lookups
 from broker.store import quota_counters as counters
 from broker.store.in_lists import in_chunks
-from broker.store.ledger_tables import ENTRIES
-from broker.store.tables import AttemptRow, JobRow
+from broker.store.tables import ATTEMPTS, JOBS
+from broker.store.tables import LEDGER_ENTRIES as ENTRIES
 
 USAGE = counters.USAGE
-ATTEMPTS: sa.Table = AttemptRow.__table__  # type: ignore[attr-defined]
-JOBS: sa.Table = JobRow.__table__  # type: ignore[attr-defined]
 
 
 class LedgerKind(StrEnum):

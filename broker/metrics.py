@@ -28,9 +28,7 @@ from broker.domain.facts import Fact
 from broker.store.attempts import ATTEMPTS
 from broker.store.db import Database
 from broker.store.records import JOBS
-from broker.store.tables import LeaderLeaseRow
-
-LEASES: sa.Table = LeaderLeaseRow.__table__  # type: ignore[attr-defined]
+from broker.store.tables import LEASES
 
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
 

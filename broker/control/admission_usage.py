@@ -76,7 +76,7 @@ def _history(plane: ControlPlane, now: float, rate: float) -> History:
 
 
 def _last_id(s: Session) -> int:
-    from broker.store.ledger_tables import ENTRIES as LEDGER
+    from broker.store.tables import LEDGER_ENTRIES as LEDGER
 
     return int(s.connection().execute(sa.select(sa.func.max(LEDGER.c.id))).scalar() or 0)
 
@@ -86,7 +86,7 @@ def _rows(s: Session, released_from: float,
     """Reservations still open, released at or after `released_from`, or whose release entry
     is newer than `after_id` (a release written long after its own timestamp)."""
     from broker.ledger import LedgerKind
-    from broker.store.ledger_tables import ENTRIES as LEDGER
+    from broker.store.tables import LEDGER_ENTRIES as LEDGER
 
     rel = LEDGER.alias("rel")
     since = datetime.fromtimestamp(released_from, UTC)

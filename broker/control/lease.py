@@ -22,9 +22,7 @@ from sqlalchemy.exc import IntegrityError
 
 from broker.store.db import Database
 from broker.store.fence import FencedDatabase
-from broker.store.tables import LeaderLeaseRow
-
-LEASES: sa.Table = LeaderLeaseRow.__table__  # type: ignore[attr-defined]
+from broker.store.tables import LEASES
 
 
 def db_now(conn: sa.Connection) -> datetime:

@@ -202,7 +202,7 @@ def decayed_from_ledger(
     reserve and release entries: a reservation of g GPUs held over [start, end] adds
     g x (2^-(now-end)/h - 2^-(now-start)/h), its share of the average."""
     from broker.ledger import LedgerKind
-    from broker.store.ledger_tables import ENTRIES as LEDGER
+    from broker.store.tables import LEDGER_ENTRIES as LEDGER
 
     rel = LEDGER.alias("rel")
     horizon = now - timedelta(seconds=half_life_s * HISTORY_HALF_LIVES)

@@ -13,11 +13,12 @@ from sqlmodel import Session
 
 from broker.store import batch
 from broker.store.in_lists import in_chunks
-from broker.store.tables import AdmissionCycleRow, AttemptRow, ExplanationRow, FactRow
 
-ATTEMPTS: sa.Table = AttemptRow.__table__  # type: ignore[attr-defined]
-FACTS: sa.Table = FactRow.__table__  # type: ignore[attr-defined]
-CYCLES: sa.Table = AdmissionCycleRow.__table__  # type: ignore[attr-defined]
+# the tables of attempts, facts, cycles and explanations, named here for this module's callers
+from broker.store.tables import ATTEMPTS as ATTEMPTS
+from broker.store.tables import CYCLES as CYCLES
+from broker.store.tables import EXPLANATIONS as EXPLANATIONS
+from broker.store.tables import FACTS as FACTS
 
 PENDING, CREATED, ABANDONED = "pending", "created", "abandoned"
 
@@ -361,9 +362,6 @@ def fold_idle_cycle(session: Session, cycle_id: int, epoch: int, at: datetime) -
         .values(repeats=CYCLES.c.repeats + 1, last_at=at)
     )
     return bool(result.rowcount)
-
-
-EXPLANATIONS: sa.Table = ExplanationRow.__table__  # type: ignore[attr-defined]
 
 
 # One text statement for both databases (SQLite >= 3.24 and PostgreSQL): an upsert needs no

@@ -27,8 +27,9 @@ from sqlalchemy.orm import Session
 # imported first, so that the counters' commit writer is registered (and runs) before this one's
 from broker.store import commit_notes, quota_counters  # noqa: F401
 from broker.store.attempts import ATTEMPTS
-from broker.store.ledger_tables import DAILY, ENTRIES
 from broker.store.records import JOBS
+from broker.store.tables import LEDGER_DAILY as DAILY
+from broker.store.tables import LEDGER_ENTRIES as ENTRIES
 
 _KEY = "isthmus_daily_sums"
 DIMS = ("team", "pool", "flavor", "user")

@@ -16,9 +16,7 @@ from sqlmodel import Session
 
 from broker.store.attempts import CYCLES
 from broker.store.db import Database
-from broker.store.tables import CycleDecisionRow
-
-DECISIONS: sa.Table = CycleDecisionRow.__table__  # type: ignore[attr-defined]
+from broker.store.tables import DECISIONS as DECISIONS  # named here for its callers
 
 
 @dataclass(frozen=True, slots=True)

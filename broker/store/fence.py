@@ -25,11 +25,9 @@ from sqlmodel import Session
 
 from broker.logs import get_logger
 from broker.store.db import Database
-from broker.store.tables import LeaderLeaseRow
+from broker.store.tables import LEASES
 
 log = get_logger(__name__)
-
-LEASES: sa.Table = LeaderLeaseRow.__table__  # type: ignore[attr-defined]
 
 
 class Deposed(RuntimeError):

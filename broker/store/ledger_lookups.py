@@ -28,7 +28,7 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from broker.store.in_lists import in_chunks
-from broker.store.ledger_tables import ENTRIES
+from broker.store.tables import LEDGER_ENTRIES as ENTRIES
 
 KINDS = ("reserve", "release", "usage")  # the kinds broker.ledger looks up before it writes
 _KEY = "isthmus_ledger_lookups"

@@ -16,13 +16,13 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from broker.store import batch
-from broker.store.tables import AttemptRow, JobEventRow, JobRow, NoticeDeliveryRow, NoticeRow
-
-NOTICES: sa.Table = NoticeRow.__table__  # type: ignore[attr-defined]
-DELIVERIES: sa.Table = NoticeDeliveryRow.__table__  # type: ignore[attr-defined]
-JOBS: sa.Table = JobRow.__table__  # type: ignore[attr-defined]
-EVENTS: sa.Table = JobEventRow.__table__  # type: ignore[attr-defined]
-ATTEMPTS: sa.Table = AttemptRow.__table__  # type: ignore[attr-defined]
+from broker.store.tables import (
+    ATTEMPTS,
+    EVENTS,
+    JOBS,
+    NOTICES,
+)
+from broker.store.tables import NOTICE_DELIVERIES as DELIVERIES
 
 PENDING, DELIVERED, DEAD = "pending", "delivered", "dead"
 WEBHOOK, EMAIL = "webhook", "email"

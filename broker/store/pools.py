@@ -8,9 +8,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from broker.store.tables import PoolStateRow
-
-POOL_STATE: sa.Table = PoolStateRow.__table__  # type: ignore[attr-defined]
+from broker.store.tables import POOL_STATE
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,9 +22,9 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from broker.store import commit_notes
-from broker.store.tables import QuotaUsageRow
+from broker.store.tables import QUOTA_USAGE
 
-USAGE: sa.Table = QuotaUsageRow.__table__  # type: ignore[attr-defined]
+USAGE = QUOTA_USAGE  # the live reservations per (team, flavor)
 
 _KEY = "isthmus_quota_deltas"
 Key = tuple[str, str]

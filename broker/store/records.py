@@ -14,10 +14,10 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from broker.store import batch
-from broker.store.tables import JobEventRow, JobRow
 
-JOBS: sa.Table = JobRow.__table__  # type: ignore[attr-defined]
-EVENTS: sa.Table = JobEventRow.__table__  # type: ignore[attr-defined]
+# the tables of jobs and events, named here for this module's callers
+from broker.store.tables import EVENTS as EVENTS
+from broker.store.tables import JOBS as JOBS
 
 
 @dataclass(slots=True)

@@ -19,8 +19,9 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from broker.store.attempts import ATTEMPTS
-from broker.store.ledger_tables import DAILY, ENTRIES
 from broker.store.records import JOBS
+from broker.store.tables import LEDGER_DAILY as DAILY
+from broker.store.tables import LEDGER_ENTRIES as ENTRIES
 
 GroupBy = Literal["team", "pool", "flavor", "user"]
 GROUPS: tuple[GroupBy, ...] = ("team", "pool", "flavor", "user")

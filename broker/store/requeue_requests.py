@@ -10,9 +10,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from broker.store.tables import JobRequeueRow
-
-REQUEUES: sa.Table = JobRequeueRow.__table__  # type: ignore[attr-defined]
+from broker.store.tables import JOB_REQUEUES as REQUEUES
 
 
 @dataclass(frozen=True, slots=True)

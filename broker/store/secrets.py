@@ -11,9 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
 from broker.store.db import Database
-from broker.store.tables import ServerSecretRow
-
-SECRETS: sa.Table = ServerSecretRow.__table__  # type: ignore[attr-defined]
+from broker.store.tables import SERVER_SECRETS as SECRETS
 
 
 def server_secret(db: Database, name: str) -> bytes:

@@ -346,3 +346,34 @@ class NoticeDeliveryRow(SQLModel, table=True):
     next_try_at: datetime = Field(sa_type=UTCDateTime)
     last_error: str = Field(default="", sa_type=sa.Text)
     delivered_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+
+
+def _core(model: type[SQLModel]) -> sa.Table:
+    """The Core table SQLModel declared for `model`. The tables are declared with SQLModel
+    (columns, types and defaults in one place, read by the migrations' tests) and queried with
+    SQLAlchemy Core everywhere (the hot paths batch statements and read rows as tuples): these
+    handles are the one way the rest of the code names a table."""
+    mapper = sa.inspect(model)
+    assert mapper is not None
+    table = mapper.local_table
+    assert isinstance(table, sa.Table)
+    return table
+
+
+JOBS = _core(JobRow)
+EVENTS = _core(JobEventRow)
+ATTEMPTS = _core(AttemptRow)
+FACTS = _core(FactRow)
+CYCLES = _core(AdmissionCycleRow)
+EXPLANATIONS = _core(ExplanationRow)
+DECISIONS = _core(CycleDecisionRow)
+LEASES = _core(LeaderLeaseRow)
+LEDGER_ENTRIES = _core(LedgerEntryRow)
+LEDGER_DAILY = _core(LedgerDailyRow)
+NOTICES = _core(NoticeRow)
+NOTICE_DELIVERIES = _core(NoticeDeliveryRow)
+POOL_STATE = _core(PoolStateRow)
+QUOTA_USAGE = _core(QuotaUsageRow)
+SERVER_SECRETS = _core(ServerSecretRow)
+JOB_HOLDS = _core(JobHoldRow)
+JOB_REQUEUES = _core(JobRequeueRow)

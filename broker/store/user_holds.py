@@ -9,9 +9,7 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from broker.store.in_lists import in_chunks
-from broker.store.tables import JobHoldRow
-
-HOLDS: sa.Table = JobHoldRow.__table__  # type: ignore[attr-defined]
+from broker.store.tables import JOB_HOLDS as HOLDS
 
 
 def held(session: Session, job_ids: Sequence[str] | None = None) -> dict[str, str]:

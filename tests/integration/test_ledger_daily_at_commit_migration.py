@@ -10,8 +10,9 @@ import sqlalchemy as sa
 
 from broker.store import migrate
 from broker.store.db import Database, connect
-from broker.store.ledger_tables import DAILY, ENTRIES
 from broker.store.records import JOBS
+from broker.store.tables import LEDGER_DAILY as DAILY
+from broker.store.tables import LEDGER_ENTRIES as ENTRIES
 
 T0 = datetime(2026, 11, 30, 9, tzinfo=UTC)
 

@@ -13,9 +13,10 @@ import sqlalchemy as sa
 from broker.store import migrate
 from broker.store.attempts import ATTEMPTS
 from broker.store.db import connect
-from broker.store.ledger_tables import DAILY, ENTRIES
 from broker.store.records import JOBS
 from broker.store.reports import GROUPS, hours_by
+from broker.store.tables import LEDGER_DAILY as DAILY
+from broker.store.tables import LEDGER_ENTRIES as ENTRIES
 from broker.views.usage import UsageReport, usage_report
 
 T0 = datetime(2026, 10, 30, 22, 0, tzinfo=UTC)

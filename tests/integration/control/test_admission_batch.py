@@ -17,8 +17,8 @@ from broker.config import IsthmusConfig
 from broker.control import admission, admission_writes
 from broker.store import Database, open_database
 from broker.store import attempts as att
-from broker.store.ledger_tables import ENTRIES
 from broker.store.records import EVENTS, JOBS
+from broker.store.tables import LEDGER_ENTRIES as ENTRIES
 from tests.harness.sim import Sim, consistent, make_sim, mixed_backlog, state
 from tests.integration.control.poison import events
 

@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 from broker import ledger
 from broker.cli.main import app
 from broker.store import daily_sums
-from broker.store.ledger_tables import DAILY, ENTRIES
+from broker.store.tables import LEDGER_DAILY as DAILY
+from broker.store.tables import LEDGER_ENTRIES as ENTRIES
 from tests.builders import spec
 from tests.harness.sim import Sim, run_until, submit
 

@@ -14,7 +14,7 @@ from broker.control.admission import run_admission
 from broker.control.dispatch import run_dispatch
 from broker.orchestration.submission import submit_job
 from broker.store import daily_sums, records
-from broker.store.ledger_tables import DAILY
+from broker.store.tables import LEDGER_DAILY as DAILY
 from tests.builders import spec
 from tests.fixtures.postgres import POSTGRES_ONLY, lock_waiters
 from tests.harness.sim import Sim

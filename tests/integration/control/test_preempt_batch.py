@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from broker.control import admission, preempt
 from broker.store import Database
-from broker.store.ledger_tables import ENTRIES
+from broker.store.tables import LEDGER_ENTRIES as ENTRIES
 from tests.builders import spec
 from tests.harness.sim import Sim, consistent, cycle, run_until, state, submit
 from tests.integration.control.poison import events

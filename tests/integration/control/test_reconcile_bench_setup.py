@@ -20,8 +20,8 @@ from broker.control.reconcile import run_reconcile
 from broker.store import open_database
 from broker.store.attempts import ATTEMPTS, FACTS
 from broker.store.db import Database
-from broker.store.ledger_tables import ENTRIES
 from broker.store.records import EVENTS, JOBS
+from broker.store.tables import LEDGER_ENTRIES as ENTRIES
 
 N = 30
 SIM_START = datetime(2026, 11, 29, tzinfo=UTC)

@@ -20,7 +20,7 @@ from broker.control.dispatch import run_dispatch
 from broker.control.reconcile import run_reconcile
 from broker.orchestration.submission import cancel_job
 from broker.store import ledger_lookups
-from broker.store.ledger_tables import ENTRIES
+from broker.store.tables import LEDGER_ENTRIES as ENTRIES
 from tests.builders import spec
 from tests.harness.sim import Sim, attempts_of, consistent, state, submit
 from tests.integration.control.poison import events

@@ -16,8 +16,9 @@ import sqlalchemy as sa
 from broker import ledger
 from broker.orchestration.submission import cancel_job
 from broker.store import daily_sums
-from broker.store.ledger_tables import DAILY, ENTRIES
 from broker.store.reports import GROUPS, GroupBy, hours_by, hours_series
+from broker.store.tables import LEDGER_DAILY as DAILY
+from broker.store.tables import LEDGER_ENTRIES as ENTRIES
 from broker.views.usage import UsageReport, usage_report
 from tests.builders import spec
 from tests.harness.sim import Sim, run_until, submit

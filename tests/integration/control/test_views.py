@@ -18,7 +18,7 @@ from broker.api.app import create_app
 from broker.config import IsthmusConfig, parse_config
 from broker.orchestration.submission import cancel_job
 from broker.store import daily_sums
-from broker.store.ledger_tables import ENTRIES
+from broker.store.tables import LEDGER_ENTRIES as ENTRIES
 from broker.views.usage import CSV_FIELDS
 from tests.builders import spec
 from tests.harness.sim import CONFIG, Sim, cycle, run_until, state, submit
