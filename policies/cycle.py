@@ -382,23 +382,26 @@ def admission_cycle(
             )
         else:
             eligible.append(j)
-    # 2 snapshot; free capacity owed to Isthmus jobs already queued in a backend is held
-    index = CapacityIndex(inventory)
-    for pool in index.pools.values():
-        hold_backend_queue(pool, params.placement.hold_queued_by_shape)
-    share = FairShare(quotas, usage)
-    limits = ConcurrencyState(concurrency) if concurrency is not None \
-        and concurrency.any_admission_limit else None
-    cycle = _Cycle(index, QuotaState(quotas, usage), share, now, params, preemptor, limits)
-    # 3 nominate happens lazily per job shape inside the cycle; 4 order
-    queue = FairQueue(eligible, share, now, params.ordering)
-    # 5 admit
     decisions: list[Decision] = []
-    position = 0
-    while (job := queue.pop()) is not None:
-        decisions.append(cycle.decide(job, position))
-        queue.done(job.team)
-        position += 1
+    admitted = 0
+    if eligible:  # else nothing to place: no working copy of the inventory to build
+        # 2 snapshot; free capacity owed to Isthmus jobs already queued in a backend is held
+        index = CapacityIndex(inventory)
+        for pool in index.pools.values():
+            hold_backend_queue(pool, params.placement.hold_queued_by_shape)
+        share = FairShare(quotas, usage)
+        limits = ConcurrencyState(concurrency) if concurrency is not None \
+            and concurrency.any_admission_limit else None
+        cycle = _Cycle(index, QuotaState(quotas, usage), share, now, params, preemptor, limits)
+        # 3 nominate happens lazily per job shape inside the cycle; 4 order
+        queue = FairQueue(eligible, share, now, params.ordering)
+        # 5 admit
+        position = 0
+        while (job := queue.pop()) is not None:
+            decisions.append(cycle.decide(job, position))
+            queue.done(job.team)
+            position += 1
+        admitted = cycle.admitted
     # 6 requeue: waiting decisions carry their reasons; backoff ones come last
     decisions.extend(later)
     counts = Counter(d.reason.value for d in decisions)
@@ -406,8 +409,8 @@ def admission_cycle(
         at=now,
         inputs_digest=inputs_digest(jobs, inventory, usage, now),
         pending=len(jobs),
-        admitted=cycle.admitted,
-        waiting=len(decisions) - cycle.admitted,
+        admitted=admitted,
+        waiting=len(decisions) - admitted,
         reasons=tuple(sorted(counts.items())),
         admitted_to=tuple(
             (d.job_id, d.placement.pool) for d in decisions if d.admitted and d.placement

@@ -32,6 +32,7 @@ Pure: samples in, predictions out.
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -65,6 +66,10 @@ class RuntimeModel:
 
     groups: dict[_Key, list[float]] = field(default_factory=dict)
     min_samples: int = MIN_SAMPLES
+    _sums: dict[_Key, list[float]] = field(default_factory=dict, compare=False, repr=False)
+    """Per group, the running sums of its sorted ratios (filled on first use): the mean of the
+    samples above a floor in O(log n), where a slice and a sum cost O(n) per running job and
+    cycle (bench/loop_cost.py)."""
 
     @classmethod
     def learn(cls, samples: Iterable[RunSample], min_samples: int = MIN_SAMPLES) -> RuntimeModel:
@@ -105,12 +110,22 @@ class RuntimeModel:
             ratios = self.groups.get(k)
             if not ratios:
                 continue
-            later = ratios[bisect.bisect_right(ratios, floor):]
-            m = _mean(later, self.min_samples) if q is None else \
-                _quantile(later, self.min_samples, q)
+            start = bisect.bisect_right(ratios, floor)
+            m = self._mean_from(k, ratios, start) if q is None else \
+                _quantile(ratios, start, self.min_samples, q)
             if m is not None:
                 return max(1.0, m * declared - elapsed)
         return max(1.0, declared - elapsed)
+
+    def _mean_from(self, key: _Key, ratios: list[float], start: int) -> float | None:
+        """The mean of ``ratios[start:]`` (None: fewer than min_samples of them)."""
+        n = len(ratios) - start
+        if n < self.min_samples:
+            return None
+        sums = self._sums.get(key)
+        if sums is None:
+            sums = self._sums[key] = [0.0, *itertools.accumulate(ratios)]
+        return round((sums[-1] - sums[start]) / n, 12)  # a ratio; the sums' rounding off
 
 
 def _mean(values: list[float], least: int) -> float | None:
@@ -119,11 +134,13 @@ def _mean(values: list[float], least: int) -> float | None:
     return math.fsum(values) / len(values)
 
 
-def _quantile(values: list[float], least: int, q: float) -> float | None:
-    """The q-quantile of sorted `values`, interpolated between neighbours (None: too few)."""
-    if len(values) < least:
+def _quantile(values: list[float], start: int, least: int, q: float) -> float | None:
+    """The q-quantile of sorted ``values[start:]``, interpolated between neighbours (None: too
+    few); indexed in place, not sliced."""
+    n = len(values) - start
+    if n < least:
         return None
-    pos = min(1.0, max(0.0, q)) * (len(values) - 1)
+    pos = min(1.0, max(0.0, q)) * (n - 1)
     i = math.floor(pos)
-    j = min(i + 1, len(values) - 1)
-    return values[i] + (values[j] - values[i]) * (pos - i)
+    j = min(i + 1, n - 1)
+    return values[start + i] + (values[start + j] - values[start + i]) * (pos - i)

@@ -140,10 +140,11 @@ def _moved(old: tuple[int, float | None, str] | None, new: eta.Estimate, now: da
     return drift > max(60.0, 0.1 * max(0.0, at - now.timestamp()))
 
 
-RUNTIME_MODEL_EVERY_S = 10.0
+RUNTIME_MODEL_EVERY_S = 60.0
 """The run-time model (from the last RATIO_SAMPLES ended attempts) is learnt again at most this
-often by the real cycle: a statistic over a thousand runs moves little in a few seconds, and
-reading and learning them every cycle cost a tenth of a quiet cycle under the soak."""
+often by the real cycle: a statistic over a thousand runs moves little in a minute, and
+reading and learning them every cycle cost a tenth of a quiet cycle under the soak (every ten
+seconds still 17% of the admission cycles' CPU in bench/loop_cost.py)."""
 
 
 def _runtime_model(plane: ControlPlane, s: Session, now: datetime) -> RuntimeModel:
@@ -188,9 +189,12 @@ def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
         queued = list_jobs(s, states=[JobState.QUEUED.value], limit=limit, ascending=True)
         in_use = {k: v[0] for k, v in ledger.usage(s).items()}
         held = _in_flight(plane, s)
-        runtimes = _runtime_model(plane, s, now) if fold_usage else \
-            eta_inputs.runtime_model(plane, s)
-        running = eta_inputs.running_work(plane, s, runtimes, now)
+        # the estimates' inputs, for the jobs that will wait: none when nothing is queued
+        # (a what-if always has its own job)
+        estimating = bool(queued) or not fold_usage
+        runtimes = (_runtime_model(plane, s, now) if fold_usage else
+                    eta_inputs.runtime_model(plane, s)) if estimating else RuntimeModel()
+        running = eta_inputs.running_work(plane, s, runtimes, now) if estimating else []
         limits = concurrency(plane.config, counts.held_by_user(s)) \
             if limits_configured(plane.config) else None
         if fold_usage:  # the real cycle: only what changed since the last one is read

@@ -9,6 +9,7 @@ and placed nodes) is parsed once and kept on the plane (soft state: re-read on l
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime
 
 import sqlalchemy as sa
@@ -102,6 +103,11 @@ def running_work(plane: ControlPlane, s: Session, model: RuntimeModel,
         if f is None:
             continue
         team, limit, nodes, gpus = f
-        out.extend(running(node, r.started_at, limit, team, gpus, model, now)
-                   for node in sorted(set(nodes or ())))
+        placed = sorted(set(nodes or ()))
+        if not placed:
+            continue
+        # the ends are the attempt's, the same on each of its nodes: predicted once
+        first = running(placed[0], r.started_at, limit, team, gpus, model, now)
+        out.append(first)
+        out.extend(replace(first, node=node) for node in placed[1:])
     return out
