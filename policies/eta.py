@@ -200,6 +200,8 @@ def estimate(
 ) -> dict[str, Estimate]:
     """Position, estimated start and its window of every waiting decision (admitted ones get
     none)."""
+    if all(d.admitted for d in decisions):
+        return {}  # nobody waits: nothing to project
     ends: dict[str, list[tuple[float, tuple[float, float, float]]]] = {}
     for r in running:
         predicted = _ts(r.predicted_end)
