@@ -20,6 +20,7 @@ adapter; different adapters never wait for each other):
 from __future__ import annotations
 
 import contextvars
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -40,6 +41,8 @@ from broker.domain.facts import Fact
 from broker.domain.inventory import InventorySnapshot
 
 T = TypeVar("T")
+WORKER_IDLE_S = 30.0
+"""A worker thread with no call for this long ends; the next call starts another."""
 
 
 @dataclass(eq=False)
@@ -68,6 +71,8 @@ class GatedBackend:
         self._lock = threading.Lock()
         self._holder: tuple[str, float] | None = None  # (call, monotonic start) holding _lock
         self._flights: dict[str, Flight] = {}
+        self._workers: dict[str, queue.SimpleQueue[tuple[contextvars.Context,
+                                                         Callable[[], None]]]] = {}
         self._flights_lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -130,9 +135,34 @@ class GatedBackend:
                 future.set_result(result)
 
         # in a copy of the caller's context: its lines carry the cycle that asked (broker.logs)
-        threading.Thread(target=contextvars.copy_context().run, args=(run,),
-                         name=f"isthmus-{self.name}-{op}", daemon=True).start()
+        self._submit(op, (contextvars.copy_context(), run))
         return flight
+
+    def _submit(self, op: str, item: tuple[contextvars.Context, Callable[[], None]]) -> None:
+        """Hand `item` to the worker thread of `op`, started if there is none (a thread per
+        call cost more than a quiet reconcile pass's own work). One is enough: at most one
+        call of an op is in flight, and a call that hangs keeps its worker as it kept its own
+        thread before. A worker idle for WORKER_IDLE_S ends (tests make thousands of gates)."""
+        with self._flights_lock:  # puts and a worker's leaving are ordered by this lock
+            work = self._workers.get(op)
+            if work is None:
+                work = self._workers[op] = queue.SimpleQueue()
+                threading.Thread(target=self._serve, args=(op, work),
+                                 name=f"isthmus-{self.name}-{op}", daemon=True).start()
+            work.put(item)
+
+    def _serve(self, op: str,
+               work: queue.SimpleQueue[tuple[contextvars.Context, Callable[[], None]]]) -> None:
+        while True:
+            try:
+                ctx, run = work.get(timeout=WORKER_IDLE_S)
+            except queue.Empty:
+                with self._flights_lock:
+                    if work.empty():
+                        del self._workers[op]
+                        return
+                continue
+            ctx.run(run)
 
     def in_flight(self, op: str) -> Flight | None:
         with self._flights_lock:
