@@ -9,12 +9,12 @@ factor for all of them as time passes:
     g x (2^-(now-end)/h - 2^-(now-start)/h) = 2^-(now-T0)/h x g x (2^(end-T0)/h - 2^(start-T0)/h)
 
 so the leader keeps, per (team, flavor), the sum of the closed reservations' terms relative to
-an origin T0, and each cycle reads only the open reservations and those released since its
-previous cycle (less WINDOW_S, for a release committed late or stamped by another replica's
-clock), and any release entry newer than the last one read, whatever its timestamp (a
-reconciler pass stamps its releases with the time it started, before its backend's observe
-call and its chunks): what it counted is remembered by (job, attempt) until the window has
-passed it.
+an origin T0, and the open reservations themselves; each cycle reads only the reservations
+made since its previous cycle (by entry id) and those released since (less WINDOW_S, for a
+release committed late or stamped by another replica's clock), and any release entry newer
+than the last one read, whatever its timestamp (a reconciler pass stamps its releases with the
+time it started, before its backend's observe call and its chunks): what it counted is
+remembered by (job, attempt) until the window has passed it.
 
 Soft state on the plane (whose own fields belong to plane.py): a new process, a changed
 half-life, a clock that went back, FULL_EVERY_S of use or MAX_EXPONENT start again from the
@@ -22,7 +22,9 @@ whole history (a replica leading again keeps it: released reservations never cha
 was released meanwhile is read as above). On PostgreSQL entry ids are taken at insert, not at
 commit: a release whose transaction stayed open across a cycle's read and whose timestamp is
 more than WINDOW_S older is still missed until then (its reservation drops out instead of
-decaying; a share of the fair-share weight, never a quota or the ledger).
+decaying; a share of the fair-share weight, never a quota or the ledger); likewise a
+reservation whose transaction commits after a cycle read a newer one counts only from its
+release (or the next full read) on.
 """
 
 from __future__ import annotations
@@ -63,6 +65,12 @@ class History:
     last_release: int | None = None
     """The highest ledger entry id when the history was built, then the highest release id
     read: newer releases are read whatever their timestamp."""
+    open: dict[tuple[str, int], tuple[Key, int, float]] | None = None
+    """The open reservations, (job, attempt) -> ((team, flavor), GPUs, start): read whole when
+    the history is built, then kept from the reservations newer than `last_reserve` and the
+    releases read (None: not read yet)."""
+    last_reserve: int = 0
+    """The highest reservation entry id read."""
 
 
 def _history(plane: ControlPlane, now: float, rate: float) -> History:
@@ -81,21 +89,27 @@ def _last_id(s: Session) -> int:
     return int(s.connection().execute(sa.select(sa.func.max(LEDGER.c.id))).scalar() or 0)
 
 
-def _rows(s: Session, released_from: float,
-          after_id: int | None = None) -> sa.Result[tuple[object, ...]]:
-    """Reservations still open, released at or after `released_from`, or whose release entry
-    is newer than `after_id` (a release written long after its own timestamp)."""
+def _rows(s: Session, released_from: float, after_id: int | None = None,
+          reserved_after: int | None = None) -> sa.Result[tuple[object, ...]]:
+    """Reservations released at or after `released_from`, or whose release entry is newer
+    than `after_id` (a release written long after its own timestamp); and either every one
+    still open (`reserved_after` None: the history is built) or only those whose reservation
+    entry is newer than `reserved_after` (the open ones are kept in memory)."""
     from broker.ledger import LedgerKind
     from broker.store.tables import LEDGER_ENTRIES as LEDGER
 
     rel = LEDGER.alias("rel")
     since = datetime.fromtimestamp(released_from, UTC)
-    recent = sa.or_(rel.c.at.is_(None), rel.c.at >= since)
+    recent = rel.c.at >= since
+    if reserved_after is None:
+        recent = sa.or_(rel.c.at.is_(None), recent)
+    else:
+        recent = sa.or_(LEDGER.c.id > reserved_after, recent)
     if after_id is not None:
         recent = sa.or_(recent, rel.c.id > after_id)
     return s.connection().execute(
         sa.select(LEDGER.c.team, LEDGER.c.flavor, LEDGER.c.gpus, LEDGER.c.job_id,
-                  LEDGER.c.attempt, LEDGER.c.at, rel.c.at, rel.c.id)
+                  LEDGER.c.attempt, LEDGER.c.at, rel.c.at, rel.c.id, LEDGER.c.id)
         .select_from(LEDGER.outerjoin(rel, sa.and_(
             rel.c.job_id == LEDGER.c.job_id, rel.c.attempt == LEDGER.c.attempt,
             rel.c.kind == LedgerKind.RELEASE.value,
@@ -125,16 +139,19 @@ def _update(h: History, s: Session, t_now: float) -> dict[Key, float]:
     released_from = h.read_since - WINDOW_S
     if h.last_release is None:  # a new history: what is newer than the ledger now is new
         h.last_release = _last_id(s)
-    open_: dict[Key, float] = {}
-    for team, flavor, gpus, job_id, attempt, start, end, rel_id in _rows(
-            s, released_from, h.last_release):
+    building = h.open is None
+    open_ = h.open = {} if h.open is None else h.open
+    rows = _rows(s, released_from, h.last_release, None if building else h.last_reserve)
+    for team, flavor, gpus, job_id, attempt, start, end, rel_id, res_id in rows:
         key = (team, flavor)
+        h.last_reserve = max(h.last_reserve, res_id)
         if rel_id is not None and rel_id > h.last_release:
             h.last_release = rel_id
         if end is None:  # held until now
-            t_start = min(start.timestamp(), t_now)
-            open_[key] = open_.get(key, 0.0) + gpus * (1.0 - exp(-rate * (t_now - t_start)))
-        elif (job_id, attempt) not in h.counted:
+            open_[(job_id, attempt)] = (key, gpus, start.timestamp())
+            continue
+        open_.pop((job_id, attempt), None)
+        if (job_id, attempt) not in h.counted:
             t_end = min(end.timestamp(), t_now)
             t_start = min(start.timestamp(), t_end)
             h.closed[key] = h.closed.get(key, 0.0) + gpus * (
@@ -144,7 +161,7 @@ def _update(h: History, s: Session, t_now: float) -> dict[Key, float]:
     h.read_since = t_now
     scale = exp(-rate * (t_now - origin))
     out = {key: total * scale for key, total in h.closed.items()}
-    for key, share in open_.items():
-        out[key] = out.get(key, 0.0) + share
+    for key, gpus, start_ts in open_.values():
+        t_start = min(start_ts, t_now)
+        out[key] = out.get(key, 0.0) + gpus * (1.0 - exp(-rate * (t_now - t_start)))
     return out
-

@@ -57,7 +57,7 @@ def test_the_kept_history_equals_the_ledger_read_whole(sim: Sim) -> None:
     assert kept[("vision", "h100-80g")] > 0 and kept[("speech", "h100-80g")] > 0
 
 
-def test_a_cycle_reads_only_open_and_recently_released_reservations(
+def test_a_cycle_reads_only_new_and_recently_released_reservations(
     sim: Sim, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     t0 = sim.clock.now
@@ -68,15 +68,20 @@ def test_a_cycle_reads_only_open_and_recently_released_reservations(
     read: list[int] = []
     original = admission_usage._rows
 
-    def counted(s: Any, released_from: float, after_id: int | None = None) -> list[Any]:
-        rows = list(original(s, released_from, after_id))
+    def counted(s: Any, released_from: float, after_id: int | None = None,
+                reserved_after: int | None = None) -> list[Any]:
+        rows = list(original(s, released_from, after_id, reserved_after))
         read.append(len(rows))
         return rows
 
     monkeypatch.setattr(admission_usage, "_rows", counted)
     first, _ = _both(sim, t0)
     later, whole = _both(sim, t0 + timedelta(seconds=5))
-    assert read == [21, 1]  # the whole history once, then the one open reservation
+    _reserve(sim, "speech", 2, t0 + timedelta(seconds=6))
+    newest, whole_now = _both(sim, t0 + timedelta(seconds=10))
+    # the whole history once; then nothing new (the open reservation is kept); then the new one
+    assert read == [21, 0, 1]
+    assert newest == pytest.approx(whole_now, rel=1e-9)
     assert later == pytest.approx(whole, rel=1e-9)
     assert later[("vision", "h100-80g")] < first[("vision", "h100-80g")]
 
