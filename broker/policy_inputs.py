@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import date, datetime
 
 from broker.config import ConcurrencyLimits, IsthmusConfig
 from broker.domain.attempts import Attempt
@@ -18,6 +18,7 @@ from broker.domain.failures import FailureCategory
 from broker.domain.spec import JobSpec
 from broker.domain.timebox import add_seconds
 from broker.feasibility import acceptable_flavors
+from policies.budgets import Budget, BudgetInputs, Period, period_bounds
 from policies.concurrency import Caps, ConcurrencyInputs, Held
 from policies.retry import AttemptCounts
 from policies.types import FlavorQuota, PendingJob, QuotaConfig, RunningJob, TeamQuota, Usage
@@ -108,6 +109,45 @@ def limits_configured(config: IsthmusConfig) -> bool:
     return any(c.bounds_admission for c in (
         caps(config.user_limits), *(caps(t.limits) for t in config.teams),
         *(caps(t.user_limits) for t in config.teams)))
+
+
+def budget_periods(config: IsthmusConfig) -> frozenset[Period]:
+    """The periods some budget is set for (empty: no budget, nothing to read)."""
+    return frozenset(b.period for t in config.teams for b in (*t.budgets, *t.user_budgets))
+
+
+def budget_since(config: IsthmusConfig, now: datetime) -> date | None:
+    """The first UTC day any budget's current period holds (None: no budget)."""
+    starts = [period_bounds(p, now)[0].date() for p in budget_periods(config)]
+    return min(starts) if starts else None
+
+
+def budgets(config: IsthmusConfig, used: Mapping[tuple[str, str | None], Mapping[date, float]],
+            now: datetime) -> BudgetInputs:
+    """Every configured budget in the period holding `now`, with the GPU-hours used in it
+    (`used`: per team and (team, user), per day; broker.store.budget_usage). A user budget
+    applies to each user of the team: one Budget per user with usage in the window read (a
+    user without any has used nothing and is not held back)."""
+    by_team: dict[str, tuple[Budget, ...]] = {}
+    for t in config.teams:
+        out: list[Budget] = []
+        users = sorted(u for (team, u) in used if team == t.name and u is not None)
+        for b in t.budgets:
+            start, renews = period_bounds(b.period, now)
+            hours = sum(h for d, h in used.get((t.name, None), {}).items() if d >= start.date())
+            out.append(Budget(t.name, None, b.period, b.gpu_hours, hours, start, renews,
+                              tuple(b.warn_at), b.enforce))
+        for b in t.user_budgets:
+            start, renews = period_bounds(b.period, now)
+            for u in users:
+                hours = sum(h for d, h in used.get((t.name, u), {}).items()
+                            if d >= start.date())
+                out.append(Budget(t.name, u, b.period, b.gpu_hours, hours, start, renews,
+                                  tuple(b.warn_at), b.enforce))
+        if out:
+            by_team[t.name] = tuple(out)
+    lowest = min(config.priority_classes, key=lambda pc: pc.value, default=None)
+    return BudgetInputs(by_team, lowest.value if lowest else 0, lowest.name if lowest else "low")
 
 
 def usage(

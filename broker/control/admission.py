@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from sqlmodel import Session
 
 from broker import ledger
-from broker.control import admission_usage, decision_log, eta_inputs, holds
+from broker.control import admission_usage, budgets, decision_log, eta_inputs, holds
 from broker.control import admission_writes as writes
 from broker.control.faults import crash_point
 from broker.control.guard import Incident, JobGuard
@@ -45,6 +45,7 @@ from broker.store import user_holds
 from broker.store.queries import list_jobs
 from broker.store.records import JobRecord
 from policies import eta
+from policies.budgets import BudgetInputs
 from policies.concurrency import ConcurrencyInputs
 from policies.cycle import CycleResult, admission_cycle
 from policies.run_length import RuntimeModel
@@ -173,6 +174,8 @@ class CycleInputs:
     running: list[eta.Running] = field(default_factory=list)
     concurrency: ConcurrencyInputs | None = None
     """Limits and counts per team and user; None when no running-jobs or GPU limit is set."""
+    budgets: BudgetInputs | None = None
+    """GPU-hour budgets in their current periods with their use; None when none is set."""
 
 
 def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
@@ -190,6 +193,7 @@ def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
         running = eta_inputs.running_work(plane, s, runtimes, now)
         limits = concurrency(plane.config, counts.held_by_user(s)) \
             if limits_configured(plane.config) else None
+        spent = budgets.budget_inputs(plane, s)
         if fold_usage:  # the real cycle: only what changed since the last one is read
             decayed = admission_usage.decayed_usage(plane, s, now, in_use)
         by_user = user_holds.held(s) if fold_usage and queued else {}
@@ -201,7 +205,8 @@ def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
     if decayed is None:  # a what-if reads the ledger whole: it moves no state of the real cycle
         decayed = plane.decayed_usage(in_use, now)
     return CycleInputs(queued, views, inventory, quota_config(plane.config),
-                       usage_view(in_use, decayed), now, unreadable, runtimes, running, limits)
+                       usage_view(in_use, decayed), now, unreadable, runtimes, running, limits,
+                       spent)
 
 
 def decide(
@@ -213,7 +218,7 @@ def decide(
     result = admission_cycle(
         views, inputs.inventory, inputs.quotas, inputs.usage, inputs.now,
         params=plane.params.admission, preemptor=LazyPreemptor(plane, inputs.quotas, inputs.now),
-        concurrency=inputs.concurrency,
+        concurrency=inputs.concurrency, budgets=inputs.budgets,
     )
     estimates = eta.estimate(
         result.decisions, {v.id: v for v in views}, inputs.inventory, inputs.now,
@@ -235,6 +240,7 @@ def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
         with plane.db.write() as s:
             writes.mark_all(s, inputs.unreadable, now)
     result, estimates = decide(plane, inputs)
+    budgets.tell_thresholds(plane, inputs.budgets)
     by_id = {j.id: j for j in queued}
     # victims first, all in one batch: signals go out before the space is handed on
     failed = preempt_all(plane, [v for d in result.decisions for v in d.victims])

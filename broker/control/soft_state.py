@@ -69,3 +69,6 @@ class SoftState:
     cycle had jobs to decide). Losing it (a restart) costs one more row."""
     eta_facts: dict[AttemptKey, EtaFacts] = field(default_factory=dict)
     """Owner: eta_inputs. Bound: ETA_FACTS_MAX (emptied when it would pass it)."""
+    budget_told: frozenset[str] = frozenset()
+    """Owner: control.budgets. The keys of the budget thresholds told in the current periods
+    (a restart asks the notices table again). Bound: the budgets x fractions configured."""

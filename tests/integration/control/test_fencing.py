@@ -10,7 +10,8 @@ import pytest
 import sqlalchemy as sa
 
 from broker.control.admission import run_admission
-from broker.control.lease import LeaderLease, db_now
+from broker.control.lease import LeaderLease
+from broker.store.db_clock import db_now
 from broker.control.runtime import Intervals, Runtime
 from broker.domain import JobState
 from broker.orchestration.submission import submit_job
