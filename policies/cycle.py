@@ -416,7 +416,8 @@ def admission_cycle(
     # 6 requeue: waiting decisions carry their reasons; backoff and budget ones come last
     decisions.extend(later)
     if demoted:
-        decisions = [replace(d, message=f"{d.message}; {demoted[d.job_id]}")
+        decisions = [replace(d, message=f"{d.message}; {demoted[d.job_id]}",
+                             demoted=demoted[d.job_id])
                      if d.job_id in demoted else d for d in decisions]
     counts = Counter(d.reason.value for d in decisions)
     record = CycleRecord(

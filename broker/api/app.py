@@ -118,7 +118,7 @@ def _add_meta_routes(app: FastAPI, config: IsthmusConfig, db: Database,
                      runtime: Runtime | None) -> None:
     """/metrics (the process's and the store's) and /healthz."""
     registry = CollectorRegistry()
-    for collector in store_collectors(db):
+    for collector in store_collectors(db, config):
         registry.register(collector)
 
     @app.get("/metrics", tags=["meta"], include_in_schema=False)

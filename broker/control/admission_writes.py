@@ -53,7 +53,7 @@ def _admit(plane: ControlPlane, s: Session, job: JobRecord, d: Decision, now: da
         Cause("admission", ADMISSION, details=details),
         f"admitted to {d.placement.pool} ({d.placement.flavor}"
         + (f", {d.placement.topology_domain}" if d.placement.topology_domain else "")
-        + ")",
+        + ")" + (f"; {d.demoted}" if d.demoted else ""),
         now=now, locked=locked,
     )
     if not result.accepted:
