@@ -240,7 +240,6 @@ def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
         with plane.db.write() as s:
             writes.mark_all(s, inputs.unreadable, now)
     result, estimates = decide(plane, inputs)
-    budgets.tell_thresholds(plane, inputs.budgets)
     by_id = {j.id: j for j in queued}
     # victims first, all in one batch: signals go out before the space is handed on
     failed = preempt_all(plane, [v for d in result.decisions for v in d.victims])
@@ -269,6 +268,10 @@ def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
         e = estimates.get(job_id)
         if e is not None:
             stored[job_id] = (e.position, e.at.timestamp() if e.at else None, e.method)
+    try:  # telling is not deciding: a failure here is told again by the next cycle
+        budgets.tell_thresholds(plane, inputs.budgets)
+    except Exception:
+        log.exception("budget thresholds could not be told; the next cycle tries again")
     crash_point("before-cycle-record")
     # An idle cycle (no job to decide) changes and explains nothing: a run of them is one
     # stored row, the first's, counting the others (revision 0016).

@@ -7,6 +7,7 @@ class; thresholds are told once (notice, metric) per budget, fraction and period
 from __future__ import annotations
 
 import copy
+import logging
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,6 +17,7 @@ from fastapi.testclient import TestClient
 from backends.sim.backend import DURATION_ENV
 from broker.api.app import create_app
 from broker.config import IsthmusConfig, parse_config
+from broker.control.soft_state import SoftState
 from broker.metrics import BudgetState
 from broker.orchestration.submission import submit_job
 from broker.store import notices as notice_store
@@ -60,7 +62,9 @@ def _budget_notices(sim: Sim) -> list[notice_store.Notice]:
 
 
 @pytest.mark.parametrize("sim_config", [_config(budgets=[DAY])], indirect=False)
-def test_a_team_past_its_budget_waits_until_the_period_renews(sim: Sim) -> None:
+def test_a_team_past_its_budget_waits_until_the_period_renews(
+        sim: Sim, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="isthmus.control.budgets")
     _spend(sim)
     waiting = _submit(sim, _small("after"))
     other = _submit(sim, _small("other", team="language"))
@@ -72,13 +76,17 @@ def test_a_team_past_its_budget_waits_until_the_period_renews(sim: Sim) -> None:
     assert message == ("the 1 GPU-hour day budget of team vision (teams[vision].budgets[day]) "
                        "is spent; it renews at 2026-11-30T00:00Z")
 
-    # told once per fraction, however many cycles see it
+    # told once per fraction, however many cycles see it, also after a restart
     for _ in range(3):
         cycle(sim, 5)
+    sim.plane.soft = SoftState()
+    cycle(sim, 5)
     told = _budget_notices(sim)
     assert sorted(n.details["threshold"] for n in told) == [0.5, 1.0]
     assert {n.team for n in told} == {"vision"}
     assert "used" in told[0].details["message"] and told[0].details["period"] == "day"
+    logged = [r.getMessage() for r in caplog.records if "budget threshold" in r.getMessage()]
+    assert len(logged) == 2 and "team vision used" in logged[-1]
 
     # the metric, the view and explain, by the same clock
     families = {f.name: f for f in BudgetState(
