@@ -34,6 +34,7 @@ from broker.metrics import REGISTRY, store_collectors
 from broker.orchestration import notice_rule
 from broker.orchestration.transitions import JobNotFound
 from broker.store.db import Database
+from broker.store.db_clock import db_now
 
 log = get_logger(__name__)
 
@@ -46,6 +47,7 @@ def create_app(config: IsthmusConfig, db: Database, runtime: Runtime | None = No
     )
     app.state.config = config
     app.state.db = db
+    app.state.period_clock = db_now  # what budget periods roll over by (tests inject one)
     # this process's transitions write notices for the teams that have them (notice_rule)
     notice_rule.watch_teams(t.name for t in config.teams if t.notices is not None)
     app.state.authenticator = Authenticator(config)

@@ -260,7 +260,8 @@ def explain(job_id: JobRef, request: Request, caller: Caller) -> dict[str, objec
     with db.read() as s:
         stored = att.get_explanation(s, job_id)
     # the GPU-hour budgets the job counts against: its team's and its submitter's
-    budgets = [b for b in read_budgets(request.app.state.config, db, job.team)
+    budgets = [b for b in read_budgets(request.app.state.config, db, job.team,
+                                       request.app.state.period_clock)
                if b.user is None or b.user == job.submitted_by]
     budget_text = "".join(
         f"\nbudget {b.budget}: {b.used_gpu_hours:.1f} of {b.gpu_hours:g} GPU-hours used "

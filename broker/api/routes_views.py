@@ -82,7 +82,7 @@ async def budget_lines(request: Request, caller: Caller) -> list[BudgetView]:
     used: per team, and per user with hours booked. A team token sees its team's lines."""
     config, db = _state(request)
     team = None if caller.is_admin else caller.team or ""
-    return await run_in_threadpool(read_budgets, config, db, team)
+    return await run_in_threadpool(read_budgets, config, db, team, request.app.state.period_clock)
 
 
 def _instant(name: str, text: str | None) -> datetime | None:
@@ -120,7 +120,8 @@ async def usage_report(
     config, db = _state(request)
     team = None if caller.is_admin else caller.team or ""
     report = await run_in_threadpool(read_usage, db, by, t0, t1, team)
-    report.budgets = await run_in_threadpool(read_budgets, config, db, team)
+    report.budgets = await run_in_threadpool(read_budgets, config, db, team,
+                                             request.app.state.period_clock)
     if format == "csv":
         return Response(to_csv(report), media_type="text/csv; charset=utf-8", headers={
             "Content-Disposition": f'attachment; filename="usage-by-{by}.csv"'})

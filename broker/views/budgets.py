@@ -9,10 +9,11 @@ database's clock. `state`: `ok`, `warning` (a `warn_at` fraction reached) or `sp
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import date, datetime
 from typing import Literal
 
+import sqlalchemy as sa
 from pydantic import BaseModel
 
 from broker.config import IsthmusConfig
@@ -60,14 +61,17 @@ def budget_views(config: IsthmusConfig, used: Mapping[tuple[str, str | None], Ma
     return out
 
 
+PeriodClock = Callable[[sa.Connection], datetime]
+
+
 def read_budgets(config: IsthmusConfig, db: Database, team: str | None = None,
-                 now: datetime | None = None) -> list[BudgetView]:
-    """The lines of `budget_views`, periods by the database's clock unless `now` is given
-    (nothing is read when no budget is configured)."""
+                 clock: PeriodClock = db_now) -> list[BudgetView]:
+    """The lines of `budget_views`, periods by the database's clock (`clock`: tests inject
+    one; the API's is `app.state.period_clock`). Nothing is read when no budget is set."""
     if not budget_periods(config):
         return []
     with db.read() as s:
-        when = now or db_now(s.connection())
+        when = clock(s.connection())
         since = budget_since(config, when)
         if since is None:
             return []

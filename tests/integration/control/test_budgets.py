@@ -15,7 +15,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from backends.sim.backend import DURATION_ENV
-from broker.api.app import create_app
 from broker.config import IsthmusConfig, parse_config
 from broker.control.soft_state import SoftState
 from broker.metrics import BudgetState
@@ -23,6 +22,7 @@ from broker.orchestration.submission import submit_job
 from broker.store import notices as notice_store
 from broker.store.queries import job_events
 from broker.views.budgets import read_budgets
+from broker.web import build_app
 from tests.builders import SpecBuilder, spec
 from tests.harness.sim import CONFIG, Sim, consistent, cycle, run_until, state
 
@@ -95,15 +95,22 @@ def test_a_team_past_its_budget_waits_until_the_period_renews(
     assert ratio.labels == {"team": "vision", "user": "", "period": "day"} and ratio.value == 1.0
     [used] = families["isthmus_budget_used_gpu_seconds"].samples
     assert used.value >= 3600
-    [view] = read_budgets(sim.plane.config, sim.plane.db, now=sim.clock.now)
+    [view] = read_budgets(sim.plane.config, sim.plane.db,
+                          clock=lambda _c: sim.clock.now)
     assert (view.state, view.budget, view.reached) == ("spent", "teams[vision].budgets[day]",
                                                        [0.5, 1.0])
-    client = TestClient(create_app(sim.plane.config, sim.plane.db))
+    app = build_app(sim.plane.config, sim.plane.db)
+    app.state.period_clock = lambda _c: sim.clock.now
+    client = TestClient(app)
     explained = client.get(f"/v1/jobs/{waiting}/explain").json()
     assert explained["reason"] == "BudgetExhausted"
     assert [b["budget"] for b in explained["budgets"]] == ["teams[vision].budgets[day]"]
     report = client.get("/v1/reports/usage").json()
     assert [b["budget"] for b in report["budgets"]] == ["teams[vision].budgets[day]"]
+    assert [b["state"] for b in client.get("/v1/budgets").json()] == ["spent"]
+    overview = client.get("/ui")
+    assert overview.status_code == 200 and '<table id="budgets">' in overview.text
+    assert '<tr class="budget-spent"><td>vision</td><td>(team)</td><td>day</td>' in overview.text
 
     # the next day (by the database's clock) the budget is whole again
     sim.plane.period_clock = lambda _conn: datetime(2026, 11, 30, 0, 5, tzinfo=UTC)
