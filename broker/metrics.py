@@ -26,7 +26,7 @@ from broker import ledger
 from broker.config import IsthmusConfig
 from broker.domain import JobState
 from broker.domain.facts import Fact
-from broker.policy_inputs import budget_periods, budget_since, budgets
+from broker.policy_inputs import budget_periods, budget_windows, budgets
 from broker.store import budget_usage
 from broker.store.attempts import ATTEMPTS
 from broker.store.db import Database
@@ -322,13 +322,12 @@ class BudgetState(Collector):
 
     def _read(self) -> list[GaugeMetricFamily]:
         configured = budget_periods(self.config)
-        used: dict[tuple[str, str | None], dict[date, float]] = {}
+        used: dict[date, budget_usage.Used] = {}
         now = datetime.now(UTC)
         if configured:
             with self.db.read() as s:
                 now = self.period_clock(s.connection())
-                since = budget_since(self.config, now)
-                used = budget_usage.used_per_day(s, since) if since is not None else {}
+                used = budget_usage.used_in(s, budget_windows(self.config, now))
         labels = ["team", "user", "period"]
         allowed = GaugeMetricFamily(
             "isthmus_budget_gpu_seconds", "GPU-seconds a budget allows per period", labels=labels)

@@ -116,34 +116,43 @@ def budget_periods(config: IsthmusConfig) -> frozenset[Period]:
     return frozenset(b.period for t in config.teams for b in (*t.budgets, *t.user_budgets))
 
 
-def budget_since(config: IsthmusConfig, now: datetime) -> date | None:
-    """The first UTC day any budget's current period holds (None: no budget)."""
-    starts = [period_bounds(p, now)[0].date() for p in budget_periods(config)]
-    return min(starts) if starts else None
+def budget_windows(config: IsthmusConfig, now: datetime, team: str | None = None
+                   ) -> dict[date, tuple[set[str], set[str]]]:
+    """What the budgets' use is read over: per first UTC day of a current period, the teams
+    with a team budget and the teams with a user budget for that period (`team`: that one)."""
+    out: dict[date, tuple[set[str], set[str]]] = {}
+    for t in config.teams:
+        if team is not None and t.name != team:
+            continue
+        for b in t.budgets:
+            out.setdefault(period_bounds(b.period, now)[0].date(), (set(), set()))[0].add(t.name)
+        for b in t.user_budgets:
+            out.setdefault(period_bounds(b.period, now)[0].date(), (set(), set()))[1].add(t.name)
+    return out
 
 
-def budgets(config: IsthmusConfig, used: Mapping[tuple[str, str | None], Mapping[date, float]],
+def budgets(config: IsthmusConfig,
+            used: Mapping[date, Mapping[tuple[str, str | None], float]],
             now: datetime) -> BudgetInputs:
     """Every configured budget in the period holding `now`, with the GPU-hours used in it
-    (`used`: per team and (team, user), per day; broker.store.budget_usage). A user budget
-    applies to each user of the team: one Budget per user with usage in the window read (a
-    user without any has used nothing and is not held back)."""
+    (`used`: per period start, per team and (team, user); broker.store.budget_usage over
+    `budget_windows`). A user budget applies to each user of the team: one Budget per user
+    with usage in the period (a user without any has used nothing and is not held back)."""
     by_team: dict[str, tuple[Budget, ...]] = {}
     for t in config.teams:
         out: list[Budget] = []
-        users = sorted(u for (team, u) in used if team == t.name and u is not None)
         for b in t.budgets:
             start, renews = period_bounds(b.period, now)
-            hours = sum(h for d, h in used.get((t.name, None), {}).items() if d >= start.date())
+            hours = used.get(start.date(), {}).get((t.name, None), 0.0)
             out.append(Budget(t.name, None, b.period, b.gpu_hours, hours, start, renews,
                               tuple(b.warn_at), b.enforce))
         for b in t.user_budgets:
             start, renews = period_bounds(b.period, now)
-            for u in users:
-                hours = sum(h for d, h in used.get((t.name, u), {}).items()
-                            if d >= start.date())
-                out.append(Budget(t.name, u, b.period, b.gpu_hours, hours, start, renews,
-                                  tuple(b.warn_at), b.enforce))
+            in_period = used.get(start.date(), {})
+            for (team, user), hours in sorted(in_period.items(), key=lambda kv: kv[0][1] or ""):
+                if team == t.name and user is not None:
+                    out.append(Budget(t.name, user, b.period, b.gpu_hours, hours, start,
+                                      renews, tuple(b.warn_at), b.enforce))
         if out:
             by_team[t.name] = tuple(out)
     lowest = min(config.priority_classes, key=lambda pc: pc.value, default=None)

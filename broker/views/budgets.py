@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from pydantic import BaseModel
 
 from broker.config import IsthmusConfig
-from broker.policy_inputs import budget_periods, budget_since, budgets
+from broker.policy_inputs import budget_periods, budget_windows, budgets
 from broker.store import budget_usage
 from broker.store.db import Database
 from broker.store.db_clock import db_now
@@ -43,7 +43,8 @@ class BudgetView(BaseModel):
     renews_at: datetime
 
 
-def budget_views(config: IsthmusConfig, used: Mapping[tuple[str, str | None], Mapping[date, float]],
+def budget_views(config: IsthmusConfig,
+                 used: Mapping[date, Mapping[tuple[str, str | None], float]],
                  now: datetime, team: str | None = None) -> list[BudgetView]:
     """Every budget's line (pure); `team`: that team's only."""
     out: list[BudgetView] = []
@@ -72,8 +73,5 @@ def read_budgets(config: IsthmusConfig, db: Database, team: str | None = None,
         return []
     with db.read() as s:
         when = clock(s.connection())
-        since = budget_since(config, when)
-        if since is None:
-            return []
-        used = budget_usage.used_per_day(s, since, [team] if team is not None else None)
+        used = budget_usage.used_in(s, budget_windows(config, when, team))
     return budget_views(config, used, when, team)
