@@ -16,15 +16,19 @@ from fastapi.testclient import TestClient
 
 from backends.sim.backend import DURATION_ENV
 from broker.config import IsthmusConfig, parse_config
+from broker.control.notices import run_notices
 from broker.control.soft_state import SoftState
 from broker.metrics import BudgetState
 from broker.orchestration.submission import submit_job
 from broker.store import notices as notice_store
+from broker.store.db import Database
 from broker.store.queries import job_events
 from broker.views.budgets import read_budgets
 from broker.web import build_app
 from tests.builders import SpecBuilder, spec
-from tests.harness.sim import CONFIG, Sim, consistent, cycle, run_until, state
+from tests.harness.sim import CONFIG, Sim, consistent, cycle, make_sim, run_until, state
+from tests.integration.control.test_notices import SECRET_ENV, Mailbox, Receiver, mailbox, receiver  # noqa: F401
+from tests.integration.control.test_notices import _config as notices_config
 
 DAY = {"period": "day", "gpu_hours": 1, "warn_at": [0.5]}
 
@@ -144,3 +148,26 @@ def test_a_user_budget_holds_back_that_user_only(sim: Sim) -> None:
     with sim.plane.db.read() as s:
         assert "user ann of team vision (teams[vision].user_budgets[day])" in \
             job_events(s, mine)[-1].message
+
+
+def test_threshold_notices_reach_a_webhook_and_a_mail_server(
+        db: Database, receiver: Receiver, mailbox: tuple[Mailbox, int],  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(SECRET_ENV, "s3cret")
+    box, port = mailbox
+    config = notices_config(receiver.url, port)
+    raw = config.model_dump(mode="json", exclude_none=True)
+    next(t for t in raw["teams"] if t["name"] == "vision")["budgets"] = [DAY]
+    sim = make_sim(db, parse_config(raw))
+    _spend(sim)
+    cycle(sim, 5)
+    for _ in range(3):
+        run_notices(sim.plane)
+    told = [body for body, _, _ in receiver.accepted if body["kind"] == "budget_threshold"]
+    assert sorted(b["threshold"] for b in told) == [0.5, 1.0]
+    spent = next(b for b in told if b["threshold"] == 1.0)
+    assert (spent["team"], spent["budget"], spent["job_id"]) == (
+        "vision", "teams[vision].budgets[day]", None)
+    assert spent["renews_at"].startswith("2026-11-30T00:00")
+    assert "enforced (stop) until 2026-11-30T00:00Z" in spent["message"]
+    assert box.kinds().count("budget_threshold") == 2
