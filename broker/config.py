@@ -537,6 +537,11 @@ class IsthmusConfig(_Strict):
     def priority_class(self, name: str) -> PriorityClass | None:
         return next((p for p in self.priority_classes if p.name == name), None)
 
+    def lowest_priority_class(self) -> PriorityClass | None:
+        """The class of the lowest value (the first of them): what a spent GPU-hour budget
+        with `enforce: lowest` admits at."""
+        return min(self.priority_classes, key=lambda p: p.value, default=None)
+
     def user_limits_of(self, team: str) -> ConcurrencyLimits:
         t = self.team(team)
         return t.user_limits.merged(self.user_limits) if t else self.user_limits

@@ -155,7 +155,7 @@ def budgets(config: IsthmusConfig,
                                       renews, tuple(b.warn_at), b.enforce))
         if out:
             by_team[t.name] = tuple(out)
-    lowest = min(config.priority_classes, key=lambda pc: pc.value, default=None)
+    lowest = config.lowest_priority_class()
     return BudgetInputs(by_team, lowest.value if lowest else 0, lowest.name if lowest else "low")
 
 
@@ -176,11 +176,13 @@ def running_job(
     last_checkpoint_at: datetime | None = None,
     borrowed: bool = False,
     nodes: Sequence[str] = (),
+    admitted_as: str | None = None,
 ) -> RunningJob:
     """The preemption view of an admitted or running job; its expected end is the start plus
     its max_runtime (the only bound Isthmus knows for sure), saturating far in the future: a
-    stored spec is not trusted to hold a sane duration."""
-    pc = config.priority_class(spec.priority)
+    stored spec is not trusted to hold a sane duration. `admitted_as`: the priority class its
+    attempt was admitted as when not its spec's (a spent `lowest` GPU-hour budget)."""
+    pc = config.priority_class(admitted_as or spec.priority)
     return RunningJob(
         id=job_id,
         team=spec.team,

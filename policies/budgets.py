@@ -9,7 +9,8 @@ Admission asks `BudgetInputs.verdict(job)` at the heads of the cycle: when a bud
 applies to the job (its team's, or its user's in its team) is spent (used >= gpu_hours), its
 enforcement applies: `stop` keeps the job QUEUED with BudgetExhausted and a message naming
 the budget, its period and when it renews; `lowest` admits the job only as the lowest priority
-class (ordered as that class, never preempting). A spent `stop` budget wins over a `lowest` one.
+class (ordered as that class, never preempting; its attempt keeps that class as a victim). A
+spent `stop` budget wins over a `lowest` one.
 Nothing is charged per admission: hours are used while jobs run, not when they are admitted.
 
 `crossed(budget)` lists the warning fractions a budget has reached (1.0 included): the caller

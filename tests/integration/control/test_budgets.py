@@ -137,6 +137,30 @@ def test_lowest_enforcement_admits_at_the_lowest_class(sim: Sim) -> None:
         "vision" in admitted.message
 
 
+def _medium() -> IsthmusConfig:
+    """ann's user budget admits her jobs as `low` once spent; `medium` preempts below it."""
+    raw = _config(user_budgets=[{**DAY, "enforce": "lowest"}]).model_dump(
+        mode="json", exclude_none=True)
+    raw["priority_classes"].append({"name": "medium", "value": 50, "preempting": True})
+    return parse_config(raw)
+
+
+@pytest.mark.parametrize("sim_config", [_medium()], indirect=False)
+def test_a_job_admitted_as_the_lowest_class_is_preempted_as_it(sim: Sim) -> None:
+    _spend(sim, user="ann")
+    # ann's normal job (100) fills the a100 pool, admitted as low (0)
+    big = _submit(sim, _small("big").replicas(8).gpus(8), user="ann", duration=3600)
+    run_until(sim, big, "RUNNING", step=20)
+    for _ in range(4):  # past the protection of a job that just started (min_runtime)
+        cycle(sim, 200)
+    # ben's medium job (50) of the same team finds no room: it may preempt only below 50
+    urgent = _submit(sim, _small("urgent").gpus(8).set("priority", "medium"), user="ben")
+    cycle(sim, 5)
+    with sim.plane.db.read() as s:
+        assert any(e.reason == "Preempted" for e in job_events(s, big)), state(sim, big)
+    run_until(sim, urgent, "RUNNING", step=20)
+
+
 @pytest.mark.parametrize("sim_config", [_config(user_budgets=[DAY])], indirect=False)
 def test_a_user_budget_holds_back_that_user_only(sim: Sim) -> None:
     _spend(sim, user="ann")
