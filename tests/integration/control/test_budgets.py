@@ -9,12 +9,14 @@ from __future__ import annotations
 import copy
 import logging
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
 from backends.sim.backend import DURATION_ENV
+from broker.api.app import create_app
 from broker.config import IsthmusConfig, parse_config
 from broker.control.notices import run_notices
 from broker.control.soft_state import SoftState
@@ -115,6 +117,13 @@ def test_a_team_past_its_budget_waits_until_the_period_renews(
     overview = client.get("/ui")
     assert overview.status_code == 200 and '<table id="budgets">' in overview.text
     assert '<tr class="budget-spent"><td>vision</td><td>(team)</td><td>day</td>' in overview.text
+
+    # the what-if says the same, and stores nothing
+    runtime = SimpleNamespace(plane=sim.plane, leading=True, wake=lambda *_: None)
+    planner = TestClient(create_app(sim.plane.config, sim.plane.db, runtime))  # type: ignore[arg-type]
+    plan = planner.post("/v1/plan", json=_small("what-if").build().model_dump(
+        mode="json", exclude_none=True)).json()
+    assert (plan["admitted"], plan["explanation"]["reason"]) == (False, "BudgetExhausted")
 
     # the next day (by the database's clock) the budget is whole again
     sim.plane.period_clock = lambda _conn: datetime(2026, 11, 30, 0, 5, tzinfo=UTC)
