@@ -1,12 +1,13 @@
-"""GPU-hour budgets in the control loop: read once per admission cycle, thresholds told once.
+"""GPU-hour budgets in the control loop: read by the admission cycle, thresholds told once.
 
 `budget_inputs` reads the GPU-hours used in every configured budget's current period from the
-ledger's daily sums (one summing statement per period start; nothing when no budget is set),
-the period bounds by the database's clock (`ControlPlane.period_clock`), so replicas and
-restarts agree on when a period renews. `tell_thresholds` writes a `budget_threshold` notice
-and a warning log line the first time a budget reaches one of its `warn_at` fractions (or 1.0)
-in a period: the notice key names the budget, period start and fraction, and the notices table
-is asked before writing, so a restart or a hand-over tells nobody twice.
+ledger's daily sums (one summing statement per period start, at most every USE_EVERY_S;
+nothing when no budget is set), the period bounds by the database's clock
+(`ControlPlane.period_clock`), so replicas and restarts agree on when a period renews.
+`tell_thresholds` writes a `budget_threshold` notice and a warning log line the first time a
+budget reaches one of its `warn_at` fractions (or 1.0) in a period: the notice key names the
+budget, period start and fraction, and the notices table is asked before writing, so a restart
+or a hand-over tells nobody twice.
 """
 
 from __future__ import annotations

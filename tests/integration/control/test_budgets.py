@@ -28,9 +28,8 @@ from broker.store.queries import job_events
 from broker.views.budgets import read_budgets
 from broker.web import build_app
 from tests.builders import SpecBuilder, spec
+from tests.harness.notice_sinks import Mailbox, Receiver
 from tests.harness.sim import CONFIG, Sim, consistent, cycle, make_sim, run_until, state
-from tests.integration.control.test_notices import SECRET_ENV, Mailbox, Receiver, mailbox, receiver  # noqa: F401
-from tests.integration.control.test_notices import _config as notices_config
 
 DAY = {"period": "day", "gpu_hours": 1, "warn_at": [0.5]}
 
@@ -184,13 +183,13 @@ def test_a_user_budget_holds_back_that_user_only(sim: Sim) -> None:
 
 
 def test_threshold_notices_reach_a_webhook_and_a_mail_server(
-        db: Database, receiver: Receiver, mailbox: tuple[Mailbox, int],  # noqa: F811
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(SECRET_ENV, "s3cret")
+        db: Database, receiver: Receiver, mailbox: tuple[Mailbox, int]) -> None:
     box, port = mailbox
-    config = notices_config(receiver.url, port)
-    raw = config.model_dump(mode="json", exclude_none=True)
-    next(t for t in raw["teams"] if t["name"] == "vision")["budgets"] = [DAY]
+    raw = _config(budgets=[DAY]).model_dump(mode="json", exclude_none=True)
+    next(t for t in raw["teams"] if t["name"] == "vision")["notices"] = {
+        "webhooks": [receiver.url], "emails": ["ops@example.org"]}
+    raw["notices"] = {"smtp": {"host": "127.0.0.1", "port": port,
+                               "sender": "isthmus@example.org"}}
     sim = make_sim(db, parse_config(raw))
     _spend(sim)
     cycle(sim, 5)
