@@ -223,6 +223,10 @@ class Client:
             "POST", f"/v1/admin/notices/{delivery_id}/retry")
         return result
 
+    def budget_views(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", "/v1/budgets")
+        return result
+
     def limit_views(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self._call("GET", "/v1/limits")
         return result

@@ -308,6 +308,36 @@ class ConcurrencyLimits(_Strict):
         )
 
 
+MAX_BUDGET_GPU_HOURS = 1e9
+MAX_BUDGETS = 3  # one per period
+MAX_WARN_AT = 8
+
+
+class Budget(_Strict):
+    """GPU-hours per period (UTC day, ISO week from Monday, calendar month), counted from the
+    ledger's usage entries (an attempt's hours count when it ends). Past each `warn_at`
+    fraction a notice, a log line and the metric tell; at 1.0 `enforce` applies until the
+    period renews: `stop` admits nothing new (BudgetExhausted), `lowest` admits only at the
+    lowest priority class, never preempting."""
+
+    period: Literal["day", "week", "month"]
+    gpu_hours: float = Field(gt=0, le=MAX_BUDGET_GPU_HOURS)
+    warn_at: list[float] = Field(
+        default_factory=lambda: [0.8], max_length=MAX_WARN_AT,
+        description="fractions of gpu_hours (each in (0, 1)) past which a warning is given")
+    enforce: Literal["stop", "lowest"] = "stop"
+
+    @model_validator(mode="after")
+    def _fractions(self) -> Budget:
+        bad = [w for w in self.warn_at if not 0 < w < 1]
+        if bad:
+            raise ValueError(f"warn_at: {bad[0]} is not a fraction in (0, 1); write e.g. 0.8 "
+                             "for 80% (reaching 1.0 is always told)")
+        if len(set(self.warn_at)) != len(self.warn_at):
+            raise ValueError("warn_at: a fraction is given twice")
+        return self
+
+
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 
 
@@ -359,6 +389,12 @@ class Team(_Strict):
         "top-level user_limits")
     notices: Subscription | None = Field(
         default=None, description="webhooks and mail addresses told of this team's jobs")
+    budgets: list[Budget] = Field(
+        default_factory=list, max_length=MAX_BUDGETS,
+        description="the whole team's GPU-hours per period (one budget per period)")
+    user_budgets: list[Budget] = Field(
+        default_factory=list, max_length=MAX_BUDGETS,
+        description="each user's GPU-hours in this team per period (one budget per period)")
 
 
 def is_loopback(host: str) -> bool:
@@ -427,7 +463,7 @@ class IsthmusConfig(_Strict):
 
     @model_validator(mode="after")
     def _references(self) -> IsthmusConfig:
-        problems = [*self._duplicates(), *self._dangling()]
+        problems = [*self._duplicates(), *self._dangling(), *self._budget_periods()]
         if self.auth.mode == "none" and not is_loopback(self.server.host):
             problems.append(
                 f"auth.mode: 'none' is allowed only on a loopback listener, and server.host is "
@@ -453,6 +489,18 @@ class IsthmusConfig(_Strict):
             dup = sorted({n for n in names if names.count(n) > 1})
             if dup:
                 problems.append(f"{label}: duplicate name(s) {dup}")
+        return problems
+
+    def _budget_periods(self) -> list[str]:
+        problems = []
+        for i, t in enumerate(self.teams):
+            for label, budgets in (("budgets", t.budgets), ("user_budgets", t.user_budgets)):
+                seen: set[str] = set()
+                for j, b in enumerate(budgets):
+                    if b.period in seen:
+                        problems.append(f"teams[{i}].{label}[{j}].period: a second '{b.period}' "
+                                        "budget; give one budget per period")
+                    seen.add(b.period)
         return problems
 
     def _dangling(self) -> list[str]:
@@ -488,6 +536,11 @@ class IsthmusConfig(_Strict):
 
     def priority_class(self, name: str) -> PriorityClass | None:
         return next((p for p in self.priority_classes if p.name == name), None)
+
+    def lowest_priority_class(self) -> PriorityClass | None:
+        """The class of the lowest value (the first of them): what a spent GPU-hour budget
+        with `enforce: lowest` admits at."""
+        return min(self.priority_classes, key=lambda p: p.value, default=None)
 
     def user_limits_of(self, team: str) -> ConcurrencyLimits:
         t = self.team(team)

@@ -14,7 +14,7 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -23,12 +23,17 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from broker import ledger
+from broker.config import IsthmusConfig
 from broker.domain import JobState
 from broker.domain.facts import Fact
+from broker.policy_inputs import budget_periods, budget_windows, budgets
+from broker.store import budget_usage
 from broker.store.attempts import ATTEMPTS
 from broker.store.db import Database
+from broker.store.db_clock import db_now
 from broker.store.records import JOBS
 from broker.store.tables import LEASES
+from policies.budgets import crossed
 
 WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
 
@@ -292,16 +297,68 @@ def _first_flavor(spec_json: str) -> str:
         return "unknown"
 
 
+class BudgetState(Collector):
+    """GPU-hour budgets in their current periods (by the database's clock), read from the
+    ledger's daily sums at scrape time (cached for `ttl` seconds): what each allows, what is
+    used, and the highest warning fraction reached (0: none; 1: spent). `user` is empty for a
+    whole team's budget. Without a budget configured the families are empty and nothing is
+    read."""
+
+    def __init__(self, db: Database, config: IsthmusConfig, ttl: float = 10.0,
+                 period_clock: Callable[[sa.Connection], datetime] = db_now) -> None:
+        self.db, self.config, self.ttl, self.period_clock = db, config, ttl, period_clock
+        self._lock = threading.Lock()
+        self._cached: tuple[float, list[GaugeMetricFamily]] = (-1e18, [])
+
+    def collect(self) -> Iterator[Any]:
+        with self._lock:
+            now = time.monotonic()
+            if now - self._cached[0] > self.ttl:
+                self._cached = (now, self._read())
+            families = self._cached[1]
+        yield from families
+
+    def _read(self) -> list[GaugeMetricFamily]:
+        configured = budget_periods(self.config)
+        used: dict[date, budget_usage.Used] = {}
+        now = datetime.now(UTC)
+        if configured:
+            with self.db.read() as s:
+                now = self.period_clock(s.connection())
+                used = budget_usage.used_in(s, budget_windows(self.config, now))
+        labels = ["team", "user", "period"]
+        allowed = GaugeMetricFamily(
+            "isthmus_budget_gpu_seconds", "GPU-seconds a budget allows per period", labels=labels)
+        spent = GaugeMetricFamily(
+            "isthmus_budget_used_gpu_seconds", "GPU-seconds used in the budget's current "
+            "period (ledger usage of ended attempts)", labels=labels)
+        reached = GaugeMetricFamily(
+            "isthmus_budget_threshold_ratio", "The highest warning fraction of the budget "
+            "reached in its current period (0: none; 1: spent)", labels=labels)
+        for bs in (budgets(self.config, used, now).by_team.values() if configured else ()):
+            for b in bs:
+                key = [b.team, b.user or "", b.period]
+                allowed.add_metric(key, b.gpu_hours * 3600)
+                spent.add_metric(key, b.used * 3600)
+                marks = crossed(b)
+                reached.add_metric(key, marks[-1] if marks else 0.0)
+        return [allowed, spent, reached]
+
+
 STORE_FAMILIES = frozenset({
     "isthmus_jobs", "isthmus_gpus_allocated", "isthmus_gpus_idle",
     "isthmus_queue_oldest_age_seconds", "isthmus_queued_gpus", "isthmus_gpus_reserved",
     "isthmus_gpus_borrowed", "isthmus_leader_lease_valid", "isthmus_leader_epoch",
-    "isthmus_ledger_drift",
+    "isthmus_ledger_drift", "isthmus_budget_gpu_seconds", "isthmus_budget_used_gpu_seconds",
+    "isthmus_budget_threshold_ratio",
 })
 """The families the store collectors yield (tests/integration/control/test_metrics.py keeps
 this true), for checks that have no database at hand."""
 
 
-def store_collectors(db: Database) -> list[Collector]:
-    """What the API registers for /metrics besides REGISTRY."""
-    return [JobsByState(db), FederationState(db)]
+def store_collectors(db: Database, config: IsthmusConfig | None = None) -> list[Collector]:
+    """What the API registers for /metrics besides REGISTRY (budgets with a `config`)."""
+    out: list[Collector] = [JobsByState(db), FederationState(db)]
+    if config is not None:
+        out.append(BudgetState(db, config))
+    return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import date, datetime
 
 from broker.config import ConcurrencyLimits, IsthmusConfig
 from broker.domain.attempts import Attempt
@@ -18,6 +18,7 @@ from broker.domain.failures import FailureCategory
 from broker.domain.spec import JobSpec
 from broker.domain.timebox import add_seconds
 from broker.feasibility import acceptable_flavors
+from policies.budgets import Budget, BudgetInputs, Period, period_bounds
 from policies.concurrency import Caps, ConcurrencyInputs, Held
 from policies.retry import AttemptCounts
 from policies.types import FlavorQuota, PendingJob, QuotaConfig, RunningJob, TeamQuota, Usage
@@ -110,6 +111,54 @@ def limits_configured(config: IsthmusConfig) -> bool:
         *(caps(t.user_limits) for t in config.teams)))
 
 
+def budget_periods(config: IsthmusConfig) -> frozenset[Period]:
+    """The periods some budget is set for (empty: no budget, nothing to read)."""
+    return frozenset(b.period for t in config.teams for b in (*t.budgets, *t.user_budgets))
+
+
+def budget_windows(config: IsthmusConfig, now: datetime, team: str | None = None
+                   ) -> dict[date, tuple[set[str], set[str]]]:
+    """What the budgets' use is read over: per first UTC day of a current period, the teams
+    with a team budget and the teams with a user budget for that period (`team`: that one)."""
+    out: dict[date, tuple[set[str], set[str]]] = {}
+    for t in config.teams:
+        if team is not None and t.name != team:
+            continue
+        for b in t.budgets:
+            out.setdefault(period_bounds(b.period, now)[0].date(), (set(), set()))[0].add(t.name)
+        for b in t.user_budgets:
+            out.setdefault(period_bounds(b.period, now)[0].date(), (set(), set()))[1].add(t.name)
+    return out
+
+
+def budgets(config: IsthmusConfig,
+            used: Mapping[date, Mapping[tuple[str, str | None], float]],
+            now: datetime) -> BudgetInputs:
+    """Every configured budget in the period holding `now`, with the GPU-hours used in it
+    (`used`: per period start, per team and (team, user); broker.store.budget_usage over
+    `budget_windows`). A user budget applies to each user of the team: one Budget per user
+    with usage in the period (a user without any has used nothing and is not held back)."""
+    by_team: dict[str, tuple[Budget, ...]] = {}
+    for t in config.teams:
+        out: list[Budget] = []
+        for b in t.budgets:
+            start, renews = period_bounds(b.period, now)
+            hours = used.get(start.date(), {}).get((t.name, None), 0.0)
+            out.append(Budget(t.name, None, b.period, b.gpu_hours, hours, start, renews,
+                              tuple(b.warn_at), b.enforce))
+        for b in t.user_budgets:
+            start, renews = period_bounds(b.period, now)
+            in_period = used.get(start.date(), {})
+            for (team, user), hours in sorted(in_period.items(), key=lambda kv: kv[0][1] or ""):
+                if team == t.name and user is not None:
+                    out.append(Budget(t.name, user, b.period, b.gpu_hours, hours, start,
+                                      renews, tuple(b.warn_at), b.enforce))
+        if out:
+            by_team[t.name] = tuple(out)
+    lowest = config.lowest_priority_class()
+    return BudgetInputs(by_team, lowest.value if lowest else 0, lowest.name if lowest else "low")
+
+
 def usage(
     in_use: Mapping[tuple[str, str], int], decayed: Mapping[tuple[str, str], float] | None = None
 ) -> Usage:
@@ -127,11 +176,13 @@ def running_job(
     last_checkpoint_at: datetime | None = None,
     borrowed: bool = False,
     nodes: Sequence[str] = (),
+    admitted_as: str | None = None,
 ) -> RunningJob:
     """The preemption view of an admitted or running job; its expected end is the start plus
     its max_runtime (the only bound Isthmus knows for sure), saturating far in the future: a
-    stored spec is not trusted to hold a sane duration."""
-    pc = config.priority_class(spec.priority)
+    stored spec is not trusted to hold a sane duration. `admitted_as`: the priority class its
+    attempt was admitted as when not its spec's (a spent `lowest` GPU-hour budget)."""
+    pc = config.priority_class(admitted_as or spec.priority)
     return RunningJob(
         id=job_id,
         team=spec.team,

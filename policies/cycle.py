@@ -1,7 +1,10 @@
 """One admission cycle: pending jobs + inventory + quotas + usage + now -> decisions.
 
 Phases (Kueue's, numbered in the decision record):
-  1 heads      jobs still in retry backoff wait (BackoffAfterFailure); the rest are eligible
+  1 heads      jobs still in retry backoff wait (BackoffAfterFailure); jobs of a team or user
+               whose GPU-hour budget is spent wait (BudgetExhausted, `enforce: stop`) or go on
+               as the lowest priority class (`enforce: lowest`; policies/budgets.py); the rest
+               are eligible
   2 snapshot   working copies of capacity (CapacityIndex) and of the ledger (QuotaState);
                free GPUs that Isthmus jobs already queued in a backend can start on are held
                first (policies/backlog.py)
@@ -31,7 +34,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Protocol
 
@@ -40,6 +43,7 @@ from broker.domain.reasons import Reason
 from policies import queue_guard
 from policies.backfill import Backfill, Held, try_backfill
 from policies.backlog import hold_backend_queue
+from policies.budgets import BudgetInputs
 from policies.capacity import CapacityIndex, PoolIndex
 from policies.concurrency import ConcurrencyInputs, ConcurrencyState
 from policies.decisions import CycleRecord, CycleResult, Decision, inputs_digest
@@ -363,16 +367,26 @@ def admission_cycle(
     params: AdmissionParams | None = None,
     preemptor: PreemptionOracle | None = None,
     concurrency: ConcurrencyInputs | None = None,
+    budgets: BudgetInputs | None = None,
 ) -> CycleResult:
     """Decide for every pending job: admit (with a placement) or wait (with a reason).
     `concurrency`: limits and counts per team and user (policies.concurrency), checked before
-    a job is placed."""
+    a job is placed. `budgets`: GPU-hour budgets in their current periods (policies.budgets),
+    applied at the heads."""
     params = params or AdmissionParams()
     jobs = list(pending)
     # 1 heads
     eligible: list[PendingJob] = []
     later: list[Decision] = []
+    demoted: dict[str, str] = {}  # job id -> why it goes on as the lowest class
     for j in jobs:
+        verdict = budgets.verdict(j) if budgets is not None else None
+        if verdict is not None and verdict.reason is not None:
+            later.append(Decision(j.id, False, verdict.reason, verdict.message))
+            continue
+        if verdict is not None and budgets is not None:
+            demoted[j.id] = verdict.message
+            j = budgets.demoted(j)
         if j.not_before is not None and j.not_before > now:
             # the end, not a countdown: a message that changed every cycle would append an
             # event per waiting job per cycle
@@ -402,8 +416,12 @@ def admission_cycle(
             queue.done(job.team)
             position += 1
         admitted = cycle.admitted
-    # 6 requeue: waiting decisions carry their reasons; backoff ones come last
+    # 6 requeue: waiting decisions carry their reasons; backoff and budget ones come last
     decisions.extend(later)
+    if demoted:
+        decisions = [replace(d, message=f"{d.message}; {demoted[d.job_id]}",
+                             demoted=demoted[d.job_id])
+                     if d.job_id in demoted else d for d in decisions]
     counts = Counter(d.reason.value for d in decisions)
     record = CycleRecord(
         at=now,

@@ -30,6 +30,9 @@ class Decision:
     """'pool:domain' where capacity is held for this starving gang."""
     position: int = -1
     """Place in the cycle's admission order (-1: not ordered, e.g. in backoff)."""
+    demoted: str | None = None
+    """Why the job was decided as the lowest priority class (a spent `lowest` GPU-hour budget,
+    policies.budgets); the admission event says it too."""
 
 
 @dataclass(frozen=True, slots=True)

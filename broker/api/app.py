@@ -34,6 +34,7 @@ from broker.metrics import REGISTRY, store_collectors
 from broker.orchestration import notice_rule
 from broker.orchestration.transitions import JobNotFound
 from broker.store.db import Database
+from broker.store.db_clock import db_now
 
 log = get_logger(__name__)
 
@@ -46,6 +47,7 @@ def create_app(config: IsthmusConfig, db: Database, runtime: Runtime | None = No
     )
     app.state.config = config
     app.state.db = db
+    app.state.period_clock = db_now  # what budget periods roll over by (tests inject one)
     # this process's transitions write notices for the teams that have them (notice_rule)
     notice_rule.watch_teams(t.name for t in config.teams if t.notices is not None)
     app.state.authenticator = Authenticator(config)
@@ -118,7 +120,7 @@ def _add_meta_routes(app: FastAPI, config: IsthmusConfig, db: Database,
                      runtime: Runtime | None) -> None:
     """/metrics (the process's and the store's) and /healthz."""
     registry = CollectorRegistry()
-    for collector in store_collectors(db):
+    for collector in store_collectors(db, config):
         registry.register(collector)
 
     @app.get("/metrics", tags=["meta"], include_in_schema=False)

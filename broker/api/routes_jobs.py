@@ -35,6 +35,7 @@ from broker.store import attempts as att
 from broker.store.db import Database
 from broker.store.queries import get_job, job_events, list_jobs
 from broker.store.records import JobRecord
+from broker.views.budgets import read_budgets
 from policies.explain import Explanation
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=problem_responses(401, 422))
@@ -280,16 +281,27 @@ def explain(job_id: JobRef, request: Request, caller: Caller) -> dict[str, objec
     job = _visible_job(db, job_id, caller)
     with db.read() as s:
         stored = att.get_explanation(s, job_id)
+    # the GPU-hour budgets the job counts against: its team's and its submitter's
+    budgets = [b for b in read_budgets(request.app.state.config, db, job.team,
+                                       request.app.state.period_clock)
+               if b.user is None or b.user == job.submitted_by]
+    budget_text = "".join(
+        f"\nbudget {b.budget}: {b.used_gpu_hours:.1f} of {b.gpu_hours:g} GPU-hours used "
+        f"({b.fraction:.0%}, {b.state}; enforce {b.enforce}; renews {b.renews_at:%Y-%m-%d %H:%M}Z)"
+        for b in budgets)
+    lines = [b.model_dump(mode="json") for b in budgets]
     if stored is None:
         return {
             "job_id": job_id, "state": job.state, "reason": job.reason,
-            "message": job.message, "considered_at": None, "explanation": None, "text": None,
+            "message": job.message, "considered_at": None, "explanation": None,
+            "text": budget_text.lstrip("\n") or None, "budgets": lines,
         }
     at, payload = stored
     return {
         "job_id": job_id, "state": job.state, "reason": job.reason, "message": job.message,
         "considered_at": at.isoformat(), "explanation": json.loads(payload),
-        "text": Explanation.model_validate_json(payload).to_text(),
+        "text": Explanation.model_validate_json(payload).to_text() + budget_text,
+        "budgets": lines,
     }
 
 

@@ -22,6 +22,7 @@ from broker.domain.clock import utcnow
 from broker.domain.states import JobState
 from broker.store.db import Database
 from broker.store.reports import GroupBy
+from broker.views.budgets import BudgetView, read_budgets
 from broker.views.decisions import (
     MAX_PAGE,
     CycleView,
@@ -75,6 +76,15 @@ async def limits(request: Request, caller: Caller) -> list[LimitView]:
     return await run_in_threadpool(read_limits, config, db, team)
 
 
+@router.get("/v1/budgets", response_model=list[BudgetView])
+async def budget_lines(request: Request, caller: Caller) -> list[BudgetView]:
+    """GPU-hour budgets in their current periods (by the database's clock) against the hours
+    used: per team, and per user with hours booked. A team token sees its team's lines."""
+    config, db = _state(request)
+    team = None if caller.is_admin else caller.team or ""
+    return await run_in_threadpool(read_budgets, config, db, team, request.app.state.period_clock)
+
+
 def _instant(name: str, text: str | None) -> datetime | None:
     if text is None:
         return None
@@ -101,14 +111,17 @@ async def usage_report(
     format: Annotated[Literal["json", "csv"], Query()] = "json",
 ) -> UsageReport | Response:
     """GPU-hours used, cost and wasted GPU-hours by kind per team, pool, flavor or user, of
-    the attempts booked (ended) in [from, to). A team token sees its team's usage only."""
+    the attempts booked (ended) in [from, to), and (JSON) the GPU-hour budgets in their
+    current periods. A team token sees its team's usage and budgets only."""
     t0, t1 = _instant("from", start), _instant("to", end)
     if t0 is not None and t1 is not None and t1 <= t0:
         raise Problem(422, "invalid-request", "Invalid request", "to: must be after from",
                       [{"field": "to", "message": "must be after from"}])
-    _, db = _state(request)
+    config, db = _state(request)
     team = None if caller.is_admin else caller.team or ""
     report = await run_in_threadpool(read_usage, db, by, t0, t1, team)
+    report.budgets = await run_in_threadpool(read_budgets, config, db, team,
+                                             request.app.state.period_clock)
     if format == "csv":
         return Response(to_csv(report), media_type="text/csv; charset=utf-8", headers={
             "Content-Disposition": f'attachment; filename="usage-by-{by}.csv"'})

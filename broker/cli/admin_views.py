@@ -57,9 +57,9 @@ def pools(server: ServerUrl = DEFAULT_URL, token: Token = None, as_json: AsJson 
 def quotas(server: ServerUrl = DEFAULT_URL, token: Token = None,
            as_json: AsJson = False) -> None:
     """Per team and flavor: nominal, borrowing and lending limits, used, borrowed, lent out,
-    waiting demand; then the concurrency limits per team and user against their counts (a
-    team token sees its team). --json prints the quota lines only (GET /v1/limits has the
-    others)."""
+    waiting demand; then the concurrency limits per team and user against their counts, then
+    the GPU-hour budgets in their current periods (a team token sees its team). --json prints
+    the quota lines only (GET /v1/limits and GET /v1/budgets have the others)."""
     views = call(server, token, "quota_views")
     if as_json:
         emit_json(views)
@@ -74,17 +74,27 @@ def quotas(server: ServerUrl = DEFAULT_URL, token: Token = None,
     console.print(_table(("TEAM", "FLAVOR", "NOMINAL", "BORROW-LIMIT", "LEND-LIMIT", "USED",
                           "BORROWED", "LENT", "WAITING"), rows))
     lines = call(server, token, "limit_views")
-    if not lines:
-        return
 
     def of(used: int, cap: int | None) -> str:
         return f"{used}" if cap is None else f"{used}/{cap}"
 
-    console.print("Concurrency limits (used/limit; GET /v1/limits for scripts):", markup=False)
-    console.print(_table(("TEAM", "USER", "RUNNING-JOBS", "QUEUED-JOBS", "GPUS"), [
-        (v["team"], v["user"] or "(team)", of(v["running_jobs"], v["running_jobs_limit"]),
-         of(v["queued_jobs"], v["queued_jobs_limit"]), of(v["gpus"], v["gpus_limit"]))
-        for v in lines]))
+    if lines:
+        console.print("Concurrency limits (used/limit; GET /v1/limits for scripts):",
+                      markup=False)
+        console.print(_table(("TEAM", "USER", "RUNNING-JOBS", "QUEUED-JOBS", "GPUS"), [
+            (v["team"], v["user"] or "(team)", of(v["running_jobs"], v["running_jobs_limit"]),
+             of(v["queued_jobs"], v["queued_jobs_limit"]), of(v["gpus"], v["gpus_limit"]))
+            for v in lines]))
+    budgets = call(server, token, "budget_views")
+    if budgets:
+        console.print("GPU-hour budgets (this period; GET /v1/budgets for scripts):",
+                      markup=False)
+        console.print(_table(("TEAM", "USER", "PERIOD", "USED/BUDGET GPU-H", "STATE",
+                              "ENFORCE", "RENEWS"), [
+            (b["team"], b["user"] or "(team)", b["period"],
+             f"{b['used_gpu_hours']:.1f}/{b['gpu_hours']:g} ({b['fraction']:.0%})",
+             b["state"], b["enforce"], str(b["renews_at"])[:16].replace("T", " "))
+            for b in budgets]))
 
 
 By = Annotated[str, typer.Option("--by", help="team, pool, flavor or user")]

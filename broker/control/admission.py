@@ -24,7 +24,14 @@ from datetime import datetime, timedelta
 from sqlmodel import Session
 
 from broker import ledger
-from broker.control import admission_usage, decision_log, eta_inputs, holds, user_requeue
+from broker.control import (
+    admission_usage,
+    budgets,
+    decision_log,
+    eta_inputs,
+    holds,
+    user_requeue,
+)
 from broker.control import admission_writes as writes
 from broker.control.faults import crash_point
 from broker.control.guard import Incident, JobGuard
@@ -46,6 +53,7 @@ from broker.store.queries import list_jobs
 from broker.store.records import JobRecord
 from broker.store.requeue_requests import RequeueRequest
 from policies import eta
+from policies.budgets import BudgetInputs
 from policies.concurrency import ConcurrencyInputs
 from policies.cycle import CycleResult, admission_cycle
 from policies.run_length import RuntimeModel
@@ -177,6 +185,8 @@ class CycleInputs:
     """Limits and counts per team and user; None when no running-jobs or GPU limit is set."""
     requeues: list[RequeueRequest] = field(default_factory=list)
     """Requeues users asked for (scontrol requeue), carried out by the real cycle first."""
+    budgets: BudgetInputs | None = None
+    """GPU-hour budgets in their current periods with their use; None when none is set."""
 
 
 def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
@@ -197,6 +207,7 @@ def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
         running = eta_inputs.running_work(plane, s, runtimes, now) if estimating else []
         limits = concurrency(plane.config, counts.held_by_user(s)) \
             if limits_configured(plane.config) else None
+        spent = budgets.budget_inputs(plane, s)
         if fold_usage:  # the real cycle: only what changed since the last one is read
             decayed = admission_usage.decayed_usage(plane, s, now, in_use)
         by_user = user_holds.held(s) if fold_usage and queued else {}
@@ -210,7 +221,7 @@ def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
         decayed = plane.decayed_usage(in_use, now)
     return CycleInputs(queued, views, inventory, quota_config(plane.config),
                        usage_view(in_use, decayed), now, unreadable, runtimes, running, limits,
-                       requeues)
+                       requeues, spent)
 
 
 def decide(
@@ -222,7 +233,7 @@ def decide(
     result = admission_cycle(
         views, inputs.inventory, inputs.quotas, inputs.usage, inputs.now,
         params=plane.params.admission, preemptor=LazyPreemptor(plane, inputs.quotas, inputs.now),
-        concurrency=inputs.concurrency,
+        concurrency=inputs.concurrency, budgets=inputs.budgets,
     )
     estimates = eta.estimate(
         result.decisions, {v.id: v for v in views}, inputs.inventory, inputs.now,
@@ -274,6 +285,10 @@ def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
         e = estimates.get(job_id)
         if e is not None:
             stored[job_id] = (e.position, e.at.timestamp() if e.at else None, e.method)
+    try:  # telling is not deciding: a failure here is told again by the next cycle
+        budgets.tell_thresholds(plane, inputs.budgets)
+    except Exception:
+        log.exception("budget thresholds could not be told; the next cycle tries again")
     crash_point("before-cycle-record")
     # An idle cycle (no job to decide) changes and explains nothing: a run of them is one
     # stored row, the first's, counting the others (revision 0016).

@@ -36,6 +36,11 @@ BATCH = True
 per job, the fallback when a batch fails; switchable for bench/admission.py's ratio)."""
 
 
+def _lowest_class(plane: ControlPlane) -> str | None:
+    lowest = plane.config.lowest_priority_class()
+    return lowest.name if lowest is not None else None
+
+
 def _admit(plane: ControlPlane, s: Session, job: JobRecord, d: Decision, now: datetime,
            locked: JobRecord | None = None) -> bool:
     assert d.placement is not None
@@ -53,7 +58,7 @@ def _admit(plane: ControlPlane, s: Session, job: JobRecord, d: Decision, now: da
         Cause("admission", ADMISSION, details=details),
         f"admitted to {d.placement.pool} ({d.placement.flavor}"
         + (f", {d.placement.topology_domain}" if d.placement.topology_domain else "")
-        + ")",
+        + ")" + (f"; {d.demoted}" if d.demoted else ""),
         now=now, locked=locked,
     )
     if not result.accepted:
@@ -70,12 +75,15 @@ def _admit(plane: ControlPlane, s: Session, job: JobRecord, d: Decision, now: da
     snapshot = RunSnapshot(
         spec=spec, spec_hash=job.spec_hash, code_version=spec.code_version,
         data_version=spec.data_version, placement=d.placement, backend_name=name,
-        resume_from=resume,
+        resume_from=resume, admitted_as=_lowest_class(plane) if d.demoted else None,
     )
     att.insert_attempt(
         s,
         att.AttemptRecord(
-            job_id=job.id, number=number, snapshot_json=snapshot.model_dump_json(),
+            job_id=job.id, number=number,
+            # `admitted_as` only when set: every other snapshot stays as older replicas read it
+            snapshot_json=snapshot.model_dump_json(
+                exclude={"admitted_as"} if snapshot.admitted_as is None else None),
             spec_hash=job.spec_hash, backend_name=name, created_at=now,
             backend=d.placement.backend_instance, pool=d.placement.pool,
             flavor=d.placement.flavor, gpus=spec.gang.total_gpus, dispatch=att.PENDING,

@@ -15,25 +15,15 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
 from broker.store.db import Database
+from broker.store.db_clock import db_now
 from broker.store.fence import FencedDatabase
 from broker.store.tables import LEASES
-
-
-def db_now(conn: sa.Connection) -> datetime:
-    """The database server's clock, in UTC (PostgreSQL: clock_timestamp(), the time of the
-    call rather than of the transaction's start; SQLite: its 'now', the host's clock)."""
-    if conn.dialect.name == "sqlite":
-        text = conn.exec_driver_sql("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')").scalar()
-        return datetime.fromisoformat(str(text)).replace(tzinfo=UTC)
-    value = conn.execute(sa.select(sa.func.clock_timestamp())).scalar()
-    assert isinstance(value, datetime)
-    return value.astimezone(UTC)
 
 
 def default_holder() -> str:

@@ -32,6 +32,7 @@ from broker.logs import get_logger
 from broker.orchestration import notice_rule
 from broker.store import attempts as att
 from broker.store.db import Database
+from broker.store.db_clock import db_now
 from broker.store.fence import FencedDatabase
 from broker.store.pools import pool_states
 from policies.cycle import AdmissionParams
@@ -69,6 +70,8 @@ class ControlPlane:
     config: IsthmusConfig
     backends: Mapping[str, Backend]
     clock: Callable[[], datetime] = utcnow
+    period_clock: Callable[[sa.Connection], datetime] = db_now
+    """What GPU-hour budget periods roll over by: the database's clock (tests inject one)."""
     params: ControlParams = field(default_factory=ControlParams)
     epoch: int = 0
     soft: SoftState = field(default_factory=SoftState, repr=False)

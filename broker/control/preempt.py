@@ -58,6 +58,7 @@ def running_views(plane: ControlPlane) -> list[RunningJob]:
                         last_checkpoint_at=a.checkpoint_at,
                         borrowed=borrowed.get((job.id, a.number), 0) > 0,
                         nodes=placement.nodes if placement else (),
+                        admitted_as=snapshot.admitted_as,
                     )
                 )
     return out

@@ -11,7 +11,7 @@ last pass saw (the jobs waiting, the attempts in flight) or a fixed number of en
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from typing import TYPE_CHECKING
 
 from cachetools import LRUCache
@@ -69,3 +69,11 @@ class SoftState:
     cycle had jobs to decide). Losing it (a restart) costs one more row."""
     eta_facts: dict[AttemptKey, EtaFacts] = field(default_factory=dict)
     """Owner: eta_inputs. Bound: ETA_FACTS_MAX (emptied when it would pass it)."""
+    budget_used: tuple[datetime, object, dict[date, dict[tuple[str, str | None], float]]] | None \
+        = None
+    """Owner: control.budgets. When the budgets' use was read (by the period clock), the windows
+    read and the use (read again after USE_EVERY_S or when a period rolls over). Bound: the
+    teams and users with a budget."""
+    budget_told: frozenset[str] = frozenset()
+    """Owner: control.budgets. The keys of the budget thresholds told in the current periods
+    (a restart asks the notices table again). Bound: the budgets x fractions configured."""

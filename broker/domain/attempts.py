@@ -49,6 +49,9 @@ class RunSnapshot(BaseModel):
     placement: Placement | None = None
     backend_name: str | None = None
     resume_from: str | None = Field(default=None, description="checkpoint to resume from")
+    admitted_as: str | None = Field(
+        default=None, description="the priority class the attempt was admitted as, when not "
+        "its spec's (a spent GPU-hour budget with `enforce: lowest`); written only when set")
 
     @classmethod
     def of(cls, spec: JobSpec) -> RunSnapshot:

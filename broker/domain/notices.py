@@ -16,9 +16,9 @@ to a notice kind; `MAIL_TYPES` maps sbatch's `--mail-type` values onto those kin
 | reason Approved, or CANCELLED (ApprovalRefused) | approval_decided | (ALL) |
 | a team's budget threshold crossed | budget_threshold | (ALL) |
 
-`budget_threshold` has no event behind it yet: GPU-hour budgets do not exist. When they do, the
-budget check writes its notice with `broker.store.notices.add` in the transaction that
-records the crossing (one per team, period and threshold: the key says which).
+`budget_threshold` has no job event behind it: the admission cycle writes it
+(broker/control/budgets.py) when a GPU-hour budget first reaches a fraction in a period (one per
+budget, period and fraction: the key says which).
 """
 
 from __future__ import annotations

@@ -86,6 +86,8 @@ class Reason(StrEnum):
     ApprovalRefused = "ApprovalRefused"
     # a team's or a user's concurrency limit (running jobs, GPUs held) keeps the job queued
     ConcurrencyLimit = "ConcurrencyLimit"
+    # a GPU-hour budget of its team or user is spent (enforce: stop) until its period renews
+    BudgetExhausted = "BudgetExhausted"
     # a user's hold (scontrol hold, sbatch --hold) keeps the job queued until released
     JobHeldUser = "JobHeldUser"
     Requeued = "Requeued"
@@ -173,6 +175,9 @@ REASONS: dict[Reason, ReasonInfo] = {
     R.ApprovalRefused: ReasonInfo(6, K.END, "cancelled: an admin refused its priority class"),
     R.ConcurrencyLimit: ReasonInfo(
         44, K.WAIT, "its team or user runs as many jobs or holds as many GPUs as a limit allows"
+    ),
+    R.BudgetExhausted: ReasonInfo(
+        47, K.WAIT, "a GPU-hour budget of its team or user is spent until its period renews"
     ),
 }
 

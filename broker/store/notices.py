@@ -183,3 +183,12 @@ def listing(session: Session, status: str | None, team: str | None,
     rows = session.connection().execute(
         q.order_by(DELIVERIES.c.notice_id.desc(), DELIVERIES.c.id).limit(limit))
     return [Listed(Delivery(*r[:9]), r[9], r[10], r[11], r[12]) for r in rows]
+
+
+def existing_keys(session: Session, keys: list[str]) -> set[str]:
+    """The keys among `keys` that a notice already has."""
+    if not keys:
+        return set()
+    rows = session.connection().execute(
+        sa.select(NOTICES.c.key).where(NOTICES.c.key.in_(sorted(set(keys)))))
+    return {r[0] for r in rows}

@@ -1,5 +1,5 @@
 """Overview and Reports: the federation at a glance, drawn from the read models in
-broker/views (pools, quotas, usage), never from queries of their own."""
+broker/views (pools, quotas, GPU-hour budgets, usage), never from queries of their own."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from broker.control.inventories import Answer
 from broker.ui import queue
 from broker.ui.render import page
 from broker.ui.session import scope, ui_principal
+from broker.views.budgets import read_budgets
 from broker.views.pools import PoolView, read_pools
 from broker.views.quotas import quota_views
 from broker.views.usage import UsageLine, UsageReport, read_usage_series
@@ -83,8 +84,10 @@ def overview(request: Request, caller: Caller) -> Response:
     # job's spec for it: about 0.3 ms a job, so seconds with thousands waiting); the queue
     # depth per team stands for it here, and GET /v1/quotas has it
     quotas = quota_views(config, usage, {}, team)
+    budgets = read_budgets(config, db, team, request.app.state.period_clock)
     return page(request, caller, "overview.html", active="overview", pools=pools,
-                quotas=quotas, depth=depth, backends=backends(pools), heat=heat)
+                quotas=quotas, budgets=budgets, depth=depth, backends=backends(pools),
+                heat=heat)
 
 
 Range = Literal["hour", "day", "week", "month"]

@@ -16,11 +16,12 @@ import io
 from collections.abc import Iterable
 from datetime import datetime
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from broker.ledger import LedgerKind
 from broker.store.db import Database
 from broker.store.reports import GroupBy, HoursRow, hours_by, hours_series
+from broker.views.budgets import BudgetView
 
 WASTE_FIELDS: dict[str, str] = {
     LedgerKind.WASTE_PREPARING.value: "waste_preparing",
@@ -61,6 +62,9 @@ class UsageReport(BaseModel):
     """Set when the report covers one team only (a team token's view)."""
     lines: list[UsageLine]
     total: UsageLine
+    budgets: list[BudgetView] = Field(default_factory=list)
+    """The GPU-hour budgets in their current periods (broker/views/budgets.py), whatever the
+    window: what the hours of the report count against."""
 
 
 def _add(line: UsageLine, row: HoursRow) -> None:

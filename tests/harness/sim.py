@@ -125,7 +125,9 @@ def make_sim(db: Database, config: IsthmusConfig) -> Sim:
             clock, seed=2,
         ),
     }
+    # the simulated time is the database's too: budget periods roll over by it
     plane = ControlPlane(db, config, backends, clock=lambda: clock.now,
+                         period_clock=lambda _conn: clock.now,
                          params=ControlParams(lost_grace_s=60))
     return Sim(plane, clock, backends)
 

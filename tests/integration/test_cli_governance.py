@@ -30,6 +30,7 @@ def server(db_url: str, tmp_path: Path) -> Iterator[str]:
     data["priority_classes"].append({"name": "urgent", "value": 2000, "approval": "required"})
     vision = next(t for t in data["teams"] if t["name"] == "vision")
     vision["limits"] = {"running_jobs": 4, "queued_jobs": 10, "gpus": 64}
+    vision["budgets"] = [{"period": "month", "gpu_hours": 5000, "enforce": "lowest"}]
     data["user_limits"] = {"queued_jobs": 5}
     config = tmp_path / "isthmus.yaml"
     config.write_text(yaml.safe_dump(data))
@@ -103,3 +104,6 @@ def test_quotas_show_the_concurrency_limits(server: str) -> None:
     cells = [[c for c in line.split() if c != "│"] for line in out.stdout.splitlines()]
     assert ["vision", "(team)", "0/4", "1/10", "0/64"] in cells
     assert ["vision", "local", "0", "1/5", "0"] in cells
+    assert "GPU-hour budgets" in out.stdout
+    budget = next(c for c in cells if c[:3] == ["vision", "(team)", "month"])
+    assert budget[3:7] == ["0.0/5000", "(0%)", "ok", "lowest"]

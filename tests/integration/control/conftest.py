@@ -10,6 +10,7 @@ import pytest
 from backends.sim.backend import SimBackend
 from broker.config import IsthmusConfig, parse_config
 from broker.store import Database
+from tests.harness.notice_sinks import Mailbox, Receiver, smtp_mailbox, webhook_receiver
 from tests.harness.sim import CONFIG, Sim, make_sim
 
 
@@ -55,3 +56,17 @@ def threaded_sim(sim: Sim) -> Sim:
 
     sim.advance = advance  # type: ignore[method-assign]
     return sim
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A local webhook receiver (tests.harness.notice_sinks)."""
+    with webhook_receiver() as got:
+        yield got
+
+
+@pytest.fixture
+def mailbox() -> Iterator[tuple[Mailbox, int]]:
+    """A local SMTP server and its port (tests.harness.notice_sinks)."""
+    with smtp_mailbox() as box:
+        yield box

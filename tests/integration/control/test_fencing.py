@@ -10,12 +10,13 @@ import pytest
 import sqlalchemy as sa
 
 from broker.control.admission import run_admission
-from broker.control.lease import LeaderLease, db_now
+from broker.control.lease import LeaderLease
 from broker.control.runtime import Intervals, Runtime
 from broker.domain import JobState
 from broker.orchestration.submission import submit_job
 from broker.store import Database, utcnow
 from broker.store import attempts as att
+from broker.store.db_clock import db_now
 from broker.store.fence import Deposed, FencedDatabase
 from broker.store.queries import get_job, job_events
 from tests.builders import spec
