@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from http.client import HTTPConnection, HTTPException, HTTPSConnection
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 
 class ApiError(Exception):
@@ -98,6 +98,17 @@ class Client:
     def submit(self, spec: dict[str, Any], idempotency_key: str | None = None) -> dict[str, Any]:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         result: dict[str, Any] = self._call("POST", "/v1/jobs", json=spec, headers=headers)
+        return result
+
+    def submit_template(self, name: str, body: dict[str, Any],
+                        idempotency_key: str | None = None) -> dict[str, Any]:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        path = f"/v1/templates/{quote(name, safe='')}/jobs"
+        result: dict[str, Any] = self._call("POST", path, json=body, headers=headers)
+        return result
+
+    def templates(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", "/v1/templates")
         return result
 
     def batch(self, body: dict[str, Any]) -> dict[str, Any]:

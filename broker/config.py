@@ -17,6 +17,7 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from broker.config_slurm_compat import SlurmCompat
+from broker.config_templates import JobTemplate, fill
 from broker.config_tuning import (
     AdmissionTuning,
     FairShareTuning,
@@ -433,6 +434,10 @@ class IsthmusConfig(_Strict):
     slurm_compat: SlurmCompat | None = Field(
         default=None, description="how isbatch maps sbatch requests (broker/config_slurm_compat.py)"
     )
+    templates: list[JobTemplate] = Field(
+        default_factory=list, max_length=200,
+        description="vetted job presets users submit with a name, a team and the overrides "
+        "each allows (broker/config_templates.py)")
 
     @model_validator(mode="before")
     @classmethod
@@ -463,7 +468,8 @@ class IsthmusConfig(_Strict):
 
     @model_validator(mode="after")
     def _references(self) -> IsthmusConfig:
-        problems = [*self._duplicates(), *self._dangling(), *self._budget_periods()]
+        problems = [*self._duplicates(), *self._dangling(), *self._budget_periods(),
+                    *self._template_problems()]
         if self.auth.mode == "none" and not is_loopback(self.server.host):
             problems.append(
                 f"auth.mode: 'none' is allowed only on a loopback listener, and server.host is "
@@ -490,6 +496,33 @@ class IsthmusConfig(_Strict):
             if dup:
                 problems.append(f"{label}: duplicate name(s) {dup}")
         return problems
+
+    def _template_problems(self) -> list[str]:
+        """Each template's teams exist and its spec is a valid job once a name and a team are
+        given (checked with its first allowed team), so a user never meets a broken preset."""
+        from broker.domain.spec import JobSpec
+
+        problems = []
+        teams = [t.name for t in self.teams]
+        names = [t.name for t in self.templates]
+        for dup in sorted({n for n in names if names.count(n) > 1}):
+            problems.append(f"templates: duplicate name '{dup}'")
+        for i, tpl in enumerate(self.templates):
+            unknown = sorted(set(tpl.teams or ()) - set(teams))
+            if unknown:
+                problems.append(f"templates[{i}].teams: {unknown} are not in teams")
+                continue
+            team = (tpl.teams or teams or ["any-team"])[0]
+            try:
+                JobSpec.model_validate(fill(tpl, tpl.name, team, {}))
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(x) for x in first["loc"])
+                problems.append(f"templates[{i}].spec.{where}: {first['msg']}")
+        return problems
+
+    def template(self, name: str) -> JobTemplate | None:
+        return next((t for t in self.templates if t.name == name), None)
 
     def _budget_periods(self) -> list[str]:
         problems = []

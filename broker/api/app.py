@@ -23,6 +23,7 @@ from broker.api.routes_hpc import router as hpc_router
 from broker.api.routes_jobs import router as jobs_router
 from broker.api.routes_plan import router as plan_router
 from broker.api.routes_progress import router as progress_router
+from broker.api.routes_templates import router as templates_router
 from broker.api.routes_views import router as views_router
 from broker.api.schemas import Health
 from broker.api.wakes import admission_waker
@@ -65,7 +66,8 @@ def create_app(config: IsthmusConfig, db: Database, runtime: Runtime | None = No
     return app
 
 
-ROUTERS = (jobs_router, plan_router, progress_router, admin_router, hpc_router, views_router)
+ROUTERS = (jobs_router, plan_router, progress_router, admin_router, hpc_router, views_router,
+           templates_router)
 
 
 def _add_error_handlers(app: FastAPI, config: IsthmusConfig) -> None:

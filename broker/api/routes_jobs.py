@@ -85,6 +85,12 @@ async def checked_spec(request: Request, caller: Caller) -> JobSpec:
     """The request's job spec, parsed and checked against the configuration and the caller's
     team (422, or 403 for another team's spec): shared by submit and plan."""
     spec = _spec_from_body(await request.body(), request.headers.get("content-type", ""))
+    return allowed_spec(request, caller, spec)
+
+
+def allowed_spec(request: Request, caller: Caller, spec: JobSpec) -> JobSpec:
+    """`spec` if the configuration and the caller's team allow it: else 422, or 403 for
+    another team's spec."""
     problems = request_problems(
         _config(request), spec, None if caller.is_admin else caller.team
     )
@@ -134,6 +140,14 @@ async def submit(
     key: Annotated[str | None, Depends(idempotency_key)],
 ) -> Response:
     spec = await checked_spec(request, caller)
+    return await submit_checked(request, caller, spec, key)
+
+
+async def submit_checked(request: Request, caller: Caller, spec: JobSpec,
+                         key: str | None) -> Response:
+    """A checked spec submitted as POST /v1/jobs does it: its dependencies resolved, the
+    queued-job limits checked, group-committed; 201 with the job (200: an idempotent
+    replay)."""
     if spec.scheduling is not None and spec.scheduling.dependencies:
         spec = await asyncio.to_thread(_with_dependencies, _db(request), spec)
     await check_queued(_db(request), _config(request), spec.team, caller.name, key=key)

@@ -36,7 +36,22 @@ def _read_spec(path: Path) -> dict[str, Any]:
 
 
 def submit(
-    file: SpecFile,
+    file: Annotated[
+        Path | None,
+        typer.Option("-f", "--file", help="job spec (.json or .yaml; '-' reads stdin)"),
+    ] = None,
+    template: Annotated[
+        str | None, typer.Option("--template", help="submit from this template "
+                                 "(`isthmus templates` lists them) instead of a spec file"),
+    ] = None,
+    overrides: Annotated[
+        list[str] | None, typer.Option("--set", help="with --template: PATH=VALUE, a field "
+                                       "the template lets you change (repeatable)"),
+    ] = None,
+    name: Annotated[str | None, typer.Option("--name", help="with --template: the job's name")
+                    ] = None,
+    team: Annotated[str | None, typer.Option("--team", help="with --template: the job's team "
+                                             "(default: your token's)")] = None,
     idempotency_key: Annotated[
         str | None,
         typer.Option("--idempotency-key",
@@ -46,13 +61,48 @@ def submit(
     token: Token = None,
     as_json: AsJson = False,
 ) -> None:
-    """Submit a job spec."""
-    job = call(server, token, "submit", _read_spec(file), idempotency_key)
+    """Submit a job spec (-f), or a job from a template (--template NAME --name JOB
+    --set gang.replicas=4)."""
+    if (file is None) == (template is None):
+        fail("give a spec file (-f FILE) or a template (--template NAME), one of the two")
+    if template is not None:
+        from broker.config_templates import TemplateError, parse_override
+
+        if not name:
+            fail("--template needs the job's --name")
+        try:
+            pairs = dict(parse_override(o) for o in overrides or [])
+        except TemplateError as exc:
+            fail(str(exc))
+        body: dict[str, Any] = {"name": name, "set": pairs}
+        if team:
+            body["team"] = team
+        job = call(server, token, "submit_template", template, body, idempotency_key)
+    else:
+        if overrides or name or team:
+            fail("--set, --name and --team go with --template")
+        assert file is not None
+        job = call(server, token, "submit", _read_spec(file), idempotency_key)
     if as_json:
         emit_json(job)
     else:
         console.print(f"[bold]{job['id']}[/] {job['state']} ({job['reason']}): {job['message']}",
                       markup=True, highlight=False)
+
+
+def templates(server: ServerUrl = DEFAULT_URL, token: Token = None,
+              as_json: AsJson = False) -> None:
+    """The job templates your team may use: name, what you may change, description."""
+    rows = call(server, token, "templates")
+    if as_json:
+        emit_json(rows)
+        return
+    if not rows:
+        console.print("no templates are offered to your team", markup=False)
+    for t in rows:
+        allow = ", ".join(t["allow"]) or "nothing"
+        console.print(f"{t['name']}: {t['description']} (you may set: name, team, {allow})",
+                      markup=False, highlight=False)
 
 
 def plan(file: SpecFile, server: ServerUrl = DEFAULT_URL, token: Token = None,
@@ -326,5 +376,5 @@ def cancel(job_id: JobId, server: ServerUrl = DEFAULT_URL, token: Token = None,
 COMMANDS = (
     ("submit", submit), ("plan", plan), ("list", list_), ("status", status),
     ("events", events), ("explain", explain), ("attempts", attempts), ("render", render),
-    ("timeline", timeline), ("logs", logs), ("cancel", cancel),
+    ("timeline", timeline), ("logs", logs), ("cancel", cancel), ("templates", templates),
 )

@@ -33,8 +33,9 @@ DEFAULT_RESERVED_PREFIXES = (
 )
 
 # Keys Isthmus's own clients write into a job (isbatch keeps the sbatch request it could not
-# map as this annotation, without effect); always allowed, whatever the site's exemptions.
-PLATFORM_KEY_PREFIXES = ("sbatch.isthmus.io/",)
+# map as this annotation, without effect; a job from a template names its template); always
+# allowed, whatever the site's exemptions: they inform, they grant nothing.
+PLATFORM_KEY_PREFIXES = ("sbatch.isthmus.io/", "template.isthmus.io/")
 
 
 def key_problem(key: str, *, reserved: bool = False) -> str | None:
