@@ -73,7 +73,7 @@ def list_templates(request: Request, caller: Caller) -> list[TemplateOut]:
 @router.post(
     "/{name}/jobs", status_code=201,
     responses={200: {"description": "replay of an idempotent submission"},
-               **problem_responses(403, 404, 409, 429)},
+               **problem_responses(400, 403, 404, 409, 429)},
 )
 async def submit_from_template(
     name: str, use: TemplateUse, request: Request, caller: Caller,
