@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from broker.domain import JobState
+from broker.domain.units import approx_duration
 from broker.store.attempts import AttemptRecord
 from broker.store.records import EventRecord
 
@@ -169,16 +170,7 @@ def bar_chart(timelines: Sequence[AttemptTimeline], now: datetime, width: int = 
             bar = " " * a + "#" * min(n, width - a if width > a else 1)
             still = " (now)" if ph.end is None else ""
             note = f"  {ph.note}" if ph.note else ""
-            lines.append(f"  {ph.name:<10} {bar:<{width}} {human(ph.seconds(now))}{still}{note}")
+            took = approx_duration(ph.seconds(now))
+            lines.append(f"  {ph.name:<10} {bar:<{width}} {took}{still}{note}")
     return "\n".join(lines)
 
-
-def human(seconds: float) -> str:
-    s = round(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"

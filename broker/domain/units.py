@@ -68,6 +68,19 @@ def format_duration(seconds: int) -> str:
     return "".join(parts) or "0s"
 
 
+def approx_duration(seconds: float) -> str:
+    """A duration for people, rounded to its two largest units ("1h05m", "3d02h"); the exact
+    form a spec round-trips is `format_duration`."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
 def parse_size(value: object, maximum: int | None = None) -> int:
     """Bytes from "64Gi", "512Mi", "2G" or a whole number of bytes, refused above `maximum`."""
     hint = "write it like '64Gi' or '512Mi', or give whole bytes"

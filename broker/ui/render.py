@@ -10,7 +10,7 @@ from starlette.templating import Jinja2Templates
 
 from broker.api.auth import Principal
 from broker.domain.start_window import likely_of
-from broker.timeline import human
+from broker.domain.units import approx_duration as human
 from broker.ui import svg
 from broker.ui.assets import HERE
 

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from markupsafe import Markup
 
-from broker.timeline import human
+from broker.domain.units import approx_duration as human
 
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1",
            "#ff9da7", "#9c755f", "#bab0ac")
