@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from kubernetes.client.exceptions import ApiException
 
@@ -80,13 +81,23 @@ def queues(k8s_kueue_cluster: Any) -> Iterator[Queues]:
         api.close()
 
 
-def _server(cluster: Any, q: Queues, tmp_path: Path, duration: str) -> Server:
-    backend = {"name": "k8s-local", "kind": "k8s", "settings": {
+def _server(cluster: Any, q: Queues, tmp_path: Path, duration: str | None) -> Server:
+    """Without ``duration`` each job says its own (``_lasting``)."""
+    settings: dict[str, Any] = {
         "kubeconfig": str(cluster.kubeconfig), "namespace": q.namespace,
-        "modes": {"k8s-a100": "kueue"}, "kueue_queues": {"k8s-a100": QUEUE},
-        "pod_annotations": {f"{FAKE}duration": duration}}}
+        "modes": {"k8s-a100": "kueue"}, "kueue_queues": {"k8s-a100": QUEUE}}
+    if duration:
+        settings["pod_annotations"] = {f"{FAKE}duration": duration}
+    backend = {"name": "k8s-local", "kind": "k8s", "settings": settings}
     cfg = write_config(tmp_path / "isthmus.yaml", [backend], k8s_pools())
     return Server(cfg, f"sqlite:///{tmp_path / 'isthmus.db'}", tmp_path / "server.log").start()
+
+
+def _lasting(name: str, duration: str) -> dict[str, Any]:
+    """An a100 gang whose fake pods run for ``duration`` (a Go duration, or "never")."""
+    spec = job_spec(name, "a100-80g", backend="k8s")
+    spec["annotations"] = {f"{FAKE}duration": duration}
+    return spec
 
 
 def _state(server: Server, job_id: str, *states: str) -> dict[str, Any] | None:
@@ -96,11 +107,13 @@ def _state(server: Server, job_id: str, *states: str) -> dict[str, Any] | None:
 
 def test_held_by_kueue_for_quota_then_admitted_runs_and_succeeds(
         k8s_kueue_cluster: Any, queues: Queues, tmp_path: Path) -> None:
-    server = _server(k8s_kueue_cluster, queues, tmp_path, "20s")
+    # the first gang holds the quota until the test has seen Kueue's verdict on the second (a
+    # fixed run time left a window a busy machine could miss), then is cancelled to free it
+    server = _server(k8s_kueue_cluster, queues, tmp_path, None)
     try:
-        first = server.submit(job_spec("kq-first", "a100-80g", backend="k8s"))["id"]
+        first = server.submit(_lasting("kq-first", "never"))["id"]
         wait_until(lambda: _state(server, first, "RUNNING"), 120, "the first job running")
-        second = server.submit(job_spec("kq-second", "a100-80g", backend="k8s"))["id"]
+        second = server.submit(_lasting("kq-second", "5s"))["id"]
 
         def held() -> dict[str, Any] | None:
             # HeldByKueue comes first as "not evaluated yet" (true until Kueue's scheduler
@@ -118,7 +131,9 @@ def test_held_by_kueue_for_quota_then_admitted_runs_and_succeeds(
         assert _state(server, first, "RUNNING"), "the first job still runs meanwhile"
         _backend_agrees(k8s_kueue_cluster, queues, f"isthmus-{second}-1")
 
-        wait_until(lambda: _state(server, first, "SUCCEEDED"), 180, "the first job to end")
+        r = httpx.post(f"{server.url}/v1/jobs/{first}/cancel", timeout=30)
+        assert r.status_code == 200, r.text
+        wait_until(lambda: _state(server, first, "CANCELLED"), 180, "the first job to end")
         wait_until(lambda: _state(server, second, "RUNNING", "SUCCEEDED"), 120,
                    "Kueue to admit the second job once the quota is free")
         wait_until(lambda: _state(server, second, "SUCCEEDED"), 180, "the second job to end")
@@ -236,8 +251,6 @@ def _backend_agrees(cluster: Any, q: Queues, name: str) -> None:
 
 
 def server_events(server: Server, job_id: str) -> list[dict[str, Any]]:
-    import httpx
-
     r = httpx.get(f"{server.url}/v1/jobs/{job_id}/events", timeout=30)
     assert r.status_code == 200, r.text
     events: list[dict[str, Any]] = r.json()
