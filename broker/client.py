@@ -238,6 +238,10 @@ class Client:
         result: list[dict[str, Any]] = self._call("GET", "/v1/budgets")
         return result
 
+    def queue_views(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self._call("GET", "/v1/queues")
+        return result
+
     def limit_views(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self._call("GET", "/v1/limits")
         return result

@@ -378,9 +378,39 @@ class Notices(_Strict):
         "jobs may name none (the broker would otherwise call any address a user writes)")
 
 
+MAX_TEAM_QUEUES = 64
+DEFAULT_QUEUE = "default"  # a job's queue when it names none (JobSpec.queue)
+MAX_WEIGHT = 1e6
+
+
+class TeamQueue(_Strict):
+    """A queue inside a team (a project or sub-team; Kueue's LocalQueue, Slurm's sub-account):
+    the team's jobs naming it (spec `queue`) share the team's quota with its other queues in
+    proportion to their weights. Admission takes a team's next job from the queue with the
+    lowest GPUs held per unit of weight (within one priority level)."""
+
+    name: str = Field(pattern=NAME)
+    weight: float = Field(default=1.0, gt=0, le=MAX_WEIGHT,
+                          description="fair-share weight among the team's queues")
+
+
 class Team(_Strict):
     name: str = Field(pattern=NAME)
     cohort: str | None = None
+    weight: float = Field(
+        default=1.0, gt=0, le=MAX_WEIGHT,
+        description="fair-share weight among teams: a team of weight 2 may use twice the "
+        "share of its quota before others go ahead of it")
+    queues: list[TeamQueue] = Field(
+        default_factory=list, max_length=MAX_TEAM_QUEUES,
+        description="the team's queues (a job names one in `queue`); unset: one queue, "
+        "'default'")
+
+    def queue_names(self) -> list[str]:
+        return [q.name for q in self.queues] or [DEFAULT_QUEUE]
+
+    def queue_weights(self) -> dict[str, float]:
+        return {q.name: q.weight for q in self.queues} or {DEFAULT_QUEUE: 1.0}
     quotas: dict[str, Quota] = Field(default_factory=dict, description="by flavor name")
     limits: ConcurrencyLimits = Field(
         default_factory=ConcurrencyLimits, description="the whole team's jobs at once")
@@ -549,6 +579,9 @@ class IsthmusConfig(_Strict):
             if p.flavor not in flavors:
                 problems.append(f"pools[{i}].flavor: '{p.flavor}' is not in flavors")
         for i, t in enumerate(self.teams):
+            names = [q.name for q in t.queues]
+            problems += [f"teams[{i}].queues: duplicate name '{n}'"
+                         for n in sorted({n for n in names if names.count(n) > 1})]
             if t.cohort is not None and t.cohort not in cohorts:
                 problems.append(f"teams[{i}].cohort: '{t.cohort}' is not in cohorts")
             problems += [f"teams[{i}].quotas.{f}: '{f}' is not in flavors"

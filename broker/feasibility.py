@@ -59,6 +59,11 @@ def request_problems(
             FieldProblem("team", f"your token belongs to team '{caller_team}', not '{spec.team}'",
                          forbidden=True)
         )
+    team = config.team(spec.team)
+    if team is not None and spec.queue not in team.queue_names():
+        out.append(FieldProblem(
+            "queue", f"team '{spec.team}' has no queue '{spec.queue}'; use one of "
+            f"{', '.join(team.queue_names())} (teams[].queues in isthmus.yaml)"))
     for i, name in enumerate(spec.flavors):
         if config.flavor(name) is None:
             known = ", ".join(sorted(f.name for f in config.flavors)) or "none configured"

@@ -33,6 +33,8 @@ def quota_config(config: IsthmusConfig) -> QuotaConfig:
                 flavor: FlavorQuota(q.nominal, q.borrowing_limit, q.lending_limit)
                 for flavor, q in t.quotas.items()
             },
+            weight=t.weight,
+            queue_weights={q.name: q.weight for q in t.queues},
         )
         for t in config.teams
     }
@@ -160,9 +162,16 @@ def budgets(config: IsthmusConfig,
 
 
 def usage(
-    in_use: Mapping[tuple[str, str], int], decayed: Mapping[tuple[str, str], float] | None = None
+    in_use: Mapping[tuple[str, str], int], decayed: Mapping[tuple[str, str], float] | None = None,
+    queue_gpus: Mapping[tuple[str, str], int] | None = None,
 ) -> Usage:
-    return Usage(in_use=dict(in_use), decayed=dict(decayed or {}))
+    return Usage(in_use=dict(in_use), decayed=dict(decayed or {}),
+                 queue_gpus=dict(queue_gpus or {}))
+
+
+def queues_configured(config: IsthmusConfig) -> bool:
+    """Some team has queues to share among (GPUs held per queue are then read each cycle)."""
+    return any(len(t.queues) > 1 for t in config.teams)
 
 
 def running_job(

@@ -165,7 +165,7 @@ class _Cycle:
         pl, qv = bf.placement, verdicts[bf.placement.flavor]
         self._charge(job)
         self.quota.reserve(job.team, pl.flavor, job.total_gpus)
-        self.share.charge(job.team, pl.flavor, job.total_gpus)
+        self.share.charge(job.team, pl.flavor, job.total_gpus, job.queue)
         self.admitted += 1
         pool = self.index.pools[pl.pool]
         pool.admitted += 1
@@ -187,7 +187,7 @@ class _Cycle:
         self._charge(job)
         self.quota.reserve(job.team, flavor, job.total_gpus)
         commit(job, result, self.index)
-        self.share.charge(job.team, flavor, job.total_gpus)
+        self.share.charge(job.team, flavor, job.total_gpus, job.queue)
         self.admitted += 1
         msg = result.message
         if qv.borrowed:

@@ -69,7 +69,8 @@ def inputs_digest(
     h = hashlib.sha256()
     h.update(now.isoformat().encode())
     for j in sorted(pending, key=lambda j: j.id):
-        h.update(f"{j.id}:{j.priority}:{j.replicas}x{j.gpus_per_replica};".encode())
+        queue = "" if j.queue == "default" else f"@{j.queue}"
+        h.update(f"{j.id}{queue}:{j.priority}:{j.replicas}x{j.gpus_per_replica};".encode())
     for p in sorted(inventory.pools, key=lambda p: p.name):
         h.update(f"{p.name}:{p.free_gpus}:{p.drained}:{p.queue.pending_gpus};".encode())
         for n in p.nodes:  # expected releases steer reservations
@@ -78,4 +79,6 @@ def inputs_digest(
     h.update(",".join(sorted(inventory.unreachable)).encode())
     for k, v in sorted(usage.in_use.items()):
         h.update(f"{k[0]}/{k[1]}={v};".encode())
+    for k, v in sorted(usage.queue_gpus.items()):
+        h.update(f"{k[0]}@{k[1]}={v};".encode())
     return h.hexdigest()[:16]

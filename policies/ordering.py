@@ -7,6 +7,10 @@ divided by the team's weight. Lower shares go first. Inside one cycle a team's s
 every job admitted for it, so one team cannot take all capacity freed in a cycle just because
 its first job was ahead.
 
+Inside a team with queues (`TeamQuota.queue_weights`), the team's next job is the head of
+the queue with the lowest GPUs held per unit of the queue's weight, within the best priority
+level (and starving gangs first); a cycle charges each admission to its queue as to its team.
+
 Teams are merged through a heap keyed by (head job priority, starving first, team share, head
 submission time, job id); there is no one-job-per-queue-per-cycle limit. A starving gang (waiting
 past `starvation_after_s`) goes first inside its priority level, oldest first whatever its
@@ -54,10 +58,13 @@ class OrderingParams:
 
 
 class FairShare:
-    """Dominant shares per team, charged as the cycle admits jobs."""
+    """Dominant shares per team, and GPUs held per unit of weight per queue of a team with
+    queues, charged as the cycle admits jobs."""
 
     def __init__(self, quotas: QuotaConfig, usage: Usage) -> None:
         self.quotas = quotas
+        self._queue_gpus: dict[tuple[str, str], float] = {
+            k: float(v) for k, v in usage.queue_gpus.items()}
         self._use: dict[str, dict[str, float]] = defaultdict(dict)
         for (team, flavor), v in usage.in_use.items():
             self._use[team][flavor] = float(v)
@@ -82,10 +89,21 @@ class FairShare:
     def share(self, team: str) -> float:
         return self._share.get(team, 0.0)
 
-    def charge(self, team: str, flavor: str, gpus: int) -> None:
+    def queue_share(self, team: str, queue: str) -> float:
+        """GPUs the queue holds per unit of its weight (0 for a team without queues)."""
+        t = self.quotas.teams.get(team)
+        if t is None or len(t.queue_weights) < 2:
+            return 0.0
+        weight = t.queue_weights.get(queue, 1.0)
+        return self._queue_gpus.get((team, queue), 0.0) / (weight if weight > 0 else 1.0)
+
+    def charge(self, team: str, flavor: str, gpus: int, queue: str | None = None) -> None:
         use = self._use[team]
         use[flavor] = use.get(flavor, 0.0) + gpus
         self._recompute(team)
+        if queue is not None:
+            key = (team, queue)
+            self._queue_gpus[key] = self._queue_gpus.get(key, 0.0) + gpus
 
 
 class FairQueue:
@@ -101,43 +119,63 @@ class FairQueue:
     ) -> None:
         self.share = share
         p = params or OrderingParams()
-        by_team: dict[str, list[PendingJob]] = defaultdict(list)
+        by_queue: dict[str, dict[str, list[PendingJob]]] = defaultdict(lambda: defaultdict(list))
         for j in jobs:
-            by_team[j.team].append(j)
+            by_queue[j.team][j.queue].append(j)
         self._starving: set[str] = set()
         if now is not None:
-            self._starving = {j.id for js in by_team.values() for j in js if is_starving(j, now, p)}
+            self._starving = {j.id for qs in by_queue.values() for js in qs.values()
+                              for j in js if is_starving(j, now, p)}
 
         def key(j: PendingJob) -> tuple[int, int, datetime, str]:
             return (-j.priority, 0 if j.id in self._starving else 1, j.submitted_at, j.id)
 
-        self._lists = {t: sorted(js, key=key, reverse=True) for t, js in by_team.items()}
-        self._heap: list[tuple[int, int, float, datetime, str, str]] = []
+        # per team, per queue: jobs in reverse admission order (the next one last)
+        self._lists = {t: {q: sorted(js, key=key, reverse=True) for q, js in qs.items()}
+                       for t, qs in by_queue.items()}
+        self._heap: list[tuple[int, int, float, datetime, str, str, str]] = []
         for team in sorted(self._lists):
             self._push(team)
 
-    def _push(self, team: str) -> None:
-        lst = self._lists[team]
-        if lst:
+    def _next_queue(self, team: str) -> str | None:
+        """The team's queue whose head goes next: best priority, starving first, then the
+        lowest GPUs held per unit of weight, then the oldest."""
+        best: tuple[int, int, float, datetime, str] | None = None
+        chosen = None
+        for queue, lst in self._lists[team].items():
+            if not lst:
+                continue
             h = lst[-1]
+            starving = h.id in self._starving
+            k = (-h.priority, 0 if starving else 1,
+                 0.0 if starving else self.share.queue_share(team, queue), h.submitted_at, h.id)
+            if best is None or k < best:
+                best, chosen = k, queue
+        return chosen
+
+    def _push(self, team: str) -> None:
+        queue = self._next_queue(team)
+        if queue is not None:
+            h = self._lists[team][queue][-1]
             if h.id in self._starving:  # oldest starving gang first, whatever its team's share
-                entry = (-h.priority, 0, 0.0, h.submitted_at, h.id, team)
+                entry = (-h.priority, 0, 0.0, h.submitted_at, h.id, team, queue)
             else:
-                entry = (-h.priority, 1, self.share.share(team), h.submitted_at, h.id, team)
+                entry = (-h.priority, 1, self.share.share(team), h.submitted_at, h.id, team,
+                         queue)
             heapq.heappush(self._heap, entry)
 
     def pop(self) -> PendingJob | None:
         """The next job; call `done` with its team after deciding on it."""
         if not self._heap:
             return None
-        team = heapq.heappop(self._heap)[5]
-        return self._lists[team].pop()
+        entry = heapq.heappop(self._heap)
+        return self._lists[entry[5]][entry[6]].pop()
 
     def done(self, team: str) -> None:
         self._push(team)
 
     def __len__(self) -> int:
-        return sum(len(v) for v in self._lists.values())
+        return sum(len(v) for qs in self._lists.values() for v in qs.values())
 
 
 def admission_order(

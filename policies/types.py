@@ -94,6 +94,8 @@ class TeamQuota:
     quotas: Mapping[str, FlavorQuota] = field(default_factory=dict)
     weight: float = 1.0
     """Fair-share weight: a team of weight 2 may use twice the share before falling behind."""
+    queue_weights: Mapping[str, float] = field(default_factory=dict)
+    """The team's queues and their fair-share weights (empty: one queue, every job in it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +129,9 @@ class Usage:
 
     in_use: Mapping[tuple[str, str], int] = field(default_factory=dict)
     decayed: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    queue_gpus: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    """GPUs held by admitted and running jobs per (team, queue): fair sharing among a team's
+    queues (read only for teams with more than one queue)."""
 
     def used(self, team: str, flavor: str) -> int:
         return self.in_use.get((team, flavor), 0)

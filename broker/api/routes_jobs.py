@@ -36,6 +36,7 @@ from broker.store.db import Database
 from broker.store.queries import get_job, job_events, list_jobs
 from broker.store.records import JobRecord
 from broker.views.budgets import read_budgets
+from broker.views.team_queues import queue_text, read_queues
 from policies.explain import Explanation
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=problem_responses(401, 422))
@@ -303,6 +304,10 @@ def explain(job_id: JobRef, request: Request, caller: Caller) -> dict[str, objec
         f"\nbudget {b.budget}: {b.used_gpu_hours:.1f} of {b.gpu_hours:g} GPU-hours used "
         f"({b.fraction:.0%}, {b.state}; enforce {b.enforce}; renews {b.renews_at:%Y-%m-%d %H:%M}Z)"
         for b in budgets)
+    team = request.app.state.config.team(job.team)
+    if team is not None and len(team.queues) > 1:
+        queues = read_queues(request.app.state.config, db, job.team)
+        budget_text += "\n" + queue_text(queues, job.queue)
     lines = [b.model_dump(mode="json") for b in budgets]
     if stored is None:
         return {

@@ -34,6 +34,7 @@ from broker.views.decisions import read_job_decisions as read_decisions
 from broker.views.limits import LimitView, read_limits
 from broker.views.pools import PoolView, read_pools
 from broker.views.quotas import QuotaView, read_quotas
+from broker.views.team_queues import QueueView, read_queues
 from broker.views.usage import UsageReport, read_usage, to_csv
 
 router = APIRouter(tags=["views"], responses=problem_responses(401, 422))
@@ -74,6 +75,16 @@ async def limits(request: Request, caller: Caller) -> list[LimitView]:
     config, db = _state(request)
     team = None if caller.is_admin else caller.team or ""
     return await run_in_threadpool(read_limits, config, db, team)
+
+
+@router.get("/v1/queues", response_model=list[QueueView])
+async def queue_lines(request: Request, caller: Caller) -> list[QueueView]:
+    """Each team's queues (`teams[].queues`; a team without queues has one, `default`): weight,
+    GPUs held, jobs waiting, GPUs held per unit of weight (the lowest goes next among the
+    team's queues). A team token sees its team's lines."""
+    config, db = _state(request)
+    team = None if caller.is_admin else caller.team or ""
+    return await run_in_threadpool(read_queues, config, db, team)
 
 
 @router.get("/v1/budgets", response_model=list[BudgetView])

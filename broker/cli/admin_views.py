@@ -4,6 +4,7 @@ reports) for scripts."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Annotated, Any
 
 import typer
@@ -57,9 +58,10 @@ def pools(server: ServerUrl = DEFAULT_URL, token: Token = None, as_json: AsJson 
 def quotas(server: ServerUrl = DEFAULT_URL, token: Token = None,
            as_json: AsJson = False) -> None:
     """Per team and flavor: nominal, borrowing and lending limits, used, borrowed, lent out,
-    waiting demand; then the concurrency limits per team and user against their counts, then
-    the GPU-hour budgets in their current periods (a team token sees its team). --json prints
-    the quota lines only (GET /v1/limits and GET /v1/budgets have the others)."""
+    waiting demand; then the teams' queues with their weights and standing, then the
+    concurrency limits per team and user against their counts, then the GPU-hour budgets in
+    their current periods (a team token sees its team). --json prints the quota lines only
+    (GET /v1/queues, GET /v1/limits and GET /v1/budgets have the others)."""
     views = call(server, token, "quota_views")
     if as_json:
         emit_json(views)
@@ -73,6 +75,17 @@ def quotas(server: ServerUrl = DEFAULT_URL, token: Token = None,
              f"{q['waiting_gpus']} ({q['waiting_jobs']} jobs)") for q in views]
     console.print(_table(("TEAM", "FLAVOR", "NOMINAL", "BORROW-LIMIT", "LEND-LIMIT", "USED",
                           "BORROWED", "LENT", "WAITING"), rows))
+    lines = call(server, token, "queue_views")
+    per_team = Counter(v["team"] for v in lines)
+    queues = [v for v in lines if per_team[v["team"]] > 1]  # teams with queues of their own
+    if queues:
+        console.print("Team queues (GPUs held per unit of weight: the lowest goes next within "
+                      "its team; GET /v1/queues for scripts):", markup=False)
+        console.print(_table(("TEAM", "TEAM-WEIGHT", "QUEUE", "WEIGHT", "GPUS-HELD",
+                              "PER-WEIGHT", "WAITING"), [
+            (v["team"], f"{v['team_weight']:g}", v["queue"],
+             f"{v['weight']:g} ({v['weight_fraction']:.0%})", v["gpus_held"],
+             f"{v['held_per_weight']:g}", v["waiting_jobs"]) for v in queues]))
     lines = call(server, token, "limit_views")
 
     def of(used: int, cap: int | None) -> str:

@@ -44,7 +44,13 @@ from broker.domain.attempts import Placement
 from broker.domain.exclusions import Exclusions
 from broker.domain.inventory import InventorySnapshot
 from broker.metrics import ADMISSION_CYCLE
-from broker.policy_inputs import concurrency, limits_configured, pending_job, quota_config
+from broker.policy_inputs import (
+    concurrency,
+    limits_configured,
+    pending_job,
+    queues_configured,
+    quota_config,
+)
 from broker.policy_inputs import usage as usage_view
 from broker.store import attempts as att
 from broker.store import concurrency as counts
@@ -207,6 +213,8 @@ def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
         running = eta_inputs.running_work(plane, s, runtimes, now) if estimating else []
         limits = concurrency(plane.config, counts.held_by_user(s)) \
             if limits_configured(plane.config) else None
+        by_queue = counts.held_by_queue(s) if estimating and queues_configured(plane.config) \
+            else {}
         spent = budgets.budget_inputs(plane, s)
         if fold_usage:  # the real cycle: only what changed since the last one is read
             decayed = admission_usage.decayed_usage(plane, s, now, in_use)
@@ -220,8 +228,8 @@ def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
     if decayed is None:  # a what-if reads the ledger whole: it moves no state of the real cycle
         decayed = plane.decayed_usage(in_use, now)
     return CycleInputs(queued, views, inventory, quota_config(plane.config),
-                       usage_view(in_use, decayed), now, unreadable, runtimes, running, limits,
-                       requeues, spent)
+                       usage_view(in_use, decayed, by_queue), now, unreadable, runtimes,
+                       running, limits, requeues, spent)
 
 
 def decide(

@@ -1,4 +1,5 @@
-"""Counts behind the concurrency limits: jobs and GPUs held, jobs waiting, per team and user.
+"""Counts behind the concurrency limits and the queues' fair sharing: jobs and GPUs held,
+jobs waiting, per team and user or per team and queue.
 
 Read from the jobs table (its state index): a job's `total_gpus` and `submitted_by` never
 change, so the live rows are the truth and nothing is kept beside them to drift.
@@ -24,6 +25,24 @@ def held_by_user(s: Session) -> dict[tuple[str, str], tuple[int, int]]:
             .where(JOBS.c.state.in_(sorted(st.value for st in HOLDING)))
             .group_by(JOBS.c.team, JOBS.c.submitted_by))
     return {(t, u): (int(n), int(g)) for t, u, n, g in s.connection().execute(stmt)}
+
+
+def held_by_queue(s: Session) -> dict[tuple[str, str], int]:
+    """GPUs held (ADMITTED, PREPARING, RUNNING) per (team, queue)."""
+    stmt = (sa.select(JOBS.c.team, JOBS.c.queue,
+                      sa.func.coalesce(sa.func.sum(JOBS.c.total_gpus), 0))
+            .where(JOBS.c.state.in_(sorted(st.value for st in HOLDING)))
+            .group_by(JOBS.c.team, JOBS.c.queue))
+    return {(t, q): int(g) for t, q, g in s.connection().execute(stmt)}
+
+
+def waiting_by_queue(s: Session, team: str | None = None) -> dict[tuple[str, str], int]:
+    """Jobs waiting (WAITING states) per (team, queue); `team`: that team's only."""
+    stmt = (sa.select(JOBS.c.team, JOBS.c.queue, sa.func.count())
+            .where(JOBS.c.state.in_(WAITING)).group_by(JOBS.c.team, JOBS.c.queue))
+    if team is not None:
+        stmt = stmt.where(JOBS.c.team == team)
+    return {(t, q): int(n) for t, q, n in s.connection().execute(stmt)}
 
 
 def waiting_by_user(s: Session, team: str | None = None) -> dict[tuple[str, str], int]:

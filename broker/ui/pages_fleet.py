@@ -20,6 +20,7 @@ from broker.ui.session import scope, ui_principal
 from broker.views.budgets import read_budgets
 from broker.views.pools import PoolView, read_pools
 from broker.views.quotas import quota_views
+from broker.views.team_queues import read_queues
 from broker.views.usage import UsageLine, UsageReport, read_usage_series
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -85,9 +86,11 @@ def overview(request: Request, caller: Caller) -> Response:
     # depth per team stands for it here, and GET /v1/quotas has it
     quotas = quota_views(config, usage, {}, team)
     budgets = read_budgets(config, db, team, request.app.state.period_clock)
+    with_queues = {t.name for t in config.teams if len(t.queues) > 1}
+    queues = [q for q in read_queues(config, db, team) if q.team in with_queues]
     return page(request, caller, "overview.html", active="overview", pools=pools,
-                quotas=quotas, budgets=budgets, depth=depth, backends=backends(pools),
-                heat=heat)
+                quotas=quotas, budgets=budgets, queues=queues, depth=depth,
+                backends=backends(pools), heat=heat)
 
 
 Range = Literal["hour", "day", "week", "month"]

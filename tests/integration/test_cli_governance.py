@@ -31,6 +31,7 @@ def server(db_url: str, tmp_path: Path) -> Iterator[str]:
     vision = next(t for t in data["teams"] if t["name"] == "vision")
     vision["limits"] = {"running_jobs": 4, "queued_jobs": 10, "gpus": 64}
     vision["budgets"] = [{"period": "month", "gpu_hours": 5000, "enforce": "lowest"}]
+    vision["queues"] = [{"name": "default"}, {"name": "prod", "weight": 3}]
     data["user_limits"] = {"queued_jobs": 5}
     config = tmp_path / "isthmus.yaml"
     config.write_text(yaml.safe_dump(data))
@@ -96,7 +97,7 @@ def test_admin_approves_and_refuses_from_the_cli(server: str, db_url: str,
     assert check.returncode == 0, check.stdout + check.stderr  # the decisions replay
 
 
-def test_quotas_show_the_concurrency_limits(server: str) -> None:
+def test_quotas_show_the_limits_queues_and_budgets(server: str) -> None:
     assert run("submit", "-f", str(JOBS / "llama-ft.json"), url=server).returncode == 0
     out = run("quotas", url=server)
     assert out.returncode == 0, out.stderr
@@ -105,5 +106,8 @@ def test_quotas_show_the_concurrency_limits(server: str) -> None:
     assert ["vision", "(team)", "0/4", "1/10", "0/64"] in cells
     assert ["vision", "local", "0", "1/5", "0"] in cells
     assert "GPU-hour budgets" in out.stdout
+    assert "Team queues" in out.stdout  # the example job names queue 'default'
+    assert ["vision", "1", "default", "1", "(25%)", "0", "0", "1"] in cells, out.stdout
+    assert ["vision", "1", "prod", "3", "(75%)", "0", "0", "0"] in cells, out.stdout
     budget = next(c for c in cells if c[:3] == ["vision", "(team)", "month"])
     assert budget[3:7] == ["0.0/5000", "(0%)", "ok", "lowest"]

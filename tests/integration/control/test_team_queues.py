@@ -1,0 +1,148 @@
+"""Team queues (isthmus.yaml `teams[].queues`): a team's jobs name a queue; admission takes the
+team's next job from the queue with the fewest GPUs held per unit of weight, counting what the
+queues already hold and charging each admission of the cycle; a job naming a queue its team
+does not have is refused at submit naming the field; `GET /v1/queues`, `explain` and
+`isthmus quotas` show each queue's weight and standing."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from broker.api.app import create_app
+from broker.config import ConfigError, IsthmusConfig, parse_config
+from broker.store import Database
+from broker.web import build_app
+from tests.builders import spec
+from tests.harness.sim import CONFIG, Sim, cycle, make_sim, state, submit
+
+
+def _config(queues: list[dict[str, Any]] | None) -> dict[str, Any]:
+    data = copy.deepcopy(CONFIG)
+    if queues is not None:
+        data["teams"][0]["queues"] = queues  # vision
+    return data
+
+
+WEIGHTED = [{"name": "research", "weight": 1}, {"name": "prod", "weight": 3}]
+
+
+@pytest.fixture
+def sim_config() -> IsthmusConfig:
+    return parse_config(_config(WEIGHTED))
+
+
+def _job(sim: Sim, name: str, queue: str, replicas: int = 1) -> str:
+    job = submit(sim, spec().name(name).team("vision").set("queue", queue)
+                 .flavors("h100-80g").replicas(replicas).gpus(8).topology(None), 3600)
+    sim.advance(1)  # a distinct submission time: the order within a queue is the oldest first
+    return job
+
+
+def _admitted(sim: Sim, jobs: list[str]) -> list[str]:
+    return [j for j in jobs if state(sim, j)[0] != "QUEUED"]
+
+
+def test_a_cycle_splits_the_room_by_the_queues_weights(sim: Sim) -> None:
+    # slurm-h100 has 4 nodes of 8 GPUs; research's jobs were all submitted first
+    research = [_job(sim, f"r{i}", "research") for i in range(4)]
+    prod = [_job(sim, f"p{i}", "prod") for i in range(4)]
+    cycle(sim, 1)
+    # weights 1:3 -> research 8 GPUs, prod 24 (equal at 8 per unit of weight), not 4 x research
+    assert len(_admitted(sim, research)) == 1 and len(_admitted(sim, prod)) == 3, \
+        [state(sim, j) for j in research + prod]
+
+
+def test_what_a_queue_already_holds_counts(sim: Sim) -> None:
+    held = [_job(sim, "r-big", "research", replicas=2), _job(sim, "r-one", "research")]
+    cycle(sim, 1)
+    assert len(_admitted(sim, held)) == 2  # research holds 24 GPUs, one node is free
+    older = _job(sim, "r-next", "research")
+    newer = _job(sim, "p-next", "prod")
+    cycle(sim, 1)
+    assert state(sim, newer)[0] != "QUEUED", "prod holds nothing: its job goes first"
+    assert state(sim, older)[0] == "QUEUED"
+
+
+def test_without_queues_the_oldest_goes_first(db: Database) -> None:
+    sim = make_sim(db, parse_config(_config(None)))
+    jobs = [_job(sim, f"r{i}", "default") for i in range(6)]
+    cycle(sim, 1)
+    assert _admitted(sim, jobs) == jobs[:4]
+
+
+def test_a_queue_the_team_lacks_is_refused_naming_the_field(sim: Sim) -> None:
+    client = TestClient(create_app(sim.plane.config, sim.plane.db))
+    body = spec().name("lost").team("vision").set("queue", "nope").dict()
+    r = client.post("/v1/jobs", json=body)
+    assert r.status_code == 422, r.text
+    assert "queue" in r.text and "research, prod" in r.text, r.text
+    # a team without queues has one, 'default'
+    body = spec().name("lost").team("language").set("queue", "research").dict()
+    r = client.post("/v1/jobs", json=body)
+    assert r.status_code == 422 and "use one of default" in r.text, r.text
+
+
+def test_queue_lines_and_explain_show_each_queues_standing(sim: Sim) -> None:
+    client = TestClient(create_app(sim.plane.config, sim.plane.db))
+    held = _job(sim, "r-big", "research", replicas=4)
+    cycle(sim, 1)
+    waiting = _job(sim, "r-wait", "research")
+    _job(sim, "p-wait", "prod")
+    cycle(sim, 1)
+    lines = {(v["team"], v["queue"]): v for v in client.get("/v1/queues").json()}
+    r, p = lines[("vision", "research")], lines[("vision", "prod")]
+    assert (r["gpus_held"], r["held_per_weight"], r["waiting_jobs"]) == (32, 32, 1), r
+    assert (p["gpus_held"], p["weight"], p["weight_fraction"], p["waiting_jobs"]) == \
+        (0, 3, 0.75, 1), p
+    assert lines[("language", "default")]["gpus_held"] == 0
+    text = client.get(f"/v1/jobs/{waiting}/explain").json()["text"]
+    assert "queue research of team vision: weight 1 (25% of the team's), holds 32 GPUs" \
+        in text, text
+    assert "2 of 2 in line" in text and "prod 0 GPUs / weight 3" in text, text
+    assert state(sim, held)[0] != "QUEUED"
+    page = TestClient(build_app(sim.plane.config, sim.plane.db)).get("/ui").text  # dashboard
+    assert '<table id="queues">' in page
+    assert "<td>vision</td><td class=\"num\">1</td><td>prod</td><td class=\"num\">3 (75%)" \
+        in page, page
+
+
+def test_the_configuration_checks_queues_and_weights() -> None:
+    with pytest.raises(ConfigError, match=r"teams\[0\].queues: duplicate name 'a'"):
+        parse_config(_config([{"name": "a"}, {"name": "a", "weight": 2}]))
+    with pytest.raises(ConfigError, match="weight"):
+        parse_config(_config([{"name": "a", "weight": 0}]))
+    data = _config(None)
+    data["teams"][0]["weight"] = 2.5
+    from broker.policy_inputs import quota_config
+
+    cfg = parse_config(data)
+    assert quota_config(cfg).teams["vision"].weight == 2.5
+
+
+def test_a_teams_weight_puts_it_ahead_at_equal_use(db: Database) -> None:
+    """Against equal a100 quotas vision holds 24 GPUs and language 32; language's weight 2
+    halves its share (0.5 against 0.75), so its job goes first though vision's is older."""
+    data = _config(None)
+    for t in data["teams"]:
+        t["quotas"] = {"a100-80g": {"nominal": 32}}
+    data["teams"][1]["weight"] = 2
+    sim = make_sim(db, parse_config(data))
+
+    def a100(name: str, team: str, replicas: int = 1) -> str:
+        job = submit(sim, spec().name(name).team(team).flavors("a100-80g").replicas(replicas)
+                     .gpus(8).topology(None), 3600)
+        sim.advance(1)
+        return job
+
+    # k8s-a100 has 8 nodes: 3 + 4 held, then room for one of the next two
+    held = [a100("v-held", "vision", 3), a100("l-held", "language", 4)]
+    cycle(sim, 1)
+    assert _admitted(sim, held) == held
+    older, newer = a100("v-next", "vision"), a100("l-next", "language")
+    cycle(sim, 1)
+    assert state(sim, newer)[0] != "QUEUED" and state(sim, older)[0] == "QUEUED", \
+        (state(sim, older), state(sim, newer))
