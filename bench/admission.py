@@ -3,7 +3,9 @@
 10,000 pending gang jobs (1x1 to 16x8 GPUs) against 5,000 nodes (40,000 GPUs) in 8 pools on
 2 backend kinds, 50 teams in 5 cohorts, a partly busy cluster. Runs the full cycle (index
 build, quota, ordering, placement, requeue with reasons) several times on one core and prints
-`admission: <jobs> jobs <nodes> nodes <R> decisions/s cycle p50 <T> ms` last.
+`admission: <jobs> jobs <nodes> nodes <R> decisions/s cycle p50 <T> ms` last. `--queues N`
+gives each team N queues (weights 1..N; jobs spread over them by a second generator, so the
+jobs, inventory and usage are the same for every N) for the team queues' fair sharing.
 
 `--durable`: the cycle carried out on a database (broker.control.admission.run_admission on
 the simulated backend): a backlog of `--jobs` queued 1-GPU jobs (default 10,000) admitted in one
@@ -19,6 +21,7 @@ import random
 import resource
 import statistics
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from broker.domain.inventory import (
@@ -113,6 +116,23 @@ def build_jobs(rng: random.Random, n: int, teams: int) -> list[PendingJob]:
     return jobs
 
 
+def with_queues(quotas: QuotaConfig, jobs: list[PendingJob], usage: Usage, n: int,
+                seed: int) -> tuple[QuotaConfig, list[PendingJob], Usage]:
+    """Each team with queues q0..q{n-1} of weights 1..n, each job in one of them, and the
+    GPUs each queue holds (its team's in-use GPUs split at random)."""
+    rng = random.Random(seed + 1)
+    names = [f"q{i}" for i in range(n)]
+    teams = {t.name: replace(t, queue_weights={q: float(i + 1) for i, q in enumerate(names)})
+             for t in quotas.teams.values()}
+    held: dict[tuple[str, str], int] = {}
+    for (team, _), gpus in usage.in_use.items():
+        for _ in range(gpus // 8):
+            key = (team, rng.choice(names))
+            held[key] = held.get(key, 0) + 8
+    return (replace(quotas, teams=teams), [replace(j, queue=rng.choice(names)) for j in jobs],
+            replace(usage, queue_gpus=held))
+
+
 def build_usage(rng: random.Random, quotas: QuotaConfig) -> Usage:
     in_use = {}
     for t in quotas.teams.values():
@@ -183,6 +203,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--queues", type=int, default=1, help="queues per team (1: none)")
     args = ap.parse_args()
     if args.durable:
         durable(args)
@@ -192,6 +213,8 @@ def main() -> None:
     quotas = build_quotas(args.teams, args.cohorts)
     jobs = build_jobs(rng, args.jobs, args.teams)
     usage = build_usage(rng, quotas)
+    if args.queues > 1:
+        quotas, jobs, usage = with_queues(quotas, jobs, usage, args.queues, args.seed)
     gpus = sum(p.total_gpus for p in inv.pools)
     free = sum(p.free_gpus for p in inv.pools)
     demand = sum(j.total_gpus for j in jobs)
