@@ -507,7 +507,7 @@ class IsthmusConfig(_Strict):
             )
         if self.slurm_compat is not None:
             problems += self.slurm_compat.problems(
-                {f.name for f in self.flavors}, {t.name for t in self.teams},
+                {f.name for f in self.flavors}, {t.name: t.queue_names() for t in self.teams},
                 {p.name for p in self.priority_classes}
             )
         if problems:

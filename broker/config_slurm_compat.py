@@ -6,7 +6,7 @@ slurm_compat:
   partitions:                       # sbatch -p NAME -> acceptable flavors and backend
     a100: {flavors: [a100-80g], backend: any}     # Slurm partition a100 and k8s pools alike
     h100: {flavors: [h100-80g], backend: slurm}
-  accounts: {vision: vision, nlp: language}       # sbatch -A -> team
+  accounts: {vision: vision, nlp: language, vision-prod: vision/prod}  # sbatch -A -> team[/queue]
   default_accounts: {carol: nlp}                  # user -> account when no -A, no team
   qos: {normal: normal, high: high}               # sbatch -q -> priority class
   gpu_types: {a100: a100-80g, h100: h100-80g}     # --gres=gpu:TYPE:N -> flavor
@@ -20,6 +20,7 @@ mapped, never dropped.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -37,7 +38,9 @@ class PartitionMap(_Strict):
 class SlurmCompat(_Strict):
     default_partition: str | None = None
     partitions: dict[str, PartitionMap] = Field(default_factory=dict)
-    accounts: dict[str, str] = Field(default_factory=dict, description="account -> team")
+    accounts: dict[str, str] = Field(
+        default_factory=dict,
+        description="account -> team, or team/queue (a sub-account: one of the team's queues)")
     default_accounts: dict[str, str] = Field(
         default_factory=dict, max_length=100_000,
         description="user -> account for a request with no -A from a token with no team "
@@ -48,9 +51,16 @@ class SlurmCompat(_Strict):
     image: str | None = Field(default=None, min_length=1, max_length=512)
     default_time_limit_s: int = Field(default=3600, ge=60, description="when no --time is given")
 
-    def problems(self, flavors: set[str], teams: set[str], priorities: set[str]) -> list[str]:
-        """References to names the rest of the configuration does not define."""
+    def problems(self, flavors: set[str], teams: Mapping[str, list[str]],
+                 priorities: set[str]) -> list[str]:
+        """References to names the rest of the configuration does not define (`teams`: each
+        team's queue names)."""
         out = []
+        for key, value in self.accounts.items():
+            team, slash, queue = value.partition("/")
+            if slash and team in teams and queue not in teams[team]:
+                out.append(f"slurm_compat.accounts.{key}: team '{team}' has no queue "
+                           f"'{queue}' (teams[].queues: {', '.join(teams[team])})")
         if self.default_partition and self.default_partition not in self.partitions:
             out.append(f"slurm_compat.default_partition: '{self.default_partition}' is not in "
                        "slurm_compat.partitions")
@@ -58,7 +68,8 @@ class SlurmCompat(_Strict):
             out += [f"slurm_compat.partitions.{name}.flavors: '{f}' is not in flavors"
                     for f in part.flavors if f not in flavors]
         for label, table, known, what in (
-            ("accounts", self.accounts, teams, "teams"),
+            ("accounts", {k: v.partition("/")[0] for k, v in self.accounts.items()},
+             set(teams), "teams"),
             ("default_accounts", self.default_accounts, set(self.accounts),
              "slurm_compat.accounts"),
             ("qos", self.qos, priorities, "priority_classes"),

@@ -7,7 +7,7 @@ How each option lands (the README's HPC section says the same):
 | -p/--partition (comma list) | flavors of the mapped partitions, in order; backend slurm/k8s/any |
 | --gres/--gpus*/-G type | narrows the flavors to the mapped flavor of that GPU type |
 | -C/--constraint (features joined by &) | narrows the flavors to each feature's mapped flavor |
-| -A/--account (default: the token's team) | team |
+| -A/--account (default: the token's team) | team, or team and queue (`accounts: {A: team/queue}`) |
 | -q/--qos | priority class |
 | -N, -n, --ntasks-per-node, --ntasks-per-gpu | gang.replicas, one_per_node, tasks_per_replica |
 | GPUs per node, cpus, memory | gang.gpus_per_replica, cpus_per_replica, memory_per_replica |
@@ -227,20 +227,22 @@ def array_specs(spec: dict[str, Any], req: SbatchRequest, array_id: str) -> list
 
 
 def _team(req: SbatchRequest, compat: SlurmCompat | CompatTables,
-          caller_team: str | None, caller_name: str | None = None) -> str:
-    """The team: the -A account's, else the caller's own, else the team of the caller's
-    default account (slurm_compat.default_accounts, as Slurm's DefaultAccount)."""
+          caller_team: str | None, caller_name: str | None = None) -> tuple[str, str | None]:
+    """The team and queue: the -A account's (an account maps to `team` or `team/queue`, as
+    Slurm's sub-accounts), else the caller's own team, else the caller's default account's
+    (slurm_compat.default_accounts, as Slurm's DefaultAccount). No queue: the job's default."""
     account = req.account
     if account is None and caller_team is not None:
-        return caller_team
+        return caller_team, None
     if account is None and caller_name is not None:
         account = compat.default_accounts.get(caller_name)
     if account is not None:
-        team = compat.accounts.get(account)
-        if team is None:
+        target = compat.accounts.get(account)
+        if target is None:
             raise CompatError(f"Invalid account or account/partition combination specified: "
                               f"{account} (accounts: {_known(compat.accounts)})")
-        return team
+        team, _, queue = target.partition("/")
+        return team, queue or None
     raise CompatError(f"give -A/--account (or set SBATCH_ACCOUNT): your token has no team and "
                       f"slurm_compat.default_accounts names no account for user "
                       f"{caller_name or '(unknown)'} (accounts: {_known(compat.accounts)})")
@@ -382,9 +384,11 @@ def to_job_spec(
         names = ", ".join(f"--{o.replace('_', '-')}" for o in unsupported)
         raise CompatError(f"{names}: not supported by Isthmus (nothing was submitted)")
     flavors, backend, partition = _flavors(req, compat)
-    team = _team(req, compat, caller_team, caller_name)
+    team, queue = _team(req, compat, caller_team, caller_name)
     spec: dict[str, Any] = {"name": job_name(req.job_name, script_path), "team": team,
                             "flavors": flavors, "backend": backend}
+    if queue is not None:
+        spec["queue"] = queue
     if req.qos is not None:
         priority = compat.qos.get(req.qos)
         if priority is None:

@@ -18,7 +18,7 @@ COMPAT = SlurmCompat.model_validate({
     "partitions": {"a100": {"flavors": ["a100-80g"], "backend": "any"},
                    "h100": {"flavors": ["h100-80g"], "backend": "slurm"},
                    "gpu": {"flavors": ["h100-80g", "a100-80g"], "backend": "any"}},
-    "accounts": {"vis": "vision"},
+    "accounts": {"vis": "vision", "vis-prod": "vision/prod"},
     "default_accounts": {"carol": "vis"},
     "qos": {"urgent": "high"},
     "gpu_types": {"a100": "a100-80g", "h100": "h100-80g"},
@@ -63,14 +63,21 @@ def test_torchrun_request_becomes_a_valid_spec() -> None:
         (["-p", "h100,a100", "--gres=gpu:8", "job.sh"], "backend", "any"),
         (["-p", "h100", "--gres=gpu:8", "job.sh"], "backend", "slurm"),
         (["-A", "vis", "--gres=gpu:8", "job.sh"], "team", "vision"),
+        (["-A", "vis-prod", "--gres=gpu:8", "job.sh"], "queue", "prod"),
+        (["-A", "vis-prod", "--gres=gpu:8", "job.sh"], "team", "vision"),
         (["--gres=gpu:8", "job.sh"], "name", "job-sh"),
         (["--gres=gpu:8", "--wrap", "hostname"], "name", "wrap"),
     ],
     ids=["default-partition", "partition-flavor-order", "gpu-type-narrows", "constraint-narrows",
-         "mixed-backends-any", "slurm-only", "account-team", "name-from-script", "name-wrap"],
+         "mixed-backends-any", "slurm-only", "account-team", "sub-account-queue",
+         "sub-account-team", "name-from-script", "name-wrap"],
 )
 def test_mapping(argv: list[str], key: str, value: object) -> None:
     assert spec_for(argv)[key] == value
+
+
+def test_an_account_without_a_queue_leaves_the_jobs_default() -> None:
+    assert "queue" not in spec_for(["-A", "vis", "--gres=gpu:8", "job.sh"])
 
 
 @pytest.mark.parametrize(

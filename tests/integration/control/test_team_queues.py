@@ -115,6 +115,14 @@ def test_the_configuration_checks_queues_and_weights() -> None:
         parse_config(_config([{"name": "a"}, {"name": "a", "weight": 2}]))
     with pytest.raises(ConfigError, match="weight"):
         parse_config(_config([{"name": "a", "weight": 0}]))
+    # an sbatch sub-account maps to a team's queue (isbatch -A vision-prod)
+    data = _config(WEIGHTED)
+    data["slurm_compat"] = {"accounts": {"vision-prod": "vision/prod", "v-x": "vision/x"}}
+    with pytest.raises(ConfigError, match=r"slurm_compat.accounts.v-x: team 'vision' has no "
+                       r"queue 'x' \(teams\[\].queues: research, prod\)"):
+        parse_config(data)
+    data["slurm_compat"]["accounts"].pop("v-x")
+    parse_config(data)
     data = _config(None)
     data["teams"][0]["weight"] = 2.5
     from broker.policy_inputs import quota_config
