@@ -10,6 +10,7 @@ from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 from backends.slurm.records import NodeEvent, NodeRecord, SlurmJob, Switch
+from broker.domain import slurm_time
 from broker.domain.hostlist import expand
 
 EVENT_FIELDS = ("NodeName", "TimeStart", "TimeEnd", "State", "Reason")
@@ -193,11 +194,11 @@ def user_name(uid_or_name: str) -> str:
 
 
 def _limit_seconds(text: str) -> int | None:
-    m = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)", text or "")
-    if not m:
+    """sacct's Timelimit in seconds; None for UNLIMITED, Partition_Limit or anything else."""
+    try:
+        return slurm_time.parse(text or "")
+    except ValueError:
         return None
-    d, h, mi, s = (int(g) if g else 0 for g in m.groups())
-    return ((d * 24 + h) * 60 + mi) * 60 + s
 
 
 STEP_FIELDS = ("JobID", "State")

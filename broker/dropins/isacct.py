@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from broker.domain import slurm_time
 from broker.dropins import jobview, pipes
 from broker.dropins.common import all_jobs, connect, main_guard
 from broker.dropins.jobview import JobView
@@ -36,8 +37,8 @@ def field(job: JobView, name: str, now: datetime) -> str:
         "alloccpus": str(job.cpus), "allocnodes": str(job.num_nodes),
         "alloctres": tres,
         "state": job.accounted_state, "exitcode": job.exit_text,
-        "elapsed": jobview.long_duration(job.elapsed_s(now)),
-        "timelimit": jobview.long_duration(job.time_limit_s),
+        "elapsed": slurm_time.long_form(job.elapsed_s(now)),
+        "timelimit": slurm_time.long_form(job.time_limit_s),
         "start": jobview.timestamp(job.start), "end": jobview.timestamp(job.end),
         "submit": jobview.timestamp(job.submitted), "nodelist": jobview.compress(job.nodes)
         or "None assigned", "nnodes": str(job.num_nodes), "qos": job.qos,

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
 from broker.client import ApiError
+from broker.domain import slurm_time
 from broker.dropins import jobview, pipes
 from broker.dropins.common import DropInError, all_jobs, connect, main_guard
 from broker.dropins.jobview import JobView
@@ -35,8 +36,8 @@ def record(job: JobView, now: datetime) -> list[list[str]]:
         [f"JobId={job.raw_id}", f"JobName={job.name}"],
         [f"UserId={_user(job.user)}", f"Account={job.account}", f"QOS={job.qos}"],
         [f"JobState={job.long_state}", f"Reason={'None' if running else job.reason}"],
-        [f"RunTime={jobview.long_duration(job.elapsed_s(now))}",
-         f"TimeLimit={jobview.long_duration(job.time_limit_s)}"],
+        [f"RunTime={slurm_time.long_form(job.elapsed_s(now))}",
+         f"TimeLimit={slurm_time.long_form(job.time_limit_s)}"],
         [f"SubmitTime={jobview.timestamp(job.submitted)}",
          f"StartTime={jobview.timestamp(job.start)}", f"EndTime={jobview.timestamp(job.end)}"],
         [f"Partition={job.partition}"],

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
+from broker.domain import slurm_time
 from broker.dropins import jobview, pipes
 from broker.dropins.common import DropInError, all_jobs, connect, main_guard
 from broker.dropins.jobview import JobView
@@ -64,8 +65,8 @@ _VALUES: dict[str, Callable[[JobView, datetime], str]] = {  # % letter -> the fi
     "P": lambda job, _now: job.partition, "j": lambda job, _now: job.name,
     "u": lambda job, _now: job.user, "t": lambda job, _now: job.code,
     "T": lambda job, _now: job.long_state,
-    "M": lambda job, now: jobview.duration(job.elapsed_s(now)),
-    "l": lambda job, _now: jobview.duration(job.time_limit_s),
+    "M": lambda job, now: slurm_time.short_form(job.elapsed_s(now)),
+    "l": lambda job, _now: slurm_time.short_form(job.time_limit_s),
     "D": lambda job, _now: str(job.num_nodes), "C": lambda job, _now: str(job.cpus),
     "N": lambda job, _now: jobview.compress(job.nodes), "R": _reason_list,
     "r": lambda job, _now: job.reason, "a": lambda job, _now: job.account,

@@ -284,25 +284,5 @@ def _limit(value: Any) -> int:
         return 0
 
 
-def long_duration(seconds: int) -> str:
-    """sacct's Elapsed and Timelimit, scontrol's RunTime and TimeLimit: [D-]HH:MM:SS."""
-    days, rest = divmod(max(0, seconds), 86400)
-    h, rest = divmod(rest, 3600)
-    m, s = divmod(rest, 60)
-    return (f"{days}-" if days else "") + f"{h:02d}:{m:02d}:{s:02d}"
-
-
-def duration(seconds: int) -> str:
-    """squeue's TIME and TIME_LIMIT: M:SS, H:MM:SS, D-HH:MM:SS."""
-    days, rest = divmod(max(0, seconds), 86400)
-    h, rest = divmod(rest, 3600)
-    m, s = divmod(rest, 60)
-    if days:
-        return f"{days}-{h:02d}:{m:02d}:{s:02d}"
-    if h:
-        return f"{h}:{m:02d}:{s:02d}"
-    return f"{m}:{s:02d}"
-
-
 def timestamp(at: datetime | None) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S") if at else "Unknown"

@@ -11,7 +11,8 @@ import signal as _signal
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-INFINITE_WORDS = ("infinite", "unlimited")
+from broker.domain import slurm_time
+
 DEPENDENCY_TYPES = ("after", "afterany", "afterburstbuffer", "aftercorr", "afternotok", "afterok")
 _INT = re.compile(r"^\d+$")
 _JOB_ID = re.compile(r"^[0-9a-z]+(_\d+)?$")  # Slurm ids, and Isthmus ids (base32)
@@ -29,38 +30,13 @@ class SbatchError(Exception):
         self.exit_code = exit_code
 
 
-def _digits(part: str, option: str) -> int:
-    if not _INT.match(part):
-        raise SbatchError(f"Invalid {option} specification")
-    return int(part)
-
-
 def parse_time(text: str, option: str = "--time") -> int | None:
-    """Seconds from M, M:S, H:M:S, D-H, D-H:M, D-H:M:S (None for INFINITE / UNLIMITED).
-
-    Like Slurm, fields are not range-checked ("90" minutes, "1:90" = 1 min 90 s) and "D-"
-    means D days.
-    """
-    value = text.strip()
-    if value.lower() in INFINITE_WORDS:
-        return None
-    if "-" in value:
-        day_text, rest = value.split("-", 1)
-        days = _digits(day_text, option)
-        parts = rest.split(":") if rest else ["0"]
-        if len(parts) > 3:
-            raise SbatchError(f"Invalid {option} specification")
-        h, m, s = ([_digits(p, option) for p in parts] + [0, 0])[:3]
-        return ((days * 24 + h) * 60 + m) * 60 + s
-    parts = value.split(":")
-    nums = [_digits(p, option) for p in parts]
-    if len(nums) == 1:
-        return nums[0] * 60
-    if len(nums) == 2:
-        return nums[0] * 60 + nums[1]
-    if len(nums) == 3:
-        return (nums[0] * 60 + nums[1]) * 60 + nums[2]
-    raise SbatchError(f"Invalid {option} specification")
+    """Seconds from a Slurm time string (broker.domain.slurm_time.parse; None for INFINITE /
+    UNLIMITED), refused with sbatch's own words."""
+    try:
+        return slurm_time.parse(text)
+    except ValueError:
+        raise SbatchError(f"Invalid {option} specification") from None
 
 
 def parse_mem_mb(text: str, option: str = "--mem") -> int:
