@@ -146,11 +146,11 @@ def test_every_config_error_names_its_place_one_way() -> None:
     """pydantic's own errors and the references checked after it read alike:
     `pools[0].capacity.nodes`, never `pools.0.capacity.nodes` beside `pools[0].backend`."""
     with pytest.raises(ConfigError) as exc:
-        parse_config({"teams": [{"name": "a", "weight": 2}],
+        parse_config({"teams": [{"name": "a", "wieght": 2}],
                       "pools": [{"name": "p", "backend": "b", "flavor": "f",
                                  "capacity": {"nodes": -1, "gpus_per_node": 8}}]})
     text = str(exc.value)
-    assert "teams[0].weight" in text and "pools[0].capacity.nodes" in text, text
+    assert "teams[0].wieght" in text and "pools[0].capacity.nodes" in text, text
     assert ".0." not in text
     with pytest.raises(ConfigError, match=r"pools\[0\]\.backend: 'b' is not in backends"):
         parse_config({"pools": [{"name": "p", "backend": "b", "flavor": "f"}]})
