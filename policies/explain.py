@@ -23,6 +23,12 @@ from policies.types import PendingJob, QuotaConfig, Usage
 
 
 class PoolLine(BaseModel):
+    """A pool's verdict as an explanation stores and serves it: the wire and stored form of
+    `policies.placement.PoolVerdict` (a slots dataclass the cycle makes per job and pool, where
+    pydantic's validation would cost), with its reason's `severity` added and the projection's
+    internals (`expected_wait_s`) left out. Its fields are the verdict's (`_line` copies them by
+    name, and tests/unit/policies/test_explain.py keeps the two in step)."""
+
     model_config = ConfigDict(frozen=True)
 
     pool: str
@@ -104,21 +110,11 @@ class Explanation(BaseModel):
         return "\n".join(lines)
 
 
+_LINE_FIELDS = tuple(name for name in PoolLine.model_fields if name != "severity")
+
+
 def _line(v: PoolVerdict) -> PoolLine:
-    return PoolLine(
-        pool=v.pool,
-        flavor=v.flavor,
-        backend=v.backend,
-        backend_kind=v.backend_kind,
-        fits=v.fits,
-        reason=v.reason,
-        severity=severity(v.reason),
-        message=v.message,
-        score=v.score,
-        level=v.level,
-        domain=v.domain,
-        queued=v.queued,
-    )
+    return PoolLine(severity=severity(v.reason), **{f: getattr(v, f) for f in _LINE_FIELDS})
 
 
 def wait_text(x: Explanation) -> str:

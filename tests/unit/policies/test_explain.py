@@ -49,3 +49,23 @@ def test_round_trips_as_data_and_is_stable() -> None:
     two = explain(admission_cycle([job], INV, QUOTAS, Usage(), at(0)).decisions[0])
     assert one == two and one.to_text() == two.to_text()
     assert Explanation.model_validate(one.model_dump(mode="json")) == one
+
+
+def test_a_pool_line_is_its_verdict_plus_severity() -> None:
+    """The stored/wire line and the cycle's verdict are one concept in two forms: every field
+    of the line but `severity` is the verdict's, under the same name and value."""
+    import dataclasses
+
+    from policies.explain import PoolLine
+    from policies.placement import PoolVerdict
+
+    verdict_fields = {f.name for f in dataclasses.fields(PoolVerdict)}
+    assert set(PoolLine.model_fields) - {"severity"} <= verdict_fields
+    assert verdict_fields - set(PoolLine.model_fields) == {"expected_wait_s"}
+    job = make_job().gpus(8).replicas(8).build()
+    d = admission_cycle([job], inventory(make_pool("p1").shape(1, 1, 2)), QUOTAS, Usage(),
+                        at(0)).decisions[0]
+    line = explain(d).pools[0]
+    v = d.verdicts[0]
+    assert {f: getattr(line, f) for f in PoolLine.model_fields if f != "severity"} == \
+        {f: getattr(v, f) for f in PoolLine.model_fields if f != "severity"}
