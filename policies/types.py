@@ -140,6 +140,10 @@ class Usage:
         return max(0, self.used(team, flavor) - quotas.quota(team, flavor).nominal)
 
 
+FAIR_SHARE_HALF_LIFE_S = 3600.0
+"""The default half-life of past usage in fair share (`policies.fair_share.half_life`)."""
+
+
 def decay_usage(
     previous: float, current_gpus: float, elapsed_s: float, half_life_s: float
 ) -> float:

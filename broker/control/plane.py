@@ -38,13 +38,14 @@ from broker.store.pools import pool_states
 from policies.cycle import AdmissionParams
 from policies.preemption import PreemptionParams
 from policies.retry import RetryParams
+from policies.types import FAIR_SHARE_HALF_LIFE_S
 
 log = get_logger(__name__)
 
 
 @dataclass
 class ControlParams:
-    fair_share_half_life_s: float = 3600.0
+    fair_share_half_life_s: float = FAIR_SHARE_HALF_LIFE_S
     """Half-life of the usage history that fair share weighs."""
     lost_grace_s: float = 120.0
     """An attempt missing from its backend (queue and accounting) this long is lost."""
