@@ -30,6 +30,17 @@ database before the commit that woke it); wakes closer than `min_wake_gap` are d
 end of the gap, not dropped. A reconcile pass that moved a job wakes the admission cycle (an
 ended job's GPUs are free), and a backend with a change feed (Kubernetes watches) wakes its
 reconciler on every event, at most once per `min_wake_gap`.
+
+Why APScheduler, and what is ours on top (issue 32 asked: use it for what it offers, or replace
+the hand-built part): the scheduler gives the thread pool, the interval triggers with
+coalescing and no misfire limit, one instance of a job at a time, pausing and resuming every
+loop job at a change of leadership, moving a job's next run (a wake: `modify_job`) and one-shot
+follow-ups (`date` jobs). Ours is only what it does not offer: a run asked for while the job
+runs is dropped by `max_instances=1` ("skipped"), so `_rewake` runs it again when the pass
+ends; wakes closer than a gap are merged (`_woken`); and a change to the scheduler after
+`stop` began is refused (`_change_scheduler`, as its shutdown holds the job-store lock while it
+waits for running jobs). A loop of our own threads would trade those three for writing the
+generic part (timers, pool, pause/resume) by hand.
 """
 
 from __future__ import annotations
