@@ -148,7 +148,8 @@ def test_held_by_kueue_for_quota_then_admitted_runs_and_succeeds(
 
 def test_preempted_by_kueue_is_torn_down_and_retried(
         k8s_kueue_cluster: Any, queues: Queues, tmp_path: Path) -> None:
-    server = _server(k8s_kueue_cluster, queues, tmp_path, "15s")
+    # 30 s: the preemption must come while the first attempt runs, even on a busy machine
+    server = _server(k8s_kueue_cluster, queues, tmp_path, "30s")
     try:
         job_id = server.submit(job_spec("kq-victim", "a100-80g", backend="k8s"))["id"]
         wait_until(lambda: _state(server, job_id, "RUNNING"), 120, "the job running")
