@@ -404,7 +404,12 @@ class Team(_Strict):
     queues: list[TeamQueue] = Field(
         default_factory=list, max_length=MAX_TEAM_QUEUES,
         description="the team's queues (a job names one in `queue`); unset: one queue, "
-        "'default'")
+        "'default', and a job's `queue` is a free label")
+
+    def queue_of(self, label: str) -> str:
+        """The queue a job's `queue` label waits in: itself when the team configures queues,
+        else the team's one queue (the label is then free text, as before queues existed)."""
+        return label if self.queues else DEFAULT_QUEUE
 
     def queue_names(self) -> list[str]:
         return [q.name for q in self.queues] or [DEFAULT_QUEUE]
@@ -544,11 +549,17 @@ class IsthmusConfig(_Strict):
                 continue
             team = (tpl.teams or teams or ["any-team"])[0]
             try:
-                JobSpec.model_validate(fill(tpl, tpl.name, team, {}))
+                spec = JobSpec.model_validate(fill(tpl, tpl.name, team, {}))
             except ValidationError as exc:
                 first = exc.errors()[0]
                 where = ".".join(str(x) for x in first["loc"])
                 problems.append(f"templates[{i}].spec.{where}: {first['msg']}")
+                continue
+            lacking = [t.name for t in self.teams if (tpl.teams is None or t.name in tpl.teams)
+                       and t.queues and spec.queue not in t.queue_names()]
+            if lacking:
+                problems.append(f"templates[{i}].spec.queue: '{spec.queue}' is not a queue of "
+                                f"team(s) {', '.join(lacking)} (teams[].queues)")
         return problems
 
     def template(self, name: str) -> JobTemplate | None:

@@ -60,7 +60,7 @@ def request_problems(
                          forbidden=True)
         )
     team = config.team(spec.team)
-    if team is not None and spec.queue not in team.queue_names():
+    if team is not None and team.queues and spec.queue not in team.queue_names():
         out.append(FieldProblem(
             "queue", f"team '{spec.team}' has no queue '{spec.queue}'; use one of "
             f"{', '.join(team.queue_names())} (teams[].queues in isthmus.yaml)"))

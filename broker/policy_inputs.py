@@ -55,10 +55,11 @@ def pending_job(
     """The admission view of a queued job. Unknown priority classes count as value 0 (the API
     refuses them, so this only matters for jobs stored before a class was removed)."""
     pc = config.priority_class(spec.priority)
+    team = config.team(spec.team)
     return PendingJob(
         id=job_id,
         team=spec.team,
-        queue=spec.queue,
+        queue=team.queue_of(spec.queue) if team is not None else spec.queue,
         user=user,
         priority=pc.value if pc else 0,
         priority_class=spec.priority,

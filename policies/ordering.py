@@ -143,8 +143,6 @@ class FairQueue:
         best: tuple[int, int, float, datetime, str] | None = None
         chosen = None
         for queue, lst in self._lists[team].items():
-            if not lst:
-                continue
             h = lst[-1]
             starving = h.id in self._starving
             k = (-h.priority, 0 if starving else 1,
@@ -169,7 +167,12 @@ class FairQueue:
         if not self._heap:
             return None
         entry = heapq.heappop(self._heap)
-        return self._lists[entry[5]][entry[6]].pop()
+        queues = self._lists[entry[5]]
+        lst = queues[entry[6]]
+        job = lst.pop()
+        if not lst:  # an emptied queue leaves the scan of its team's queues
+            del queues[entry[6]]
+        return job
 
     def done(self, team: str) -> None:
         self._push(team)

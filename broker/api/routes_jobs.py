@@ -32,6 +32,7 @@ from broker.orchestration.submission import IdempotencyConflict, Submission, can
 from broker.orchestration.user_holds import NotQueued, hold_job, release_job
 from broker.orchestration.user_requeue import NotRequeueable, requeue_job
 from broker.store import attempts as att
+from broker.store.concurrency import WAITING
 from broker.store.db import Database
 from broker.store.queries import get_job, job_events, list_jobs
 from broker.store.records import JobRecord
@@ -305,9 +306,9 @@ def explain(job_id: JobRef, request: Request, caller: Caller) -> dict[str, objec
         f"({b.fraction:.0%}, {b.state}; enforce {b.enforce}; renews {b.renews_at:%Y-%m-%d %H:%M}Z)"
         for b in budgets)
     team = request.app.state.config.team(job.team)
-    if team is not None and len(team.queues) > 1:
-        queues = read_queues(request.app.state.config, db, job.team)
-        budget_text += "\n" + queue_text(queues, job.queue)
+    if team is not None and len(team.queues) > 1 and job.state in WAITING:
+        text = queue_text(read_queues(request.app.state.config, db, job.team), job.queue)
+        budget_text += "\n" + text if text else ""
     lines = [b.model_dump(mode="json") for b in budgets]
     if stored is None:
         return {

@@ -83,7 +83,8 @@ def quotas(server: ServerUrl = DEFAULT_URL, token: Token = None,
                       "its team; GET /v1/queues for scripts):", markup=False)
         console.print(_table(("TEAM", "TEAM-WEIGHT", "QUEUE", "WEIGHT", "GPUS-HELD",
                               "PER-WEIGHT", "WAITING"), [
-            (v["team"], f"{v['team_weight']:g}", v["queue"],
+            (v["team"], f"{v['team_weight']:g}",
+             v["queue"] + ("" if v.get("configured", True) else " (not configured)"),
              f"{v['weight']:g} ({v['weight_fraction']:.0%})", v["gpus_held"],
              f"{v['held_per_weight']:g}", v["waiting_jobs"]) for v in queues]))
     lines = call(server, token, "limit_views")

@@ -12,11 +12,11 @@ from __future__ import annotations
 import re
 
 INFINITE_WORDS = ("infinite", "unlimited")
-_INT = re.compile(r"^\d+$")
+_INT = re.compile(r"[0-9]+")
 
 
 def _digits(part: str) -> int:
-    if not _INT.match(part):
+    if not _INT.fullmatch(part):
         raise ValueError(f"'{part}' is not a number of days, hours, minutes or seconds")
     return int(part)
 

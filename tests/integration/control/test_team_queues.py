@@ -80,10 +80,25 @@ def test_a_queue_the_team_lacks_is_refused_naming_the_field(sim: Sim) -> None:
     r = client.post("/v1/jobs", json=body)
     assert r.status_code == 422, r.text
     assert "queue" in r.text and "research, prod" in r.text, r.text
-    # a team without queues has one, 'default'
-    body = spec().name("lost").team("language").set("queue", "research").dict()
+    # a team without queues has one, 'default': its jobs' queue is a free label there
+    body = spec().name("label").team("language").set("queue", "research").dict()
     r = client.post("/v1/jobs", json=body)
-    assert r.status_code == 422 and "use one of default" in r.text, r.text
+    assert r.status_code in (200, 201, 202), r.text
+    lines = [v for v in client.get("/v1/queues").json() if v["team"] == "language"]
+    assert [(v["queue"], v["waiting_jobs"]) for v in lines] == [("default", 1)], lines
+
+
+def test_a_queue_no_longer_configured_keeps_a_line_of_its_own(db: Database) -> None:
+    sim = make_sim(db, parse_config(_config(WEIGHTED)))
+    gone = _job(sim, "old", "research")
+    sim.plane.config = parse_config(_config([{"name": "prod", "weight": 3},
+                                             {"name": "batch"}]))
+    client = TestClient(create_app(sim.plane.config, sim.plane.db))
+    lines = {v["queue"]: v for v in client.get("/v1/queues").json() if v["team"] == "vision"}
+    assert lines["research"]["configured"] is False and lines["research"]["weight"] == 1
+    assert lines["research"]["waiting_jobs"] == 1 and lines["prod"]["configured"] is True
+    text = client.get(f"/v1/jobs/{gone}/explain").json()["text"]
+    assert "queue research of team vision (no longer configured: weight 1)" in text, text
 
 
 def test_queue_lines_and_explain_show_each_queues_standing(sim: Sim) -> None:
@@ -102,8 +117,10 @@ def test_queue_lines_and_explain_show_each_queues_standing(sim: Sim) -> None:
     text = client.get(f"/v1/jobs/{waiting}/explain").json()["text"]
     assert "queue research of team vision: weight 1 (25% of the team's), holds 32 GPUs" \
         in text, text
-    assert "2 of 2 in line" in text and "prod 0 GPUs / weight 3" in text, text
+    assert "prod 0 GPUs / weight 3" in text and "in line" not in text, text
     assert state(sim, held)[0] != "QUEUED"
+    # a running job's explain has no queue line: its queue's standing no longer decides
+    assert "queue research" not in client.get(f"/v1/jobs/{held}/explain").json()["text"]
     page = TestClient(build_app(sim.plane.config, sim.plane.db)).get("/ui").text  # dashboard
     assert '<table id="queues">' in page
     assert "<td>vision</td><td class=\"num\">1</td><td>prod</td><td class=\"num\">3 (75%)" \
@@ -122,6 +139,14 @@ def test_the_configuration_checks_queues_and_weights() -> None:
                        r"queue 'x' \(teams\[\].queues: research, prod\)"):
         parse_config(data)
     data["slurm_compat"]["accounts"].pop("v-x")
+    parse_config(data)
+    # a template's queue must be one of the queues of each team that configures queues
+    preset = {k: v for k, v in spec().dict().items() if k not in ("name", "team")}
+    data["templates"] = [{"name": "t", "spec": {**preset, "queue": "nightly"}}]
+    with pytest.raises(ConfigError, match=r"templates\[0\].spec.queue: 'nightly' is not a "
+                       r"queue of team\(s\) vision"):
+        parse_config(data)
+    data["templates"][0]["spec"]["queue"] = "prod"
     parse_config(data)
     data = _config(None)
     data["teams"][0]["weight"] = 2.5

@@ -20,7 +20,7 @@ def test_sbatch_forms_read_as_slurm_reads_them(text: str, seconds: int | None) -
     assert parse_time(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "1:2:3:4", "a", "1-2:3:4:5", "-5", "1.5"])
+@pytest.mark.parametrize("text", ["", "1:2:3:4", "a", "1-2:3:4:5", "-5", "1.5", "1\n:00", "٣"])
 def test_anything_else_is_refused_with_sbatchs_words(text: str) -> None:
     with pytest.raises(ValueError):
         slurm_time.parse(text)
