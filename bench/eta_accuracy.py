@@ -24,7 +24,8 @@ divided by the real wait. Last lines:
 `eta window: coverage <C>% (<k> of <n>; stated <S>%), median width <W>% of the wait`.
 
 Seeds: the quantiles of `SPREAD` (and the point's) were chosen on seeds 3, 5 and 7 only;
-seeds 8, 9 and 11 are held out (never used to choose anything; docs/benchmarks.md).
+seeds 8, 9 and 11 are held out (never used to choose anything; "Issue 31 (2026-12-05)" in
+docs/benchmarks/history/2026-11-29..12-05.md).
 `--grid` is that choosing tool: it scores the first estimate projected at each of a grid of
 run-length quantiles, and the coverage of windows between any two of them.
 """

@@ -32,7 +32,8 @@ allocation difference, the runs meeting the goal), and last
 `placement: p95 wait ratio vs best baseline <X> (<names>; mean of N per-run ratios, ...)`:
 X is the arithmetic mean of the per-run ratios over every seed x load, so a single lucky seed
 cannot carry it; <names> says which baseline was best in how many runs. Lower is better.
-A single run's p95 swings by a factor of 10 with small policy changes (docs/benchmarks.md).
+A single run's p95 swings by a factor of 10 with small policy changes (2026-12-01 session 4 in
+docs/benchmarks/history/2026-11-29..12-05.md).
 
 Every trace job declares a time limit (max_runtime, an over-estimate; trace.py); the simulated
 backends report when busy GPUs are due back from those limits, never from true run times, and

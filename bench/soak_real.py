@@ -85,7 +85,8 @@ def slurm_up_env(slurm: dict[str, str], state: Path) -> dict[str, str]:
     another port base or size `up` would wipe it and start a new one, so none is inherited.
     `up`'s other settings that change the cluster (ISTHMUS_SLURM_CGROUP_PLUGIN,
     ISTHMUS_SLURMRESTD_PLUGINS) come from this process's environment: run the soak with the
-    values the cluster was made with (unset, as in docs/benchmarks.md's run)."""
+    values the cluster was made with (unset, as in the runs of
+    docs/benchmarks/history/2026-11-29..12-05.md)."""
     rest_port = int(slurm["SLURMRESTD_URL"].rsplit(":", 1)[1])
     per_type = len(slurm["SLURM_NODES"].split(",")) // len(slurm["SLURM_PARTITIONS"].split(","))
     return {"ISTHMUS_SLURM_STATE": str(state), "ISTHMUS_SLURM_PORT_BASE": str(rest_port - 20),

@@ -3,7 +3,8 @@ the HPC drop-ins; usable from notebooks).
 
 Every `isthmus` and drop-in command is one process with one or two calls, so its start-up is
 most of what a user waits for: httpx and the pydantic models cost 0.25 s of imports on an idle
-machine here and seconds on a loaded one (docs/benchmarks.md). This client speaks JSON over one
+machine here and seconds on a loaded one (docs/benchmarks/hpc.md, 2026-12-01 wave 3; "CLI
+start-up" in docs/benchmarks/history/2026-11-29..12-05.md). This client speaks JSON over one
 keep-alive `http.client` connection and imports nothing else.
 """
 

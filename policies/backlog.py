@@ -7,7 +7,8 @@ so free GPUs are taken out of the cycle's working copy first.
 By default (and for a backend that does not report the queued gangs' shapes, or for jobs beyond
 those the snapshot lists) the GPUs held are free GPUs on partly used nodes in the fullest racks,
 up to the queued jobs' GPU count, whatever their shapes. With `by_shape`
-(PlacementParams.hold_queued_by_shape; off by default, measured in docs/benchmarks.md) each
+(PlacementParams.hold_queued_by_shape; off by default, measured 2026-12-01 session 5 in
+docs/benchmarks/history/2026-11-29..12-05.md) each
 reported shape (`QueueDepth.isthmus_pending_shapes`), in queue order, holds the GPUs of the
 place its gang fits now (best fit, the way admission places a gang), or nothing when it fits
 nowhere now: GPUs it cannot start on (fragments too small for its gang, or not within one

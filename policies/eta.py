@@ -22,8 +22,9 @@ Window: the projection is played again with every run at a low and at a high qua
 group's run/declared ratios (`Spread`); the two starts, stretched away from now by what
 bench/eta_accuracy.py measured (the order moves under a waiting job, which no run length
 shows), give each start that waits for releases a window (`Estimate.window`) with its stated
-coverage (docs/benchmarks.md). Without a model that speaks there is no spread to project and
-no window.
+coverage (docs/benchmarks.md; how it was chosen: "Issue 31 (2026-12-05)" in
+docs/benchmarks/history/2026-11-29..12-05.md). Without a model that speaks there is no spread
+to project and no window.
 
 Methods (`Estimate.method`), named so a user knows what the time rests on:
   now            the gang fits now; it waits only for the next cycle (or its backend queue)
@@ -88,9 +89,10 @@ class Spread:
 
 SPREAD = Spread(low_q=0.1, high_q=0.9, coverage=0.8, early_stretch=0.6, late_stretch=1.5)
 """Chosen on bench/eta_accuracy.py's seeds 3, 5 and 7 (seeds 8, 9 and 11 held out;
-docs/benchmarks.md). Run lengths alone left a fifth of the starts late (the projection does
-not know the jobs submitted later that the order puts ahead), hence the stretch of the late
-end: with the 0.1-0.9 quantiles alone, 63-67% of the real starts fell inside."""
+docs/benchmarks/history/2026-11-29..12-05.md, "Issue 31 (2026-12-05)"). Run lengths alone
+left a fifth of the starts late (the projection does not know the jobs submitted later that the
+order puts ahead), hence the stretch of the late end: with the 0.1-0.9 quantiles alone, 63-67%
+of the real starts fell inside."""
 
 
 @dataclass(frozen=True, slots=True)

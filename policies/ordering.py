@@ -43,8 +43,8 @@ class OrderingParams:
     """A starving gang waiting this long guards the backend queue of the pool it holds
     capacity in (the backend, not knowing the hold, would start queued jobs on it): new jobs
     queued there exclude the held nodes (`queue_exclude`, where the backend can), else the
-    queue closes (policies/queue_guard.py). Long: both cost small jobs (docs/benchmarks.md,
-    2026-12-01 sessions 5 and 6)."""
+    queue closes (policies/queue_guard.py). Long: both cost small jobs
+    (docs/benchmarks/history/2026-11-29..12-05.md, 2026-12-01 sessions 5 and 6)."""
     queue_exclude: bool = True
     """Guard by excluding the held nodes, in pools whose backend honours exclusions
     (`PoolSnapshot.excludes_nodes`); off, or elsewhere: close the queue."""

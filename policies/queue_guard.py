@@ -21,7 +21,7 @@ reservation holds capacity there (policies/cycle.py) and the gang has waited
 - closing, in every other pool: no new job is queued in the pool that cycle.
 
 Not from the first hold: measured, early exclusions pile up on queued jobs that then wait for
-the racks left (docs/benchmarks.md, 2026-12-01 session 6).
+the racks left (docs/benchmarks/history/2026-11-29..12-05.md, 2026-12-01 session 6).
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ system-generated predictions rather than user runtime estimates"). What a job wi
 is better told by what similar jobs ran here: this model keeps, per group of ended attempts,
 the ratios of true to declared run time, and predicts a job's run as its declared limit times
 the mean ratio of the most specific group that has enough samples (the mean, not the median:
-a start waits for the sum of the runs ahead of it, and run times are skewed; measured in
-bench/eta_accuracy.py, docs/benchmarks.md):
+a start waits for the sum of the runs ahead of it, and run times are skewed; measured with
+bench/eta_accuracy.py, 2026-12-01, in docs/benchmarks/history/2026-11-29..12-05.md):
 
   1 the same team, the same declared limit and the same number of GPUs
   2 the same declared limit and the same number of GPUs (bigger gangs run longer)
@@ -15,7 +15,8 @@ bench/eta_accuracy.py, docs/benchmarks.md):
   4 every sample
 
 (Measured on bench/eta_accuracy.py, seeds 3, 5, 7: these groups gave a median error of
-60/53/52% where team-and-limit, limit, team groups gave 61/56/55%; docs/benchmarks.md.)
+60/53/52% where team-and-limit, limit, team groups gave 61/56/55%; 2026-12-01 session 4 in
+docs/benchmarks/history/2026-11-29..12-05.md.)
 
 The spread of the same ratios gives the uncertainty: `run_s(..., q)` is the q-quantile of the
 group's ratios times the limit instead of the mean (policies/eta.py projects the queue at a low

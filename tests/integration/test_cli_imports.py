@@ -24,7 +24,8 @@ from tests.harness.wait import wait_until
 HEAVY = ("httpx", "fastapi", "starlette", "uvicorn", "sqlalchemy", "sqlmodel", "alembic",
          "yaml", "broker.config", "broker.domain.spec", "broker.store", "policies")
 # isqueue is argparse over the client: not even pydantic. (`isthmus` runs on typer, which
-# itself imports pydantic to coerce its parameters: docs/benchmarks.md.)
+# itself imports pydantic to coerce its parameters: "CLI start-up" in
+# docs/benchmarks/history/2026-11-29..12-05.md.)
 HEAVY_ISQUEUE = (*HEAVY, "pydantic", "typer", "rich")
 
 
