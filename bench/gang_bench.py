@@ -4,6 +4,7 @@ one after the other, on the real local Kubernetes control plane (issue 30, part 
 One command (starts its own cluster, runs both systems, prints the report):
 
     /work/main/.venv/bin/python -m bench.gang_bench [--systems kueue,isthmus] [--down]
+        [--save runs.json]      # --replay runs.json reports again from the saved observations
 
 The workload (knavigator `resources/benchmarks/gang-scheduling/workflows/run-test.yaml`):
 32 nodes x 8 GPUs; a burst of 53 gangs submitted in a fixed order, every pod taking a whole
@@ -145,6 +146,31 @@ def free_wait(gang: int, replicas: int, submitted: float, runs: Sequence[PodRun]
             break
         ready = a
     return Wait(started=started, with_free_nodes=total, ready=ready)
+
+
+def idle_split(runs: Sequence[PodRun], replicas: Sequence[int], submitted: Sequence[float],
+               started: Sequence[float], nodes: int, t0: float, t1: float) -> tuple[float, float]:
+    """Node-seconds over [t0, t1] with no pod running on the node, split in two: while some
+    waiting gang (submitted, not all its pods running yet) would have fit on the idle nodes
+    (latency: admission, dispatch, the cluster's steps), and while none would (packing: the
+    order, fragmentation, the tail of the run)."""
+    cuts = sorted({t0, t1, *(t for r in runs for t in (r.start, r.end) if t0 < t < t1),
+                   *(t for t in (*submitted, *started) if t0 < t < t1)})
+    latency = packing = 0.0
+    for a, b in itertools.pairwise(cuts):
+        mid = (a + b) / 2
+        running = [r for r in runs if r.start <= mid < r.end]
+        idle = nodes - len({r.node for r in running})
+        if idle <= 0:
+            continue
+        fits = any(submitted[g] <= mid < started[g]
+                   and n - sum(1 for r in running if r.gang == g) <= idle
+                   for g, n in enumerate(replicas))
+        if fits:
+            latency += idle * (b - a)
+        else:
+            packing += idle * (b - a)
+    return latency, packing
 
 
 PHASES = ("admission", "dispatch", "job controller", "scheduler", "kwok")
@@ -614,6 +640,9 @@ class Summary:
     rows: list[GangRow]
     pods: int
     extra_pods: int
+    idle_latency: float
+    """Idle node-seconds while a waiting gang would have fit (see `idle_split`)."""
+    idle_packing: float
 
 
 def pod_runs(run: Run) -> list[PodRun]:
@@ -643,7 +672,10 @@ def summarize(run: Run) -> Summary:
         rows.append(GangRow(g, n, run.submitted[g] - t0, w.started - t0,
                             w.started - run.submitted[g], w.with_free_nodes,
                             phase_split(w.ready, w.started, marks)))
-    return Summary(span, occ, rows, len(runs), len(runs) - sum(run.replicas))
+    latency, packing = idle_split(runs, run.replicas, [run.submitted[g] for g in
+                                                       range(len(run.replicas))],
+                                  [t0 + r.started for r in rows], NODES, t0, t0 + span)
+    return Summary(span, occ, rows, len(runs), len(runs) - sum(run.replicas), latency, packing)
 
 
 def report(runs: dict[str, Run]) -> None:
@@ -661,6 +693,15 @@ def report(runs: dict[str, Run]) -> None:
               f"{100 * s.occupancy:.1f}% | {sum(free):.1f} / {statistics.fmean(free):.2f} / "
               f"{max(free):.2f} s | {s.pods} | {runs[name].watch_errors} | "
               f"{runs[name].evictions if name == 'kueue' else '-'} |")
+    print()
+    print("Idle node-seconds (no pod running) over the run, in seconds of the makespan "
+          "(/ 32 nodes): while a waiting gang would have fit on the idle nodes (latency), "
+          "while none would (packing: order, fragmentation, the tail):")
+    print("| system | makespan - 270 s | idle, latency | idle, packing |")
+    print("|---|---|---|---|")
+    for name, s in sums.items():
+        print(f"| {name} | {s.makespan - OPTIMUM_S:.1f} s | {s.idle_latency / NODES:.1f} s | "
+              f"{s.idle_packing / NODES:.1f} s |")
     print()
     print("Where the last stretch of enough free nodes before each gang's start went "
           "(seconds, summed over the 53 gangs / mean per gang):")
@@ -693,6 +734,26 @@ def report(runs: dict[str, Run]) -> None:
     print(f"gang-bench: {' '.join(parts)} optimum {OPTIMUM_S:.0f} s")
 
 
+def save(runs: dict[str, Run], path: Path) -> None:
+    """The raw observations of each run (for `--replay`)."""
+    data = {name: {"replicas": r.replicas, "submitted": r.submitted, "admitted": r.admitted,
+                   "pods": r.seen.pods, "jobs": r.seen.jobs, "workloads": r.seen.workloads,
+                   "watch_errors": r.watch_errors, "evictions": r.evictions}
+            for name, r in runs.items()}
+    path.write_text(json.dumps(data))
+
+
+def load(path: Path) -> dict[str, Run]:
+    runs = {}
+    for name, d in json.loads(path.read_text()).items():
+        run = Run(name, d["replicas"], {int(k): v for k, v in d["submitted"].items()},
+                  {int(k): v for k, v in d["admitted"].items()},
+                  watch_errors=d["watch_errors"], evictions=d["evictions"])
+        run.seen.pods, run.seen.jobs, run.seen.workloads = d["pods"], d["jobs"], d["workloads"]
+        runs[name] = run
+    return runs
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--systems", default="kueue,isthmus",
@@ -706,7 +767,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--timeout", type=float, default=1800.0,
                     help="give up on a system after this many seconds")
     ap.add_argument("--down", action="store_true", help="stop the cluster at the end")
+    ap.add_argument("--save", type=Path, help="write the raw observations here (JSON)")
+    ap.add_argument("--replay", type=Path,
+                    help="report from observations saved by --save; runs nothing")
     args = ap.parse_args(argv)
+    if args.replay:
+        report(load(args.replay))
+        return
     values = cluster_up(args)
     kube = Kube(values["KUBECONFIG"])
     nodes = kube.gpu_nodes()
@@ -728,6 +795,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     finally:
         if args.down:
             subprocess.run(["bash", str(DOWN)], env=cluster_env(args), check=False)
+    if args.save:
+        save(runs, args.save)
     report(runs)
 
 

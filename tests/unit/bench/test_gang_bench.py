@@ -11,6 +11,7 @@ from bench.gang_bench import (
     OPTIMUM_S,
     PodRun,
     free_wait,
+    idle_split,
     makespan,
     occupancy,
     phase_split,
@@ -77,7 +78,9 @@ def test_a_gangs_own_running_pods_do_not_count_against_it() -> None:
     # gang 1 (2 replicas): one pod runs at 2, the other only at 6, both nodes free from 0
     runs = [PodRun(1, "a", 2, 2, 20), PodRun(1, "b", 5, 6, 20)]
     w = free_wait(1, 2, 0.0, runs, 2)
-    assert (w.started, w.with_free_nodes, w.ready) == (6, pytest.approx(6.0), 0.0)
+    assert w.started == 6
+    assert w.with_free_nodes == pytest.approx(6.0)
+    assert w.ready == 0.0
 
 
 def test_phase_split_sums_to_the_stretch_and_clamps_the_marks() -> None:
@@ -87,3 +90,27 @@ def test_phase_split_sums_to_the_stretch_and_clamps_the_marks() -> None:
     parts = phase_split(10.0, 12.0, [8.0, 9.0, 10.2, 13.0, 12.0])
     assert parts == pytest.approx([0.0, 0.0, 0.2, 1.8, 0.0])
     assert sum(phase_split(3.0, 7.5, [None, 4.0, 4.0, 6.0, None])) == pytest.approx(4.5)
+
+
+def test_idle_node_time_splits_into_latency_and_packing() -> None:
+    # 2 nodes over [0, 20]: gang 0 (2 pods) runs [1, 10] on both, gang 1 (2 pods, submitted
+    # at 0) runs [12, 20] on both
+    runs = [PodRun(0, "a", 0.5, 1, 10), PodRun(0, "b", 0.5, 1, 10),
+            PodRun(1, "a", 11, 12, 20), PodRun(1, "b", 11, 12, 20)]
+    latency, packing = idle_split(runs, [2, 2], [0.0, 0.0], [1.0, 12.0], 2, 0.0, 20.0)
+    # [0, 1]: 2 idle nodes, gang 0 waits and fits; [10, 12]: 2 idle, gang 1 fits
+    assert latency == pytest.approx(2 * 1 + 2 * 2)
+    assert packing == pytest.approx(0.0)
+    # a gang of 3 on 2 nodes never fits: idle time while it waits is packing
+    runs3 = [PodRun(0, "a", 0, 0, 10)]
+    latency, packing = idle_split(runs3, [1, 3], [0.0, 0.0], [0.0, 30.0], 2, 0.0, 10.0)
+    assert [latency, packing] == pytest.approx([0.0, 10.0])
+    # one node idle while a 1-pod gang waits [0, 4] then starts on it: latency 4, then
+    # nothing waits: the tail [4, 6] on node b is packing
+    runs4 = [PodRun(0, "a", 0, 0, 6), PodRun(1, "b", 4, 4, 5)]
+    latency, packing = idle_split(runs4, [1, 1], [0.0, 0.0], [0.0, 4.0], 2, 0.0, 6.0)
+    assert [latency, packing] == pytest.approx([4.0, 1.0])
+    # a gang partly running needs only its missing pods' nodes: [0, 6] on node b is latency
+    runs5 = [PodRun(0, "c", 0, 0, 10), PodRun(1, "a", 0, 0, 10), PodRun(1, "b", 6, 6, 10)]
+    latency, packing = idle_split(runs5, [1, 2], [0.0, 0.0], [0.0, 6.0], 3, 0.0, 10.0)
+    assert [latency, packing] == pytest.approx([6.0, 0.0])
