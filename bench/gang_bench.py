@@ -552,7 +552,14 @@ def run_kueue(kube: Kube, args: argparse.Namespace) -> Run:
 ISTHMUS_NS = "gang-isthmus"
 
 
-def isthmus_config(path: Path, kubeconfig: str) -> Path:
+HOLD_ALL = {"ordering": {"starvation_after": 0, "reservation_min_gpus": 1,
+                         "max_reservations": 1000, "backfill": False}}
+"""`isthmus-hold`: every gang that does not fit at once holds the free GPUs it would need
+(a starvation reservation from the first second, no backfill into it), which makes the
+admission order strict FIFO by submission; configuration only, the policy code as it is."""
+
+
+def isthmus_config(path: Path, kubeconfig: str, policies: dict[str, Any] | None = None) -> Path:
     from tests.harness.server import write_config
 
     backend = {"name": "k8s-local", "kind": "k8s", "settings": {
@@ -567,7 +574,8 @@ def isthmus_config(path: Path, kubeconfig: str) -> Path:
         control={"admission_interval": 0.5, "dispatch_interval": 0.2,
                  "reconcile_interval": 0.5, "lease_ttl": 5.0},
         teams=[{"name": "gang", "cohort": "research",
-                "quotas": {"a100-80g": {"nominal": NODES * GPUS_PER_NODE}}}])
+                "quotas": {"a100-80g": {"nominal": NODES * GPUS_PER_NODE}}}],
+        **({"policies": policies} if policies else {}))
 
 
 def isthmus_spec(index: int, replicas: int) -> dict[str, Any]:
@@ -580,12 +588,13 @@ def isthmus_spec(index: int, replicas: int) -> dict[str, Any]:
     }
 
 
-def run_isthmus(kube: Kube, args: argparse.Namespace, kubeconfig: str) -> Run:
+def run_isthmus(kube: Kube, args: argparse.Namespace, kubeconfig: str,
+                system: str = "isthmus") -> Run:
     import httpx
 
     from tests.harness.server import Server
 
-    run = Run("isthmus", workload())
+    run = Run(system, workload())
     kube.ensure_namespace(ISTHMUS_NS)
     ids: dict[str, int] = {}
 
@@ -595,7 +604,8 @@ def run_isthmus(kube: Kube, args: argparse.Namespace, kubeconfig: str) -> Run:
 
     with tempfile.TemporaryDirectory(prefix="gang-bench-") as tmp_name:
         tmp = Path(tmp_name)
-        server = Server(isthmus_config(tmp / "isthmus.yaml", kubeconfig),
+        policies = HOLD_ALL if system == "isthmus-hold" else None
+        server = Server(isthmus_config(tmp / "isthmus.yaml", kubeconfig, policies),
                         f"sqlite:///{tmp / 'isthmus.db'}", tmp / "server.log")
         server.start()
         http = httpx.Client(base_url=server.url, timeout=60)
@@ -757,7 +767,8 @@ def load(path: Path) -> dict[str, Run]:
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--systems", default="kueue,isthmus",
-                    help="which systems to run, in order (comma-separated)")
+                    help="which systems to run, in order (comma-separated): kueue, isthmus, "
+                         "isthmus-hold (Isthmus with HOLD_ALL's policies: strict FIFO)")
     ap.add_argument("--state", default="/tmp/isthmus-k8s-gang",
                     help="the cluster's state dir (its own: never the tests' clusters)")
     ap.add_argument("--port-base", type=int, default=17100)
@@ -787,8 +798,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             kube.empty((KUEUE_NS, ISTHMUS_NS))
             t = time.monotonic()
             print(f"{system}: start (load average {os.getloadavg()[0]:.1f})", flush=True)
+            if system not in ("kueue", "isthmus", "isthmus-hold"):
+                raise SystemExit(f"unknown system {system!r}")
             runs[system] = (run_kueue(kube, args) if system == "kueue"
-                            else run_isthmus(kube, args, values["KUBECONFIG"]))
+                            else run_isthmus(kube, args, values["KUBECONFIG"], system))
             print(f"{system}: done in {time.monotonic() - t:.0f} s (load average "
                   f"{os.getloadavg()[0]:.1f})", flush=True)
         kube.empty((KUEUE_NS, ISTHMUS_NS))
