@@ -50,6 +50,7 @@ import argparse
 import itertools
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -628,6 +629,10 @@ def run_isthmus(kube: Kube, args: argparse.Namespace, kubeconfig: str,
         finally:
             http.close()
             server.stop()
+            if args.keep:  # the server's log and database (its decision log), for reading
+                args.keep.mkdir(parents=True, exist_ok=True)
+                for name in ("server.log", "isthmus.db", "isthmus.yaml"):
+                    shutil.copy(tmp / name, args.keep / f"{system}-{name}")
     return run
 
 
@@ -778,6 +783,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--timeout", type=float, default=1800.0,
                     help="give up on a system after this many seconds")
     ap.add_argument("--down", action="store_true", help="stop the cluster at the end")
+    ap.add_argument("--keep", type=Path,
+                    help="copy each Isthmus run's server log, database and config here")
     ap.add_argument("--save", type=Path, help="write the raw observations here (JSON)")
     ap.add_argument("--replay", type=Path,
                     help="report from observations saved by --save; runs nothing")
