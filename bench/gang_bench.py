@@ -658,6 +658,8 @@ class Summary:
     idle_latency: float
     """Idle node-seconds while a waiting gang would have fit (see `idle_split`)."""
     idle_packing: float
+    split_gangs: list[int]
+    """Gangs whose pods started more than SPLIT_S apart (not run as one gang)."""
 
 
 def pod_runs(run: Run) -> list[PodRun]:
@@ -667,6 +669,17 @@ def pod_runs(run: Run) -> list[PodRun]:
             out.append(PodRun(rec["gang"], rec["node"], rec["bound"], rec["running"],
                               rec["ended"]))
     return out
+
+
+SPLIT_S = 5.0
+
+
+def split_gangs(runs: Iterable[PodRun], within: float = SPLIT_S) -> list[int]:
+    """Gangs whose pods started more than `within` seconds apart."""
+    starts: dict[int, list[float]] = {}
+    for r in runs:
+        starts.setdefault(r.gang, []).append(r.start)
+    return sorted(g for g, ts in starts.items() if max(ts) - min(ts) > within)
 
 
 def summarize(run: Run) -> Summary:
@@ -690,7 +703,8 @@ def summarize(run: Run) -> Summary:
     latency, packing = idle_split(runs, run.replicas, [run.submitted[g] for g in
                                                        range(len(run.replicas))],
                                   [t0 + r.started for r in rows], NODES, t0, t0 + span)
-    return Summary(span, occ, rows, len(runs), len(runs) - sum(run.replicas), latency, packing)
+    return Summary(span, occ, rows, len(runs), len(runs) - sum(run.replicas), latency, packing,
+                   split_gangs(runs))
 
 
 def report(runs: dict[str, Run]) -> None:
@@ -700,13 +714,15 @@ def report(runs: dict[str, Run]) -> None:
           f"at 100%")
     print()
     print("| system | makespan | makespan / 270 s | mean GPU occupancy | waited with free "
-          "nodes: sum / mean / max per gang | pods run | watch reconnects | Kueue evictions |")
-    print("|---|---|---|---|---|---|---|---|")
+          "nodes: sum / mean / max per gang | pods run | gangs whose pods started > 5 s apart | "
+          "watch reconnects | Kueue evictions |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, s in sums.items():
         free = [r.with_free for r in s.rows]
         print(f"| {name} | {s.makespan:.1f} s | {s.makespan / OPTIMUM_S:.3f} | "
               f"{100 * s.occupancy:.1f}% | {sum(free):.1f} / {statistics.fmean(free):.2f} / "
-              f"{max(free):.2f} s | {s.pods} | {runs[name].watch_errors} | "
+              f"{max(free):.2f} s | {s.pods} | {', '.join(map(str, s.split_gangs)) or 'none'} | "
+              f"{runs[name].watch_errors} | "
               f"{runs[name].evictions if name == 'kueue' else '-'} |")
     print()
     print("Idle node-seconds (no pod running) over the run, in seconds of the makespan "

@@ -15,6 +15,7 @@ from bench.gang_bench import (
     makespan,
     occupancy,
     phase_split,
+    split_gangs,
     workload,
 )
 
@@ -114,3 +115,9 @@ def test_idle_node_time_splits_into_latency_and_packing() -> None:
     runs5 = [PodRun(0, "c", 0, 0, 10), PodRun(1, "a", 0, 0, 10), PodRun(1, "b", 6, 6, 10)]
     latency, packing = idle_split(runs5, [1, 2], [0.0, 0.0], [0.0, 6.0], 3, 0.0, 10.0)
     assert [latency, packing] == pytest.approx([6.0, 0.0])
+
+
+def test_a_gang_whose_pods_started_apart_is_reported() -> None:
+    runs = [PodRun(0, "a", 0, 0, 30), PodRun(0, "b", 0, 4.9, 35),
+            PodRun(1, "c", 0, 1, 31), PodRun(1, "d", 20, 31, 61)]
+    assert split_gangs(runs) == [1]
