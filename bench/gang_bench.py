@@ -555,9 +555,11 @@ ISTHMUS_NS = "gang-isthmus"
 
 HOLD_ALL = {"ordering": {"starvation_after": 0, "reservation_min_gpus": 1,
                          "max_reservations": 1000, "backfill": False}}
-"""`isthmus-hold`: every gang that does not fit at once holds the free GPUs it would need
-(a starvation reservation from the first second, no backfill into it), which makes the
-admission order strict FIFO by submission; configuration only, the policy code as it is."""
+"""`isthmus-hold`: every gang that does not fit at once gets a starvation reservation from its
+first second, with no backfill into it: an attempt at strict FIFO by configuration only (the
+policy code as it is). Measured, it is not strict: a hold covers one topology domain, the one
+where the gang fits soonest, and free GPUs elsewhere still go to later gangs
+(docs/benchmarks.md, "knavigator gang-scheduling workload")."""
 
 
 def isthmus_config(path: Path, kubeconfig: str, policies: dict[str, Any] | None = None) -> Path:
@@ -789,7 +791,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--systems", default="kueue,isthmus",
                     help="which systems to run, in order (comma-separated): kueue, isthmus, "
-                         "isthmus-hold (Isthmus with HOLD_ALL's policies: strict FIFO)")
+                         "isthmus-hold (Isthmus with HOLD_ALL's policies)")
     ap.add_argument("--state", default="/tmp/isthmus-k8s-gang",
                     help="the cluster's state dir (its own: never the tests' clusters)")
     ap.add_argument("--port-base", type=int, default=17100)
