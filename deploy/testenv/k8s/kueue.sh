@@ -18,6 +18,9 @@ KUEUE_VERSION=${ISTHMUS_KUEUE_VERSION:-v0.17.0}
 KUEUE_WEBHOOK_PORT=$((PORT_BASE + 61))
 KUEUE_HEALTH_PORT=$((PORT_BASE + 62))
 KUEUE_QUEUES=$HERE/kueue/queues.yaml
+# ISTHMUS_KUEUE_CONFIG_EXTRA: YAML appended to the manager's Configuration (top-level keys not
+# written below), e.g. a waitForPodsReady block (bench/gang_bench.py); part of the config hash
+KUEUE_CONFIG_EXTRA=${ISTHMUS_KUEUE_CONFIG_EXTRA:-}
 KUEUE_BUILD_HASH=$(echo "$KUEUE_VERSION $(go env GOVERSION GOOS GOARCH)" | sha256sum | cut -c1-16)
 KUEUE_BIN_DIR=$K8S_CACHE/kueue/$KUEUE_BUILD_HASH
 KUEUE_BIN=$KUEUE_BIN_DIR/kueue
@@ -94,6 +97,9 @@ controller:
 integrations:
   frameworks: ["batch/job"]
 YAML
+  if [[ -n $KUEUE_CONFIG_EXTRA ]]; then
+    printf '%s\n' "$KUEUE_CONFIG_EXTRA"
+  fi
 }
 
 # ClusterQueues Active: the flavors, the topology and the queues are all known to Kueue
