@@ -251,3 +251,4 @@ class NativeOptions(_Strict):
 
     k8s: K8sNative | None = None
     slurm: SlurmNative | None = None
+
