@@ -103,5 +103,5 @@ async def submit(name: str, request: Request, caller: Caller) -> Response:
         fields = [str(e.get("field", "")) for e in (exc.errors or [])]
         return _form(request, caller, chosen, status=exc.status, error=exc.detail,
                      fields=fields, **kept)
-    job_id = json.loads(got.body)["id"]
+    job_id = json.loads(bytes(got.body))["id"]
     return RedirectResponse(f"/ui/jobs/{job_id}", status_code=303)
