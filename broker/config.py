@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
+from broker.config_native import NativePolicy
 from broker.config_slurm_compat import SlurmCompat
 from broker.config_templates import JobTemplate, fill
 from broker.config_tuning import (
@@ -431,6 +432,9 @@ class Team(_Strict):
     user_budgets: list[Budget] = Field(
         default_factory=list, max_length=MAX_BUDGETS,
         description="each user's GPU-hours in this team per period (one budget per period)")
+    native: NativePolicy | None = Field(
+        default=None, description="backend-native options this team's jobs may pass "
+        "(broker/config_native.py); unset: none")
 
 
 def is_loopback(host: str) -> bool:

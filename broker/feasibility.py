@@ -25,6 +25,7 @@ from broker.config import (
     Team,
     Tenancy,
 )
+from broker.config_native import native_problems
 from broker.domain import Reason, metadata_keys
 from broker.domain.inventory import pool_is_candidate
 from broker.domain.notices import webhook_host
@@ -102,6 +103,10 @@ def request_problems(
     out += limit_problems(config.limits, spec)
     out += tenancy_problems(config.tenancy, spec)
     out += notify_problems(config.notices, spec)
+    team = config.team(spec.team)
+    out += [FieldProblem(field, message) for field, message in native_problems(
+        team.native if team else None, spec.team, spec.native, list(spec.env),
+        config.tenancy.reserved_key_prefixes)]
     return out
 
 

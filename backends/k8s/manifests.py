@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from backends.base import SubmitRequest, Unsupported
-from backends.k8s import batch_script
+from backends.k8s import batch_script, overlay
 from backends.k8s.settings import (
     LABEL_PREFIX,
     MANAGED_BY,
@@ -280,7 +280,8 @@ def pod_template(request: SubmitRequest, pool: K8sPoolBinding,
                  settings: K8sSettings) -> dict[str, Any]:
     """The pod of every rank: labels and annotations (the user's, then the admin's
     pod_labels/pod_annotations: a tenant must not opt out of e.g. `sidecar.istio.io/inject`,
-    then ours), the container, placement and volumes."""
+    then ours), the container, placement and volumes; then the job's pod template overlay
+    (native.k8s.pod_template, overlay.py), which adds and never replaces."""
     spec = request.snapshot.spec
     mode = settings.mode(pool.name)
     pod_labels = {**spec.labels, **settings.pod_labels, **labels_for(request)}
@@ -306,11 +307,14 @@ def pod_template(request: SubmitRequest, pool: K8sPoolBinding,
             for i, m in enumerate(spec.mounts)
         ]
     _scheduler_marks(request, mode, settings, pod_spec, pod_annotations)
-    return {
+    template = {
         "metadata": {"labels": pod_labels,
                      **({"annotations": pod_annotations} if pod_annotations else {})},
         "spec": pod_spec,
     }
+    native = spec.native.k8s if spec.native is not None else None
+    # last, so that the overlay meets every value Isthmus set and can only add beside them
+    return overlay.apply(template, native.pod_template) if native is not None else template
 
 
 def _scheduler_marks(request: SubmitRequest, mode: str, settings: K8sSettings,

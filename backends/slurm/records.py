@@ -104,6 +104,8 @@ class BatchJob:
     user_error: str | None = None  # sbatch's --error of a batch script
     exclusive: bool = False  # whole nodes (sbatch --exclusive)
     exclude: tuple[str, ...] = ()  # nodes it must not start on (sbatch --exclude)
+    native: tuple[tuple[str, str | None], ...] = ()  # the job's native.slurm.options but
+    # --constraint (ANDed into `constraint`): (name, value), e.g. ("qos", "high")
 
 
 def newest(records: Sequence[SlurmJob]) -> SlurmJob:

@@ -40,6 +40,7 @@ from backends.slurm import containers as ctr
 from backends.slurm.batch_files import with_batch_options
 from backends.slurm.records import BatchJob
 from backends.slurm.shape import GangShape, gang_shape
+from broker.domain.native import NativeProblem
 from broker.domain.topology import TopologyLevel
 
 MAX_SIGNAL_SECONDS = 65535  # Slurm's limit for --signal=...@<time>
@@ -185,6 +186,7 @@ def batch_job(
                        one_per_node=spec.gang.one_per_node,
                        tasks_per_replica=spec.gang.tasks_per_replica)
     switches, rack, constraint = _rack(request, settings)
+    constraint, native = _native(request, constraint)
     grace = min(spec.checkpoint.grace, MAX_SIGNAL_SECONDS)
     memory_mb = memory_per_gpu_mb = None
     if spec.gang.memory_per_replica:
@@ -222,6 +224,7 @@ def batch_job(
         hold=hold,
         begin=_check_word("begin", begin) if begin else None,
         exclude=tuple(_check_word("node", n) for n in placement.exclude_nodes),
+        native=native,
     )
     return _with_script(with_batch_options(job, request), request, settings)
 
@@ -237,6 +240,28 @@ def _rack(request: SubmitRequest, settings: RenderSettings
     if rack:
         _check_word("rack", rack)
     return 1, rack, rack if rack and settings.rack_features else None
+
+
+def _native(request: SubmitRequest, constraint: str | None
+            ) -> tuple[str | None, tuple[tuple[str, str | None], ...]]:
+    """(--constraint, the other options) with the job's native.slurm.options: a constraint of
+    its own is ANDed with the rack Isthmus asks for, never put in its place. The options were
+    checked at submit (the team's policy) and by the spec; parsed again here, so an option
+    Isthmus sets can never pass whatever was stored."""
+    native = request.snapshot.spec.native
+    if native is None or native.slurm is None:
+        return constraint, ()
+    try:
+        options = native.slurm.parsed()
+    except NativeProblem as exc:
+        raise Unsupported(f"native.slurm.options: {exc}") from None
+    rest = []
+    for name, value in options:
+        if name == "constraint" and value:
+            constraint = f"{constraint}&({value})" if constraint else value
+        else:
+            rest.append((name, value))
+    return constraint, tuple(rest)
 
 
 def gpu_count(job: BatchJob, count: int) -> str:
@@ -309,6 +334,9 @@ def directives(job: BatchJob, settings: RenderSettings) -> list[str]:
         lines.append("--hold")
     if job.begin:
         lines.append(f"--begin={job.begin}")
+    # the team's native options, before the site's own: sbatch takes an option's last value
+    lines.extend(f"--{name}" if value is None else f"--{name}={value}"
+                 for name, value in job.native)
     lines.extend(settings.extra_directives)
     return lines
 

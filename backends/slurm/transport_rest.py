@@ -33,6 +33,10 @@ JOB_UMASK = "0077"
 _HELD = 2042  # "Job is in held state, pending scheduler release": a warning, the job exists
 _NOTHING_FOUND = 9003
 _INVALID_JOB = 2017
+NATIVE_FIELDS = {"qos": "qos", "reservation": "reservation", "licenses": "licenses",
+                 "wckey": "wckey", "nice": "nice"}
+"""A job's native sbatch options (native.slurm.options) as slurmrestd's job fields (the same
+name in every version this adapter speaks); --constraint goes into `constraints`."""
 
 
 class RestTransport:
@@ -223,6 +227,7 @@ class RestTransport:
                     "cpus_per_task": job.cpus_per_task, "memory_per_node": job.memory_mb,
                     "memory_per_gpu": job.memory_per_gpu_mb}
         props.update({k: v for k, v in optional.items() if v})
+        props.update(self._native_fields(job))
         if dialect.rest_requeue_false_ok:
             props["requeue"] = False
         # else: the rendered script clears Requeue itself when it starts (see script.py)
@@ -231,6 +236,26 @@ class RestTransport:
         if dialect.submit_script_inside_job:
             return {"job": {**props, "script": job.script}}
         return {"script": job.script, "job": props}
+
+    @staticmethod
+    def _native_fields(job: BatchJob) -> dict[str, Any]:
+        fields: dict[str, Any] = {}
+        for name, value in job.native:
+            field = NATIVE_FIELDS.get(name)
+            if field is None or value is None:
+                raise Unsupported(
+                    f"native.slurm.options: --{name} has no slurmrestd field this adapter "
+                    f"sends (it sends {', '.join('--' + n for n in NATIVE_FIELDS)} and "
+                    "--constraint); use transport 'cli', or leave the option out")
+            if name == "nice":
+                try:
+                    fields[field] = int(value)
+                except ValueError:
+                    raise Unsupported(f"native.slurm.options: --nice={value}: a whole number "
+                                      "is expected") from None
+            else:
+                fields[field] = value
+        return fields
 
     @staticmethod
     def _gpu_fields(job: BatchJob, dialect: Dialect) -> dict[str, Any]:

@@ -310,18 +310,22 @@ def explain(job_id: JobRef, request: Request, caller: Caller) -> dict[str, objec
         text = queue_text(read_queues(request.app.state.config, db, job.team), job.queue)
         budget_text += "\n" + text if text else ""
     lines = [b.model_dump(mode="json") for b in budgets]
+    # as given: what the job hands its backend beyond the spec (the team's escape hatch);
+    # `isthmus explain` prints it from `native` before the verdicts
+    native = JobSpec.model_validate_json(job.spec_json).native
     if stored is None:
         return {
             "job_id": job_id, "state": job.state, "reason": job.reason,
             "message": job.message, "considered_at": None, "explanation": None,
             "text": budget_text.lstrip("\n") or None, "budgets": lines,
+            "native": native.model_dump(mode="json") if native else None,
         }
     at, payload = stored
     return {
         "job_id": job_id, "state": job.state, "reason": job.reason, "message": job.message,
         "considered_at": at.isoformat(), "explanation": json.loads(payload),
         "text": Explanation.model_validate_json(payload).to_text() + budget_text,
-        "budgets": lines,
+        "budgets": lines, "native": native.model_dump(mode="json") if native else None,
     }
 
 

@@ -53,6 +53,11 @@ def _config(request: Request) -> IsthmusConfig:
     return config
 
 
+def usable_templates(request: Request, caller: Principal) -> list[JobTemplate]:
+    """The templates the caller's team may use (an admin: every one)."""
+    return [t for t in _config(request).templates if caller.is_admin or t.usable_by(caller.team)]
+
+
 def _usable(request: Request, caller: Principal, name: str) -> JobTemplate:
     """The template, if the caller's team may use it; another team's is answered like an
     unknown one (404)."""
@@ -66,8 +71,7 @@ def _usable(request: Request, caller: Principal, name: str) -> JobTemplate:
 @router.get("", response_model=list[TemplateOut])
 def list_templates(request: Request, caller: Caller) -> list[TemplateOut]:
     """The templates the caller's team may use (an admin: every one)."""
-    return [TemplateOut.of(t) for t in _config(request).templates
-            if caller.is_admin or t.usable_by(caller.team)]
+    return [TemplateOut.of(t) for t in usable_templates(request, caller)]
 
 
 @router.post(
@@ -82,6 +86,13 @@ async def submit_from_template(
     """Submit a job from a template: 422 naming an override the template does not allow or
     a field the result gets wrong, 403 for another team, 404 for a template the caller's
     team may not use."""
+    return await submit_use(request, caller, name, use, key)
+
+
+async def submit_use(request: Request, caller: Principal, name: str, use: TemplateUse,
+                     key: str | None) -> Response:
+    """POST /v1/templates/{name}/jobs for this caller (also the dashboard's submit form):
+    the job's response, or a Problem."""
     template = _usable(request, caller, name)
     team = use.team or caller.team
     if team is None:

@@ -11,7 +11,14 @@ from typing import Annotated, Any
 import typer
 
 from broker.cli.common import DEFAULT_URL, AsJson, JobId, ServerUrl, Token, call, fail
-from broker.cli.output import console, emit_json, events_table, job_detail, job_table
+from broker.cli.output import (
+    console,
+    emit_json,
+    events_table,
+    job_detail,
+    job_table,
+    native_rows,
+)
 from broker.domain.states import TERMINAL, JobState
 
 SpecFile = Annotated[
@@ -201,6 +208,8 @@ def explain(job_id: JobId, server: ServerUrl = DEFAULT_URL, token: Token = None,
         return
     console.print(f"{job_id} {data['state']} ({data['reason']}): {data['message']}",
                   markup=False)
+    for key, value in native_rows(data.get("native")):
+        console.print(f"  {key}, as given: {value}", markup=False)
     if data["state"] == "REJECTED":
         console.print("  rejected when validated: it can never run with this configuration; "
                       "the reason says which limit and by how much", markup=False)

@@ -45,6 +45,7 @@ def job_detail(j: dict[str, Any]) -> Table:
         ("team", f"{j['team']}  queue {j['queue']}  priority {j['priority']}"),
         ("gang", f"{gang['replicas']} x {gang['gpus_per_replica']} GPUs ({j['total_gpus']} total)"),
         ("flavors", ", ".join(j["spec"].get("flavors") or []) or "(by constraints)"),
+        *native_rows(j["spec"].get("native")),
         ("state", j["state"]),
         ("reason", j["reason"]),
         ("message", j["message"]),
@@ -55,6 +56,20 @@ def job_detail(j: dict[str, Any]) -> Table:
     ):
         t.add_row(key, value)
     return t
+
+
+def native_rows(native: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """The job's native options (the team's escape hatch), as given."""
+    if not native:
+        return []
+    rows = []
+    if native.get("k8s"):
+        overlay = json.dumps(native["k8s"]["pod_template"], sort_keys=True,
+                             separators=(",", ":"))
+        rows.append(("native k8s", f"pod_template {overlay}"))
+    if native.get("slurm"):
+        rows.append(("native slurm", " ".join(native["slurm"]["options"])))
+    return rows
 
 
 def wait_rows(j: dict[str, Any]) -> list[tuple[str, str]]:

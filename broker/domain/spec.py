@@ -25,6 +25,7 @@ from pydantic import (
 
 from broker.domain import metadata_keys
 from broker.domain.batch_options import BatchOptions
+from broker.domain.native import NativeOptions
 from broker.domain.notices import JobNotify
 from broker.domain.scheduling import Scheduling
 from broker.domain.stop_signal import STOP_SIGNAL
@@ -367,6 +368,10 @@ class JobSpec(_Strict):
     notify: JobNotify | None = Field(
         default=None, description="this job's own notices: webhooks, mail addresses, event "
         "kinds (isbatch --mail-user/--mail-type); the team's notices come from isthmus.yaml")
+    native: NativeOptions | None = Field(
+        default=None, description="backend-native options the team's policy allows "
+        "(isthmus.yaml teams[].native): a Kubernetes pod template overlay (k8s.pod_template), "
+        "extra sbatch options (slurm.options); each applies on its kind of backend only")
 
     @field_validator("flavors")
     @classmethod

@@ -25,8 +25,10 @@ def mount(app: FastAPI) -> None:
     from broker.ui.pages_decisions import router as decisions_router
     from broker.ui.pages_fleet import router as fleet_router
     from broker.ui.pages_jobs import router as jobs_router
+    from broker.ui.pages_submit import router as submit_router
 
-    for router in (base_router, fleet_router, jobs_router, decisions_router, approvals_router):
+    for router in (base_router, fleet_router, jobs_router, decisions_router, approvals_router,
+                   submit_router):
         app.include_router(router, dependencies=[Depends(plain_query)])
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
     app.add_middleware(ServerTiming, prefix="/ui")  # outermost: the whole time in the server

@@ -56,6 +56,10 @@ def ui_config(path: Path) -> Path:
         {"name": "alice", "team": "vision", "role": "user", "token_sha256": _sha(TOKENS["alice"])},
         {"name": "bob", "team": "language", "role": "user", "token_sha256": _sha(TOKENS["bob"])},
     ]}
+    # what the submit form offers (bert-finetune's spec as a preset)
+    preset = {k: v for k, v in demo_spec("bert-finetune").items() if k not in ("name", "team")}
+    data["templates"] = [{"name": "bert-ft", "description": "BERT fine-tuning on one A100 node",
+                          "spec": preset, "allow": ["gang.replicas", "env", "max_runtime"]}]
     path.write_text(yaml.safe_dump(data))
     return path
 

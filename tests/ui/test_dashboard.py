@@ -159,3 +159,26 @@ def test_session_cookie_and_sign_out(federation: Federation, page: Any) -> None:
     page.wait_for_url("**/ui/signin")
     page.goto(f"{fed.url}/ui/jobs")
     assert "/ui/signin" in page.url
+
+
+def test_a_team_member_submits_from_a_template(federation: Federation, page: Any) -> None:
+    """The submit form in a browser: pick the template, name the job, change an allowed
+    field; the browser lands on the new job's page, and a refused override is named."""
+    fed = federation
+    console = Console(page)
+    sign_in(page, fed, TOKENS["alice"], "/ui/submit")
+    page.select_option("#template", "bert-ft")
+    page.click("#choose")
+    page.wait_for_selector("#submit-form")
+    page.fill("#job-name", "form-run")
+    page.fill("input[data-path='max_runtime']", "30m")
+    page.fill("#extra", "flavors=[\"h100-80g\"]")
+    page.click("#submit")
+    assert "set.flavors" in _text(page, "#submit-error")  # refused, named, nothing stored
+    page.fill("#extra", "")
+    page.click("#submit")
+    page.wait_for_url(f"{fed.url}/ui/jobs/*")
+    job_id = page.url.rsplit("/", 1)[-1]
+    job = fed.api(f"/v1/jobs/{job_id}", TOKENS["alice"])
+    assert (job["name"], job["team"], job["spec"]["max_runtime"]) == ("form-run", "vision", "30m")
+    assert [e for e in console.errors if "status of 422" not in e] == []  # no CSP refusal
