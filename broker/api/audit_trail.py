@@ -25,18 +25,16 @@ import contextvars
 import dataclasses
 import re
 import uuid
+from collections.abc import Mapping, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from broker.logs import get_logger
 from broker.store import audit_log
 from broker.store.audit_log import ALLOWED, REFUSED, Entry
 from broker.store.conflicts import on_conflict
 from broker.store.db import Database
-
-if TYPE_CHECKING:
-    from broker.api.auth import Principal
 
 log = get_logger(__name__)
 
@@ -71,6 +69,19 @@ READ = "read"
 # what a path parameter names, as a target
 _TARGETS = {"job_id": "job", "pool": "pool", "delivery_id": "notice-delivery",
             "name": "template"}
+
+
+class Principal(Protocol):
+    """Who calls (broker.api.auth.Principal, which imports this module)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def team(self) -> str | None: ...
+
+    @property
+    def is_admin(self) -> bool: ...
 
 
 @dataclass
@@ -118,14 +129,14 @@ def read_of(caller: Principal, team: str | None, target: str | None = None) -> N
     note.read = target or (f"team:{team}" if team is not None else ALL_TEAMS)
 
 
-def _endpoint_key(scope: dict[str, Any]) -> str | None:
+def _endpoint_key(scope: Mapping[str, Any]) -> str | None:
     endpoint = scope.get("endpoint")
     if endpoint is None:
         return None
     return f"{endpoint.__module__.rsplit('.', 1)[-1]}.{endpoint.__name__}"
 
 
-def _target(scope: dict[str, Any], note: Note, location: str | None) -> str:
+def _target(scope: Mapping[str, Any], note: Note, location: str | None) -> str:
     if note.target is not None:
         return note.target
     if location and location.startswith("/v1/jobs/"):
@@ -137,7 +148,7 @@ def _target(scope: dict[str, Any], note: Note, location: str | None) -> str:
     return "-"
 
 
-def entry_of(scope: dict[str, Any], note: Note, status: int,
+def entry_of(scope: Mapping[str, Any], note: Note, status: int,
              location: str | None = None) -> Entry | None:
     """The request's record, or None when it is not one to record."""
     route = getattr(scope.get("route"), "path", None)
@@ -182,7 +193,7 @@ class InCommit:
         self.note.recorded = True
 
 
-def in_commit(scope: dict[str, Any]) -> InCommit | None:
+def in_commit(scope: MutableMapping[str, Any]) -> InCommit | None:
     """For a route that writes its own record in its transaction; None outside a request."""
     note = _NOTE.get()
     if note is None:
@@ -252,7 +263,7 @@ class AuditWriter:
 def _request_id(scope: dict[str, Any]) -> str:
     for name, value in scope.get("headers") or ():
         if name == b"x-request-id":
-            given = value.decode("latin-1").strip()
+            given = str(value.decode("latin-1")).strip()
             if _CLIENT_ID.fullmatch(given):
                 return given
             break

@@ -16,8 +16,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Query, Request
 
-from broker.api import routes_jobs
-from broker.api import audit_trail
+from broker.api import audit_trail, routes_jobs
 from broker.api.auth import Principal, principal
 from broker.api.group_commit import SubmitQueue
 from broker.api.job_refs import JobRef
