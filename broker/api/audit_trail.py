@@ -15,7 +15,7 @@ record; the submit path has no such window.
 
 Not recorded: GETs other than an admin's reads of other teams' jobs, of every team's job list
 or report, and of /v1/admin; POST /v1/plan (stores nothing); a job's own progress reports
-(its attempt's token, not a person); requests that matched no route.
+(its attempt's token, not a person); requests that matched no route or method.
 """
 
 from __future__ import annotations
@@ -152,8 +152,8 @@ def entry_of(scope: Mapping[str, Any], note: Note, status: int,
              location: str | None = None) -> Entry | None:
     """The request's record, or None when it is not one to record."""
     route = getattr(scope.get("route"), "path", None)
-    if not isinstance(route, str) or note.recorded:
-        return None  # no route matched: nothing was done
+    if not isinstance(route, str) or status == 405 or note.recorded:
+        return None  # no route matched (or none for this method): nothing was done
     method = scope["method"]
     actor = note.actor
     if method in ("GET", "HEAD"):
