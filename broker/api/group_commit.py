@@ -151,7 +151,10 @@ class SubmitQueue:
                     except IdempotencyConflict as exc:
                         queued.cut(mark)
                         out.append(exc)
-            audit_log.append(s, [  # last: the chain's lock is held to the commit
+            # appended when the stack closes, in the committer thread just before COMMIT:
+            # the chain's lock is held only for the tail read, the insert and the commit,
+            # and its round trips do not hold up the event loop
+            tx.callback(audit_log.append, s, [
                 a.filled(201 if r.created else 200, f"job:{r.job.id}")
                 for a, r in zip(audits or [None] * len(subs), out, strict=True)
                 if a is not None and not isinstance(r, Exception)])
