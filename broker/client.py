@@ -235,6 +235,25 @@ class Client:
             "POST", f"/v1/admin/notices/{delivery_id}/retry")
         return result
 
+    def audit(self, actor: str | None = None, action: str | None = None,
+              target: str | None = None, since: str | None = None, until: str | None = None,
+              limit: int = 100, cursor: str | None = None) -> dict[str, Any]:
+        """A page of the audit log, newest first: {"items", "next_cursor"}."""
+        params = _audit_params(actor, action, target, since, until)
+        params["limit"] = limit
+        if cursor:
+            params["cursor"] = cursor
+        result: dict[str, Any] = self._call("GET", "/v1/admin/audit", params=params)
+        return result
+
+    def audit_export(self, actor: str | None = None, action: str | None = None,
+                     target: str | None = None, since: str | None = None,
+                     until: str | None = None) -> str:
+        """Every matching audit record, oldest first, as JSON lines."""
+        params = _audit_params(actor, action, target, since, until)
+        params["format"] = "jsonl"
+        return self.text("/v1/admin/audit", params=params)
+
     def budget_views(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = self._call("GET", "/v1/budgets")
         return result
@@ -324,3 +343,9 @@ def _list_params(team: str | None, states: list[str] | None, limit: int,
     if cursor:
         params["cursor"] = cursor
     return params
+
+
+def _audit_params(actor: str | None, action: str | None, target: str | None,
+                  since: str | None, until: str | None) -> dict[str, Any]:
+    return {k: v for k, v in (("actor", actor), ("action", action), ("target", target),
+                              ("since", since), ("until", until)) if v is not None}

@@ -13,12 +13,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute
 
 from broker import __version__
+from broker.api.audit_trail import AuditTrail, AuditWriter
 from broker.api.auth import Authenticator
 from broker.api.group_commit import SubmitQueue
 from broker.api.guards import plain_query
 from broker.api.limits import BodyLimit, BodyTooLarge, problem_413
 from broker.api.problems import PROBLEM_JSON, Problem, ProblemBody
 from broker.api.routes_admin import router as admin_router
+from broker.api.routes_audit import router as audit_router
 from broker.api.routes_hpc import router as hpc_router
 from broker.api.routes_jobs import router as jobs_router
 from broker.api.routes_plan import router as plan_router
@@ -58,6 +60,10 @@ def create_app(config: IsthmusConfig, db: Database, runtime: Runtime | None = No
     app.state.submit_queue = SubmitQueue(db, config, on_commit=waker)
     app.state.runtime = runtime
     app.add_middleware(BodyLimit, max_bytes=config.server.max_body_bytes)
+    app.state.audit_writer = audit = AuditWriter(db)
+    app.router.on_shutdown.append(audit.close)
+    # outside BodyLimit: a refused body's 413 is recorded too
+    app.add_middleware(AuditTrail, writer=audit)
     for router in ROUTERS:
         app.include_router(router, dependencies=[Depends(plain_query)])
     _add_error_handlers(app, config)
@@ -67,7 +73,7 @@ def create_app(config: IsthmusConfig, db: Database, runtime: Runtime | None = No
 
 
 ROUTERS = (jobs_router, plan_router, progress_router, admin_router, hpc_router, views_router,
-           templates_router)
+           templates_router, audit_router)
 
 
 def _add_error_handlers(app: FastAPI, config: IsthmusConfig) -> None:

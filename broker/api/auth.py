@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
+from broker.api import audit_trail
 from broker.api.oidc import OidcError, OidcVerifier, looks_like_jwt
 from broker.api.problems import Problem
 from broker.config import IsthmusConfig, Role
@@ -51,6 +52,7 @@ class Authenticator:
 
     def authenticate(self, authorization: str | None) -> Principal:
         if self.open:
+            audit_trail.saw_caller(LOCAL_ADMIN)
             return LOCAL_ADMIN
         unauthorised = {"WWW-Authenticate": 'Bearer realm="isthmus"'}
         if not authorization or not authorization.lower().startswith("bearer "):
@@ -71,6 +73,7 @@ class Authenticator:
                 401, "unauthenticated", "Invalid token",
                 "the bearer token is not known", headers=unauthorised,
             )
+        audit_trail.saw_caller(found)
         return found
 
     def _from_oidc(self, token: str, unauthorised: dict[str, str]) -> Principal:

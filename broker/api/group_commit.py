@@ -9,6 +9,11 @@ that releases the GIL, so it does not fight the loop for it statement by stateme
 A request still gets its answer only after its own job is committed; a failure of one
 submission (an idempotency conflict, a row the database refuses, a failed commit) is reported
 to that request alone.
+
+The audit records of a batch's stored submissions (broker/api/audit_trail.py `InCommit`) are
+appended last in its transaction, so the hot path pays no transaction of its own for them;
+a request the batch did not store (a conflict, the savepoint path) is recorded by the audit
+middleware as any other call.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import contextlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from broker.api.audit_trail import InCommit
 from broker.config import IsthmusConfig
 from broker.logs import get_logger
 from broker.orchestration.submission import (
@@ -28,7 +34,7 @@ from broker.orchestration.submission import (
     known_keys,
     submit_many,
 )
-from broker.store import batch
+from broker.store import audit_log, batch
 from broker.store.db import Database
 
 log = get_logger(__name__)
@@ -43,13 +49,14 @@ class SubmitQueue:
         self.db = db
         self.config = config
         self.max_batch = max_batch
-        self._pending: list[tuple[Submission, asyncio.Future[Submitted]]] = []
+        self._pending: list[tuple[Submission, InCommit | None, asyncio.Future[Submitted]]] = []
         self._draining = False
         self._committer: ThreadPoolExecutor | None = None
 
-    async def submit(self, sub: Submission) -> Submitted:
+    async def submit(self, sub: Submission, audit: InCommit | None = None) -> Submitted:
+        """`sub` stored (with `audit`'s record, when the batch stores it)."""
         fut: asyncio.Future[Submitted] = asyncio.get_running_loop().create_future()
-        self._pending.append((sub, fut))
+        self._pending.append((sub, audit, fut))
         if not self._draining:
             self._draining = True
             asyncio.get_running_loop().create_task(self._drain())
@@ -61,10 +68,10 @@ class SubmitQueue:
             while self._pending:
                 batch = self._pending[: self.max_batch]
                 del self._pending[: self.max_batch]
-                results = await self._store([s for s, _ in batch])
+                results = await self._store([(s, a) for s, a, _ in batch])
                 if self.on_commit is not None:
                     self.on_commit()  # wake the admission cycle: new jobs are queued
-                for (_, fut), result in zip(batch, results, strict=True):
+                for (_, _, fut), result in zip(batch, results, strict=True):
                     if fut.done():
                         continue  # the client went away
                     if isinstance(result, Exception):
@@ -74,11 +81,14 @@ class SubmitQueue:
         finally:
             self._draining = False
 
-    async def _store(self, subs: list[Submission]) -> list[Submitted | Exception]:
-        """The batch written on the loop with one statement per table (`_batched`) and
-        committed in the worker thread; if either fails, `_commit` (inline: the rare path)."""
+    async def _store(self, audited: list[tuple[Submission, InCommit | None]]
+                     ) -> list[Submitted | Exception]:
+        """The batch written on the loop with one statement per table (`_batched`), its
+        audit records appended, and committed in the worker thread; if either fails,
+        `_commit` (inline: the rare path), which leaves the records to the middleware."""
+        subs = [s for s, _ in audited]
         try:
-            tx, out, held = self._batched(subs)
+            tx, out, held = self._batched(subs, [a for _, a in audited])
         except Exception as exc:
             log.info("a batch of %d submissions failed as one (%r); with savepoints now",
                      len(subs), exc)
@@ -92,6 +102,9 @@ class SubmitQueue:
                         "savepoints", len(subs), exc)
             return self._commit(subs)
         held.run_effects()  # the transition metrics, once the batch is committed
+        for (_, audit), result in zip(audited, out, strict=True):
+            if audit is not None and not isinstance(result, Exception):
+                audit.written()
         return out
 
     def _commit(self, subs: list[Submission]) -> list[Submitted | Exception]:
@@ -116,7 +129,7 @@ class SubmitQueue:
         return out
 
     def _batched(
-        self, subs: list[Submission]
+        self, subs: list[Submission], audits: list[InCommit | None] | None = None,
     ) -> tuple[contextlib.ExitStack, list[Submitted | Exception], batch.Deferred]:
         """The batch's rows queued and written with one executemany per statement
         (broker.store.batch), in a transaction left open: closing the returned stack commits
@@ -138,4 +151,11 @@ class SubmitQueue:
                     except IdempotencyConflict as exc:
                         queued.cut(mark)
                         out.append(exc)
+            # appended when the stack closes, in the committer thread just before COMMIT:
+            # the chain's lock is held only for the tail read, the insert and the commit,
+            # and its round trips do not hold up the event loop
+            tx.callback(audit_log.append, s, [
+                a.filled(201 if r.created else 200, f"job:{r.job.id}")
+                for a, r in zip(audits or [None] * len(subs), out, strict=True)
+                if a is not None and not isinstance(r, Exception)])
             return tx.pop_all(), out, queued

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, Query, Request
 
-from broker.api import routes_jobs
+from broker.api import audit_trail, routes_jobs
 from broker.api.auth import Principal, principal
 from broker.api.group_commit import SubmitQueue
 from broker.api.job_refs import JobRef
@@ -195,6 +195,8 @@ async def batch(request: Request, caller: Caller) -> dict[str, Any]:
         queue.submit(Submission(spec, caller.name, number=n))
         for spec, n in zip(checked, numbers, strict=True)))
     ids = [d.job.id for d in done]
+    if ids:
+        audit_trail.about(f"job:{ids[0]}", jobs=ids[:100], count=len(ids))
     if data.get("extra", {}).get("hold"):  # sbatch --hold: stored held, until released
         await asyncio.to_thread(_hold_all, db, [d.job.id for d in done if d.created],
                                 caller.name)

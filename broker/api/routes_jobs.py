@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import ValidationError
 
+from broker.api import audit_trail
 from broker.api.auth import Principal, principal
 from broker.api.group_commit import SubmitQueue
 from broker.api.guards import DB_INT_MAX, idempotency_key
@@ -66,6 +67,8 @@ def _visible_job(db: Database, job_id: str, caller: Principal) -> JobRecord:
     # Another team's job is reported as missing, so ids do not leak across teams.
     if job is None or not caller.can_see(job.team):
         raise _not_found(job_id)
+    audit_trail.about(f"job:{job.id}")
+    audit_trail.read_of(caller, job.team, f"job:{job.id}")
     return job
 
 
@@ -155,7 +158,8 @@ async def submit_checked(request: Request, caller: Caller, spec: JobSpec,
     await check_queued(_db(request), _config(request), spec.team, caller.name, key=key)
     queue: SubmitQueue = request.app.state.submit_queue
     try:
-        result = await queue.submit(Submission(spec, caller.name, key))
+        result = await queue.submit(Submission(spec, caller.name, key),
+                                    audit_trail.in_commit(request.scope))
     except IdempotencyConflict as exc:
         raise Problem(
             409, "idempotency-key-reused", "Idempotency key reused", str(exc),
@@ -201,6 +205,7 @@ def list_(
                 [{"field": "team", "message": f"must be '{caller.team}' or omitted"}],
             )
         team = caller.team
+    audit_trail.read_of(caller, team)
     before = decode_cursor(cursor) if cursor else None
     with _db(request).read() as s:
         rows = list_jobs(

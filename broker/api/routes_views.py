@@ -11,6 +11,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
+from broker.api import audit_trail
 from broker.api.auth import Principal, principal
 from broker.api.guards import DB_INT_MAX
 from broker.api.job_refs import JobRef
@@ -130,6 +131,7 @@ async def usage_report(
                       [{"field": "to", "message": "must be after from"}])
     config, db = _state(request)
     team = None if caller.is_admin else caller.team or ""
+    audit_trail.read_of(caller, team)
     report = await run_in_threadpool(read_usage, db, by, t0, t1, team)
     report.budgets = await run_in_threadpool(read_budgets, config, db, team,
                                              request.app.state.period_clock)

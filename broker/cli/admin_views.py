@@ -187,4 +187,48 @@ def admin_cycles(limit: Annotated[int, typer.Option(help="at most")] = 20,
                           "LOGGED", "REPEATS"), table))
 
 
+def admin_audit(
+    actor: Annotated[str | None, typer.Option(help="a token's or user's name",
+                                              show_default=False)] = None,
+    action: Annotated[str | None, typer.Option(help="job.submit, job.cancel, pool.drain, "
+                                               "job.approve, read, ...",
+                                               show_default=False)] = None,
+    target: Annotated[str | None, typer.Option(help="job:ID, pool:NAME, team:NAME, ...",
+                                               show_default=False)] = None,
+    since: Annotated[str | None, typer.Option(help="ISO time, inclusive (UTC unless given)",
+                                              show_default=False)] = None,
+    until: Annotated[str | None, typer.Option(help="ISO time, exclusive",
+                                              show_default=False)] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="records per page")] = 50,
+    cursor: Annotated[str | None, typer.Option(help="next_cursor of a previous page",
+                                               show_default=False)] = None,
+    jsonl: Annotated[bool, typer.Option("--jsonl", help="export every matching record, "
+                                        "oldest first, as JSON lines")] = False,
+    server: ServerUrl = DEFAULT_URL, token: Token = None, as_json: AsJson = False,
+) -> None:
+    """The audit log, newest first: who did what to which target, when, with what outcome
+    (every state-changing call and every admin read of another team's data)."""
+    if jsonl and as_json:
+        fail("--jsonl and --json: choose one")
+    if jsonl:
+        typer.echo(call(server, token, "audit_export", actor, action, target, since, until),
+                   nl=False)
+        return
+    page = call(server, token, "audit", actor, action, target, since, until, limit, cursor)
+    if as_json:
+        emit_json(page)
+        return
+    rows = [(r["seq"], str(r["at"])[:19].replace("T", " "),
+             r["actor"] + (" (admin)" if r["actor_admin"] else ""), r["action"], r["target"],
+             f"{r['outcome']} {r['status']}", r["request_id"]) for r in page["items"]]
+    t = Table(show_header=True, header_style="bold")
+    for col in ("SEQ", "AT", "ACTOR", "ACTION", "TARGET", "OUTCOME", "REQUEST"):
+        t.add_column(col, justify="right" if col == "SEQ" else "left")
+    for row in rows:
+        t.add_row(*(str(c) for c in row))
+    console.print(t)
+    if page["next_cursor"]:
+        console.print(f"older: --cursor {page['next_cursor']}", markup=False)
+
+
 COMMANDS = (("pools", pools), ("quotas", quotas), ("decisions", decisions))

@@ -94,14 +94,15 @@ def db_check(
     as_json: AsJson = False,
 ) -> None:
     """Rebuild every job from its events and compare with the stored rows, the quota counters
-    and the ledger's daily sums with the ledger's entries (exit 1 on mismatch)."""
+    and the ledger's daily sums with the ledger's entries, and verify the audit log's hash
+    chain, naming its first changed row (exit 1 on any mismatch)."""
     from dataclasses import asdict
 
     from sqlalchemy import func, select
 
     from broker import ledger
     from broker.orchestration.replay import check_all
-    from broker.store import daily_sums
+    from broker.store import audit_log, daily_sums
     from broker.store.records import JOBS
 
     # one snapshot: a transition committed between two of its reads is no mismatch
@@ -109,12 +110,15 @@ def db_check(
         checked = s.execute(select(func.count()).select_from(JOBS)).scalar_one()
         mismatches = list(check_all(s))
         ledger_problems = ledger.check(s) + daily_sums.mismatches(s)
+        audit = audit_log.verify(s)
     if as_json:
         emit_json(
             {
                 "jobs": checked,
                 "mismatches": [asdict(m) for m in mismatches],
                 "ledger": ledger_problems,
+                "audit": {"rows": audit.rows,
+                          "broken": asdict(audit.broken) if audit.broken else None},
             }
         )
     else:
@@ -125,11 +129,15 @@ def db_check(
             )
         for line in ledger_problems:
             console.print(f"[red]LEDGER[/] {line}")
+        if audit.broken is not None:
+            console.print(f"[red]AUDIT[/] {audit.broken}")
         console.print(
             f"checked {checked} jobs: {len(mismatches)} mismatches, "
-            f"{len(ledger_problems)} ledger problems"
+            f"{len(ledger_problems)} ledger problems; audit log "
+            + (f"{audit.rows} rows, chain intact" if audit.broken is None
+               else f"chain broken at row {audit.broken.seq}")
         )
-    if mismatches or ledger_problems:
+    if mismatches or ledger_problems or audit.broken is not None:
         raise typer.Exit(1)
 
 

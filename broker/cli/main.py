@@ -98,6 +98,7 @@ def control(
 for _name, _fn in jobs.COMMANDS + admin_views.COMMANDS:
     app.command(_name)(_fn)
 admin_app.command("cycles")(admin_views.admin_cycles)
+admin_app.command("audit")(admin_views.admin_audit)
 app.add_typer(admin_views.report_app, name="report")
 
 

@@ -348,6 +348,37 @@ class NoticeDeliveryRow(SQLModel, table=True):
     delivered_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
 
 
+class AuditRow(SQLModel, table=True):
+    """The audit log (broker/store/audit_log.py): one row per state-changing API call or
+    admin read of another team's data, chained by hash; append-only (triggers refuse UPDATE
+    and DELETE; `isthmus db check` verifies the chain)."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (
+        sa.UniqueConstraint("prev_hash", name="uq_audit_log_prev_hash"),
+        sa.Index("ix_audit_log_at", "at"),
+        sa.Index("ix_audit_log_actor", "actor", "seq"),
+        sa.Index("ix_audit_log_target", "target", "seq"),
+    )
+
+    seq: int = Field(sa_column=sa.Column(sa.BigInteger(), primary_key=True,
+                                         autoincrement=False))
+    at: datetime = Field(sa_type=UTCDateTime)
+    actor: str = Field(max_length=255)
+    actor_team: str | None = Field(default=None, max_length=63)
+    actor_admin: bool
+    action: str = Field(max_length=40)
+    method: str = Field(max_length=8)
+    route: str = Field(max_length=255)
+    target: str = Field(max_length=255)
+    outcome: str = Field(max_length=8)
+    status: int
+    request_id: str = Field(max_length=64)
+    detail_json: str | None = Field(default=None, sa_type=sa.Text)
+    prev_hash: str = Field(max_length=64)
+    hash: str = Field(max_length=64)
+
+
 def _core(model: type[SQLModel]) -> sa.Table:
     """The Core table SQLModel declared for `model`. The tables are declared with SQLModel
     (columns, types and defaults in one place, read by the migrations' tests) and queried with
@@ -377,3 +408,4 @@ QUOTA_USAGE = _core(QuotaUsageRow)
 SERVER_SECRETS = _core(ServerSecretRow)
 JOB_HOLDS = _core(JobHoldRow)
 JOB_REQUEUES = _core(JobRequeueRow)
+AUDIT_LOG = _core(AuditRow)

@@ -22,13 +22,14 @@ def mount(app: FastAPI) -> None:
     """Serve the dashboard under /ui (left out of the OpenAPI document: pages, not API)."""
     from broker.ui.pages import router as base_router
     from broker.ui.pages_approvals import router as approvals_router
+    from broker.ui.pages_audit import router as audit_router
     from broker.ui.pages_decisions import router as decisions_router
     from broker.ui.pages_fleet import router as fleet_router
     from broker.ui.pages_jobs import router as jobs_router
     from broker.ui.pages_submit import router as submit_router
 
     for router in (base_router, fleet_router, jobs_router, decisions_router, approvals_router,
-                   submit_router):
+                   submit_router, audit_router):
         app.include_router(router, dependencies=[Depends(plain_query)])
     app.mount("/ui/static", StaticFiles(directory=HERE / "static"), name="ui-static")
     app.add_middleware(ServerTiming, prefix="/ui")  # outermost: the whole time in the server

@@ -32,8 +32,8 @@ SECURITY_HEADERS = {
 
 NAV = (("overview", "/ui", "Overview"), ("queue", "/ui/queue", "Queue"),
        ("jobs", "/ui/jobs", "Jobs"), ("decisions", "/ui/decisions", "Decisions"),
-       ("approvals", "/ui/approvals", "Approvals"), ("reports", "/ui/reports", "Reports"),
-       ("submit", "/ui/submit", "Submit"))
+       ("approvals", "/ui/approvals", "Approvals"), ("audit", "/ui/audit", "Audit"),
+       ("reports", "/ui/reports", "Reports"), ("submit", "/ui/submit", "Submit"))
 
 
 def page(request: Request, caller: Principal | None, name: str, active: str = "",

@@ -129,7 +129,7 @@ def test_a_whole_batch_failure_is_retried_one_by_one(
             raise RuntimeError("commit failed")
         return real(db, config, subs)
 
-    def unbatched(self: SubmitQueue, subs: list[Submission]) -> Any:
+    def unbatched(self: SubmitQueue, subs: list[Submission], *audits: Any) -> Any:
         raise RuntimeError("the batched statements failed")
 
     monkeypatch.setattr(group_commit, "submit_many", flaky)
@@ -151,9 +151,9 @@ def test_a_group_commit_batch_is_written_batched_with_submit_manys_answers(
     outcomes: list[str] = []
     real = SubmitQueue._batched
 
-    def spy(self: SubmitQueue, subs: list[Submission]) -> Any:
+    def spy(self: SubmitQueue, subs: list[Submission], *audits: Any) -> Any:
         try:
-            out = real(self, subs)
+            out = real(self, subs, *audits)
         except Exception:
             outcomes.append("failed")
             raise
@@ -256,8 +256,8 @@ def test_a_batch_whose_commit_fails_counts_each_submission_once(
     real = SubmitQueue._batched
     failed: list[int] = []
 
-    def commit_fails_once(self: SubmitQueue, subs: list[Submission]) -> Any:
-        tx, out, held = real(self, subs)
+    def commit_fails_once(self: SubmitQueue, subs: list[Submission], *audits: Any) -> Any:
+        tx, out, held = real(self, subs, *audits)
         if not failed:
             failed.append(len(subs))
 

@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 from broker.api.app import create_app
 from broker.config import parse_config
 from tests.builders import spec
+from tests.harness import audit
 from tests.harness.sim import CONFIG, Sim, cycle, state, submit
 
 
@@ -30,6 +31,11 @@ def test_drain_holds_jobs_with_pool_drained_until_undrain(sim: Sim) -> None:
         cycle(sim, 10)
     assert state(sim, job)[0] == "SUCCEEDED"
     assert client.post("/v1/admin/pools/nope/drain", json={}).status_code == 404
+    assert [line for line in audit.lines(sim.plane.db) if line[0] != "read"] == [
+        ("pool.drain", "pool:slurm-h100", "local", 200),
+        ("pool.undrain", "pool:slurm-h100", "local", 200),
+        ("pool.drain", "pool:nope", "local", 404)]
+    assert ("read", "all-teams", "local", 200) in audit.lines(sim.plane.db)  # /v1/admin/pools
 
 
 def test_admin_routes_need_an_admin(sim: Sim) -> None:
@@ -43,3 +49,5 @@ def test_admin_routes_need_an_admin(sim: Sim) -> None:
                     headers={"Authorization": "Bearer user"})
     assert r.status_code == 403 and "admin" in r.json()["detail"]
     assert client.get("/v1/admin/usage").status_code == 401
+    assert audit.lines(sim.plane.db) == [("pool.drain", "pool:slurm-h100", "u", 403),
+                                         ("read", "all-teams", "(unauthenticated)", 401)]

@@ -16,6 +16,7 @@ from broker.config import IsthmusConfig, parse_config
 from broker.ui.session import COOKIE
 from broker.web import build_app
 from tests.builders import spec
+from tests.harness import audit
 from tests.harness.sim import CONFIG, Sim, consistent, cycle, run_until, state, submit
 
 
@@ -38,6 +39,7 @@ def _token(name: str, role: str, secret: bytes) -> dict[str, object]:
 TOKENS: dict[str, object] = {"mode": "token", "tokens": [_token("ada", "admin", b"admin"),
                                                     _token("bob", "user", b"user")]}
 ADMIN = {"Authorization": "Bearer admin"}
+DECISIONS = ("job.approve", "job.refuse")
 USER = {"Authorization": "Bearer user"}
 
 
@@ -81,6 +83,12 @@ def test_an_approval_required_job_waits_then_runs_once_approved(sim: Sim) -> Non
     assert client.get("/v1/admin/approvals", headers=ADMIN).json() == []
     run_until(sim, job, "SUCCEEDED", step=10)
     consistent(sim)
+    decided = [line for line in audit.lines(sim.plane.db) if line[0] in DECISIONS]
+    assert decided == [("job.approve", f"job:{job}", "bob", 403),
+                       ("job.approve", f"job:{job}", "(unauthenticated)", 401),
+                       ("job.approve", f"job:{job}", "ada", 200),
+                       ("job.refuse", f"job:{job}", "ada", 409)]
+    assert audit.intact(sim.plane.db)
 
 
 @pytest.mark.parametrize("sim_config", [_config(TOKENS)], indirect=False)
@@ -104,6 +112,10 @@ def test_a_refused_job_ends_cancelled_with_the_reason(sim: Sim) -> None:
     assert state(sim, job) == ("CANCELLED", "ApprovalRefused")
     assert client.post(f"/v1/admin/jobs/{job}/approve", headers=ADMIN).status_code == 409
     consistent(sim)
+    decided = [line for line in audit.lines(sim.plane.db) if line[0] in DECISIONS]
+    assert decided == [("job.refuse", f"job:{job}", "ada", 422),
+                       ("job.refuse", f"job:{job}", "ada", 200),
+                       ("job.approve", f"job:{job}", "ada", 409)]
 
 
 @pytest.mark.parametrize("sim_config", [_config()], indirect=False)

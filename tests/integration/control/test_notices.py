@@ -25,6 +25,7 @@ from broker.orchestration.submission import cancel_job
 from broker.orchestration.transitions import set_state
 from broker.store import notices as store
 from tests.builders import spec
+from tests.harness import audit
 from tests.harness.notice_sinks import Mailbox, Receiver
 from tests.harness.sim import CONFIG, Sim, cycle, make_sim, run_until, state, submit
 
@@ -223,6 +224,9 @@ def test_a_receiver_that_always_fails_ends_in_the_dead_letter_view(
     receiver.always_fail = False
     assert client.post(f"/v1/admin/notices/{dead[0]['id']}/retry").status_code == 200
     assert client.post("/v1/admin/notices/999999/retry").status_code == 404
+    assert [line for line in audit.lines(sim.plane.db) if line[0] == "notice.retry"] == [
+        ("notice.retry", f"notice-delivery:{dead[0]['id']}", "local", 200),
+        ("notice.retry", "notice-delivery:999999", "local", 404)]
     # due at the API's clock (the wall clock); the simulated leader's runs days behind it
     sim.advance((datetime.now(UTC) - sim.clock.now).total_seconds() + 1)
     _deliver(sim)

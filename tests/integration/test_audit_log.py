@@ -1,0 +1,297 @@
+"""The audit log (issue 33): every state-changing call and every admin read of another team's
+data is recorded with actor, time, action, target, outcome and request id; the records form
+one hash chain whatever the number of writers, the database refuses to change or delete
+them, and `isthmus db check` names the first row changed behind its back."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import itertools
+import json
+import threading
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from fastapi.routing import APIRoute
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
+
+import broker.cli.common as common
+import broker.cli.main as cli
+from broker.api import audit_trail
+from broker.api.app import ROUTERS, create_app
+from broker.config import IsthmusConfig, parse_config
+from broker.store import Database, audit_log
+from broker.ui.session import COOKIE
+from broker.web import build_app
+from tests.builders import spec
+from tests.harness.audit import intact, lines, records
+from tests.harness.inprocess import route_clients
+from tests.harness.sim import CONFIG
+
+ENTRY = audit_log.Entry(
+    actor="ada", actor_team=None, actor_admin=True, action="pool.drain", method="POST",
+    route="/v1/admin/pools/{pool}/drain", target="pool:slurm-h100", outcome="allowed",
+    status=200, request_id="r0")
+
+
+def _append(db: Database, n: int, tag: str = "r") -> list[int]:
+    with db.write() as s:
+        return audit_log.append(
+            s, [dataclasses.replace(ENTRY, request_id=f"{tag}{i}") for i in range(n)])
+
+
+def _raw(db: Database, *statements: str) -> None:
+    with db.writer.begin() as conn:
+        for sql in statements:
+            conn.exec_driver_sql(sql)
+
+
+def _untriggered(db: Database) -> None:
+    """What a tamperer with the rights to change the schema does first."""
+    if db.is_sqlite:
+        _raw(db, "DROP TRIGGER audit_log_no_update", "DROP TRIGGER audit_log_no_delete")
+    else:
+        _raw(db, "DROP TRIGGER audit_log_append_only ON audit_log")
+
+
+def _verify(db: Database) -> audit_log.Verified:
+    with db.read() as s:
+        return audit_log.verify(s)
+
+
+def test_rows_form_one_chain_and_a_changed_row_is_named(db: Database) -> None:
+    assert _append(db, 3) == [1, 2, 3] and _append(db, 2, "s") == [4, 5]
+    rows = records(db)
+    assert rows[0].prev_hash == audit_log.GENESIS
+    assert all(b.prev_hash == a.hash for a, b in itertools.pairwise(rows))
+    assert _verify(db) == audit_log.Verified(5, None)
+    _untriggered(db)
+    _raw(db, "UPDATE audit_log SET actor = 'mallory' WHERE seq = 3")
+    broken = _verify(db).broken
+    assert broken is not None and broken.seq == 3 and "content" in broken.problem
+
+
+def test_a_row_rewritten_with_a_fresh_hash_or_removed_is_named(db: Database) -> None:
+    _append(db, 5)
+    _untriggered(db)
+    second = dataclasses.asdict(records(db)[1]) | {"status": 500}
+    fresh = audit_log.row_hash(second["prev_hash"], second)
+    _raw(db, f"UPDATE audit_log SET status = 500, hash = '{fresh}' WHERE seq = 2")
+    broken = _verify(db).broken
+    assert broken is not None and broken.seq == 2 and "fresh hash" in broken.problem
+    _raw(db, "DELETE FROM audit_log WHERE seq IN (1, 2)")
+    broken = _verify(db).broken
+    assert broken is not None and broken.seq == 3 and "1..2 are missing" in broken.problem
+
+
+def test_the_database_refuses_to_change_or_delete_a_record(db: Database) -> None:
+    _append(db, 2)
+    for sql in ("UPDATE audit_log SET actor = 'mallory'", "DELETE FROM audit_log"):
+        with pytest.raises(sa.exc.DBAPIError, match="append-only"):
+            _raw(db, sql)
+    assert [r.actor for r in records(db)] == ["ada", "ada"] and intact(db)
+
+
+def test_concurrent_writers_keep_one_linear_chain(db: Database) -> None:
+    """API workers and replicas append at once: the chain's lock (an advisory lock on
+    PostgreSQL, the write lock on SQLite) keeps every append on the tail it read."""
+    errors: list[BaseException] = []
+    start = threading.Barrier(6)
+
+    def writer(w: int) -> None:
+        try:
+            start.wait()
+            for i in range(20):
+                _append(db, 1 + i % 3, f"w{w}-{i}-")
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    expected = 6 * sum(1 + i % 3 for i in range(20))
+    assert _verify(db) == audit_log.Verified(expected, None)
+    assert [r.seq for r in records(db)] == list(range(1, expected + 1))
+
+
+def test_db_check_fails_naming_the_tampered_row(db: Database, db_url: str) -> None:
+    _append(db, 4)
+    ok = CliRunner().invoke(cli.app, ["db", "check", "--db", db_url])
+    assert ok.exit_code == 0 and "audit log 4 rows, chain intact" in ok.output, ok.output
+    _untriggered(db)
+    _raw(db, "UPDATE audit_log SET target = 'pool:k8s-a100' WHERE seq = 2")
+    bad = CliRunner().invoke(cli.app, ["db", "check", "--db", db_url])
+    assert bad.exit_code == 1, bad.output
+    assert "audit row 2: its content does not match its hash" in bad.output
+    as_json = CliRunner().invoke(cli.app, ["db", "check", "--db", db_url, "--json"])
+    assert json.loads(as_json.output)["audit"]["broken"]["seq"] == 2
+
+
+def _token(name: str, team: str | None, role: str) -> dict[str, object]:
+    return {"name": name, "team": team, "role": role,
+            "token_sha256": hashlib.sha256(name.encode()).hexdigest()}
+
+
+def _config() -> IsthmusConfig:
+    raw = copy.deepcopy(CONFIG)
+    raw["auth"] = {"mode": "token", "tokens": [
+        _token("ada", None, "admin"), _token("bob", "vision", "user"),
+        _token("cyd", "language", "user")]}
+    return parse_config(raw)
+
+
+def _as(name: str, **headers: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {name}", **headers}
+
+
+def _job(client: TestClient, team: str, who: str, name: str = "j") -> str:
+    body = spec().team(team).name(name).flavors("h100-80g").replicas(1).gpus(8).topology(None)
+    r = client.post("/v1/jobs", json=body.build().model_dump(mode="json"), headers=_as(who))
+    assert r.status_code == 201, r.text
+    return str(r.json()["id"])
+
+
+def test_every_state_changing_route_has_an_action() -> None:
+    routes = {f"{r.endpoint.__module__.rsplit('.', 1)[-1]}.{r.endpoint.__name__}": r
+              for router in ROUTERS for r in router.routes if isinstance(r, APIRoute)}
+    changing = {k for k, r in routes.items() if set(r.methods or ()) - {"GET", "HEAD"}}
+    assert changing - set(audit_trail.ACTIONS) - set(audit_trail.NOT_RECORDED) == set()
+    assert set(audit_trail.ACTIONS) <= changing  # no action names a route that is gone
+
+
+def test_calls_are_recorded_with_actor_target_outcome_and_request_id(db: Database) -> None:
+    client = TestClient(create_app(_config(), db))
+    body = spec().team("vision").name("mine").flavors("h100-80g").replicas(1).gpus(8)
+    r = client.post("/v1/jobs", json=body.topology(None).build().model_dump(mode="json"),
+                    headers=_as("bob", **{"X-Request-ID": "req-42"}))
+    assert r.status_code == 201 and r.headers["X-Request-ID"] == "req-42"
+    mine = r.json()["id"]
+    theirs = _job(client, "language", "cyd")
+    generated = client.get("/healthz").headers["X-Request-ID"]
+    assert len(generated) == 32  # one of ours when the client sends none
+    assert client.get(f"/v1/jobs/{mine}", headers=_as("bob")).status_code == 200  # own team
+    assert client.post(f"/v1/jobs/{theirs}/cancel", headers=_as("bob")).status_code == 404
+    assert client.post(f"/v1/jobs/{theirs}/cancel").status_code == 401
+    assert client.post("/v1/admin/pools/slurm-h100/drain", json={},
+                       headers=_as("bob")).status_code == 403
+    assert client.post("/v1/plan", json=body.build().model_dump(mode="json"),
+                       headers=_as("bob")).status_code == 200  # stores nothing
+    assert client.get(f"/v1/jobs/{theirs}", headers=_as("ada")).status_code == 200
+    assert client.get("/v1/jobs", headers=_as("ada")).status_code == 200
+    assert client.get("/v1/jobs", params={"team": "vision"},
+                      headers=_as("ada")).status_code == 200
+    assert client.post(f"/v1/jobs/{mine}/cancel", headers=_as("ada")).status_code == 200
+    assert client.post("/v1/jobs", json={"name": "x"}, headers=_as("bob")).status_code == 422
+
+    assert lines(db) == [
+        ("job.submit", f"job:{mine}", "bob", 201),
+        ("job.submit", f"job:{theirs}", "cyd", 201),
+        ("job.cancel", f"job:{theirs}", "bob", 404),
+        ("job.cancel", f"job:{theirs}", audit_trail.UNAUTHENTICATED, 401),
+        ("pool.drain", "pool:slurm-h100", "bob", 403),
+        ("read", f"job:{theirs}", "ada", 200),
+        ("read", "all-teams", "ada", 200),
+        ("read", "team:vision", "ada", 200),
+        ("job.cancel", f"job:{mine}", "ada", 200),
+        ("job.submit", "-", "bob", 422),
+    ]
+    first, *_, last = records(db)
+    assert (first.request_id, first.outcome, first.actor_team, first.actor_admin,
+            first.route) == ("req-42", "allowed", "vision", False, "/v1/jobs")
+    assert last.outcome == "refused" and last.method == "POST"
+    assert records(db)[-2].actor_admin is True and intact(db)
+
+
+def test_a_submit_is_recorded_in_its_own_commit(db: Database,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hot path writes its record in the submit's group commit: the audit writer's own
+    transaction is not used for it."""
+    written: list[str] = []
+    real = audit_trail.AuditWriter._write
+
+    def spy(self: audit_trail.AuditWriter, entries: list[audit_log.Entry]) -> None:
+        written.extend(e.action for e in entries)
+        real(self, entries)
+
+    monkeypatch.setattr(audit_trail.AuditWriter, "_write", spy)
+    client = TestClient(create_app(_config(), db))
+    job = _job(client, "vision", "bob")
+    assert client.post(f"/v1/jobs/{job}/cancel", headers=_as("bob")).status_code == 200
+    assert lines(db) == [("job.submit", f"job:{job}", "bob", 201),
+                         ("job.cancel", f"job:{job}", "bob", 200)]
+    assert written == ["job.cancel"]
+
+
+def test_the_log_is_listed_filtered_paged_and_exported_to_admins_only(db: Database) -> None:
+    client = TestClient(create_app(_config(), db))
+    jobs = [_job(client, "vision", "bob", f"j{i}") for i in range(3)]
+    client.post("/v1/admin/pools/slurm-h100/drain", json={"reason": "x"}, headers=_as("ada"))
+    admin = _as("ada")
+    page = client.get("/v1/admin/audit", params={"limit": 2}, headers=admin).json()
+    assert [i["action"] for i in page["items"]] == ["pool.drain", "job.submit"]
+    assert page["items"][1]["target"] == f"job:{jobs[2]}"
+    older = client.get("/v1/admin/audit", params={"limit": 2, "cursor": page["next_cursor"]},
+                       headers=admin).json()
+    assert [i["target"] for i in older["items"]] == [f"job:{jobs[1]}", f"job:{jobs[0]}"]
+    by_bob = client.get("/v1/admin/audit", params={"actor": "bob", "action": "job.submit"},
+                        headers=admin).json()["items"]
+    assert len(by_bob) == 3
+    one = client.get("/v1/admin/audit", params={"target": f"job:{jobs[1]}"},
+                     headers=admin).json()["items"]
+    assert [(i["action"], i["status"]) for i in one] == [("job.submit", 201)]
+    assert client.get("/v1/admin/audit", params={"since": "2999-01-01"},
+                      headers=admin).json()["items"] == []
+    assert client.get("/v1/admin/audit", params={"since": "2020-01-01T00:00:00",
+                                                 "until": "2019-01-01"},
+                      headers=admin).status_code == 422
+    assert client.get("/v1/admin/audit", params={"cursor": "x"},
+                      headers=admin).status_code == 422
+    for params, accept in (({"format": "jsonl"}, {}), ({}, {"Accept": "application/x-ndjson"})):
+        r = client.get("/v1/admin/audit", params=params, headers={**admin, **accept})
+        assert r.headers["content-type"].startswith("application/jsonl")
+        exported = [json.loads(line) for line in r.text.splitlines()]
+        assert [e["seq"] for e in exported] == list(range(1, len(exported) + 1))
+        assert exported[0]["prev_hash"] == audit_log.GENESIS
+    assert client.get("/v1/admin/audit", headers=_as("bob")).status_code == 403
+    assert client.delete("/v1/admin/audit", headers=admin).status_code == 405
+    denied = records(db)[-1]  # a refused read is on the record; no route deletes
+    assert (denied.actor, denied.action, denied.status) == ("bob", "read", 403)
+    assert intact(db)
+
+
+def test_the_dashboard_shows_the_log_to_admins(db: Database) -> None:
+    app = build_app(_config(), db)
+    job = _job(TestClient(app), "vision", "bob")
+    admin = TestClient(app, cookies={COOKIE: "ada"}).get("/ui/audit")
+    assert admin.status_code == 200 and 'id="audit"' in admin.text
+    assert f'href="/ui/jobs/{job}"' in admin.text and "job.submit" in admin.text
+    user = TestClient(app, cookies={COOKIE: "bob"}).get("/ui/audit")
+    assert user.status_code == 403 and 'id="audit-admin-only"' in user.text
+    assert job not in user.text
+    assert lines(db)[-1] == ("read", "all-teams", "ada", 200)  # the admin's look is recorded
+
+
+def test_isthmus_admin_audit(db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    app = create_app(_config(), db)
+    route_clients(monkeypatch, common, app)
+    job = _job(TestClient(app), "vision", "bob")
+
+    def run(*args: str) -> Any:
+        out = CliRunner().invoke(cli.app, ["admin", "audit", "--token", "ada", *args])
+        assert out.exit_code == 0, out.output
+        return out.output
+
+    table = run("--action", "job.submit")
+    assert "job.submit" in table and f"job:{job}" in table and "allowed 201" in table
+    assert json.loads(run("--json", "--actor", "bob"))["items"][0]["target"] == f"job:{job}"
+    exported = [json.loads(line) for line in run("--jsonl").splitlines()]
+    assert exported[0]["action"] == "job.submit" and exported[0]["seq"] == 1
+    denied = CliRunner().invoke(cli.app, ["admin", "audit", "--token", "bob"])
+    assert denied.exit_code == 1 and "admin" in denied.output
