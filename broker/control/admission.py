@@ -101,8 +101,10 @@ def _pending_views(
 
 
 def _in_flight(plane: ControlPlane, s: Session) -> dict[tuple[str, str], int]:
-    """GPUs per (pool, node) of attempts the backend has not shown us yet (those it has are in
-    its own inventory and queue depth). An attempt whose snapshot cannot be read is skipped
+    """GPUs per (pool, node) of attempts the backend has not shown running yet (those running
+    are in its own inventory; one still starting may be there only in part, so its whole
+    placement is held, at worst counting a node twice until every rank runs). An attempt
+    whose snapshot cannot be read is skipped
     (logged): its nodes may then be offered again, which the backend refuses or queues,
     better than admitting nobody.
 

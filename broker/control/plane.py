@@ -26,6 +26,7 @@ from broker.control.inventories import Answer, Inventories
 from broker.control.soft_state import SoftState
 from broker.domain.attempts import RunSnapshot
 from broker.domain.clock import utcnow
+from broker.domain.facts import Phase
 from broker.domain.inventory import InventorySnapshot, NodeSnapshot, PoolSnapshot, TopologyPath
 from broker.domain.spec import BackendKind, JobSpec
 from broker.logs import get_logger
@@ -240,7 +241,8 @@ def _seen_since(late: list[att.AttemptRecord]) -> dict[tuple[str, str], int]:
     stale snapshot cannot show any of them, and without this their nodes would look free."""
     held: dict[tuple[str, str], int] = {}
     for a in late:
-        if a.dispatch == att.CREATED and a.last_seen_at is not None:
+        if a.dispatch == att.CREATED and a.last_seen_at is not None \
+                and a.phase == Phase.RUNNING.value:
             add_placed_gpus(held, a)
     return held
 

@@ -50,8 +50,8 @@ class SoftState:
     """Owner: admission._pending_views (with the id of the configuration they were built
     under). Bound: the jobs of the last cycle (replaced every cycle)."""
     placed_nodes: dict[AttemptKey, tuple[str, ...]] = field(default_factory=dict)
-    """Owner: admission._in_flight. Bound: the attempts not yet seen by their backend in the
-    last cycle (replaced every cycle)."""
+    """Owner: admission._in_flight. Bound: the live attempts not yet seen running by their
+    backend in the last cycle (replaced every cycle)."""
     estimated: dict[str, Estimated] = field(default_factory=dict)
     """Owner: admission (estimates not written again while they do not move). Bound: the
     waiting jobs with an estimate in the last cycle (pruned every cycle)."""

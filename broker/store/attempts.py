@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from broker.domain.facts import Phase
 from broker.store import batch
 from broker.store.in_lists import in_chunks
 
@@ -114,7 +115,10 @@ def live(session: Session, backend: str | None = None) -> list[AttemptRecord]:
 
 @dataclass(frozen=True, slots=True)
 class Unseen:
-    """A live attempt the backend has not shown us (not dispatched, or never observed)."""
+    """A live attempt whose GPUs the backend's inventory may not show yet: not dispatched,
+    never observed, or observed before every rank runs (a Kubernetes Job whose pods are not
+    all created or bound shows only some of its nodes busy; the rest would look free and a
+    second gang would be placed on them)."""
 
     job_id: str
     number: int
@@ -124,7 +128,8 @@ class Unseen:
 
 _UNSEEN = sa.select(ATTEMPTS.c.job_id, ATTEMPTS.c.number, ATTEMPTS.c.pool, ATTEMPTS.c.gpus).where(
     ATTEMPTS.c.ended_at.is_(None),
-    sa.or_(ATTEMPTS.c.dispatch != CREATED, ATTEMPTS.c.last_seen_at.is_(None)),
+    sa.or_(ATTEMPTS.c.dispatch != CREATED, ATTEMPTS.c.last_seen_at.is_(None),
+          ATTEMPTS.c.phase != Phase.RUNNING.value),
 )
 
 
