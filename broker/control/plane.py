@@ -26,7 +26,6 @@ from broker.control.inventories import Answer, Inventories
 from broker.control.soft_state import SoftState
 from broker.domain.attempts import RunSnapshot
 from broker.domain.clock import utcnow
-from broker.domain.facts import Phase
 from broker.domain.inventory import InventorySnapshot, NodeSnapshot, PoolSnapshot, TopologyPath
 from broker.domain.spec import BackendKind, JobSpec
 from broker.logs import get_logger
@@ -238,11 +237,12 @@ def decayed_from_ledger(
 def _seen_since(late: list[att.AttemptRecord]) -> dict[tuple[str, str], int]:
     """GPUs per (pool, node) of attempts created after a stale inventory was taken that the
     admission cycle does not hold already (it holds those the backend has not shown yet): the
-    stale snapshot cannot show any of them, and without this their nodes would look free."""
+    stale snapshot cannot show any of them, and without this their nodes would look free.
+    One seen but still starting is held by admission too (att.unseen): counted twice while
+    the snapshot is stale, which only keeps its nodes busy (free GPUs stop at 0)."""
     held: dict[tuple[str, str], int] = {}
     for a in late:
-        if a.dispatch == att.CREATED and a.last_seen_at is not None \
-                and a.phase == Phase.RUNNING.value:
+        if a.dispatch == att.CREATED and a.last_seen_at is not None:
             add_placed_gpus(held, a)
     return held
 
