@@ -30,7 +30,10 @@ the large-gang p95 wait and the allocation at once, compared strictly. Per run a
 `seed S load L: goal met|not met; vs <baseline>: <where worse, by how much> ...`, then a table
 of every run with the three figures per strategy, per load the runs meeting the goal, and last
 `placement: isthmus not worse on ... at once than static in A of N (...); greedy ...; kueue
-...; goal met in M of N runs`. For reference the per-run line and the per-load lines keep the
+...; goal met in M of N runs (K with waits within one 60 s cycle counted as equal; ...)`: a
+job admitted in its first cycle waits 0 to 60 s by its arrival in the cycle, so a p95 a few
+seconds apart is arrival phase (each such deficit is flagged "within one cycle"). M is the
+strict count. For reference the per-run line and the per-load lines keep the
 all-job p95 ratio against the best baseline (lowest all-job p95), the goal issue 30 replaced
 ("p95 <= 0.8x the best baseline"): it conflicted with the bounded wait promised large gangs.
 A single run's p95 swings by a factor of 10 with small policy changes (2026-12-01 session 4 in
@@ -155,19 +158,24 @@ class GoalFigures:
     alloc: float
     """Mean share of GPUs allocated while jobs wait during the arrival window."""
 
-    def worse_than(self, other: GoalFigures) -> list[str]:
+    def worse_than(self, other: GoalFigures, tie_s: float = 0.0) -> list[str]:
         """The figures on which these are worse than `other`, each with both values and the
-        difference; empty when not worse on any. Strict: no tolerance, not even one cycle."""
+        difference; empty when not worse on any. A wait counts as worse when longer by more
+        than `tie_s` (0: strictly longer). A wait less than one decision cycle longer is
+        flagged: a job admitted in its first cycle waits 0 to 60 s by when it arrived in the
+        cycle, so such a difference is arrival phase, not placement."""
         out = []
-        if self.small_p95_s > other.small_p95_s:
+        d = self.small_p95_s - other.small_p95_s
+        if d > tie_s:
             out.append(
                 f"small-job p95 {self.small_p95_s / 60:.1f} vs {other.small_p95_s / 60:.1f} min "
-                f"(+{self.small_p95_s - other.small_p95_s:.0f} s)"
+                f"(+{d:.0f} s{', within one cycle' if d <= CYCLE_S else ''})"
             )
-        if self.large_p95_s > other.large_p95_s:
+        d = self.large_p95_s - other.large_p95_s
+        if d > tie_s:
             out.append(
                 f"large-gang p95 {self.large_p95_s / 3600:.1f} vs {other.large_p95_s / 3600:.1f} h "
-                f"(+{(self.large_p95_s - other.large_p95_s) / 3600:.1f} h)"
+                f"(+{d / 3600:.1f} h{', within one cycle' if d <= CYCLE_S else ''})"
             )
         if self.alloc < other.alloc:
             out.append(
@@ -466,10 +474,10 @@ class RunResult:
     def figures(self, name: str) -> GoalFigures:
         return self.results[name].goal_figures(self.trace)
 
-    def worse_than(self, baseline: str) -> list[str]:
+    def worse_than(self, baseline: str, tie_s: float = 0.0) -> list[str]:
         """Where Isthmus is worse than `baseline` on issue 30's three figures (empty: not
-        worse on any of them)."""
-        return self.figures("isthmus").worse_than(self.figures(baseline))
+        worse on any of them); waits within `tie_s` count as equal."""
+        return self.figures("isthmus").worse_than(self.figures(baseline), tie_s)
 
     @property
     def baselines(self) -> list[str]:
@@ -478,7 +486,11 @@ class RunResult:
     @property
     def goal_met(self) -> bool:
         """Issue 30's goal: Isthmus not worse than every baseline on all three figures."""
-        return all(not self.worse_than(n) for n in self.baselines)
+        return self.goal_met_within(0.0)
+
+    def goal_met_within(self, tie_s: float) -> bool:
+        """The goal with waits that differ by at most `tie_s` counted as equal."""
+        return all(not self.worse_than(n, tie_s) for n in self.baselines)
 
     def header(self) -> str:
         gpus = [j.gpus for j in self.trace]
@@ -543,7 +555,9 @@ def aggregate(runs: list[RunResult]) -> list[str]:
     out.append(
         f"placement: isthmus not worse on small-job p95, large-gang p95 and allocation at once "
         f"than {'; '.join(per)}; goal met in {sum(r.goal_met for r in runs)} of {len(runs)} runs"
-        f" (seeds {seeds} x loads {','.join(f'{x:.0%}' for x in loads)})"
+        f" ({sum(r.goal_met_within(CYCLE_S) for r in runs)} with waits within one "
+        f"{CYCLE_S:.0f} s cycle counted as equal; seeds {seeds} x loads "
+        f"{','.join(f'{x:.0%}' for x in loads)})"
     )
     return out
 
