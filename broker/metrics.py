@@ -72,6 +72,11 @@ COST = Counter(
     "isthmus_gpu_cost_total", "Cost of the GPU-hours used: hours x flavor x pool cost weight",
     ["team", "flavor", "pool"], registry=REGISTRY,
 )
+AUDIT_FAILED = Counter(
+    "isthmus_audit_records_failed_total", "Audit records that could not be written (the call "
+    "they record was done and answered; the error is logged with its request id)",
+    registry=REGISTRY,
+)
 FAILURES = Counter(
     "isthmus_attempt_failures_total", "Attempts that failed or were lost, by failure category "
     "and pool; oom=\"true\" when the backend reported an out-of-memory kill",

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from broker.logs import get_logger
+from broker.metrics import AUDIT_FAILED
 from broker.store import audit_log
 from broker.store.audit_log import ALLOWED, REFUSED, Entry
 from broker.store.conflicts import on_conflict
@@ -44,7 +45,7 @@ UNAUTHENTICATED = "(unauthenticated)"
 ALL_TEAMS = "all-teams"
 
 # Every state-changing route's action, by its endpoint (module.function); a route missing
-# here is recorded as "<method> <route>" (tests/integration/test_audit_trail.py holds this
+# here is recorded as "<method> <route>" (tests/integration/test_audit_log.py holds this
 # table to the routes).
 ACTIONS = {
     "routes_jobs.submit": "job.submit",
@@ -60,6 +61,10 @@ ACTIONS = {
     "routes_admin.drain": "pool.drain",
     "routes_admin.undrain": "pool.undrain",
     "routes_admin.retry_notice": "notice.retry",
+    # the dashboard's forms that change something (the one job form and the session)
+    "pages_submit.submit": "job.submit-template",
+    "pages.signin": "ui.signin",
+    "pages.signout": "ui.signout",
 }
 NOT_RECORDED = {
     "routes_plan.plan": "stores nothing",
@@ -163,8 +168,8 @@ def entry_of(scope: Mapping[str, Any], note: Note, status: int,
         action, target = READ, note.read or ALL_TEAMS
     else:
         key = _endpoint_key(scope)
-        if not route.startswith("/v1/") or key in NOT_RECORDED:
-            return None
+        if (not route.startswith("/v1/") and key not in ACTIONS) or key in NOT_RECORDED:
+            return None  # a dashboard post is recorded when it is one of ACTIONS
         action = ACTIONS.get(key or "", f"{method.lower()} {route}")
         target = _target(scope, note, location)
     return Entry(
@@ -225,6 +230,7 @@ class AuditWriter:
         try:
             await fut
         except Exception:
+            AUDIT_FAILED.inc()
             log.exception("audit record of %s %s by %s (request %s) not written",
                           entry.method, entry.route, entry.actor, entry.request_id)
 

@@ -159,8 +159,20 @@ def _job(client: TestClient, team: str, who: str, name: str = "j") -> str:
 
 
 def test_every_state_changing_route_has_an_action() -> None:
+    from broker.ui import (
+        pages,
+        pages_approvals,
+        pages_audit,
+        pages_decisions,
+        pages_fleet,
+        pages_jobs,
+        pages_submit,
+    )
+
+    ui = [m.router for m in (pages, pages_approvals, pages_audit, pages_decisions, pages_fleet,
+                             pages_jobs, pages_submit)]
     routes = {f"{r.endpoint.__module__.rsplit('.', 1)[-1]}.{r.endpoint.__name__}": r
-              for router in ROUTERS for r in router.routes if isinstance(r, APIRoute)}
+              for router in (*ROUTERS, *ui) for r in router.routes if isinstance(r, APIRoute)}
     changing = {k for k, r in routes.items() if set(r.methods or ()) - {"GET", "HEAD"}}
     assert changing - set(audit_trail.ACTIONS) - set(audit_trail.NOT_RECORDED) == set()
     assert set(audit_trail.ACTIONS) <= changing  # no action names a route that is gone
@@ -295,3 +307,24 @@ def test_isthmus_admin_audit(db: Database, monkeypatch: pytest.MonkeyPatch) -> N
     assert exported[0]["action"] == "job.submit" and exported[0]["seq"] == 1
     denied = CliRunner().invoke(cli.app, ["admin", "audit", "--token", "bob"])
     assert denied.exit_code == 1 and "admin" in denied.output
+
+
+def test_a_record_that_cannot_be_written_is_counted_and_the_call_answered(
+        db: Database) -> None:
+    """The log fails open (README): the call is done and answered, the failure counted."""
+    from broker.metrics import AUDIT_FAILED
+
+    if db.dialect == "sqlite":
+        _raw(db, "CREATE TRIGGER audit_broken BEFORE INSERT ON audit_log "
+                 "BEGIN SELECT RAISE(ABORT, 'broken'); END")
+    else:
+        _raw(db, "CREATE FUNCTION audit_broken() RETURNS trigger LANGUAGE plpgsql AS "
+                 "$$ BEGIN RAISE EXCEPTION 'broken'; END $$")
+        _raw(db, "CREATE TRIGGER audit_broken BEFORE INSERT ON audit_log "
+                 "FOR EACH ROW EXECUTE FUNCTION audit_broken()")
+    client = TestClient(create_app(_config(), db))
+    before = AUDIT_FAILED._value.get()
+    r = client.post("/v1/admin/pools/slurm-h100/drain", json={}, headers=_as("ada"))
+    assert r.status_code == 200, r.text
+    assert AUDIT_FAILED._value.get() == before + 1
+    assert records(db) == []

@@ -67,6 +67,12 @@ def test_a_job_from_the_form_is_the_templates_with_the_allowed_changes(
     assert spec["gang"]["replicas"] == 2 and spec["env"] == {"LR": "3e-4"}
     assert spec["annotations"][TEMPLATE_ANNOTATION] == "bert-ft"
     assert alice.get(r.headers["location"]).status_code == 200  # the job's page
+    # the form's submit is in the audit log as the API's would be
+    log = alice.get("/v1/admin/audit?action=job.submit-template",
+                    headers={"Authorization": f"Bearer {TOKENS['root']}"})
+    assert log.status_code == 200, log.text
+    assert [(i["actor"], i["route"], i["target"], i["outcome"]) for i in log.json()["items"]] \
+        == [("alice", "/ui/submit/{name}", f"job:{job_id}", "allowed")], log.text
 
 
 def test_a_refusal_shows_the_form_again_naming_the_field(alice: TestClient) -> None:
