@@ -87,7 +87,14 @@ job's env)."""
 MAX_OVERLAY_BYTES = 64 * 1024
 MAX_LIST_ITEMS = 64
 MAX_SLURM_OPTIONS = 32
-_SLURM_OPTION = re.compile(r"^--([a-z][a-z0-9-]{0,39})(=([A-Za-z0-9._:+,=@%&|()\[\]*/-]{1,256}))?$")
+_SLURM_OPTION = re.compile(r"--([a-z][a-z0-9-]{0,39})(=([A-Za-z0-9._:+,=@%&|()\[\]*/-]{1,256}))?")
+BARE_SLURM_OPTIONS = frozenset({"nice"})
+"""Passable options sbatch takes without a value; every other one needs `=value`."""
+_SECRET_SOURCES = ("secretKeyRef", "secretRef")
+"""Where an overlay's variables may not come from: the pods of every team may share a
+namespace, where Isthmus keeps each attempt's progress token in a Secret."""
+_PLATFORM_ENV = ("SLURM_", "NVIDIA_", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "ISTHMUS_")
+"""Prefixes of variables the platform, the GPU runtime or Slurm set for a rank."""
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,252}$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 EVERY = "[*]"
@@ -140,14 +147,19 @@ def field_shape_problem(field: str, value: Any) -> str | None:
     if how == "keys":
         return _metadata_problem(field, value)
     if how == "set":
-        if not isinstance(value, str) or len(value) > 253 or not _DNS_SUBDOMAIN.match(value):
+        if not isinstance(value, str) or len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value):
             return "a lower-case DNS name is expected (the name of a class of the cluster)"
+        if value.startswith("system-"):
+            return ("the cluster's system- classes are for its own components (they preempt "
+                    "any pod); name a class made for jobs")
         return None
     if not isinstance(value, list) or not all(isinstance(i, dict) for i in value):
         return "a list of mappings is expected"
     if len(value) > MAX_LIST_ITEMS:
         return f"at most {MAX_LIST_ITEMS} entries"
-    return _env_problem(value) if field == "spec.containers[*].env" else None
+    if field == "spec.containers[*].env":
+        return _env_problem(value)
+    return _env_from_problem(value) if field == "spec.containers[*].envFrom" else None
 
 
 def _metadata_problem(field: str, value: Any) -> str | None:
@@ -168,12 +180,38 @@ def _metadata_problem(field: str, value: Any) -> str | None:
 def _env_problem(entries: list[dict[str, Any]]) -> str | None:
     for i, item in enumerate(entries):
         name = item.get("name")
-        if not isinstance(name, str) or not _ENV_NAME.match(name):
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
             return f"[{i}].name: a variable name (letters, digits, '_') is expected"
-        if name in RANK_ENV or name.startswith("ISTHMUS_") or name in ("LD_PRELOAD", "LD_AUDIT"):
-            return (f"[{i}].name: {name} is set by Isthmus for every rank (MASTER_PORT goes in "
-                    "the job's env); choose another name")
+        if name in RANK_ENV or name.startswith(_PLATFORM_ENV) or name in ("LD_PRELOAD",
+                                                                          "LD_AUDIT"):
+            return (f"[{i}].name: {name} is set by Isthmus, Slurm or the GPU runtime for every "
+                    "rank (MASTER_PORT goes in the job's env); choose another name")
+        source = item.get("valueFrom")
+        if isinstance(source, dict) and any(k in source for k in _SECRET_SOURCES):
+            return (f"[{i}].valueFrom: a Secret is not a source an overlay may read (the "
+                    "namespace may be shared by teams); mount it through tenancy.mounts")
     return None
+
+
+def _env_from_problem(entries: list[dict[str, Any]]) -> str | None:
+    for i, item in enumerate(entries):
+        if any(k in item for k in _SECRET_SOURCES):
+            return (f"[{i}].secretRef: a Secret is not a source an overlay may read (the "
+                    "namespace may be shared by teams); mount it through tenancy.mounts")
+    return None
+
+
+def _balanced(value: str) -> bool:
+    """Parentheses and brackets nest and close (a constraint ANDed with the rack's stays one
+    term)."""
+    depth: list[str] = []
+    for c in value:
+        if c in "([":
+            depth.append(c)
+        elif c in ")]":
+            if not depth or depth.pop() != ("(" if c == ")" else "["):
+                return False
+    return not depth
 
 
 def check_pod_template(overlay: Mapping[str, Any]) -> dict[str, Any]:
@@ -194,7 +232,7 @@ def check_pod_template(overlay: Mapping[str, Any]) -> dict[str, Any]:
 def slurm_option(text: str) -> tuple[str, str | None]:
     """('qos', 'high') of '--qos=high'; NativeProblem naming the option when it is not one
     `--name[=value]` of safe characters, or not one Isthmus lets pass."""
-    m = _SLURM_OPTION.match(text)
+    m = _SLURM_OPTION.fullmatch(text)
     if m is None:
         raise NativeProblem(text[:60], "write one long option as --name=value (the value of "
                             "letters, digits and ._:+,=@%&|()[]*/- only, no spaces)")
@@ -204,6 +242,10 @@ def slurm_option(text: str) -> tuple[str, str | None]:
         kept = f"Isthmus sets it ({why})" if why else "not an option Isthmus passes"
         raise NativeProblem(f"--{name}", f"{kept}; passable options: "
                             f"{', '.join('--' + o for o in sorted(SLURM_OPTIONS))}")
+    if value is None and name not in BARE_SLURM_OPTIONS:
+        raise NativeProblem(f"--{name}", f"give its value: --{name}=VALUE")
+    if value is not None and not _balanced(value):
+        raise NativeProblem(f"--{name}", "its parentheses and brackets must nest and close")
     return name, value
 
 

@@ -50,9 +50,30 @@ def _native(k8s: dict[str, Any] | None = None, slurm: list[str] | None = None) -
     (_native(slurm=["-q high"]), "[0] -q high: write one long option"),
     (_native(slurm=["--qos=$(reboot)"]), "[0] --qos=$(reboot): write one long option"),
     (_native(slurm=["--qos=a", "--qos=b"]), "[1] --qos is given twice"),
+    # review of issue 33: a Secret read through the overlay, a constraint escaping the rack's
+    # AND, a line break, a missing value, the platform's variables, the system classes
+    (_native({"spec": {"containers": [{"env": [{"name": "T", "valueFrom": {
+        "secretKeyRef": {"name": "isthmus-j-1", "key": "token"}}}]}]}}),
+     "[0].valueFrom: a Secret is not a source"),
+    (_native({"spec": {"containers": [{"envFrom": [{"secretRef": {"name": "x"}}]}]}}),
+     "[0].secretRef: a Secret is not a source"),
+    (_native(slurm=["--constraint=ib)|(gpu"]), "--constraint: its parentheses"),
+    (_native(slurm=["--constraint=[a|b"]), "--constraint: its parentheses"),
+    (_native(slurm=["--qos=high\n"]), "write one long option"),
+    (_native(slurm=["--qos"]), "--qos: give its value"),
+    (_native({"spec": {"containers": [{"env": [{"name": "SLURM_RESTART_COUNT", "value": "0"}]}]}}),
+     "SLURM_RESTART_COUNT is set by Isthmus, Slurm or the GPU runtime"),
+    (_native({"spec": {"containers": [{"env": [{"name": "NVIDIA_VISIBLE_DEVICES",
+                                                "value": "all"}]}]}}),
+     "NVIDIA_VISIBLE_DEVICES is set by"),
+    (_native({"spec": {"priorityClassName": "system-node-critical"}}),
+     "spec.priorityClassName: the cluster's system- classes"),
+    (_native({"spec": {"runtimeClassName": "gvisor\n"}}), "spec.runtimeClassName: a lower"),
 ], ids=["node-selector", "gpus", "security", "unknown-field", "top-level", "containers-shape",
         "tolerations-shape", "class-name", "isthmus-label", "isthmus-annotation", "rank-env",
-        "partition", "comment", "unknown-option", "short-option", "shell", "twice"])
+        "partition", "comment", "unknown-option", "short-option", "shell", "twice",
+        "secret-env", "secret-env-from", "constraint-escape", "constraint-bracket", "newline",
+        "no-value", "slurm-env", "nvidia-env", "system-class", "class-newline"])
 def test_the_spec_refuses_what_can_never_pass_naming_it(native: dict[str, Any],
                                                         named: str) -> None:
     with pytest.raises(ValidationError) as exc:
@@ -145,3 +166,10 @@ def test_the_teams_policy_refuses_naming_the_field_and_the_fix(
     assert got_field == field
     assert says in message and ("ask an admin" in message or "example.com/" in message
                                 or "one place" in message)
+
+
+def test_a_nested_constraint_and_a_bare_nice_pass() -> None:
+    native = NativeOptions.model_validate({"slurm": {"options": [
+        "--constraint=(ib|opa)&[rack1*2&rack2*2]", "--nice", "--qos=high"]}})
+    assert native.slurm is not None and native.slurm.parsed() == [
+        ("constraint", "(ib|opa)&[rack1*2&rack2*2]"), ("nice", None), ("qos", "high")]
