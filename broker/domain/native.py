@@ -208,9 +208,8 @@ def _balanced(value: str) -> bool:
     for c in value:
         if c in "([":
             depth.append(c)
-        elif c in ")]":
-            if not depth or depth.pop() != ("(" if c == ")" else "["):
-                return False
+        elif c in ")]" and (not depth or depth.pop() != ("(" if c == ")" else "[")):
+            return False
     return not depth
 
 
