@@ -62,7 +62,7 @@ class QueueShares:
     def __init__(self, quotas: QuotaConfig, usage: Usage) -> None:
         self.quotas = quotas
         self.held: dict[tuple[str, str, str], int] = dict(usage.queue_flavor_gpus)
-        self._caps: dict[tuple[str, str, str], int] = {}
+        self._caps: dict[tuple[str, str, str], int | None] = {}
 
     def share(self, team: str, queue: str) -> float | None:
         t = self.quotas.teams.get(team)
@@ -70,22 +70,21 @@ class QueueShares:
 
     def cap(self, team: str, queue: str, flavor: str) -> int | None:
         """GPUs of `flavor` the queue may hold at once; None: no share, no cap of its own."""
-        s = self.share(team, queue)
-        if s is None:
-            return None
         key = (team, queue, flavor)
-        c = self._caps.get(key)
-        if c is None:
-            c = self._caps[key] = cap(s, reach(self.quotas, team, flavor))
+        if key in self._caps:  # asked for every flavor of every job: computed once
+            return self._caps[key]
+        s = self.share(team, queue)
+        c = self._caps[key] = None if s is None else cap(s, reach(self.quotas, team, flavor))
         return c
 
     def check(self, job: PendingJob, flavor: str) -> str | None:
         """None when the job's queue may take `job` in `flavor`; else why not (the message of
         QueueShareReached)."""
-        c = self.cap(job.team, job.queue, flavor)
+        key = (job.team, job.queue, flavor)
+        c = self._caps[key] if key in self._caps else self.cap(*key)
         if c is None:
             return None
-        held = self.held.get((job.team, job.queue, flavor), 0)
+        held = self.held.get(key, 0)
         if held + job.total_gpus <= c:
             return None
         s = self.share(job.team, job.queue)
