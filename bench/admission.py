@@ -5,7 +5,8 @@
 build, quota, ordering, placement, requeue with reasons) several times on one core and prints
 `admission: <jobs> jobs <nodes> nodes <R> decisions/s cycle p50 <T> ms` last. `--queues N`
 gives each team N queues (weights 1..N; jobs spread over them by a second generator, so the
-jobs, inventory and usage are the same for every N) for the team queues' fair sharing.
+jobs, inventory and usage are the same for every N) for the team queues' fair sharing;
+`--share S` with it gives every queue that share of its team's quota (a cap per flavor).
 
 `--durable`: the cycle carried out on a database (broker.control.admission.run_admission on
 the simulated backend): a backlog of `--jobs` queued 1-GPU jobs (default 10,000) admitted in one
@@ -117,20 +118,25 @@ def build_jobs(rng: random.Random, n: int, teams: int) -> list[PendingJob]:
 
 
 def with_queues(quotas: QuotaConfig, jobs: list[PendingJob], usage: Usage, n: int,
-                seed: int) -> tuple[QuotaConfig, list[PendingJob], Usage]:
-    """Each team with queues q0..q{n-1} of weights 1..n, each job in one of them, and the
-    GPUs each queue holds (its team's in-use GPUs split at random)."""
+                seed: int, share: float | None = None
+                ) -> tuple[QuotaConfig, list[PendingJob], Usage]:
+    """Each team with queues q0..q{n-1} of weights 1..n (and `share`, if given), each job in
+    one of them, and the GPUs each queue holds (its team's in-use GPUs split at random)."""
     rng = random.Random(seed + 1)
     names = [f"q{i}" for i in range(n)]
-    teams = {t.name: replace(t, queue_weights={q: float(i + 1) for i, q in enumerate(names)})
+    shares = {q: share for q in names} if share is not None else {}
+    teams = {t.name: replace(t, queue_weights={q: float(i + 1) for i, q in enumerate(names)},
+                             queue_shares=shares)
              for t in quotas.teams.values()}
     held: dict[tuple[str, str], int] = {}
-    for (team, _), gpus in usage.in_use.items():
+    by_flavor: dict[tuple[str, str, str], int] = {}
+    for (team, flavor), gpus in usage.in_use.items():
         for _ in range(gpus // 8):
-            key = (team, rng.choice(names))
-            held[key] = held.get(key, 0) + 8
+            q = rng.choice(names)
+            held[(team, q)] = held.get((team, q), 0) + 8
+            by_flavor[(team, q, flavor)] = by_flavor.get((team, q, flavor), 0) + 8
     return (replace(quotas, teams=teams), [replace(j, queue=rng.choice(names)) for j in jobs],
-            replace(usage, queue_gpus=held))
+            replace(usage, queue_gpus=held, queue_flavor_gpus=by_flavor))
 
 
 def build_usage(rng: random.Random, quotas: QuotaConfig) -> Usage:
@@ -204,6 +210,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--queues", type=int, default=1, help="queues per team (1: none)")
+    ap.add_argument("--share", type=float, default=None,
+                    help="with --queues: every queue's share of its team's quota")
     args = ap.parse_args()
     if args.durable:
         durable(args)
@@ -214,7 +222,8 @@ def main() -> None:
     jobs = build_jobs(rng, args.jobs, args.teams)
     usage = build_usage(rng, quotas)
     if args.queues > 1:
-        quotas, jobs, usage = with_queues(quotas, jobs, usage, args.queues, args.seed)
+        quotas, jobs, usage = with_queues(quotas, jobs, usage, args.queues, args.seed,
+                                          args.share)
     gpus = sum(p.total_gpus for p in inv.pools)
     free = sum(p.free_gpus for p in inv.pools)
     demand = sum(j.total_gpus for j in jobs)

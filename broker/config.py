@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from broker.config_native import NativePolicy
 from broker.config_slurm_compat import SlurmCompat
@@ -388,11 +388,26 @@ class TeamQueue(_Strict):
     """A queue inside a team (a project or sub-team; Kueue's LocalQueue, Slurm's sub-account):
     the team's jobs naming it (spec `queue`) share the team's quota with its other queues in
     proportion to their weights. Admission takes a team's next job from the queue with the
-    lowest GPUs held per unit of weight (within one priority level)."""
+    lowest GPUs held per unit of weight (within one priority level). A `share` caps the queue
+    (Slurm's sub-account GrpTRES, KAI's queue limit): per flavor, its jobs hold at most that
+    fraction of what the team may hold (policies/queue_share.py). Shares are caps, not
+    guarantees: a team's shares may add up to more than 1."""
 
     name: str = Field(pattern=NAME)
     weight: float = Field(default=1.0, gt=0, le=MAX_WEIGHT,
                           description="fair-share weight among the team's queues")
+    share: float | None = Field(
+        default=None,
+        description="the most of the team's quota this queue's jobs may hold at once, per "
+        "flavor (0 < share <= 1; unset: no cap beyond the team's)")
+
+    @field_validator("share")
+    @classmethod
+    def _fraction(cls, v: float | None) -> float | None:
+        if v is not None and not 0 < v <= 1:  # NaN fails this too
+            raise ValueError(f"{v:g} is not a fraction of the team's quota: give 0 < share <= 1 "
+                             "(0.5 for half), or leave it unset for no cap")
+        return v
 
 
 class Team(_Strict):
@@ -417,6 +432,16 @@ class Team(_Strict):
 
     def queue_weights(self) -> dict[str, float]:
         return {q.name: q.weight for q in self.queues} or {DEFAULT_QUEUE: 1.0}
+
+    def queue_shares(self) -> dict[str, float]:
+        """The queues with a share, and their shares."""
+        return {q.name: q.share for q in self.queues if q.share is not None}
+
+    @property
+    def splits_quota(self) -> bool:
+        """The team's quota is split among queues: two queues or more, or a queue with a share
+        (views and explain show the queues of such teams only)."""
+        return len(self.queues) > 1 or any(q.share is not None for q in self.queues)
     quotas: dict[str, Quota] = Field(default_factory=dict, description="by flavor name")
     limits: ConcurrencyLimits = Field(
         default_factory=ConcurrencyLimits, description="the whole team's jobs at once")

@@ -35,6 +35,7 @@ def quota_config(config: IsthmusConfig) -> QuotaConfig:
             },
             weight=t.weight,
             queue_weights={q.name: q.weight for q in t.queues},
+            queue_shares=t.queue_shares(),
         )
         for t in config.teams
     }
@@ -165,14 +166,21 @@ def budgets(config: IsthmusConfig,
 def usage(
     in_use: Mapping[tuple[str, str], int], decayed: Mapping[tuple[str, str], float] | None = None,
     queue_gpus: Mapping[tuple[str, str], int] | None = None,
+    queue_flavor_gpus: Mapping[tuple[str, str, str], int] | None = None,
 ) -> Usage:
     return Usage(in_use=dict(in_use), decayed=dict(decayed or {}),
-                 queue_gpus=dict(queue_gpus or {}))
+                 queue_gpus=dict(queue_gpus or {}),
+                 queue_flavor_gpus=dict(queue_flavor_gpus or {}))
 
 
 def queues_configured(config: IsthmusConfig) -> bool:
     """Some team has queues to share among (GPUs held per queue are then read each cycle)."""
     return any(len(t.queues) > 1 for t in config.teams)
+
+
+def queue_shares_configured(config: IsthmusConfig) -> bool:
+    """Some queue has a share (GPUs held per queue and flavor are then read each cycle)."""
+    return any(t.queue_shares() for t in config.teams)
 
 
 def running_job(

@@ -11,17 +11,19 @@ Phases (Kueue's, numbered in the decision record):
   3 nominate   candidate pools per job (flavor, backend kind), cached per job shape
   4 order      priority, then fair share, then submission time (FairQueue)
   5 admit      per job: the team's and user's concurrency limits (policies/concurrency.py, charged
-               per admission); quota per flavor, gang placement on the working copy; on success the
-               capacity and the quota are reserved at once so later jobs see them taken; a starving
-               gang that does not fit holds capacity in one domain (reservation: where it would fit
-               soonest by the nodes' expected releases, else the most free) so smaller jobs may
-               backfill elsewhere but not in front of it; a later job that does not fit otherwise
-               may run on held GPUs where, by its time limit, it does not delay the gang's expected
-               start (policies/backfill.py); a job that may preempt (lower priority work in its
-               pool, or of its own team when its quota is full) or reclaim lent quota asks the
-               preemption oracle; for priority preemption it passes the pool's node-level room (free
-               GPUs per node and the domain of each node at the job's required level), so victims
-               are only chosen where their end lets the gang fit, fragmented pools included
+               per admission); per flavor its team queue's share (policies/queue_share.py,
+               charged per admission) and its team's quota; gang placement on the working copy;
+               on success the capacity and the quota are reserved at once so later jobs see them
+               taken; a starving gang that does not fit holds capacity in one domain
+               (reservation: where it would fit soonest by the nodes' expected releases, else
+               the most free) so smaller jobs may backfill elsewhere but not in front of it; a
+               later job that does not fit otherwise may run on held GPUs where, by its time
+               limit, it does not delay the gang's expected start (policies/backfill.py); a job
+               that may preempt (lower priority work in its pool, or of its own team when its
+               quota is full) or reclaim lent quota asks the preemption oracle; for priority
+               preemption it passes the pool's node-level room (free GPUs per node and the
+               domain of each node at the job's required level), so victims are only chosen
+               where their end lets the gang fit, fragmented pools included
   6 requeue    every other job waits with the most severe reason and all per-pool verdicts
 A waiting job whose pools had room at the start of the cycle, taken by jobs admitted before it,
 is shown as HigherPriorityAhead or FairShareBehind rather than as a capacity problem.
@@ -40,7 +42,7 @@ from typing import Protocol
 
 from broker.domain.inventory import InventorySnapshot
 from broker.domain.reasons import Reason
-from policies import queue_guard
+from policies import queue_guard, queue_share
 from policies.backfill import Backfill, Held, try_backfill
 from policies.backlog import hold_backend_queue
 from policies.budgets import BudgetInputs
@@ -57,6 +59,7 @@ from policies.placement import (
     place,
 )
 from policies.preemption import Mode, PreemptionPlan, Victim
+from policies.queue_share import QueueShares
 from policies.quota import QuotaState, QuotaVerdict
 from policies.room import node_domains, pool_room
 from policies.types import PendingJob, PoolRoom, QuotaConfig, Usage
@@ -101,8 +104,11 @@ class _Cycle:
         params: AdmissionParams,
         preemptor: PreemptionOracle | None,
         concurrency: ConcurrencyState | None = None,
+        shares: QueueShares | None = None,
     ) -> None:
         self.index = index
+        self.shares = shares
+        """Caps of the team queues with a share and what they hold, charged per admission."""
         self.concurrency = concurrency
         """Running jobs and GPUs held per team and user, charged as jobs are admitted."""
         self.quota = quota
@@ -142,7 +148,13 @@ class _Cycle:
         verdicts: dict[str, QuotaVerdict] = {}
         blocked: dict[str, tuple[Reason, str]] = {}
         for flavor in job.flavors:
-            qv = self.quota.check(job.team, flavor, gpus)
+            # the queue's share first: reclaiming or preempting for the team's quota would
+            # not get the queue past it
+            capped = self.shares.check(job, flavor) if self.shares is not None else None
+            if capped is not None:
+                qv = QuotaVerdict(False, Reason.QueueShareReached, capped)
+            else:
+                qv = self.quota.check(job.team, flavor, gpus)
             verdicts[flavor] = qv
             if not qv.ok:
                 blocked[flavor] = (qv.reason, qv.message)
@@ -163,7 +175,7 @@ class _Cycle:
     def _backfilled(self, job: PendingJob, bf: Backfill, result: PlacementResult,
                     verdicts: dict[str, QuotaVerdict], position: int) -> Decision:
         pl, qv = bf.placement, verdicts[bf.placement.flavor]
-        self._charge(job)
+        self._charge(job, pl.flavor)
         self.quota.reserve(job.team, pl.flavor, job.total_gpus)
         self.share.charge(job.team, pl.flavor, job.total_gpus, job.queue)
         self.admitted += 1
@@ -184,7 +196,7 @@ class _Cycle:
     ) -> Decision:
         assert result.placement is not None
         flavor = result.placement.flavor
-        self._charge(job)
+        self._charge(job, flavor)
         self.quota.reserve(job.team, flavor, job.total_gpus)
         commit(job, result, self.index)
         self.share.charge(job.team, flavor, job.total_gpus, job.queue)
@@ -203,9 +215,11 @@ class _Cycle:
             position=position,
         )
 
-    def _charge(self, job: PendingJob) -> None:
+    def _charge(self, job: PendingJob, flavor: str) -> None:
         if self.concurrency is not None:
             self.concurrency.charge(job)
+        if self.shares is not None:
+            self.shares.charge(job, flavor)
 
     def _wait(
         self,
@@ -321,7 +335,7 @@ class _Cycle:
             return None, None
         for flavor in job.flavors:
             qv = quotas.get(flavor)
-            if qv is None or qv.ok or qv.reclaim > 0:
+            if qv is None or qv.ok or qv.reclaim > 0 or qv.reason is Reason.QueueShareReached:
                 continue
             need = self.quota.over_nominal(job.team, flavor, job.total_gpus)
             if need:
@@ -406,7 +420,9 @@ def admission_cycle(
         share = FairShare(quotas, usage)
         limits = ConcurrencyState(concurrency) if concurrency is not None \
             and concurrency.any_admission_limit else None
-        cycle = _Cycle(index, QuotaState(quotas, usage), share, now, params, preemptor, limits)
+        shares = QueueShares(quotas, usage) if queue_share.configured(quotas) else None
+        cycle = _Cycle(index, QuotaState(quotas, usage), share, now, params, preemptor, limits,
+                       shares)
         # 3 nominate happens lazily per job shape inside the cycle; 4 order
         queue = FairQueue(eligible, share, now, params.ordering)
         # 5 admit

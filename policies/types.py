@@ -96,6 +96,8 @@ class TeamQuota:
     """Fair-share weight: a team of weight 2 may use twice the share before falling behind."""
     queue_weights: Mapping[str, float] = field(default_factory=dict)
     """The team's queues and their fair-share weights (empty: one queue, every job in it)."""
+    queue_shares: Mapping[str, float] = field(default_factory=dict)
+    """The queues with a share of the team's quota (0 < share <= 1; policies/queue_share.py)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +134,9 @@ class Usage:
     queue_gpus: Mapping[tuple[str, str], int] = field(default_factory=dict)
     """GPUs held by admitted and running jobs per (team, queue): fair sharing among a team's
     queues (read only for teams with more than one queue)."""
+    queue_flavor_gpus: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
+    """GPUs held by admitted and running jobs per (team, queue, flavor): the queues' shares
+    (read only when some queue has a share)."""
 
     def used(self, team: str, flavor: str) -> int:
         return self.in_use.get((team, flavor), 0)

@@ -311,7 +311,7 @@ def explain(job_id: JobRef, request: Request, caller: Caller) -> dict[str, objec
         f"({b.fraction:.0%}, {b.state}; enforce {b.enforce}; renews {b.renews_at:%Y-%m-%d %H:%M}Z)"
         for b in budgets)
     team = request.app.state.config.team(job.team)
-    if team is not None and len(team.queues) > 1 and job.state in WAITING:
+    if team is not None and team.splits_quota and job.state in WAITING:
         text = queue_text(read_queues(request.app.state.config, db, job.team), job.queue)
         budget_text += "\n" + text if text else ""
     lines = [b.model_dump(mode="json") for b in budgets]

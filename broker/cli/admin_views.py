@@ -55,6 +55,16 @@ def pools(server: ServerUrl = DEFAULT_URL, token: Token = None, as_json: AsJson 
                           "ends those attempts)", markup=False)
 
 
+def _share(line: dict[str, Any]) -> str:
+    """`50% (h100-80g 16/16, a100-80g 0/32)`, or `-` for a queue without a share."""
+    share = line.get("share")
+    if share is None:
+        return "-"
+    held = line.get("gpus_held_by_flavor") or {}
+    per = ", ".join(f"{f} {held.get(f, 0)}/{c}" for f, c in (line.get("share_gpus") or {}).items())
+    return f"{share * 100:.3g}%" + (f" ({per})" if per else "")
+
+
 def quotas(server: ServerUrl = DEFAULT_URL, token: Token = None,
            as_json: AsJson = False) -> None:
     """Per team and flavor: nominal, borrowing and lending limits, used, borrowed, lent out,
@@ -77,15 +87,18 @@ def quotas(server: ServerUrl = DEFAULT_URL, token: Token = None,
                           "BORROWED", "LENT", "WAITING"), rows))
     lines = call(server, token, "queue_views")
     per_team = Counter(v["team"] for v in lines)
-    queues = [v for v in lines if per_team[v["team"]] > 1]  # teams with queues of their own
+    shared = {v["team"] for v in lines if v.get("share") is not None}
+    # teams with queues of their own
+    queues = [v for v in lines if per_team[v["team"]] > 1 or v["team"] in shared]
     if queues:
         console.print("Team queues (GPUs held per unit of weight: the lowest goes next within "
-                      "its team; GET /v1/queues for scripts):", markup=False)
-        console.print(_table(("TEAM", "TEAM-WEIGHT", "QUEUE", "WEIGHT", "GPUS-HELD",
+                      "its team; SHARE: the most of the team's quota the queue may hold, "
+                      "held/allowed per flavor; GET /v1/queues for scripts):", markup=False)
+        console.print(_table(("TEAM", "TEAM-WEIGHT", "QUEUE", "WEIGHT", "SHARE", "GPUS-HELD",
                               "PER-WEIGHT", "WAITING"), [
             (v["team"], f"{v['team_weight']:g}",
              v["queue"] + ("" if v.get("configured", True) else " (not configured)"),
-             f"{v['weight']:g} ({v['weight_fraction']:.0%})", v["gpus_held"],
+             f"{v['weight']:g} ({v['weight_fraction']:.0%})", _share(v), v["gpus_held"],
              f"{v['held_per_weight']:g}", v["waiting_jobs"]) for v in queues]))
     lines = call(server, token, "limit_views")
 

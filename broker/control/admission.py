@@ -48,6 +48,7 @@ from broker.policy_inputs import (
     concurrency,
     limits_configured,
     pending_job,
+    queue_shares_configured,
     queues_configured,
     quota_config,
 )
@@ -217,6 +218,8 @@ def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
             if limits_configured(plane.config) else None
         by_queue = counts.held_by_queue(s) if estimating and queues_configured(plane.config) \
             else {}
+        by_queue_flavor = counts.held_by_queue_flavor(s) \
+            if estimating and queue_shares_configured(plane.config) else {}
         spent = budgets.budget_inputs(plane, s)
         if fold_usage:  # the real cycle: only what changed since the last one is read
             decayed = admission_usage.decayed_usage(plane, s, now, in_use)
@@ -230,8 +233,8 @@ def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
     if decayed is None:  # a what-if reads the ledger whole: it moves no state of the real cycle
         decayed = plane.decayed_usage(in_use, now)
     return CycleInputs(queued, views, inventory, quota_config(plane.config),
-                       usage_view(in_use, decayed, by_queue), now, unreadable, runtimes,
-                       running, limits, requeues, spent)
+                       usage_view(in_use, decayed, by_queue, by_queue_flavor), now, unreadable,
+                       runtimes, running, limits, requeues, spent)
 
 
 def decide(

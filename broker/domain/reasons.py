@@ -91,6 +91,8 @@ class Reason(StrEnum):
     # a user's hold (scontrol hold, sbatch --hold) keeps the job queued until released
     JobHeldUser = "JobHeldUser"
     Requeued = "Requeued"
+    # a team queue holds as much of a flavor as its share of the team's quota allows
+    QueueShareReached = "QueueShareReached"
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +180,10 @@ REASONS: dict[Reason, ReasonInfo] = {
     ),
     R.BudgetExhausted: ReasonInfo(
         47, K.WAIT, "a GPU-hour budget of its team or user is spent until its period renews"
+    ),
+    R.QueueShareReached: ReasonInfo(
+        43, K.WAIT, "its team queue holds as much of the flavor as its share of the team's "
+        "quota allows"
     ),
 }
 

@@ -86,7 +86,7 @@ def overview(request: Request, caller: Caller) -> Response:
     # depth per team stands for it here, and GET /v1/quotas has it
     quotas = quota_views(config, usage, {}, team)
     budgets = read_budgets(config, db, team, request.app.state.period_clock)
-    with_queues = {t.name for t in config.teams if len(t.queues) > 1}
+    with_queues = {t.name for t in config.teams if t.splits_quota}
     queues = [q for q in read_queues(config, db, team) if q.team in with_queues]
     return page(request, caller, "overview.html", active="overview", pools=pools,
                 quotas=quotas, budgets=budgets, queues=queues, depth=depth,

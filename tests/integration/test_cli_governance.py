@@ -107,7 +107,7 @@ def test_quotas_show_the_limits_queues_and_budgets(server: str) -> None:
     assert ["vision", "local", "0", "1/5", "0"] in cells
     assert "GPU-hour budgets" in out.stdout
     assert "Team queues" in out.stdout  # the example job names queue 'default'
-    assert ["vision", "1", "default", "1", "(25%)", "0", "0", "1"] in cells, out.stdout
-    assert ["vision", "1", "prod", "3", "(75%)", "0", "0", "0"] in cells, out.stdout
+    assert ["vision", "1", "default", "1", "(25%)", "-", "0", "0", "1"] in cells, out.stdout
+    assert ["vision", "1", "prod", "3", "(75%)", "-", "0", "0", "0"] in cells, out.stdout
     budget = next(c for c in cells if c[:3] == ["vision", "(team)", "month"])
     assert budget[3:7] == ["0.0/5000", "(0%)", "ok", "lowest"]

@@ -179,3 +179,67 @@ def test_a_teams_weight_puts_it_ahead_at_equal_use(db: Database) -> None:
     cycle(sim, 1)
     assert state(sim, newer)[0] != "QUEUED" and state(sim, older)[0] == "QUEUED", \
         (state(sim, older), state(sim, newer))
+
+
+SHARED = [{"name": "research", "weight": 1, "share": 0.5}, {"name": "prod", "weight": 1}]
+
+
+def test_a_queue_at_its_share_waits_while_another_queue_is_admitted(db: Database) -> None:
+    """vision may hold 32 H100s (nominal 32; language lends none): research's share 0.5 caps
+    it at 16, counting the cycle's admissions and then what it holds; prod goes on."""
+    sim = make_sim(db, parse_config(_config(SHARED)))
+    research = [_job(sim, f"r{i}", "research") for i in range(3)]
+    prod = _job(sim, "p0", "prod")
+    cycle(sim, 1)
+    assert _admitted(sim, research) == research[:2] and state(sim, prod)[0] != "QUEUED", \
+        [state(sim, j) for j in [*research, prod]]
+    assert state(sim, research[2]) == ("QUEUED", "QueueShareReached")
+    # the next cycle: what research holds counts (one node is still free), prod takes it
+    later = _job(sim, "p1", "prod")
+    cycle(sim, 1)
+    assert state(sim, research[2]) == ("QUEUED", "QueueShareReached")
+    assert state(sim, later)[0] != "QUEUED"
+    with sim.plane.db.read() as s:
+        from broker.store.queries import get_job
+
+        job = get_job(s, research[2])
+        assert job is not None
+    assert "queue research holds 16 of the 16 h100-80g GPUs its share allows (50% of the 32 " \
+        "h100-80g GPUs team vision may hold (nominal 32, borrowable 0)) and needs 8 more" \
+        in job.message, job.message
+    client = TestClient(create_app(sim.plane.config, sim.plane.db))
+    lines = {v["queue"]: v for v in client.get("/v1/queues").json() if v["team"] == "vision"}
+    r, p = lines["research"], lines["prod"]
+    assert (r["share"], r["share_gpus"], r["gpus_held_by_flavor"]) == \
+        (0.5, {"a100-80g": 40, "h100-80g": 16}, {"a100-80g": 0, "h100-80g": 16}), r
+    assert (p["share"], p["share_gpus"]) == (None, {}), p
+    text = client.get(f"/v1/jobs/{research[2]}/explain").json()["text"]
+    assert "share 50% of the team's quota (a cap: of its nominal plus what it may borrow): " \
+        "holds a100-80g 0 of 40, h100-80g 16 of 16 GPUs" in text, text
+    page = TestClient(build_app(sim.plane.config, sim.plane.db)).get("/ui").text
+    assert "<td>50% (a100-80g 0/40, h100-80g 16/16)</td>" in page, page
+
+
+def test_a_single_queue_with_a_share_is_shown(db: Database) -> None:
+    sim = make_sim(db, parse_config(_config([{"name": "research", "share": 0.25}])))
+    job = _job(sim, "r0", "research")
+    client = TestClient(create_app(sim.plane.config, sim.plane.db))
+    text = client.get(f"/v1/jobs/{job}/explain").json()["text"] or ""
+    assert "queue research of team vision" in text and "share 25%" in text, text
+    assert "other queues" not in text, text
+    page = TestClient(build_app(sim.plane.config, sim.plane.db)).get("/ui").text
+    assert '<table id="queues">' in page and "25% (a100-80g 0/20, h100-80g 0/8)" in page
+
+
+@pytest.mark.parametrize("share", [0, -0.5, 1.01, "nan"], ids=["zero", "negative", "over-1",
+                                                             "nan"])
+def test_the_configuration_refuses_a_share_outside_0_1_naming_the_field(share: object) -> None:
+    with pytest.raises(ConfigError, match=r"teams\[0\]\.queues\[1\]\.share: .* give 0 < share "
+                       r"<= 1"):
+        parse_config(_config([{"name": "a"}, {"name": "b", "share": float(share)}]))  # type: ignore[arg-type]
+
+
+def test_shares_may_add_up_to_more_than_one() -> None:
+    cfg = parse_config(_config([{"name": "a", "share": 0.8}, {"name": "b", "share": 0.8}]))
+    team = cfg.team("vision")
+    assert team is not None and team.queue_shares() == {"a": 0.8, "b": 0.8}
