@@ -314,6 +314,21 @@ def test_an_option_the_team_may_pass_goes_to_slurm_as_written() -> None:
     assert checked.backend == "slurm"
 
 
+@pytest.mark.parametrize(
+    "option",
+    ["--prefer=ib", "--reservation=maint", "--licenses=fluent:2", "--tmp=10G",
+     "--network=sn_all", "--mcs-label=cv", "--deadline=now+1hour", "--delay-boot=10",
+     "--nice=10", "--gres-flags=enforce-binding", "--wckey=cv", "--acctg-freq=task=30",
+     "--profile=task"],
+    ids=lambda o: o.split("=")[0].removeprefix("--"),
+)
+def test_every_option_isbatch_does_not_translate_passes_when_allowed(option: str) -> None:
+    name = option.split("=")[0]
+    spec = JobSpec.model_validate(native_spec_for(["--gres=gpu:8", option, "job.sh"], name))
+    assert spec.native is not None and spec.native.slurm is not None
+    assert spec.native.slurm.options == [option] and spec.backend == "slurm"
+
+
 def test_an_option_kept_without_effect_passes_once_the_team_may_pass_it() -> None:
     assert "native" not in native_spec_for(["--gres=gpu:8", "--nice=10", "job.sh"])
     spec = native_spec_for(["--gres=gpu:8", "--nice=10", "--wckey=cv", "job.sh"], "--nice")
