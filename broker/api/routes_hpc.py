@@ -41,16 +41,21 @@ Caller = Annotated[Principal, Depends(principal)]
 
 @router.get("/slurm-compat", responses=problem_responses(404))
 def slurm_compat(request: Request, caller: Caller) -> dict[str, Any]:
-    """The ``slurm_compat`` section and who the caller is (the default account is the team)."""
+    """The ``slurm_compat`` section and who the caller is (the default account is the team),
+    with the sbatch options each team the caller may submit for may pass to Slurm natively
+    (``isbatch --test-only`` maps as the batch call does; the batch call decides)."""
     config: IsthmusConfig = request.app.state.config
     if config.slurm_compat is None:
         raise Problem(404, "no-slurm-compat", "sbatch requests are not configured",
                       "this broker has no slurm_compat section in its configuration; "
                       "ask the platform team to map partitions, accounts and qos")
+    allowed = batch_submit.native_allowed(config)
+    teams = [t.name for t in config.teams] if caller.is_admin else [caller.team or ""]
     return {
         "slurm_compat": config.slurm_compat.model_dump(mode="json"),
         "caller": {"name": caller.name, "team": caller.team, "admin": caller.is_admin},
         "partition_shapes": _partition_shapes(config),
+        "native_slurm_options": {t: allowed(t) for t in teams if allowed(t)},
     }
 
 
@@ -166,7 +171,8 @@ async def batch(request: Request, caller: Caller) -> dict[str, Any]:
         data = json.loads(body)
         specs = batch_submit.specs_of_body(data, compat, caller.team,
                                            batch_submit.resolver(db, team),
-                                           batch_submit.ARRAY_PLACEHOLDER, caller.name)
+                                           batch_submit.ARRAY_PLACEHOLDER, caller.name,
+                                           batch_submit.native_allowed(config))
         return data, [JobSpec.model_validate(s) for s in specs]
 
     try:  # off the event loop: a large request keeps no other caller waiting

@@ -153,6 +153,7 @@ def _test_only(api: Client, parsed: sbatch_parse.Parsed, environ: Mapping[str, s
         caller_name=compat_data["caller"].get("name"),
         script_path=parsed.command_line.script_path, environ=environ,
         submit_dir=options.chdir or os.getcwd(), resolve=_resolver(api),
+        native_allowed=lambda team: compat_data.get("native_slurm_options", {}).get(team, []),
     )
     plan = api.plan(spec)
     if options.json:

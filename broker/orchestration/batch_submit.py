@@ -7,6 +7,9 @@ section (`compat.to_job_spec`), its ``--dependency`` ids resolved among the jobs
 see, and an array split into its tasks. The route then checks and submits every spec exactly
 as ``POST /v1/jobs`` does. Nothing here trusts the body: unknown members are refused, every
 value is checked again by `to_job_spec` and the JobSpec model.
+
+An option Isthmus does not translate passes to Slurm when the job's team's policy here allows
+it (`native_allowed`): the server decides, isbatch does not know the policy.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
+from broker.config import IsthmusConfig
 from broker.domain.spec import JobSpec
-from broker.sbatch.compat import CompatError, array_specs, to_job_spec
+from broker.sbatch.compat import CompatError, NativeAllowed, array_specs, to_job_spec
 from broker.sbatch.parse import SbatchRequest
 from broker.store.db import Database
 from broker.store.queries import list_jobs
@@ -68,14 +72,26 @@ def body_of(data: Any) -> BatchBody:
     return BatchBody(SbatchRequest(**sbatch, extra=extra), script, path, dict(env), cwd)
 
 
+def native_allowed(config: IsthmusConfig) -> NativeAllowed:
+    """A team's name -> the sbatch options its policy (`teams[].native.slurm.options`) lets
+    pass; nothing for a team without one (or unknown: the spec's checks name it)."""
+
+    def allowed(team: str) -> list[str]:
+        found = config.team(team)
+        return list(found.native.slurm.options) if found and found.native else []
+
+    return allowed
+
+
 def specs_of_body(data: Any, compat: Any, caller_team: str | None,
                   resolve: Callable[[str], list[str]], array_id: str,
-                  caller_name: str | None = None) -> list[dict[str, Any]]:
+                  caller_name: str | None = None,
+                  native: NativeAllowed | None = None) -> list[dict[str, Any]]:
     """`specs_of` for a body as received; CompatError for anything malformed (a value of the
     wrong type deep in ``extra`` too: isbatch never sends one)."""
     body = body_of(data)
     try:
-        return specs_of(body, compat, caller_team, resolve, array_id, caller_name)
+        return specs_of(body, compat, caller_team, resolve, array_id, caller_name, native)
     except (AttributeError, KeyError, TypeError) as exc:
         raise CompatError(f"malformed sbatch request: {exc}") from None
 
@@ -120,10 +136,11 @@ def resolver(db: Database, team: str | None) -> Callable[[str], list[str]]:
 
 def specs_of(body: BatchBody, compat: Any, caller_team: str | None,
              resolve: Callable[[str], list[str]], array_id: str,
-             caller_name: str | None = None) -> list[dict[str, Any]]:
+             caller_name: str | None = None,
+             native: NativeAllowed | None = None) -> list[dict[str, Any]]:
     """The specs to submit: one, or one per array task (CompatError when it cannot map)."""
     spec = to_job_spec(body.request, body.script, compat, caller_team=caller_team,
                        caller_name=caller_name,
                        script_path=body.script_path, environ=body.env,
-                       submit_dir=body.submit_dir, resolve=resolve)
+                       submit_dir=body.submit_dir, resolve=resolve, native_allowed=native)
     return array_specs(spec, body.request, array_id) if body.request.array else [spec]

@@ -24,6 +24,12 @@ Kept as the pod annotation ``sbatch.isthmus.io/request`` and otherwise without e
 (``STORED``): chdir, comment, requeue, hints, nice, GPU binding, verbosity. Every other
 option is refused by name, as are partitions, accounts, qos, GPU types and features the section
 does not map.
+
+An option none of these translate that the job's team may pass to Slurm natively
+(``teams[].native.slurm.options``, given through ``native_allowed``: the server decides) goes
+into ``native.slurm.options`` as written, stored ones (``--nice``) included, and narrows the job
+to Slurm (``backend: slurm``), where sbatch reads it: an option that would be refused is then
+refused on a Kubernetes partition, and a stored one stays without effect there.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -63,6 +69,9 @@ _BATCH_PATH = re.compile(r"^[A-Za-z0-9._/%+@=,~-]+$")  # the spec's BATCH_PATH, 
 # Become spec.scheduling (holds before admission) and, for arrays, one job per task.
 SCHEDULING = frozenset({"array", "dependency", "begin"})
 NEVER_EXPORTED = frozenset({"ISTHMUS_TOKEN", "ISTHMUS_URL"})
+NATIVE_POLICY_KEY = "isthmus.yaml teams[].native.slurm.options"
+NativeAllowed = Callable[[str], Collection[str]]
+"""A team's name -> the sbatch options its policy lets pass to Slurm (``--reservation``)."""
 ANNOTATION = "sbatch.isthmus.io/request"
 _NAME_BAD = re.compile(r"[^a-z0-9-]+")
 
@@ -352,6 +361,66 @@ def _notify(req: SbatchRequest) -> dict[str, Any] | None:
     return {"emails": emails, "events": sorted(kinds)}
 
 
+def _refuse_untranslated(options: Mapping[str, Any]) -> None:
+    """CompatError naming the given options Isthmus neither maps nor keeps, nor lets any team
+    pass to Slurm (those wait for the team's policy: `_native_slurm`)."""
+    unsupported = sorted(set(options) - STORED - MAPPED - SCHEDULING - _passable())
+    if unsupported:
+        names = ", ".join(f"--{o.replace('_', '-')}" for o in unsupported)
+        raise CompatError(f"{names}: not supported by Isthmus (nothing was submitted)")
+
+
+def _passable() -> frozenset[str]:
+    """The options a team may ever pass to Slurm, in the request's spelling (``delay_boot``)."""
+    # Here, not at the top: the domain package (pydantic) stays out of isbatch's start-up.
+    from broker.domain.native import SLURM_OPTIONS
+
+    return frozenset(o.replace("-", "_") for o in SLURM_OPTIONS)
+
+
+def _native_slurm(given: Mapping[str, Any], team: str, backend: str, partition: str,
+                  native_allowed: NativeAllowed | None) -> list[str]:
+    """The given options Isthmus does not translate that `team` may pass to Slurm, as
+    ``--name=value`` data (never a shell word); CompatError for one it may not pass, naming the
+    option and the key that would allow it, or for any of them on a Kubernetes partition."""
+    from broker.domain.native import NativeProblem, slurm_option
+
+    allowed = set(native_allowed(team)) if native_allowed is not None else set()
+    out: list[str] = []
+    refused: list[str] = []
+    for key in sorted(set(given) & _passable() - MAPPED - SCHEDULING):
+        name, value = key.replace("_", "-"), given[key]
+        stored = key in STORED
+        if f"--{name}" not in allowed or (stored and backend == "k8s"):
+            if not stored:  # a stored one stays kept without effect, as without a policy
+                refused.append(f"--{name}")
+            continue
+        if value is True or value == "":
+            text = f"--{name}"
+        elif isinstance(value, str):
+            text = f"--{name}={value}"
+        else:
+            raise CompatError(f"--{name}: a text value is expected")
+        try:
+            slurm_option(text)
+        except NativeProblem as exc:
+            raise CompatError(f"--{name}={str(value)[:60]}: cannot pass to Slurm: "
+                              f"{exc.message}") from None
+        out.append(text)
+    if refused:
+        it = "it" if len(refused) == 1 else "them"
+        raise CompatError(
+            f"{', '.join(refused)}: not supported by Isthmus, and team {team} may not pass "
+            f"{it} to Slurm natively (nothing was submitted); an admin may allow {it} in "
+            f"{NATIVE_POLICY_KEY} "
+            f"(allowed now: {', '.join(sorted(allowed)) or 'nothing'})")
+    if out and backend == "k8s":
+        raise CompatError(f"{', '.join(o.split('=', 1)[0] for o in out)}: partition {partition} "
+                          "runs on Kubernetes, where sbatch options do not reach; use a Slurm "
+                          "partition")
+    return out
+
+
 def _slurm_only(backend: str, partition: str) -> str:
     """--exclusive reserves whole nodes, which Slurm does and Kubernetes pools do not."""
     if backend == "k8s":
@@ -372,19 +441,19 @@ def to_job_spec(
     submit_dir: str | None = None,
     resolve: Callable[[str], list[str]] | None = None,
     now: datetime | None = None,
+    native_allowed: NativeAllowed | None = None,
 ) -> dict[str, Any]:
     """The JobSpec (as JSON data) for this request, or CompatError naming what cannot map.
 
     ``resolve`` turns a job id of --dependency (an Isthmus id, an array id or ARRAY_TASK) into
     Isthmus job ids; an array request gives the spec of its first task (``array_specs`` makes
-    them all)."""
-    given = set(req.extra.get("options", {}))
-    unsupported = sorted(given - STORED - MAPPED - SCHEDULING)
-    if unsupported:
-        names = ", ".join(f"--{o.replace('_', '-')}" for o in unsupported)
-        raise CompatError(f"{names}: not supported by Isthmus (nothing was submitted)")
+    them all). ``native_allowed`` gives the options a team may pass to Slurm (none without
+    it)."""
+    options = req.extra.get("options", {})
+    _refuse_untranslated(options)
     flavors, backend, partition = _flavors(req, compat)
     team, queue = _team(req, compat, caller_team, caller_name)
+    native = _native_slurm(options, team, backend, partition, native_allowed)
     spec: dict[str, Any] = {"name": job_name(req.job_name, script_path), "team": team,
                             "flavors": flavors, "backend": backend}
     if queue is not None:
@@ -406,6 +475,9 @@ def to_job_spec(
     spec["entrypoint"] = _entrypoint(req, script, compat, submit_dir)
     if req.exclusive:
         spec["backend"] = _slurm_only(backend, partition)
+    if native:
+        spec["native"] = {"slurm": {"options": native}}
+        spec["backend"] = "slurm"  # sbatch reads them; a Kubernetes pool would drop them
     env = _env(req, environ or {})
     if submit_dir:
         env.setdefault("SLURM_SUBMIT_DIR", submit_dir)

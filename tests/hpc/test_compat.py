@@ -288,3 +288,95 @@ def test_ntasks_per_gpu_refusals_name_the_option(args: list[str], match: str) ->
     with pytest.raises(CompatError) as err:
         spec_for(["--gres=gpu:4", *args, "job.sh"])
     assert match in str(err.value)
+
+
+def _vision_may_pass(*options: str):  # type: ignore[no-untyped-def]
+    """The policy the server gives to_job_spec: team vision's options, nobody else's."""
+    return lambda team: list(options) if team == "vision" else []
+
+
+def native_spec_for(argv: list[str], *options: str) -> dict:
+    parsed = parse(argv, {}, lambda path: SCRIPT)
+    return to_job_spec(parsed.request, parsed.script, COMPAT, caller_team="vision",
+                       native_allowed=_vision_may_pass(*options))
+
+
+def test_an_option_the_team_may_pass_goes_to_slurm_as_written() -> None:
+    """Not translated by Isthmus, allowed by the team's policy: native.slurm.options, and the
+    job narrowed to Slurm, where sbatch reads it."""
+    spec = native_spec_for(["--gres=gpu:8", "--reservation=maint", "-L", "fluent:2",
+                            "--delay-boot=10", "job.sh"],
+                           "--reservation", "--licenses", "--delay-boot")
+    checked = JobSpec.model_validate(spec)
+    assert checked.native is not None and checked.native.slurm is not None
+    assert checked.native.slurm.options == ["--delay-boot=10", "--licenses=fluent:2",
+                                            "--reservation=maint"]
+    assert checked.backend == "slurm"
+
+
+@pytest.mark.parametrize(
+    "option",
+    ["--prefer=ib", "--reservation=maint", "--licenses=fluent:2", "--tmp=10G",
+     "--network=sn_all", "--mcs-label=cv", "--deadline=now+1hour", "--delay-boot=10",
+     "--nice=10", "--gres-flags=enforce-binding", "--wckey=cv", "--acctg-freq=task=30",
+     "--profile=task"],
+    ids=lambda o: o.split("=")[0].removeprefix("--"),
+)
+def test_every_option_isbatch_does_not_translate_passes_when_allowed(option: str) -> None:
+    name = option.split("=")[0]
+    spec = JobSpec.model_validate(native_spec_for(["--gres=gpu:8", option, "job.sh"], name))
+    assert spec.native is not None and spec.native.slurm is not None
+    assert spec.native.slurm.options == [option] and spec.backend == "slurm"
+
+
+def test_an_option_kept_without_effect_passes_once_the_team_may_pass_it() -> None:
+    assert "native" not in native_spec_for(["--gres=gpu:8", "--nice=10", "job.sh"])
+    spec = native_spec_for(["--gres=gpu:8", "--nice=10", "--wckey=cv", "job.sh"], "--nice")
+    assert spec["native"] == {"slurm": {"options": ["--nice=10"]}}
+    assert spec["backend"] == "slurm"
+    kept = json.loads(spec["annotations"][ANNOTATION])["options"]
+    assert kept["wckey"] == "cv"  # not allowed: kept in the annotation, as before
+
+
+def test_an_option_the_team_may_not_pass_is_refused_naming_it_and_the_policy_key() -> None:
+    with pytest.raises(CompatError) as err:
+        native_spec_for(["--gres=gpu:8", "--reservation=maint", "--tmp=10G", "job.sh"],
+                        "--tmp")
+    text = str(err.value)
+    assert text.startswith("--reservation: not supported by Isthmus, and team vision may not "
+                           "pass it to Slurm natively (nothing was submitted)"), text
+    assert "isthmus.yaml teams[].native.slurm.options (allowed now: --tmp)" in text
+
+
+def test_an_option_no_team_may_pass_is_refused_as_before() -> None:
+    with pytest.raises(CompatError, match=r"^--nodelist: not supported by Isthmus \(nothing"):
+        native_spec_for(["--gres=gpu:8", "-w", "node1", "job.sh"], "--reservation")
+
+
+def test_translated_options_keep_their_translation_whatever_the_policy() -> None:
+    """--qos and --constraint may pass natively through the API, but isbatch maps them."""
+    spec = native_spec_for(["-p", "gpu", "--gres=gpu:8", "-q", "urgent", "-C", "h100",
+                            "job.sh"], "--qos", "--constraint")
+    assert "native" not in spec
+    assert (spec["priority"], spec["flavors"], spec["backend"]) == ("high", ["h100-80g"], "any")
+
+
+def test_a_kubernetes_partition_refuses_an_option_only_slurm_reads() -> None:
+    compat = COMPAT.model_copy(update={"partitions": {
+        **COMPAT.partitions, "k8s": COMPAT.partitions["a100"].model_copy(
+            update={"backend": "k8s"})}})
+    parsed = parse(["-p", "k8s", "--gres=gpu:8", "--reservation=maint", "--nice=5", "job.sh"],
+                   {}, lambda path: SCRIPT)
+    with pytest.raises(CompatError, match=r"^--reservation: partition k8s runs on Kubernetes"):
+        to_job_spec(parsed.request, parsed.script, compat, caller_team="vision",
+                    native_allowed=_vision_may_pass("--reservation", "--nice"))
+    kept = parse(["-p", "k8s", "--gres=gpu:8", "--nice=5", "job.sh"], {}, lambda path: SCRIPT)
+    spec = to_job_spec(kept.request, kept.script, compat, caller_team="vision",
+                       native_allowed=_vision_may_pass("--nice"))
+    assert "native" not in spec and spec["backend"] == "k8s"  # kept without effect, as before
+
+
+@pytest.mark.parametrize("value", ["maint window", "a;rm -rf /", "$(id)", "x" * 300])
+def test_a_value_that_cannot_pass_as_data_is_refused_naming_the_option(value: str) -> None:
+    with pytest.raises(CompatError, match=r"^--reservation=.*: cannot pass to Slurm: write"):
+        native_spec_for(["--gres=gpu:8", f"--reservation={value}", "job.sh"], "--reservation")
