@@ -39,7 +39,7 @@ from broker.control.plane import ControlPlane, hold_in_flight, log
 from broker.control.preempt import LazyPreemptor
 from broker.control.preempt_batch import preempt_all
 from broker.control.soft_state import ViewKey
-from broker.domain import JobState
+from broker.domain import JobState, reason_messages
 from broker.domain.attempts import Placement
 from broker.domain.exclusions import Exclusions
 from broker.domain.inventory import InventorySnapshot
@@ -62,7 +62,7 @@ from broker.store.requeue_requests import RequeueRequest
 from policies import eta
 from policies.budgets import BudgetInputs
 from policies.concurrency import ConcurrencyInputs
-from policies.cycle import CycleResult, admission_cycle
+from policies.cycle import CycleResult, Decision, admission_cycle
 from policies.run_length import RuntimeModel
 from policies.types import PendingJob, QuotaConfig, Usage
 
@@ -155,6 +155,11 @@ def _moved(old: tuple[int, float | None, str] | None, new: eta.Estimate, now: da
     # a start that slides by a minute or a tenth of the wait is not news
     drift = abs(new.at.timestamp() - at)
     return drift > max(60.0, 0.1 * max(0.0, at - now.timestamp()))
+
+
+def _news(job: JobRecord, d: Decision, now: datetime) -> bool:
+    return reason_messages.is_news(job.reason, job.message, job.updated_at, d.reason.value,
+                                   d.message, now)
 
 
 RUNTIME_MODEL_EVERY_S = 60.0
@@ -276,9 +281,9 @@ def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
     if failed:
         with plane.db.write() as s:
             writes.mark_all(s, failed, now)
-    todo = [d for d in result.decisions
-            if d.admitted or by_id[d.job_id].reason != d.reason.value
-            or by_id[d.job_id].message != d.message]
+    # a waiting job whose reason stays is not written again (nor its event, explanation or
+    # logged decision) for new figures in its message: broker.domain.reason_messages
+    todo = [d for d in result.decisions if d.admitted or _news(by_id[d.job_id], d, now)]
     for start in range(0, len(todo), writes.PERSIST_CHUNK):
         writes.persist(plane, todo[start:start + writes.PERSIST_CHUNK], by_id, now, estimates)
         crash_point("after-intent-commit")

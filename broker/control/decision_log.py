@@ -4,8 +4,9 @@ Each admission cycle stores its record (admission_cycles: inputs digest, counts,
 With it, in the same transaction, go the decisions of the jobs it considered (admitted or
 not, reason and message, the verdict per pool, the victims chosen, the placement or
 reservation), but only those that changed: a job's decision is logged when the cycle admits
-it or gives it a new reason or message (when its explanation is saved too), the first time
-this leader considers it (so after a restart or a hand-over every waiting job is logged once
+it or gives it a new reason or a message with new wording, not only new figures (when its
+explanation is saved too: broker.domain.reason_messages), the first time this leader
+considers it (so after a restart or a hand-over every waiting job is logged once
 again), and when its last logged decision is older than half the retention (so a job that
 waits unchanged for weeks keeps one). A cycle that logged nothing for a waiting job repeated
 its previous logged decision. What was logged when is soft state on the plane.
