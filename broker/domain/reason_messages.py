@@ -6,8 +6,8 @@ while the job waits for the same thing. Writing each move would rewrite the job'
 append an event for every waiting job in every cycle (6,400 of them a cycle under Kueue's
 scheduler performance test). So a message is news when its reason code changed, or when its
 wording did (a different clause, pool, flavor or limit) and the stored message is at least
-WORDING_EVERY_S old; never when only its figures did. The figures stored are those of the
-time the message was written.
+WORDING_EVERY_S old; when only its figures did, once the stored message is FIGURES_EVERY_S
+old. The figures stored are those of the time the message was written.
 
 Why the wording waits: a clause can follow the figures too (a team whose use swings around
 its nominal quota flips between "within nominal, but cohort ... has lent out" and "that
@@ -24,6 +24,10 @@ from datetime import datetime, timedelta
 
 WORDING_EVERY_S = 60.0
 """A message whose wording alone changed is written at most this often per job."""
+FIGURES_EVERY_S = 300.0
+"""A message whose figures alone moved is written again once the stored one is this old, so
+the figures a user reads are never older than this (a waiting job costs one write in five
+minutes, not one a cycle)."""
 
 _FIGURE = re.compile(r"(?<![\w.:-])\d+(?:\.\d+)?(?![\w.:-]*\w)")
 """A number not joined to letters, digits, '.', ':' or '-' on the left, nor followed by a
@@ -41,6 +45,9 @@ def is_news(stored_reason: str, stored_message: str, stored_at: datetime, reason
     must be written again to say (`reason`, `message`) at `now`."""
     if stored_reason != reason:
         return True
-    if stored_message == message or wording(stored_message) == wording(message):
+    if stored_message == message:
         return False
-    return now - stored_at >= timedelta(seconds=WORDING_EVERY_S)
+    age = now - stored_at
+    if wording(stored_message) == wording(message):
+        return age >= timedelta(seconds=FIGURES_EVERY_S)
+    return age >= timedelta(seconds=WORDING_EVERY_S)

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from broker.domain.reason_messages import WORDING_EVERY_S, is_news, wording
+from broker.domain.reason_messages import FIGURES_EVERY_S, WORDING_EVERY_S, is_news, wording
 
 QUOTA = ("team t-1 uses {u} of 20 nominal a100-80g GPUs and needs 4 more; cohort c2 has {a} "
          "a100-80g GPUs left to lend, short by {s}")
@@ -16,6 +16,7 @@ WITHIN = ("team t-1 uses {u} of 20 nominal a100-80g GPUs and needs 4 more; withi
 T0 = datetime(2026, 12, 5, tzinfo=UTC)
 YOUNG = T0 + timedelta(seconds=5)
 OLD = T0 + timedelta(seconds=WORDING_EVERY_S)
+STALE = T0 + timedelta(seconds=FIGURES_EVERY_S)
 
 
 @pytest.mark.parametrize(
@@ -23,7 +24,10 @@ OLD = T0 + timedelta(seconds=WORDING_EVERY_S)
     [
         pytest.param(("QuotaExhausted", QUOTA.format(u=18, a=3, s=1)),
                      ("QuotaExhausted", QUOTA.format(u=20, a=0, s=4)), OLD, False,
-                     id="figures-only-never"),
+                     id="figures-only-not-within-five-minutes"),
+        pytest.param(("QuotaExhausted", QUOTA.format(u=18, a=3, s=1)),
+                     ("QuotaExhausted", QUOTA.format(u=20, a=0, s=4)), STALE, True,
+                     id="figures-refreshed-after-five-minutes"),
         pytest.param(("QuotaExhausted", QUOTA.format(u=18, a=3, s=1)),
                      ("QuotaExhausted", QUOTA.format(u=18, a=3, s=1)), OLD, False, id="same"),
         pytest.param(("QuotaExhausted", QUOTA.format(u=18, a=3, s=1)),
