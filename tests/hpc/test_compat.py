@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -290,7 +291,7 @@ def test_ntasks_per_gpu_refusals_name_the_option(args: list[str], match: str) ->
     assert match in str(err.value)
 
 
-def _vision_may_pass(*options: str):  # type: ignore[no-untyped-def]
+def _vision_may_pass(*options: str) -> Callable[[str], list[str]]:
     """The policy the server gives to_job_spec: team vision's options, nobody else's."""
     return lambda team: list(options) if team == "vision" else []
 

@@ -10,7 +10,7 @@ made to show a starting gang's first node only, as Kubernetes does with one pod 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from backends.sim.backend import SimBackend
 from broker.domain.facts import Fact, Phase
@@ -50,7 +50,7 @@ class OnePodBound:
 def test_a_second_gang_waits_while_the_first_one_starts(sim: Sim) -> None:
     k8s = sim.backends["sim-k8s"]
     wrapped = OnePodBound(k8s)
-    sim.plane.backends["sim-k8s"] = wrapped  # type: ignore[assignment]
+    cast(dict[str, Any], sim.plane.backends)["sim-k8s"] = wrapped
     # k8s-a100: 8 nodes of 8 GPUs; the first gang takes all of them
     first = submit(sim, spec().name("first").team("vision").flavors("a100-80g").replicas(8)
                    .gpus(8).topology(None), 600)

@@ -9,11 +9,11 @@ from broker.control.admission import cycle_inputs, decide
 from broker.store import decision_log
 from broker.store.queries import get_job, job_events
 from broker.store.records import JobRecord
-from tests.builders import spec
+from tests.builders import SpecBuilder, spec
 from tests.harness.sim import CONFIG, Sim, consistent, cycle, state, submit
 
 
-def _language(replicas: int, gpus: int, name: str):  # type: ignore[no-untyped-def]
+def _language(replicas: int, gpus: int, name: str) -> SpecBuilder:
     return (spec().name(name).team("language").flavors("h100-80g").topology(None)
             .replicas(replicas).gpus(gpus))
 

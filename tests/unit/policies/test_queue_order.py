@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 from policies.ordering import OrderingParams, admission_order
 from policies.types import PendingJob, QuotaConfig, TeamQuota, Usage
@@ -17,7 +18,7 @@ QUOTAS = QuotaConfig(teams={"vision": TeamQuota(
 HELD = Usage(queue_gpus={("vision", "research"): 24})
 
 
-def _job(name: str, queue: str, minutes: int, **kw: object) -> PendingJob:
+def _job(name: str, queue: str, minutes: int, **kw: Any) -> PendingJob:
     return replace(PendingJob(id=name, team="vision", queue=queue, replicas=1,
                               gpus_per_replica=8, flavors=("h100",),
                               submitted_at=T0 + timedelta(minutes=minutes)), **kw)
