@@ -16,7 +16,7 @@ import yaml
 from broker.config import IsthmusConfig, parse_config
 from broker.store import Database, open_database
 from tests.harness.paths import EXAMPLE_CONFIG
-from tests.harness.tiers import left_out_by
+from tests.harness.tiers import CLUSTER_GROUP, left_out_by, on_local_cluster
 
 _HERE = Path(__file__).parent
 pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.workdir",
@@ -28,7 +28,11 @@ pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.workdir",
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselects the `slow` and `ui` tests of an ``-m`` that does not name them."""
+    """Puts every test of the local clusters in one xdist group; deselects the `slow` and `ui`
+    tests of an ``-m`` that does not name them."""
+    for item in items:
+        if on_local_cluster(item):
+            item.add_marker(pytest.mark.xdist_group(CLUSTER_GROUP))
     left_out = left_out_by(str(config.getoption("markexpr") or ""))
     if not left_out:
         return
