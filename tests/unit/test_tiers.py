@@ -1,6 +1,8 @@
-"""The local clusters' tests share one xdist group (scripts/test runs two workers): a cluster
-test in the other worker would race its fixture (which cancels every queued Slurm job) and the
-outage tests (which stop slurmctld or the apiserver) against the group's tests."""
+"""The tiers (tests/harness/tiers.py): the full suite leaves nothing out; an ``-m`` that does
+not name ``slow`` or ``ui`` (the README's fast tier) leaves those tests out. The local clusters'
+tests share one xdist group (scripts/test runs two workers): a cluster test in the other worker
+would race its fixture (which cancels every queued Slurm job) and the outage tests (which stop
+slurmctld or the apiserver) against the group's tests."""
 
 from __future__ import annotations
 
@@ -8,7 +10,42 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from tests.harness.tiers import CLUSTER_GROUP, on_local_cluster
+from tests.harness.tiers import CLUSTER_GROUP, OUT_OF_FAST_TIER, left_out_by, on_local_cluster
+
+FAST_TIER = "not slurm and not k8s and not postgres"
+
+
+@pytest.mark.parametrize(("markexpr", "left_out"), [
+    ("", set()),
+    ("   ", set()),
+    (FAST_TIER, {"slow", "ui"}),
+    ("not slurm and not k8s", {"slow", "ui"}),
+    ("postgres", {"slow", "ui"}),
+    ("slow", {"ui"}),
+    ("not slow", {"ui"}),
+    ("ui", {"slow"}),
+    ("slow or ui", set()),
+    ("(slow)and not(ui)", set()),
+    ("slowest", {"slow", "ui"}),  # names are whole words
+])
+def test_an_expression_leaves_out_the_tiers_it_does_not_name(markexpr: str,
+                                                             left_out: set[str]) -> None:
+    assert left_out_by(markexpr) == left_out
+
+
+def test_the_tier_markers_are_declared(pytestconfig: pytest.Config) -> None:
+    declared = {line.split(":", 1)[0] for line in pytestconfig.getini("markers")}
+    assert set(OUT_OF_FAST_TIER) <= declared
+
+
+def test_this_session_holds_no_test_of_a_tier_it_leaves_out(request: pytest.FixtureRequest) -> None:
+    """Run under the fast tier, this fails if the collection hook of tests/conftest.py is gone
+    (pytest's own ``-m`` keeps a test marked ``slow`` that the expression does not exclude)."""
+    left_out = left_out_by(str(request.config.getoption("markexpr") or ""))
+    kept = [item.nodeid for item in request.session.items
+            if {m.name for m in item.iter_markers()} & left_out]
+    assert kept == []
+
 
 
 @dataclass
@@ -17,7 +54,7 @@ class _Item:
     fixturenames: list[str] = field(default_factory=list)
 
     def iter_markers(self) -> list[pytest.Mark]:
-        return [pytest.Mark(name, (), {}) for name in self.markers]
+        return [getattr(pytest.mark, name).mark for name in self.markers]
 
 
 @pytest.mark.parametrize(("item", "expected"), [
