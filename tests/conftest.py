@@ -27,6 +27,7 @@ pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.workdir",
 ]
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups off the markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Puts every test of the local clusters in one xdist group; deselects the `slow` and `ui`
     tests of an ``-m`` that does not name them."""

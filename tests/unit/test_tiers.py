@@ -76,6 +76,12 @@ def test_every_collected_cluster_test_is_in_the_cluster_group(request: pytest.Fi
     """Over the whole session's collection (the full suite when run by scripts/test)."""
     items = request.session.items
     assert request.node in items
+    # in an xdist worker of --dist loadgroup, xdist has read the group into the node id by now:
+    # proof that the marker came before xdist's own collection hook, not after it
+    grouped_by_xdist = bool(getattr(request.config, "workerinput", None)) and bool(
+        request.config.getvalue("loadgroup"))
     for item in items:
         groups = [m.args[0] for m in item.iter_markers("xdist_group")]
         assert (groups == [CLUSTER_GROUP]) is on_local_cluster(item), item.nodeid
+        if grouped_by_xdist:
+            assert item.nodeid.endswith(f"@{CLUSTER_GROUP}") is on_local_cluster(item), item.nodeid
