@@ -9,7 +9,6 @@ and placed nodes) is parsed once and kept on the plane (soft state: re-read on l
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from datetime import datetime
 
 import sqlalchemy as sa
@@ -109,5 +108,6 @@ def running_work(plane: ControlPlane, s: Session, model: RuntimeModel,
         # the ends are the attempt's, the same on each of its nodes: predicted once
         first = running(placed[0], r.started_at, limit, team, gpus, model, now)
         out.append(first)
-        out.extend(replace(first, node=node) for node in placed[1:])
+        out.extend(Running(node, first.declared_end, first.predicted_end, first.early_end,
+                           first.late_end) for node in placed[1:])
     return out
