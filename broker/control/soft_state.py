@@ -67,6 +67,11 @@ class SoftState:
     idle_cycle: int | None = None
     """Owner: admission. The stored cycle the idle cycles since are counted on (None: the last
     cycle had jobs to decide). Losing it (a restart) costs one more row."""
+    victim_snapshots: dict[AttemptKey, tuple[tuple[str, ...], str | None]] = field(
+        default_factory=dict)
+    """Owner: preempt.running_views: the placed nodes and `admitted_as` of each live attempt's
+    run snapshot (which never changes). Bound: the live attempts of its last call (replaced
+    every call)."""
     eta_facts: dict[AttemptKey, EtaFacts] = field(default_factory=dict)
     """Owner: eta_inputs. Bound: ETA_FACTS_MAX (emptied when it would pass it)."""
     budget_used: tuple[datetime, object, dict[date, dict[tuple[str, str | None], float]]] | None \
