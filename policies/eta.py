@@ -50,7 +50,7 @@ from broker.domain.topology import rank_of
 from policies.cycle import Decision
 from policies.eta_schedule import PoolState, Projection, Slot, Start, Wanted
 from policies.ordering import OrderingParams
-from policies.run_length import RuntimeModel
+from policies.run_length import Ratios, RuntimeModel
 from policies.types import PendingJob
 
 MAX_ESTIMATED = 500
@@ -140,8 +140,23 @@ def running(node: str, started: datetime, declared_s: float, team: str, gpus: in
             model: RuntimeModel, now: datetime, spread: Spread = SPREAD) -> Running:
     """Running work as the estimate sees it: declared end (start + limit, as the backends
     announce the release) and its predicted ends, given the time it has run."""
-    point, low, high = model.remaining_at(team, declared_s, (now - started).total_seconds(),
-                                          gpus, (spread.point_q, spread.low_q, spread.high_q))
+    ratios = running_ratios(team, declared_s, (now - started).total_seconds(), gpus, model,
+                            spread)
+    return running_at(node, started, declared_s, ratios, now)
+
+
+def running_ratios(team: str, declared_s: float, elapsed_s: float, gpus: int,
+                   model: RuntimeModel, spread: Spread = SPREAD) -> Ratios:
+    """What `running` predicts the ends of work that has run `elapsed_s` from; it holds while
+    `Ratios.covers` says so, so a caller may keep it across cycles."""
+    return model.ratios_at(team, declared_s, elapsed_s, gpus,
+                           (spread.point_q, spread.low_q, spread.high_q))
+
+
+def running_at(node: str, started: datetime, declared_s: float, ratios: Ratios,
+               now: datetime) -> Running:
+    """`running` with its ratios given (`running_ratios`, covering the time run by `now`)."""
+    point, low, high = ratios.remaining(declared_s, (now - started).total_seconds())
     return Running(node, started + timedelta(seconds=declared_s), now + timedelta(seconds=point),
                    now + timedelta(seconds=low), now + timedelta(seconds=high))
 

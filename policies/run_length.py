@@ -64,6 +64,24 @@ def _keys(team: str, declared_s: float, gpus: int) -> tuple[_Key, ...]:
 
 
 @dataclass(frozen=True, slots=True)
+class Ratios:
+    """Run/declared ratios (one per quantile asked) of work that has run a share of its
+    declared limit within [low, high): the same for any elapsed time in that range."""
+
+    ratios: tuple[float, ...]
+    low: float
+    high: float
+
+    def covers(self, declared_s: float, elapsed_s: float) -> bool:
+        return self.low <= max(0.0, elapsed_s) / max(1.0, declared_s) < self.high
+
+    def remaining(self, declared_s: float, elapsed_s: float) -> tuple[float, ...]:
+        """Run time left at each ratio (never below a second)."""
+        declared, elapsed = max(1.0, declared_s), max(0.0, elapsed_s)
+        return tuple(max(1.0, m * declared - elapsed) for m in self.ratios)
+
+
+@dataclass(frozen=True, slots=True)
 class RuntimeModel:
     """Sorted true/declared ratios per group (see the module doc)."""
 
@@ -110,23 +128,33 @@ class RuntimeModel:
 
     def remaining_at(self, team: str, declared_s: float, elapsed_s: float, gpus: int,
                      qs: Sequence[float | None]) -> tuple[float, ...]:
-        """`remaining_s` at each of `qs` (None: the mean), the group looked up once: every
-        running attempt asks for its point and its window's ends each cycle."""
+        """`remaining_s` at each of `qs` (None: the mean), the group looked up once."""
+        return self.ratios_at(team, declared_s, elapsed_s, gpus, qs).remaining(
+            declared_s, elapsed_s)
+
+    def ratios_at(self, team: str, declared_s: float, elapsed_s: float, gpus: int,
+                  qs: Sequence[float | None]) -> Ratios:
+        """The run/declared ratios `remaining_at` predicts from, with the share of its limit
+        the work may run on for which they stay the same (the same samples ran longer): every
+        running attempt is predicted each cycle, and looks its group up again only then."""
         declared = max(1.0, declared_s)
-        elapsed = max(0.0, elapsed_s)
-        floor = elapsed / declared
+        floor = max(0.0, elapsed_s) / declared
+        low, high = -math.inf, math.inf
         for k in _keys(team, declared, gpus):
             ratios = self.groups.get(k)
             if not ratios:
                 continue
             start = bisect.bisect_right(ratios, floor)
+            # the same `start` for any share in [ratios[start - 1], ratios[start])
+            if start > 0:
+                low = max(low, ratios[start - 1])
+            if start < len(ratios):
+                high = min(high, ratios[start])
             if len(ratios) - start < max(1, self.min_samples):
                 continue  # too few ran longer: the next coarser group speaks (as for any q)
-            return tuple(
-                max(1.0, (self._mean_from(k, ratios, start) if q is None else
-                          _quantile(ratios, start, q)) * declared - elapsed)
-                for q in qs)
-        return tuple(max(1.0, declared - elapsed) for _ in qs)
+            return Ratios(tuple(self._mean_from(k, ratios, start) if q is None else
+                                _quantile(ratios, start, q) for q in qs), low, high)
+        return Ratios((1.0,) * len(qs), low, high)  # no group speaks: the declared end
 
     def _mean_from(self, key: _Key, ratios: list[float], start: int) -> float:
         """The mean of ``ratios[start:]`` (not empty: the caller checked min_samples)."""

@@ -16,11 +16,11 @@ from sqlmodel import Session
 
 from broker.control.guard import JobGuard
 from broker.control.plane import ControlPlane
-from broker.control.soft_state import ETA_FACTS_MAX, AttemptKey, EtaFacts
+from broker.control.soft_state import ETA_FACTS_MAX, AttemptKey, EtaFacts, RunningRatios
 from broker.domain.attempts import Placement
 from broker.store import attempts as att
 from broker.store.records import JOBS
-from policies.eta import Running, running
+from policies.eta import Running, running_at, running_ratios
 from policies.run_length import RunSample, RuntimeModel
 
 RATIO_SAMPLES = 1000
@@ -96,18 +96,30 @@ def running_work(plane: ControlPlane, s: Session, model: RuntimeModel,
         .order_by(a.c.started_at.desc()).limit(MAX_RUNNING)
     ).all()
     facts = _facts(plane, s, [(r.job_id, r.number) for r in rows], nodes=True)
+    known = plane.soft.running_ratios
+    kept: dict[_Key, RunningRatios] = {}
     out: list[Running] = []
     for r in rows:
-        f = facts.get((r.job_id, r.number))
+        key = (r.job_id, r.number)
+        f = facts.get(key)
         if f is None:
             continue
         team, limit, nodes, gpus = f
         placed = sorted(set(nodes or ()))
         if not placed:
             continue
+        # the ratios stay while the same model's same samples ran longer than this attempt
+        # has: looked up again only then, not every cycle
+        elapsed = (now - r.started_at).total_seconds()
+        held = known.get(key)
+        if held is None or held[0] is not model or held[1] != r.started_at \
+                or not held[2].covers(limit, elapsed):
+            held = (model, r.started_at, running_ratios(team, limit, elapsed, gpus, model))
+        kept[key] = held
         # the ends are the attempt's, the same on each of its nodes: predicted once
-        first = running(placed[0], r.started_at, limit, team, gpus, model, now)
+        first = running_at(placed[0], r.started_at, limit, held[2], now)
         out.append(first)
         out.extend(Running(node, first.declared_end, first.predicted_end, first.early_end,
                            first.late_end) for node in placed[1:])
+    plane.soft.running_ratios = kept
     return out
