@@ -29,8 +29,9 @@ release (or the next full read) on.
 
 from __future__ import annotations
 
+import heapq
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -60,8 +61,9 @@ class History:
     read_since: float
     """Epoch seconds: releases from here on (less WINDOW_S) are read next cycle."""
     closed: dict[Key, float] = field(default_factory=dict)
-    counted: dict[tuple[str, int], float] = field(default_factory=dict)
-    """Closed reservations already summed -> their release time (dropped once out of window)."""
+    counted: dict[tuple[str, int], tuple[float, int]] = field(default_factory=dict)
+    """Closed reservations already summed -> their release time and release entry id (dropped
+    once out of window)."""
     last_release: int | None = None
     """The highest ledger entry id when the history was built, then the highest release id
     read: newer releases are read whatever their timestamp."""
@@ -89,12 +91,20 @@ def _last_id(s: Session) -> int:
     return int(s.connection().execute(sa.select(sa.func.max(LEDGER.c.id))).scalar() or 0)
 
 
+COUNTED_SKIPPED_MAX = 1000
+"""At most this many releases already summed are left out of a cycle's read by their entry
+id (the newest; any others are read again and skipped as before): the window read them all
+again every cycle, a hundred rows a cycle under bench/loop_cost.py."""
+
+
 def _rows(s: Session, released_from: float, after_id: int | None = None,
-          reserved_after: int | None = None) -> sa.Result[tuple[object, ...]]:
+          reserved_after: int | None = None,
+          counted: Collection[int] = ()) -> sa.Result[tuple[object, ...]]:
     """Reservations released at or after `released_from`, or whose release entry is newer
-    than `after_id` (a release written long after its own timestamp); and either every one
-    still open (`reserved_after` None: the history is built) or only those whose reservation
-    entry is newer than `reserved_after` (the open ones are kept in memory)."""
+    than `after_id` (a release written long after its own timestamp), but for the release
+    entries `counted` (already summed); and either every one still open (`reserved_after`
+    None: the history is built) or only those whose reservation entry is newer than
+    `reserved_after` (the open ones are kept in memory)."""
     from broker.ledger import LedgerKind
     from broker.store.tables import LEDGER_ENTRIES as LEDGER
 
@@ -121,6 +131,8 @@ def _rows(s: Session, released_from: float, after_id: int | None = None,
                  pair, LEDGER.c.kind == LedgerKind.RESERVE.value)))
              .where(rel.c.kind == LedgerKind.RELEASE.value, released,
                     LEDGER.c.id <= reserved_after))
+    if counted:
+        ended = ended.where(rel.c.id.not_in(sorted(counted)))
     return s.connection().execute(sa.union_all(new, ended))
 
 
@@ -147,7 +159,10 @@ def _update(h: History, s: Session, t_now: float) -> dict[Key, float]:
         h.last_release = _last_id(s)
     building = h.open is None
     open_ = h.open = {} if h.open is None else h.open
-    rows = _rows(s, released_from, h.last_release, None if building else h.last_reserve)
+    # what was summed already would only be skipped below: not read again (the newest, bounded)
+    skip = heapq.nlargest(COUNTED_SKIPPED_MAX, (i for _, i in h.counted.values())) \
+        if not building else ()
+    rows = _rows(s, released_from, h.last_release, None if building else h.last_reserve, skip)
     for team, flavor, gpus, job_id, attempt, start, end, rel_id, res_id in rows:
         key = (team, flavor)
         h.last_reserve = max(h.last_reserve, res_id)
@@ -162,8 +177,8 @@ def _update(h: History, s: Session, t_now: float) -> dict[Key, float]:
             t_start = min(start.timestamp(), t_end)
             h.closed[key] = h.closed.get(key, 0.0) + gpus * (
                 exp(rate * (t_end - origin)) - exp(rate * (t_start - origin)))
-            h.counted[(job_id, attempt)] = end.timestamp()
-    h.counted = {k: at for k, at in h.counted.items() if at >= t_now - WINDOW_S}
+            h.counted[(job_id, attempt)] = (end.timestamp(), rel_id)
+    h.counted = {k: v for k, v in h.counted.items() if v[0] >= t_now - WINDOW_S}
     h.read_since = t_now
     scale = exp(-rate * (t_now - origin))
     out = {key: total * scale for key, total in h.closed.items()}
