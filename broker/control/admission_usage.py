@@ -14,7 +14,9 @@ made since its previous cycle (by entry id) and those released since (less WINDO
 release committed late or stamped by another replica's clock), and any release entry newer
 than the last one read, whatever its timestamp (a reconciler pass stamps its releases with the
 time it started, before its backend's observe call and its chunks): what it counted is
-remembered by (job, attempt) until the window has passed it.
+remembered by (job, attempt) until the window has passed it. On SQLite, whose one writer at a
+time takes entry ids in commit order, the releases newer than the last one read are all a
+cycle has not read, so it reads those alone.
 
 Soft state on the plane (whose own fields belong to plane.py): a new process, a changed
 half-life, a clock that went back, FULL_EVERY_S of use or MAX_EXPONENT start again from the
@@ -127,6 +129,12 @@ def _rows(s: Session, released_from: float, after_id: int | None = None,
     # joined to its release each cycle (a read that grew with the history)
     new = (sa.select(*cols).select_from(LEDGER.outerjoin(rel, pair))
            .where(LEDGER.c.kind == LedgerKind.RESERVE.value, LEDGER.c.id > reserved_after))
+    if after_id is not None and s.connection().dialect.name == "sqlite":
+        # one writer at a time (BEGIN IMMEDIATE) takes entry ids in commit order: a release
+        # not newer than the last one read committed before that read, which read it. By id
+        # alone the read is a range of the primary key; by time it scanned the whole ledger
+        # every cycle (a read that grew with the history)
+        released = rel.c.id > after_id
     ended = (sa.select(*cols).select_from(rel.join(LEDGER, sa.and_(
                  pair, LEDGER.c.kind == LedgerKind.RESERVE.value)))
              .where(rel.c.kind == LedgerKind.RELEASE.value, released,
