@@ -31,11 +31,13 @@ release (or the next full read) on.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlmodel import Session
@@ -107,41 +109,66 @@ def _rows(s: Session, released_from: float, after_id: int | None = None,
     entries `counted` (already summed); and either every one still open (`reserved_after`
     None: the history is built) or only those whose reservation entry is newer than
     `reserved_after` (the open ones are kept in memory)."""
+    since = datetime.fromtimestamp(released_from, UTC)
+    if reserved_after is None:  # the whole history: every reservation open or released since
+        return s.connection().execute(_whole(after_id is not None),
+                                      {"since": since, "after": after_id})
+    # one writer at a time (SQLite's BEGIN IMMEDIATE) takes entry ids in commit order: a
+    # release not newer than the last one read committed before that read, which read it
+    by_id = after_id is not None and s.connection().dialect.name == "sqlite"
+    return s.connection().execute(_since(by_id, after_id is not None), {
+        "since": since, "after": after_id, "reserved_after": reserved_after,
+        "counted": sorted(counted)})
+
+
+def _parts() -> tuple[sa.Table, sa.FromClause, tuple[sa.ColumnElement[Any], ...],
+                      sa.ColumnElement[bool], str, str]:
     from broker.ledger import LedgerKind
     from broker.store.tables import LEDGER_ENTRIES as LEDGER
 
     rel = LEDGER.alias("rel")
-    since = datetime.fromtimestamp(released_from, UTC)
     cols = (LEDGER.c.team, LEDGER.c.flavor, LEDGER.c.gpus, LEDGER.c.job_id, LEDGER.c.attempt,
             LEDGER.c.at, rel.c.at, rel.c.id, LEDGER.c.id)
     pair = sa.and_(rel.c.job_id == LEDGER.c.job_id, rel.c.attempt == LEDGER.c.attempt,
                    rel.c.kind == LedgerKind.RELEASE.value)
-    released = rel.c.at >= since
-    if after_id is not None:
-        released = sa.or_(released, rel.c.id > after_id)
-    if reserved_after is None:  # the whole history: every reservation open or released since
-        return s.connection().execute(
-            sa.select(*cols).select_from(LEDGER.outerjoin(rel, pair))
-            .where(LEDGER.c.kind == LedgerKind.RESERVE.value,
-                   sa.or_(rel.c.at.is_(None), released)))
-    # two narrow reads in one statement: the reservations made since (by id, with their
-    # release if any) and the releases since with their reservations; not every reservation
-    # joined to its release each cycle (a read that grew with the history)
-    new = (sa.select(*cols).select_from(LEDGER.outerjoin(rel, pair))
-           .where(LEDGER.c.kind == LedgerKind.RESERVE.value, LEDGER.c.id > reserved_after))
-    if after_id is not None and s.connection().dialect.name == "sqlite":
-        # one writer at a time (BEGIN IMMEDIATE) takes entry ids in commit order: a release
-        # not newer than the last one read committed before that read, which read it. By id
-        # alone the read is a range of the primary key; by time it scanned the whole ledger
-        # every cycle (a read that grew with the history)
-        released = rel.c.id > after_id
-    ended = (sa.select(*cols).select_from(rel.join(LEDGER, sa.and_(
-                 pair, LEDGER.c.kind == LedgerKind.RESERVE.value)))
-             .where(rel.c.kind == LedgerKind.RELEASE.value, released,
-                    LEDGER.c.id <= reserved_after))
-    if counted:
-        ended = ended.where(rel.c.id.not_in(sorted(counted)))
-    return s.connection().execute(sa.union_all(new, ended))
+    return LEDGER, rel, cols, pair, LedgerKind.RESERVE.value, LedgerKind.RELEASE.value
+
+
+# The statements are built once, their values bound at each call: building and keying a
+# statement of this size cost SQLAlchemy several times what running it costs SQLite.
+
+@functools.cache
+def _whole(after: bool) -> sa.Select[tuple[object, ...]]:
+    ledger, rel, cols, pair, reserve, _ = _parts()
+    released = rel.c.at >= sa.bindparam("since")
+    if after:
+        released = sa.or_(released, rel.c.id > sa.bindparam("after"))
+    return (sa.select(*cols).select_from(ledger.outerjoin(rel, pair))
+            .where(ledger.c.kind == reserve, sa.or_(rel.c.at.is_(None), released)))
+
+
+@functools.cache
+def _since(by_id: bool, after: bool) -> sa.CompoundSelect[tuple[object, ...]]:
+    """Two narrow reads in one statement: the reservations made since (by id, with their
+    release if any) and the releases since with their reservations (not every reservation
+    joined to its release each cycle: a read that grew with the history). By id alone the
+    releases are a range of the primary key; by time, a scan of the ledger."""
+    ledger, rel, cols, pair, reserve, release = _parts()
+    new = (sa.select(*cols).select_from(ledger.outerjoin(rel, pair))
+           .where(ledger.c.kind == reserve, ledger.c.id > sa.bindparam("reserved_after")))
+    released: sa.ColumnElement[bool]
+    if by_id:
+        released = rel.c.id > sa.bindparam("after")
+    else:
+        released = rel.c.at >= sa.bindparam("since")
+        if after:
+            released = sa.or_(released, rel.c.id > sa.bindparam("after"))
+        released = sa.and_(released, rel.c.id.not_in(sa.bindparam("counted", expanding=True)))
+    ended = (sa.select(*cols).select_from(rel.join(ledger, sa.and_(
+                 pair, ledger.c.kind == reserve)))
+             .where(rel.c.kind == release, released,
+                    ledger.c.id <= sa.bindparam("reserved_after")))
+    return sa.union_all(new, ended)
 
 
 def decayed_usage(plane: ControlPlane, s: Session, now: datetime,
