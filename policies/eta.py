@@ -139,26 +139,44 @@ class Running:
 def running(node: str, started: datetime, declared_s: float, team: str, gpus: int,
             model: RuntimeModel, now: datetime, spread: Spread = SPREAD) -> Running:
     """Running work as the estimate sees it: declared end (start + limit, as the backends
-    announce the release) and its predicted ends, given the time it has run."""
-    ratios = running_ratios(team, declared_s, (now - started).total_seconds(), gpus, model,
-                            spread)
-    return running_at(node, started, declared_s, ratios, now)
+    announce the release) and its predicted ends (start + the run the model predicts given
+    the time it has run, at least a second from now)."""
+    return running_at(node, running_ends(started, declared_s, team, gpus, model, now, spread),
+                      now)
 
 
-def running_ratios(team: str, declared_s: float, elapsed_s: float, gpus: int,
-                   model: RuntimeModel, spread: Spread = SPREAD) -> Ratios:
-    """What `running` predicts the ends of work that has run `elapsed_s` from; it holds while
-    `Ratios.covers` says so, so a caller may keep it across cycles."""
-    return model.ratios_at(team, declared_s, elapsed_s, gpus,
-                           (spread.point_q, spread.low_q, spread.high_q))
+@dataclass(frozen=True, slots=True)
+class RunningEnds:
+    """One running attempt's ends while its `ratios` hold (`Ratios.covers` the time it has
+    run): they do not move from cycle to cycle, so a caller may keep them."""
+
+    ratios: Ratios
+    declared_end: datetime
+    ends: tuple[datetime, datetime, datetime]
+    """Start + its predicted run: the point, the window's early and late ends."""
+
+    def clamped(self, now: datetime) -> bool:
+        """Whether an end is less than a second away (it is then `now` + 1 s)."""
+        return min(self.ends) < now + _SECOND
 
 
-def running_at(node: str, started: datetime, declared_s: float, ratios: Ratios,
-               now: datetime) -> Running:
-    """`running` with its ratios given (`running_ratios`, covering the time run by `now`)."""
-    point, low, high = ratios.remaining(declared_s, (now - started).total_seconds())
-    return Running(node, started + timedelta(seconds=declared_s), now + timedelta(seconds=point),
-                   now + timedelta(seconds=low), now + timedelta(seconds=high))
+_SECOND = timedelta(seconds=1)
+
+
+def running_ends(started: datetime, declared_s: float, team: str, gpus: int,
+                 model: RuntimeModel, now: datetime, spread: Spread = SPREAD) -> RunningEnds:
+    ratios = model.ratios_at(team, declared_s, (now - started).total_seconds(), gpus,
+                             (spread.point_q, spread.low_q, spread.high_q))
+    declared = max(1.0, declared_s)
+    point, low, high = (started + timedelta(seconds=m * declared) for m in ratios.ratios)
+    return RunningEnds(ratios, started + timedelta(seconds=declared_s), (point, low, high))
+
+
+def running_at(node: str, ends: RunningEnds, now: datetime) -> Running:
+    """The work on `node` at `now`, from its kept ends (`running_ends`)."""
+    soonest = now + _SECOND
+    point, low, high = (max(e, soonest) for e in ends.ends)
+    return Running(node, ends.declared_end, point, low, high)
 
 
 _POINT, _EARLY, _LATE = 0, 1, 2

@@ -16,11 +16,11 @@ from sqlmodel import Session
 
 from broker.control.guard import JobGuard
 from broker.control.plane import ControlPlane
-from broker.control.soft_state import ETA_FACTS_MAX, AttemptKey, EtaFacts, RunningRatios
+from broker.control.soft_state import ETA_FACTS_MAX, AttemptKey, EtaFacts, KeptEnds
 from broker.domain.attempts import Placement
 from broker.store import attempts as att
 from broker.store.records import JOBS
-from policies.eta import Running, running_at, running_ratios
+from policies.eta import Running, running_at, running_ends
 from policies.run_length import RunSample, RuntimeModel
 
 RATIO_SAMPLES = 1000
@@ -97,8 +97,8 @@ def running_work(plane: ControlPlane, s: Session, model: RuntimeModel,
     point and the window's; policies.eta.running)."""
     rows = s.connection().execute(_RUNNING).all()
     facts = _facts(plane, s, [(r.job_id, r.number) for r in rows], nodes=True)
-    known = plane.soft.running_ratios
-    kept: dict[_Key, RunningRatios] = {}
+    known = plane.soft.running_ends
+    kept: dict[_Key, KeptEnds] = {}
     out: list[Running] = []
     for r in rows:
         key = (r.job_id, r.number)
@@ -106,21 +106,21 @@ def running_work(plane: ControlPlane, s: Session, model: RuntimeModel,
         if f is None:
             continue
         team, limit, nodes, gpus = f
-        placed = sorted(set(nodes or ()))
-        if not placed:
-            continue
-        # the ratios stay while the same model's same samples ran longer than this attempt
-        # has: looked up again only then, not every cycle
-        elapsed = (now - r.started_at).total_seconds()
         held = known.get(key)
+        # an attempt's ends stay while the same model's same samples ran longer than it has:
+        # predicted again only then, not every cycle
         if held is None or held[0] is not model or held[1] != r.started_at \
-                or not held[2].covers(limit, elapsed):
-            held = (model, r.started_at, running_ratios(team, limit, elapsed, gpus, model))
+                or not held[2].ratios.covers(limit, (now - r.started_at).total_seconds()):
+            ends = running_ends(r.started_at, limit, team, gpus, model, now)
+            held = (model, r.started_at, ends, ())
+        ends = held[2]
+        if held[3] and not ends.clamped(now):
+            runs = held[3]  # the same work on the same nodes as last cycle
+        else:
+            runs = tuple(running_at(node, ends, now) for node in sorted(set(nodes or ())))
+            if not ends.clamped(now):
+                held = (model, r.started_at, ends, runs)
         kept[key] = held
-        # the ends are the attempt's, the same on each of its nodes: predicted once
-        first = running_at(placed[0], r.started_at, limit, held[2], now)
-        out.append(first)
-        out.extend(Running(node, first.declared_end, first.predicted_end, first.early_end,
-                           first.late_end) for node in placed[1:])
-    plane.soft.running_ratios = kept
+        out.extend(runs)
+    plane.soft.running_ends = kept
     return out

@@ -19,7 +19,8 @@ from cachetools import LRUCache
 from broker.domain.spec import JobSpec
 
 if TYPE_CHECKING:
-    from policies.run_length import Ratios, RuntimeModel
+    from policies.eta import Running, RunningEnds
+    from policies.run_length import RuntimeModel
     from policies.types import PendingJob
 
 SPECS_MAX = 20_000
@@ -37,9 +38,10 @@ AttemptKey = tuple[str, int]
 EtaFacts = tuple[str, float, tuple[str, ...] | None, int]
 """Team, declared limit (s), placed nodes (None: not read yet; () placed by the backend),
 GPUs of the gang."""
-RunningRatios = tuple["RuntimeModel", datetime, "Ratios"]
-"""The model and start an attempt's run/declared ratios were looked up with, and the ratios
-(policies.eta.running_ratios: they hold while `Ratios.covers` the time it has run)."""
+KeptEnds = tuple["RuntimeModel", datetime, "RunningEnds", tuple["Running", ...]]
+"""The model and start a running attempt's ends were predicted with, the ends
+(policies.eta.running_ends: they hold while their ratios cover the time it has run), and the
+work on its nodes as last given (empty: to be made again)."""
 Estimated = tuple[int, float | None, str]
 """Queue position, estimated start (epoch seconds), method: what was last stored."""
 
@@ -75,7 +77,7 @@ class SoftState:
     """Owner: preempt.running_views: the placed nodes and `admitted_as` of each live attempt's
     run snapshot (which never changes). Bound: the live attempts of its last call (replaced
     every call)."""
-    running_ratios: dict[AttemptKey, RunningRatios] = field(default_factory=dict)
+    running_ends: dict[AttemptKey, KeptEnds] = field(default_factory=dict)
     """Owner: eta_inputs.running_work. Bound: the running attempts of its last pass (replaced
     every pass)."""
     eta_facts: dict[AttemptKey, EtaFacts] = field(default_factory=dict)
