@@ -165,6 +165,8 @@ _SECOND = timedelta(seconds=1)
 
 def running_ends(started: datetime, declared_s: float, team: str, gpus: int,
                  model: RuntimeModel, now: datetime, spread: Spread = SPREAD) -> RunningEnds:
+    """The ends of work started at `started`, predicted from what ran longer than it has
+    by `now`."""
     ratios = model.ratios_at(team, declared_s, (now - started).total_seconds(), gpus,
                              (spread.point_q, spread.low_q, spread.high_q))
     declared = max(1.0, declared_s)
