@@ -44,13 +44,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
-from broker.domain.inventory import InventorySnapshot, PoolSnapshot
+from broker.domain.inventory import InventorySnapshot
 from broker.domain.reasons import Reason
 from broker.domain.topology import rank_of
 from policies.cycle import Decision
 from policies.eta_schedule import PoolState, Projection, Slot, Start, Wanted
 from policies.ordering import OrderingParams
-from policies.run_length import RuntimeModel
+from policies.run_length import Ratios, RuntimeModel
 from policies.types import PendingJob
 
 MAX_ESTIMATED = 500
@@ -139,14 +139,46 @@ class Running:
 def running(node: str, started: datetime, declared_s: float, team: str, gpus: int,
             model: RuntimeModel, now: datetime, spread: Spread = SPREAD) -> Running:
     """Running work as the estimate sees it: declared end (start + limit, as the backends
-    announce the release) and its predicted ends, given the time it has run."""
-    elapsed = (now - started).total_seconds()
+    announce the release) and its predicted ends (start + the run the model predicts given
+    the time it has run, at least a second from now)."""
+    return running_at(node, running_ends(started, declared_s, team, gpus, model, now, spread),
+                      now)
 
-    def end(q: float | None) -> datetime:
-        return now + timedelta(seconds=model.remaining_s(team, declared_s, elapsed, gpus, q))
 
-    return Running(node, started + timedelta(seconds=declared_s), end(spread.point_q),
-                   end(spread.low_q), end(spread.high_q))
+@dataclass(frozen=True, slots=True)
+class RunningEnds:
+    """One running attempt's ends while its `ratios` hold (`Ratios.covers` the time it has
+    run): they do not move from cycle to cycle, so a caller may keep them."""
+
+    ratios: Ratios
+    declared_end: datetime
+    ends: tuple[datetime, datetime, datetime]
+    """Start + its predicted run: the point, the window's early and late ends."""
+
+    def clamped(self, now: datetime) -> bool:
+        """Whether an end is less than a second away (it is then `now` + 1 s)."""
+        return min(self.ends) < now + _SECOND
+
+
+_SECOND = timedelta(seconds=1)
+
+
+def running_ends(started: datetime, declared_s: float, team: str, gpus: int,
+                 model: RuntimeModel, now: datetime, spread: Spread = SPREAD) -> RunningEnds:
+    """The ends of work started at `started`, predicted from what ran longer than it has
+    by `now`."""
+    ratios = model.ratios_at(team, declared_s, (now - started).total_seconds(), gpus,
+                             (spread.point_q, spread.low_q, spread.high_q))
+    declared = max(1.0, declared_s)
+    point, low, high = (started + timedelta(seconds=m * declared) for m in ratios.ratios)
+    return RunningEnds(ratios, started + timedelta(seconds=declared_s), (point, low, high))
+
+
+def running_at(node: str, ends: RunningEnds, now: datetime) -> Running:
+    """The work on `node` at `now`, from its kept ends (`running_ends`)."""
+    soonest = now + _SECOND
+    point, low, high = (max(e, soonest) for e in ends.ends)
+    return Running(node, ends.declared_end, point, low, high)
 
 
 _POINT, _EARLY, _LATE = 0, 1, 2
@@ -158,8 +190,6 @@ class _Runs:
 
     factor: float
     model: RuntimeModel | None
-    ends: Mapping[str, tuple[tuple[float, tuple[float, float, float]], ...]]
-    """node -> (declared end, (predicted, early, late end)) of its known running work."""
     q: float | None = None
     """The run-length quantile of this projection (None: the mean)."""
     which: int = _POINT
@@ -173,14 +203,8 @@ class _Runs:
             return self.model.run_s(job.team, job.max_runtime_s, job.total_gpus, self.q)
         return max(1.0, self.factor * job.max_runtime_s)
 
-    def release(self, node: str, at: float, now: float) -> float:
-        for declared, predicted in self.ends.get(node, ()):
-            if abs(declared - at) <= MATCH_S:
-                return max(now, predicted[self.which])
-        return max(now, at)
-
     def with_quantile(self, q: float | None, which: int) -> _Runs:
-        return _Runs(self.factor, self.model, self.ends, q, which)
+        return _Runs(self.factor, self.model, q, which)
 
     def label(self) -> str:
         if self.model is not None and self.speaks:
@@ -204,24 +228,18 @@ def estimate(
     none)."""
     if all(d.admitted for d in decisions):
         return {}  # nobody waits: nothing to project
-    ends: dict[str, list[tuple[float, tuple[float, float, float]]]] = {}
-    for r in running:
-        predicted = _ts(r.predicted_end)
-        ends.setdefault(r.node, []).append((_ts(r.declared_end), (
-            predicted, _ts(r.early_end) if r.early_end else predicted,
-            _ts(r.late_end) if r.late_end else predicted)))
     runs = _Runs(min(1.0, max(0.01, runtime_factor)), model,
-                 {k: tuple(v) for k, v in ends.items()},
                  spread.point_q if spread is not None else None)
     ordering = ordering or OrderingParams()
-    point = _project(decisions, jobs, inventory, now, max_estimated, runs, ordering)
+    shape = _shape(inventory, running)
+    point = _project(decisions, jobs, shape, now, max_estimated, runs, ordering)
     if spread is None or not runs.speaks or spread.low_q == spread.point_q == spread.high_q \
             or not any(e.at is not None and e.method.startswith("releases")
                        for e in point.values()):
         return point  # no window to give: the two projections would be spent for nothing
-    early = _project(decisions, jobs, inventory, now, max_estimated,
+    early = _project(decisions, jobs, shape, now, max_estimated,
                      runs.with_quantile(spread.low_q, _EARLY), ordering)
-    late = _project(decisions, jobs, inventory, now, max_estimated,
+    late = _project(decisions, jobs, shape, now, max_estimated,
                     runs.with_quantile(spread.high_q, _LATE), ordering)
     return {k: _windowed(e, early.get(k), late.get(k), spread, now)
             for k, e in point.items()}
@@ -240,17 +258,73 @@ def _windowed(e: Estimate, early: Estimate | None, late: Estimate | None, spread
     return replace(e, window=Window(lo, hi, spread.coverage))
 
 
+_Ends = tuple[float, float, float]
+"""Predicted, early and late end of running work (epoch seconds)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """The snapshot as every projection of one pass starts from it, read once per pass: the
+    schedulable nodes of each pool (whether some of its busy GPUs have no known end), and
+    every release in snapshot order with the ends of the running work it is matched to."""
+
+    pools: tuple[tuple[str, tuple[tuple[str, int, int, tuple[str, str, str, str]], ...], bool],
+                 ...]
+    releases: tuple[tuple[float, _Ends | None, str, str, int], ...]
+    """(announced time, matched work's ends or None, pool, node, GPUs)."""
+    backlog: tuple[tuple[str, int], ...]
+    """GPUs of Isthmus jobs pending in each pool's backend queue, where there are any."""
+
+
+def _shape(inventory: InventorySnapshot, running: Sequence[Running]) -> _Shape:
+    ends: dict[str, list[tuple[float, _Ends]]] = {}
+    for r in running:
+        predicted = r.predicted_end.timestamp()
+        ends.setdefault(r.node, []).append((r.declared_end.timestamp(), (
+            predicted, r.early_end.timestamp() if r.early_end else predicted,
+            r.late_end.timestamp() if r.late_end else predicted)))
+    pools: list[tuple[str, tuple[tuple[str, int, int, tuple[str, str, str, str]], ...], bool]] \
+        = []
+    releases: list[tuple[float, _Ends | None, str, str, int]] = []
+    for p in inventory.pools:
+        slots: list[tuple[str, int, int, tuple[str, str, str, str]]] = []
+        unknown_busy = False
+        for n in p.nodes:
+            if not n.schedulable or n.total_gpus <= 0:
+                continue
+            t = n.topology
+            free = max(0, min(n.free_gpus, n.total_gpus))
+            slots.append((n.name, n.total_gpus, free,
+                          (n.name, f"{t.block}/{t.rack}", t.block or "", "")))
+            released = 0
+            for at, gpus in n.releases:
+                if gpus > 0:
+                    ts = at.timestamp()
+                    # a release within MATCH_S of a running attempt's declared end is its
+                    matched = next((e for declared, e in ends.get(n.name, ())
+                                    if abs(declared - ts) <= MATCH_S), None)
+                    releases.append((ts, matched, p.name, n.name, gpus))
+                    released += gpus
+            unknown_busy = unknown_busy or free + released < n.total_gpus
+        pools.append((p.name, tuple(slots), unknown_busy))
+    backlog = tuple((p.name, p.queue.isthmus_pending_gpus) for p in inventory.pools
+                    if p.queue.isthmus_pending_gpus > 0)
+    return _Shape(tuple(pools), tuple(releases), backlog)
+
+
 def _project(decisions: Sequence[Decision], jobs: Mapping[str, PendingJob],
-             inventory: InventorySnapshot, now: datetime, max_estimated: int, runs: _Runs,
+             shape: _Shape, now: datetime, max_estimated: int, runs: _Runs,
              ordering: OrderingParams) -> dict[str, Estimate]:
     """One projection of the queue with run times as `runs` tells them."""
     t_now = _ts(now)
-    events: list[tuple[float, str, str, int]] = []
-    proj = Projection(_pools(inventory, t_now, runs, events), t_now, HORIZON_S,
-                      ordering.max_reservations, [MAX_WORK])
-    for t, pool, node, gpus in events:
-        proj.release(t, pool, node, gpus)
-    _admitted(decisions, jobs, inventory, proj, runs)
+    pools = {name: PoolState(name, [Slot(*a) for a in slots], busy)
+             for name, slots, busy in shape.pools}
+    proj = Projection(pools, t_now, HORIZON_S, ordering.max_reservations, [MAX_WORK])
+    which = runs.which
+    for at, matched, pool, node, gpus in shape.releases:
+        # expected at the matched work's predicted end, else when announced
+        proj.release(max(t_now, at if matched is None else matched[which]), pool, node, gpus)
+    _admitted(decisions, jobs, shape, proj, runs)
     waiting = sorted((d for d in decisions if not d.admitted),
                      key=lambda d: (d.position < 0, d.position))
     wanted: dict[str, Wanted] = {}
@@ -265,44 +339,18 @@ def _project(decisions: Sequence[Decision], jobs: Mapping[str, PendingJob],
     return _results(waiting, jobs, early, wanted, starts, proj, runs)
 
 
-def _pools(inventory: InventorySnapshot, now: float, runs: _Runs,
-           events: list[tuple[float, str, str, int]]) -> dict[str, PoolState]:
-    return {p.name: _pool(p, now, runs, events) for p in inventory.pools}
-
-
-def _pool(p: PoolSnapshot, now: float, runs: _Runs,
-          events: list[tuple[float, str, str, int]]) -> PoolState:
-    """The pool's schedulable nodes, their releases added to `events` at their predicted time."""
-    slots: list[Slot] = []
-    unknown_busy = False
-    for n in p.nodes:
-        if not n.schedulable or n.total_gpus <= 0:
-            continue
-        t = n.topology
-        free = max(0, min(n.free_gpus, n.total_gpus))
-        slots.append(Slot(n.name, n.total_gpus, free,
-                          (n.name, f"{t.block}/{t.rack}", t.block or "", "")))
-        released = 0
-        for at, gpus in n.releases:
-            if gpus > 0:
-                events.append((runs.release(n.name, _ts(at), now), p.name, n.name, gpus))
-                released += gpus
-        unknown_busy = unknown_busy or free + released < n.total_gpus
-    return PoolState(p.name, slots, unknown_busy)
-
-
 def _admitted(decisions: Sequence[Decision], jobs: Mapping[str, PendingJob],
-              inventory: InventorySnapshot, proj: Projection, runs: _Runs) -> None:
+              shape: _Shape, proj: Projection, runs: _Runs) -> None:
     """This cycle's admissions hold their nodes; those queued in a backend (no nodes yet), and
     the Isthmus GPUs the backends already have pending, are owed GPUs paid first. Pending
     backend GPUs are known by their number only: they run the median run of this cycle's
     jobs."""
     known = sorted(runs.run_s(j) for j in jobs.values())
     typical = known[len(known) // 2] if known else runs.factor * 3600.0
-    for snap in inventory.pools:
-        pool = proj.pools.get(snap.name)
-        if pool is not None and snap.queue.isthmus_pending_gpus > 0:
-            pool.owed.append((snap.queue.isthmus_pending_gpus, typical))
+    for name, gpus in shape.backlog:
+        pool = proj.pools.get(name)
+        if pool is not None:
+            pool.owed.append((gpus, typical))
     for d in decisions:
         job = jobs.get(d.job_id)
         if not (d.admitted and d.placement) or job is None:

@@ -33,9 +33,10 @@ Pure: samples in, predictions out.
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 MIN_SAMPLES = 8
@@ -56,9 +57,28 @@ class RunSample:
 _Key = tuple[str, ...]
 
 
+@functools.lru_cache(maxsize=4096)  # pure; a few hundred running jobs ask it every cycle
 def _keys(team: str, declared_s: float, gpus: int) -> tuple[_Key, ...]:
     d, g = str(round(declared_s)), str(max(0, gpus))
     return (("t", team, "d", d, "g", g), ("d", d, "g", g), ("d", d), ())
+
+
+@dataclass(frozen=True, slots=True)
+class Ratios:
+    """Run/declared ratios (one per quantile asked) of work that has run a share of its
+    declared limit within [low, high): the same for any elapsed time in that range."""
+
+    ratios: tuple[float, ...]
+    low: float
+    high: float
+
+    def covers(self, declared_s: float, elapsed_s: float) -> bool:
+        return self.low <= max(0.0, elapsed_s) / max(1.0, declared_s) < self.high
+
+    def remaining(self, declared_s: float, elapsed_s: float) -> tuple[float, ...]:
+        """Run time left at each ratio (never below a second)."""
+        declared, elapsed = max(1.0, declared_s), max(0.0, elapsed_s)
+        return tuple(max(1.0, m * declared - elapsed) for m in self.ratios)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,29 +124,44 @@ class RuntimeModel:
                     gpus: int = 0, q: float | None = None) -> float:
         """Predicted run time left of work running for `elapsed_s` (never below a second): the
         mean, or with `q` the q-quantile, of the group's samples that ran longer."""
+        return self.remaining_at(team, declared_s, elapsed_s, gpus, (q,))[0]
+
+    def remaining_at(self, team: str, declared_s: float, elapsed_s: float, gpus: int,
+                     qs: Sequence[float | None]) -> tuple[float, ...]:
+        """`remaining_s` at each of `qs` (None: the mean), the group looked up once."""
+        return self.ratios_at(team, declared_s, elapsed_s, gpus, qs).remaining(
+            declared_s, elapsed_s)
+
+    def ratios_at(self, team: str, declared_s: float, elapsed_s: float, gpus: int,
+                  qs: Sequence[float | None]) -> Ratios:
+        """The run/declared ratios `remaining_at` predicts from, with the share of its limit
+        the work may run on for which they stay the same (the same samples ran longer): every
+        running attempt is predicted each cycle, and looks its group up again only then."""
         declared = max(1.0, declared_s)
-        elapsed = max(0.0, elapsed_s)
-        floor = elapsed / declared
+        floor = max(0.0, elapsed_s) / declared
+        low, high = -math.inf, math.inf
         for k in _keys(team, declared, gpus):
             ratios = self.groups.get(k)
             if not ratios:
                 continue
             start = bisect.bisect_right(ratios, floor)
-            m = self._mean_from(k, ratios, start) if q is None else \
-                _quantile(ratios, start, self.min_samples, q)
-            if m is not None:
-                return max(1.0, m * declared - elapsed)
-        return max(1.0, declared - elapsed)
+            # the same `start` for any share in [ratios[start - 1], ratios[start])
+            if start > 0:
+                low = max(low, ratios[start - 1])
+            if start < len(ratios):
+                high = min(high, ratios[start])
+            if len(ratios) - start < max(1, self.min_samples):
+                continue  # too few ran longer: the next coarser group speaks (as for any q)
+            return Ratios(tuple(self._mean_from(k, ratios, start) if q is None else
+                                _quantile(ratios, start, q) for q in qs), low, high)
+        return Ratios((1.0,) * len(qs), low, high)  # no group speaks: the declared end
 
-    def _mean_from(self, key: _Key, ratios: list[float], start: int) -> float | None:
-        """The mean of ``ratios[start:]`` (None: fewer than min_samples of them)."""
-        n = len(ratios) - start
-        if n < self.min_samples:
-            return None
+    def _mean_from(self, key: _Key, ratios: list[float], start: int) -> float:
+        """The mean of ``ratios[start:]`` (not empty: the caller checked min_samples)."""
         sums = self._sums.get(key)
         if sums is None:
             sums = self._sums[key] = [0.0, *itertools.accumulate(ratios)]
-        return round((sums[-1] - sums[start]) / n, 12)  # a ratio; the sums' rounding off
+        return round((sums[-1] - sums[start]) / (len(ratios) - start), 12)  # the sums' rounding
 
 
 def _mean(values: list[float], least: int) -> float | None:
@@ -135,12 +170,10 @@ def _mean(values: list[float], least: int) -> float | None:
     return math.fsum(values) / len(values)
 
 
-def _quantile(values: list[float], start: int, least: int, q: float) -> float | None:
-    """The q-quantile of sorted ``values[start:]``, interpolated between neighbours (None: too
-    few); indexed in place, not sliced."""
+def _quantile(values: list[float], start: int, q: float) -> float:
+    """The q-quantile of sorted ``values[start:]`` (not empty), interpolated between
+    neighbours; indexed in place, not sliced."""
     n = len(values) - start
-    if n < least:
-        return None
     pos = min(1.0, max(0.0, q)) * (n - 1)
     i = math.floor(pos)
     j = min(i + 1, n - 1)

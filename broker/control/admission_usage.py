@@ -14,7 +14,9 @@ made since its previous cycle (by entry id) and those released since (less WINDO
 release committed late or stamped by another replica's clock), and any release entry newer
 than the last one read, whatever its timestamp (a reconciler pass stamps its releases with the
 time it started, before its backend's observe call and its chunks): what it counted is
-remembered by (job, attempt) until the window has passed it.
+remembered by (job, attempt) until the window has passed it. On SQLite, whose one writer at a
+time takes entry ids in commit order, the releases newer than the last one read are all a
+cycle has not read, so it reads those alone.
 
 Soft state on the plane (whose own fields belong to plane.py): a new process, a changed
 half-life, a clock that went back, FULL_EVERY_S of use or MAX_EXPONENT start again from the
@@ -29,10 +31,13 @@ release (or the next full read) on.
 
 from __future__ import annotations
 
+import functools
+import heapq
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlmodel import Session
@@ -60,8 +65,9 @@ class History:
     read_since: float
     """Epoch seconds: releases from here on (less WINDOW_S) are read next cycle."""
     closed: dict[Key, float] = field(default_factory=dict)
-    counted: dict[tuple[str, int], float] = field(default_factory=dict)
-    """Closed reservations already summed -> their release time (dropped once out of window)."""
+    counted: dict[tuple[str, int], tuple[float, int]] = field(default_factory=dict)
+    """Closed reservations already summed -> their release time and release entry id (dropped
+    once out of window)."""
     last_release: int | None = None
     """The highest ledger entry id when the history was built, then the highest release id
     read: newer releases are read whatever their timestamp."""
@@ -89,39 +95,80 @@ def _last_id(s: Session) -> int:
     return int(s.connection().execute(sa.select(sa.func.max(LEDGER.c.id))).scalar() or 0)
 
 
+COUNTED_SKIPPED_MAX = 1000
+"""At most this many releases already summed are left out of a cycle's read by their entry
+id (the newest; any others are read again and skipped as before): the window read them all
+again every cycle, a hundred rows a cycle under bench/loop_cost.py."""
+
+
 def _rows(s: Session, released_from: float, after_id: int | None = None,
-          reserved_after: int | None = None) -> sa.Result[tuple[object, ...]]:
+          reserved_after: int | None = None,
+          counted: Collection[int] = ()) -> sa.Result[tuple[object, ...]]:
     """Reservations released at or after `released_from`, or whose release entry is newer
-    than `after_id` (a release written long after its own timestamp); and either every one
-    still open (`reserved_after` None: the history is built) or only those whose reservation
-    entry is newer than `reserved_after` (the open ones are kept in memory)."""
+    than `after_id` (a release written long after its own timestamp), but for the release
+    entries `counted` (already summed); and either every one still open (`reserved_after`
+    None: the history is built) or only those whose reservation entry is newer than
+    `reserved_after` (the open ones are kept in memory)."""
+    since = datetime.fromtimestamp(released_from, UTC)
+    if reserved_after is None:  # the whole history: every reservation open or released since
+        return s.connection().execute(_whole(after_id is not None),
+                                      {"since": since, "after": after_id})
+    # one writer at a time (SQLite's BEGIN IMMEDIATE) takes entry ids in commit order: a
+    # release not newer than the last one read committed before that read, which read it
+    by_id = after_id is not None and s.connection().dialect.name == "sqlite"
+    return s.connection().execute(_since(by_id, after_id is not None), {
+        "since": since, "after": after_id, "reserved_after": reserved_after,
+        "counted": sorted(counted)})
+
+
+def _parts() -> tuple[sa.Table, sa.FromClause, tuple[sa.ColumnElement[Any], ...],
+                      sa.ColumnElement[bool], str, str]:
     from broker.ledger import LedgerKind
     from broker.store.tables import LEDGER_ENTRIES as LEDGER
 
     rel = LEDGER.alias("rel")
-    since = datetime.fromtimestamp(released_from, UTC)
     cols = (LEDGER.c.team, LEDGER.c.flavor, LEDGER.c.gpus, LEDGER.c.job_id, LEDGER.c.attempt,
             LEDGER.c.at, rel.c.at, rel.c.id, LEDGER.c.id)
     pair = sa.and_(rel.c.job_id == LEDGER.c.job_id, rel.c.attempt == LEDGER.c.attempt,
                    rel.c.kind == LedgerKind.RELEASE.value)
-    released = rel.c.at >= since
-    if after_id is not None:
-        released = sa.or_(released, rel.c.id > after_id)
-    if reserved_after is None:  # the whole history: every reservation open or released since
-        return s.connection().execute(
-            sa.select(*cols).select_from(LEDGER.outerjoin(rel, pair))
-            .where(LEDGER.c.kind == LedgerKind.RESERVE.value,
-                   sa.or_(rel.c.at.is_(None), released)))
-    # two narrow reads in one statement: the reservations made since (by id, with their
-    # release if any) and the releases since with their reservations; not every reservation
-    # joined to its release each cycle (a read that grew with the history)
-    new = (sa.select(*cols).select_from(LEDGER.outerjoin(rel, pair))
-           .where(LEDGER.c.kind == LedgerKind.RESERVE.value, LEDGER.c.id > reserved_after))
-    ended = (sa.select(*cols).select_from(rel.join(LEDGER, sa.and_(
-                 pair, LEDGER.c.kind == LedgerKind.RESERVE.value)))
-             .where(rel.c.kind == LedgerKind.RELEASE.value, released,
-                    LEDGER.c.id <= reserved_after))
-    return s.connection().execute(sa.union_all(new, ended))
+    return LEDGER, rel, cols, pair, LedgerKind.RESERVE.value, LedgerKind.RELEASE.value
+
+
+# The statements are built once, their values bound at each call: building and keying a
+# statement of this size cost SQLAlchemy several times what running it costs SQLite.
+
+@functools.cache
+def _whole(after: bool) -> sa.Select[tuple[object, ...]]:
+    ledger, rel, cols, pair, reserve, _ = _parts()
+    released = rel.c.at >= sa.bindparam("since")
+    if after:
+        released = sa.or_(released, rel.c.id > sa.bindparam("after"))
+    return (sa.select(*cols).select_from(ledger.outerjoin(rel, pair))
+            .where(ledger.c.kind == reserve, sa.or_(rel.c.at.is_(None), released)))
+
+
+@functools.cache
+def _since(by_id: bool, after: bool) -> sa.CompoundSelect[tuple[object, ...]]:
+    """Two narrow reads in one statement: the reservations made since (by id, with their
+    release if any) and the releases since with their reservations (not every reservation
+    joined to its release each cycle: a read that grew with the history). By id alone the
+    releases are a range of the primary key; by time, a scan of the ledger."""
+    ledger, rel, cols, pair, reserve, release = _parts()
+    new = (sa.select(*cols).select_from(ledger.outerjoin(rel, pair))
+           .where(ledger.c.kind == reserve, ledger.c.id > sa.bindparam("reserved_after")))
+    released: sa.ColumnElement[bool]
+    if by_id:
+        released = rel.c.id > sa.bindparam("after")
+    else:
+        released = rel.c.at >= sa.bindparam("since")
+        if after:
+            released = sa.or_(released, rel.c.id > sa.bindparam("after"))
+        released = sa.and_(released, rel.c.id.not_in(sa.bindparam("counted", expanding=True)))
+    ended = (sa.select(*cols).select_from(rel.join(ledger, sa.and_(
+                 pair, ledger.c.kind == reserve)))
+             .where(rel.c.kind == release, released,
+                    ledger.c.id <= sa.bindparam("reserved_after")))
+    return sa.union_all(new, ended)
 
 
 def decayed_usage(plane: ControlPlane, s: Session, now: datetime,
@@ -147,7 +194,10 @@ def _update(h: History, s: Session, t_now: float) -> dict[Key, float]:
         h.last_release = _last_id(s)
     building = h.open is None
     open_ = h.open = {} if h.open is None else h.open
-    rows = _rows(s, released_from, h.last_release, None if building else h.last_reserve)
+    # what was summed already would only be skipped below: not read again (the newest, bounded)
+    skip = heapq.nlargest(COUNTED_SKIPPED_MAX, (i for _, i in h.counted.values())) \
+        if not building else ()
+    rows = _rows(s, released_from, h.last_release, None if building else h.last_reserve, skip)
     for team, flavor, gpus, job_id, attempt, start, end, rel_id, res_id in rows:
         key = (team, flavor)
         h.last_reserve = max(h.last_reserve, res_id)
@@ -162,8 +212,8 @@ def _update(h: History, s: Session, t_now: float) -> dict[Key, float]:
             t_start = min(start.timestamp(), t_end)
             h.closed[key] = h.closed.get(key, 0.0) + gpus * (
                 exp(rate * (t_end - origin)) - exp(rate * (t_start - origin)))
-            h.counted[(job_id, attempt)] = end.timestamp()
-    h.counted = {k: at for k, at in h.counted.items() if at >= t_now - WINDOW_S}
+            h.counted[(job_id, attempt)] = (end.timestamp(), rel_id)
+    h.counted = {k: v for k, v in h.counted.items() if v[0] >= t_now - WINDOW_S}
     h.read_since = t_now
     scale = exp(-rate * (t_now - origin))
     out = {key: total * scale for key, total in h.closed.items()}

@@ -9,7 +9,6 @@ and placed nodes) is parsed once and kept on the plane (soft state: re-read on l
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from datetime import datetime
 
 import sqlalchemy as sa
@@ -17,11 +16,11 @@ from sqlmodel import Session
 
 from broker.control.guard import JobGuard
 from broker.control.plane import ControlPlane
-from broker.control.soft_state import ETA_FACTS_MAX, AttemptKey, EtaFacts
+from broker.control.soft_state import ETA_FACTS_MAX, AttemptKey, EtaFacts, KeptEnds
 from broker.domain.attempts import Placement
 from broker.store import attempts as att
 from broker.store.records import JOBS
-from policies.eta import Running, running
+from policies.eta import Running, running_at, running_ends
 from policies.run_length import RunSample, RuntimeModel
 
 RATIO_SAMPLES = 1000
@@ -31,6 +30,19 @@ MAX_RUNNING = 10_000
 
 _Key = AttemptKey
 _Facts = EtaFacts
+
+# Read every cycle: built once (building and keying a statement cost SQLAlchemy more than
+# SQLite spends running it)
+_A = att.ATTEMPTS
+_SPECS = sa.select(JOBS.c.id, JOBS.c.team, JOBS.c.spec_json).where(
+    JOBS.c.id.in_(sa.bindparam("ids", expanding=True)))
+_ENDED = (sa.select(_A.c.job_id, _A.c.number, _A.c.started_at, _A.c.ended_at)
+          .where(_A.c.ended_at.is_not(None), _A.c.started_at.is_not(None),
+                 _A.c.failure.is_(None), _A.c.preempted.is_(False))
+          .order_by(_A.c.ended_at.desc()).limit(RATIO_SAMPLES))
+_RUNNING = (sa.select(_A.c.job_id, _A.c.number, _A.c.started_at)
+            .where(_A.c.ended_at.is_(None), _A.c.started_at.is_not(None))
+            .order_by(_A.c.started_at.desc()).limit(MAX_RUNNING))
 
 
 def _cache(plane: ControlPlane) -> dict[_Key, _Facts]:
@@ -47,8 +59,7 @@ def _facts(plane: ControlPlane, s: Session, keys: list[_Key],
     missing = [k for k in keys if k not in cache or (nodes and cache[k][2] is None)]
     if missing:
         ids = sorted({k[0] for k in missing})
-        jobs = {r[0]: (r[1], r[2]) for r in s.connection().execute(
-            sa.select(JOBS.c.id, JOBS.c.team, JOBS.c.spec_json).where(JOBS.c.id.in_(ids)))}
+        jobs = {r[0]: (r[1], r[2]) for r in s.connection().execute(_SPECS, {"ids": ids})}
         snaps = att.snapshots(s, missing) if nodes else {}
         for k in missing:
             if k[0] not in jobs:
@@ -70,13 +81,7 @@ def runtime_model(plane: ControlPlane, s: Session) -> RuntimeModel:
     """Learnt from the attempts that recently ended without a failure or preemption: declared
     limits are over-estimates (users round up), so the estimate predicts what they turn out to
     be here (bench/eta_accuracy.py measures it)."""
-    a = att.ATTEMPTS
-    rows = s.connection().execute(
-        sa.select(a.c.job_id, a.c.number, a.c.started_at, a.c.ended_at)
-        .where(a.c.ended_at.is_not(None), a.c.started_at.is_not(None), a.c.failure.is_(None),
-               a.c.preempted.is_(False))
-        .order_by(a.c.ended_at.desc()).limit(RATIO_SAMPLES)
-    ).all()
+    rows = s.connection().execute(_ENDED).all()
     facts = _facts(plane, s, [(r.job_id, r.number) for r in rows], nodes=False)
     return RuntimeModel.learn(
         RunSample(facts[(r.job_id, r.number)][0], facts[(r.job_id, r.number)][1],
@@ -90,24 +95,32 @@ def running_work(plane: ControlPlane, s: Session, model: RuntimeModel,
     """The running attempts on their placed nodes: declared end (start + limit, as the
     backends announce the release) and predicted ends (the model, given the time run: the
     point and the window's; policies.eta.running)."""
-    a = att.ATTEMPTS
-    rows = s.connection().execute(
-        sa.select(a.c.job_id, a.c.number, a.c.started_at)
-        .where(a.c.ended_at.is_(None), a.c.started_at.is_not(None))
-        .order_by(a.c.started_at.desc()).limit(MAX_RUNNING)
-    ).all()
+    rows = s.connection().execute(_RUNNING).all()
     facts = _facts(plane, s, [(r.job_id, r.number) for r in rows], nodes=True)
+    known = plane.soft.running_ends
+    kept: dict[_Key, KeptEnds] = {}
     out: list[Running] = []
     for r in rows:
-        f = facts.get((r.job_id, r.number))
+        key = (r.job_id, r.number)
+        f = facts.get(key)
         if f is None:
             continue
         team, limit, nodes, gpus = f
-        placed = sorted(set(nodes or ()))
-        if not placed:
-            continue
-        # the ends are the attempt's, the same on each of its nodes: predicted once
-        first = running(placed[0], r.started_at, limit, team, gpus, model, now)
-        out.append(first)
-        out.extend(replace(first, node=node) for node in placed[1:])
+        held = known.get(key)
+        # an attempt's ends stay while the same model's same samples ran longer than it has:
+        # predicted again only then, not every cycle
+        if held is None or held[0] is not model or held[1] != r.started_at \
+                or not held[2].ratios.covers(limit, (now - r.started_at).total_seconds()):
+            ends = running_ends(r.started_at, limit, team, gpus, model, now)
+            held = (model, r.started_at, ends, ())
+        ends = held[2]
+        if held[3] and not ends.clamped(now):
+            runs = held[3]  # the same work on the same nodes as last cycle
+        else:
+            runs = tuple(running_at(node, ends, now) for node in sorted(set(nodes or ())))
+            if not ends.clamped(now):
+                held = (model, r.started_at, ends, runs)
+        kept[key] = held
+        out.extend(runs)
+    plane.soft.running_ends = kept
     return out

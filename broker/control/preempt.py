@@ -37,6 +37,8 @@ def running_views(plane: ControlPlane) -> list[RunningJob]:
     logged: it cannot be chosen as a victim, and it is not marked (it runs; its reason is the
     backend's to tell)."""
     out: list[RunningJob] = []
+    parsed = plane.soft.victim_snapshots  # a snapshot never changes: parsed once per attempt
+    kept: dict[tuple[str, int], tuple[tuple[str, ...], str | None]] = {}
     with plane.db.read() as s:
         live = att.live(s)
         jobs = jobs_by_ids(s, [a.job_id for a in live])
@@ -48,8 +50,14 @@ def running_views(plane: ControlPlane) -> list[RunningJob]:
             if job is None or job.state not in HOLDING or job.attempt != a.number:
                 continue
             with JobGuard("preemption view", job.id):
-                snapshot = RunSnapshot.model_validate_json(a.snapshot_json)
-                placement = snapshot.placement
+                key = (a.job_id, a.number)
+                seen = parsed.get(key)
+                if seen is None:
+                    snapshot = RunSnapshot.model_validate_json(a.snapshot_json)
+                    placement = snapshot.placement
+                    seen = (placement.nodes if placement else (), snapshot.admitted_as)
+                kept[key] = seen
+                nodes, admitted_as = seen
                 out.append(
                     running_job(
                         plane.config, job.id, plane.spec(job.id, job.spec_json),
@@ -57,10 +65,10 @@ def running_views(plane: ControlPlane) -> list[RunningJob]:
                         started_at=a.started_at or a.dispatched_at or a.created_at,
                         last_checkpoint_at=a.checkpoint_at,
                         borrowed=borrowed.get((job.id, a.number), 0) > 0,
-                        nodes=placement.nodes if placement else (),
-                        admitted_as=snapshot.admitted_as,
+                        nodes=nodes, admitted_as=admitted_as,
                     )
                 )
+    plane.soft.victim_snapshots = kept
     return out
 
 

@@ -19,6 +19,7 @@ from cachetools import LRUCache
 from broker.domain.spec import JobSpec
 
 if TYPE_CHECKING:
+    from policies.eta import Running, RunningEnds
     from policies.run_length import RuntimeModel
     from policies.types import PendingJob
 
@@ -37,6 +38,10 @@ AttemptKey = tuple[str, int]
 EtaFacts = tuple[str, float, tuple[str, ...] | None, int]
 """Team, declared limit (s), placed nodes (None: not read yet; () placed by the backend),
 GPUs of the gang."""
+KeptEnds = tuple["RuntimeModel", datetime, "RunningEnds", tuple["Running", ...]]
+"""The model and start a running attempt's ends were predicted with, the ends
+(policies.eta.running_ends: they hold while their ratios cover the time it has run), and the
+work on its nodes as last given (empty: to be made again)."""
 Estimated = tuple[int, float | None, str]
 """Queue position, estimated start (epoch seconds), method: what was last stored."""
 
@@ -67,6 +72,14 @@ class SoftState:
     idle_cycle: int | None = None
     """Owner: admission. The stored cycle the idle cycles since are counted on (None: the last
     cycle had jobs to decide). Losing it (a restart) costs one more row."""
+    victim_snapshots: dict[AttemptKey, tuple[tuple[str, ...], str | None]] = field(
+        default_factory=dict)
+    """Owner: preempt.running_views: the placed nodes and `admitted_as` of each live attempt's
+    run snapshot (which never changes). Bound: the live attempts of its last call (replaced
+    every call)."""
+    running_ends: dict[AttemptKey, KeptEnds] = field(default_factory=dict)
+    """Owner: eta_inputs.running_work. Bound: the running attempts of its last pass (replaced
+    every pass)."""
     eta_facts: dict[AttemptKey, EtaFacts] = field(default_factory=dict)
     """Owner: eta_inputs. Bound: ETA_FACTS_MAX (emptied when it would pass it)."""
     budget_used: tuple[datetime, object, dict[date, dict[tuple[str, str | None], float]]] | None \

@@ -69,20 +69,27 @@ def test_a_cycle_reads_only_new_and_recently_released_reservations(
     original = admission_usage._rows
 
     def counted(s: Any, released_from: float, after_id: int | None = None,
-                reserved_after: int | None = None) -> list[Any]:
-        rows = list(original(s, released_from, after_id, reserved_after))
+                reserved_after: int | None = None, skip: Any = ()) -> list[Any]:
+        rows = list(original(s, released_from, after_id, reserved_after, skip))
         read.append(len(rows))
         return rows
 
     monkeypatch.setattr(admission_usage, "_rows", counted)
     first, _ = _both(sim, t0)
     later, whole = _both(sim, t0 + timedelta(seconds=5))
-    _reserve(sim, "speech", 2, t0 + timedelta(seconds=6))
+    speech = _reserve(sim, "speech", 2, t0 + timedelta(seconds=6))
     newest, whole_now = _both(sim, t0 + timedelta(seconds=10))
-    # the whole history once; then nothing new (the open reservation is kept); then the new one
-    assert read == [21, 0, 1]
+    _release(sim, speech, t0 + timedelta(seconds=12))
+    ended, whole_ended = _both(sim, t0 + timedelta(seconds=15))
+    again, whole_again = _both(sim, t0 + timedelta(seconds=20))
+    # the whole history once; then nothing new (the open reservation is kept); then the new
+    # one; its release; then nothing: a release summed already is not read again while it is
+    # within the window for late commits
+    assert read == [21, 0, 1, 1, 0]
     assert newest == pytest.approx(whole_now, rel=1e-9)
     assert later == pytest.approx(whole, rel=1e-9)
+    assert ended == pytest.approx(whole_ended, rel=1e-9)
+    assert again == pytest.approx(whole_again, rel=1e-9)
     assert later[("vision", "h100-80g")] < first[("vision", "h100-80g")]
 
 

@@ -36,3 +36,34 @@ def test_the_specs_cache_keeps_the_most_recently_used(sim: Sim,
         plane.spec(f"job-{i}", text)
     assert len(plane.soft.specs) == 3
     assert set(plane.soft.specs) == {"job-7", "job-8", "job-9"}
+
+
+def test_preemption_views_parse_each_live_attempts_snapshot_once(
+        sim: Sim, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The views preemption plans from are built again whenever a job asks; a run snapshot
+    never changes, so it is parsed once per attempt (SoftState.victim_snapshots), and the
+    views are the same as when every snapshot is parsed. Only live attempts are kept."""
+    from broker.control import preempt
+    from broker.domain.attempts import RunSnapshot
+
+    jobs = [submit(sim, spec().name(f"v{i}").flavors("a100-80g").replicas(2).gpus(4)
+                   .topology(None), 600) for i in range(2)]
+    for j in jobs:
+        run_until(sim, j, "RUNNING", step=10)
+    parsed: list[str] = []
+    original = RunSnapshot.model_validate_json
+
+    def counting(text: str | bytes, **kwargs: object) -> RunSnapshot:
+        parsed.append("x")
+        return original(text)
+
+    monkeypatch.setattr(RunSnapshot, "model_validate_json", counting)
+    first = preempt.running_views(sim.plane)
+    assert len(parsed) == 2 and {v.id for v in first} == set(jobs)
+    assert all(len(v.nodes) == 2 for v in first)
+    again = preempt.running_views(sim.plane)
+    assert len(parsed) == 2  # not parsed again
+    assert again == first
+    sim.plane.soft.victim_snapshots = {}
+    assert preempt.running_views(sim.plane) == first  # parsed afresh: the same views
+    assert set(sim.plane.soft.victim_snapshots) == {(j, 1) for j in jobs}

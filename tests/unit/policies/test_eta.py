@@ -342,3 +342,32 @@ def test_running_work_of_uncertain_length_moves_the_window_not_the_point() -> No
     assert e.window is not None
     assert e.window.earliest < e.at < e.window.latest
     assert e.window.latest <= at(SPREAD.late_stretch * (0.9 * 8 * 60 - 60))
+
+
+def test_running_ends_kept_from_an_earlier_cycle_give_what_a_fresh_prediction_gives() -> None:
+    """broker/control/eta_inputs.py keeps a running attempt's ends across cycles while their
+    ratios cover the time it has run: an attempt's predicted ends are its start plus the run
+    predicted for it, which do not move from cycle to cycle, and never less than a second
+    from now (work that outran its prediction is expected any moment, not in the past)."""
+    from datetime import timedelta
+
+    from policies.eta import running, running_at, running_ends
+
+    model = _spread_model()
+    started = at(-60)
+    kept = running_ends(started, 8 * 3600.0, "vision", 8, model, T0)
+    covered = 0
+    for minutes in range(0, 8 * 60, 5):
+        now = T0 + timedelta(minutes=minutes)
+        fresh = running("n0", started, 8 * 3600.0, "vision", 8, model, now)
+        assert fresh.predicted_end >= now + timedelta(seconds=1)
+        assert fresh.declared_end == started + timedelta(hours=8)
+        if kept.ratios.covers(8 * 3600.0, (now - started).total_seconds()):
+            covered += 1
+            assert running_at("n0", kept, now) == fresh, minutes
+    assert 0 < covered < 8 * 60 // 5  # kept for a while, then predicted again
+    # past every end: each clamped to a second from now
+    late = T0 + timedelta(hours=7, minutes=59)
+    last = running_ends(started, 8 * 3600.0, "vision", 8, model, late)
+    assert last.clamped(late)
+    assert running_at("n0", last, late).early_end == late + timedelta(seconds=1)

@@ -84,3 +84,33 @@ def test_quantiles_of_a_group_give_the_spread_of_its_runs() -> None:
     many = RuntimeModel.learn(_samples("a", HOUR, ratios * 2))
     assert many.remaining_s("a", HOUR, 0.5 * HOUR, q=0.0) == pytest.approx(0.1 * HOUR)
     assert many.remaining_s("a", HOUR, 0.5 * HOUR, q=1.0) == pytest.approx(0.5 * HOUR)
+
+
+@pytest.mark.parametrize("team, gpus", [("a", 8), ("a", 1), ("new", 8)],
+                         ids=["own-group", "coarser-group", "no-team-history"])
+def test_ratios_kept_from_an_earlier_time_run_predict_as_a_fresh_look_up_while_they_cover(
+        team: str, gpus: int) -> None:
+    """Running work is predicted every cycle from ratios looked up when it had run less
+    (broker/control/eta_inputs.py keeps them): while `covers` says so they must give what a
+    fresh look-up gives, and once the work has run past a sample's share they must not be
+    used (the samples that ran longer are fewer, and the prediction moves)."""
+    history = [RunSample("a", 8 * HOUR, r * 8 * HOUR, 8) for r in
+               [0.1, 0.15, 0.2, 0.3, 0.35, 0.5, 0.6, 0.7, 0.8, 0.9]] + \
+              [RunSample("b", 8 * HOUR, r * 8 * HOUR, 1) for r in [0.05, 0.4, 0.45] * 4]
+    model = RuntimeModel.learn(history)
+    qs = (None, 0.1, 0.9)
+    for start in range(0, 8 * 60, 7):  # minutes run when looked up
+        kept = model.ratios_at(team, 8 * HOUR, start * 60.0, gpus, qs)
+        covered = 0
+        for later in range(start, 9 * 60, 3):
+            fresh = model.remaining_at(team, 8 * HOUR, later * 60.0, gpus, qs)
+            if kept.covers(8 * HOUR, later * 60.0):
+                covered += 1
+                assert kept.remaining(8 * HOUR, later * 60.0) == fresh, (start, later)
+        assert covered >= 1
+    # one share past a sample: not covered any more
+    kept = model.ratios_at("a", 8 * HOUR, 0.25 * 8 * HOUR, 8, qs)
+    assert kept.covers(8 * HOUR, 0.29 * 8 * HOUR)
+    assert not kept.covers(8 * HOUR, 0.3 * 8 * HOUR)
+    assert model.remaining_at("a", 8 * HOUR, 0.3 * 8 * HOUR, 8, qs) != \
+        kept.remaining(8 * HOUR, 0.3 * 8 * HOUR)
