@@ -73,17 +73,29 @@ def insert_attempt(session: Session, rec: AttemptRecord) -> None:
     batch.write(session, _INSERT_ATTEMPT, {f: getattr(rec, f) for f in _FIELDS})
 
 
+# The statements of the control loop's look-ups are built once, with bind parameters (an IN
+# list as one expanding parameter): SQLAlchemy then reuses their compiled form, where a
+# statement built per call pays its construction and cache key every time (a tenth of a
+# reconcile pass went there).
+_GET_ATTEMPT = sa.select(*_COLS).where(ATTEMPTS.c.job_id == sa.bindparam("job_id"),
+                                       ATTEMPTS.c.number == sa.bindparam("number"))
+_ATTEMPTS_OF = (sa.select(*_COLS).where(ATTEMPTS.c.job_id == sa.bindparam("job_id"))
+                .order_by(ATTEMPTS.c.number))
+_PENDING = sa.and_(ATTEMPTS.c.dispatch == PENDING, ATTEMPTS.c.ended_at.is_(None))
+_PENDING_BACKENDS = sa.select(ATTEMPTS.c.backend).where(_PENDING).distinct()
+_PENDING_OF = (sa.select(*_COLS).where(_PENDING, ATTEMPTS.c.backend == sa.bindparam("backend"))
+               .order_by(ATTEMPTS.c.created_at).limit(sa.bindparam("limit")))
+_BY_KEYS = sa.select(*_COLS).where(
+    sa.tuple_(ATTEMPTS.c.job_id, ATTEMPTS.c.number).in_(sa.bindparam("keys", expanding=True)))
+
+
 def get_attempt(session: Session, job_id: str, number: int) -> AttemptRecord | None:
-    row = session.connection().execute(
-        sa.select(*_COLS).where(ATTEMPTS.c.job_id == job_id, ATTEMPTS.c.number == number)
-    ).first()
+    row = session.connection().execute(_GET_ATTEMPT, {"job_id": job_id, "number": number}).first()
     return None if row is None else _rec(row)
 
 
 def attempts_of(session: Session, job_id: str) -> list[AttemptRecord]:
-    rows = session.connection().execute(
-        sa.select(*_COLS).where(ATTEMPTS.c.job_id == job_id).order_by(ATTEMPTS.c.number)
-    )
+    rows = session.connection().execute(_ATTEMPTS_OF, {"job_id": job_id})
     return [_rec(r) for r in rows]
 
 
@@ -91,15 +103,10 @@ def to_dispatch(session: Session, limit: int = 500) -> list[AttemptRecord]:
     """Pending intents, oldest first, at most `limit` per backend: the oldest intents of one
     backend (say, an unreachable one) never crowd the other backends' intents out of a pass."""
     conn = session.connection()
-    pending = sa.and_(ATTEMPTS.c.dispatch == PENDING, ATTEMPTS.c.ended_at.is_(None))
-    backends = [r[0] for r in conn.execute(sa.select(ATTEMPTS.c.backend).where(pending)
-                                           .distinct())]
+    backends = [r[0] for r in conn.execute(_PENDING_BACKENDS)]
     out: list[AttemptRecord] = []
     for backend in sorted(backends):
-        rows = conn.execute(
-            sa.select(*_COLS).where(pending, ATTEMPTS.c.backend == backend)
-            .order_by(ATTEMPTS.c.created_at).limit(limit)
-        )
+        rows = conn.execute(_PENDING_OF, {"backend": backend, "limit": limit})
         out.extend(_rec(r) for r in rows)
     out.sort(key=lambda a: a.created_at)
     return out
@@ -235,9 +242,7 @@ def by_keys(session: Session, keys: list[tuple[str, int]]) -> list[AttemptRecord
     found: dict[tuple[str, int], AttemptRecord] = {}
     conn = session.connection()
     for chunk in in_chunks(keys):
-        rows = conn.execute(sa.select(*_COLS).where(
-            sa.tuple_(ATTEMPTS.c.job_id, ATTEMPTS.c.number).in_(chunk)
-        ))
+        rows = conn.execute(_BY_KEYS, {"keys": list(chunk)})
         found.update({(r.job_id, r.number): r for r in map(_rec, rows)})
     return [found[k] for k in keys if k in found]
 

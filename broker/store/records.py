@@ -103,6 +103,8 @@ _SAVE_STATE = (
     .where(JOBS.c.id == sa.bindparam("job_id"))
     .values({name: sa.bindparam(f"new_{name}") for name in _STATE_FIELDS})
 )
+_LOCK_JOBS = (select_jobs().where(JOBS.c.id.in_(sa.bindparam("ids", expanding=True)))
+              .order_by(JOBS.c.id).with_for_update())
 _EVENT_FOR_CAUSE = select_events().where(
     EVENTS.c.job_id == sa.bindparam("job_id"), EVENTS.c.cause_key == sa.bindparam("key")
 )
@@ -133,9 +135,7 @@ def lock_job(session: Session, job_id: str) -> JobRecord | None:
 def lock_jobs(session: Session, job_ids: list[str]) -> dict[str, JobRecord]:
     """Lock several jobs in one statement (ordered by id, as every multi-row lock here is, so
     that two lockers cannot deadlock); the ones that exist, by id."""
-    rows = session.connection().execute(
-        select_jobs().where(JOBS.c.id.in_(sorted(job_ids))).order_by(JOBS.c.id).with_for_update()
-    )
+    rows = session.connection().execute(_LOCK_JOBS, {"ids": sorted(job_ids)})
     return {job.id: job for job in map(job_from_row, rows)}
 
 
