@@ -293,12 +293,11 @@ _SET_RESOLVED = (
 starts."""
 
 
-def set_resolved_once(session: Session, job_id: str, number: int, resolved_json: str) -> bool:
-    """Store what the attempt ran with, unless it was stored before (never rewritten)."""
-    result = session.connection().execute(
-        _SET_RESOLVED, {"k_job": job_id, "k_number": number, "v_resolved": resolved_json}
-    )
-    return bool(result.rowcount)
+def set_resolved_once(session: Session, job_id: str, number: int, resolved_json: str) -> None:
+    """Store what the attempt ran with, unless it was stored before (never rewritten); queued
+    inside a batch of deferred writes (broker.store.batch: its WHERE keeps it once)."""
+    batch.write(session, _SET_RESOLVED,
+                {"k_job": job_id, "k_number": number, "v_resolved": resolved_json})
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,6 +335,7 @@ def by_token_digest(session: Session, job_id: str, digest: str) -> AttemptRecord
 
 
 _INSERT_FACT = sa.insert(FACTS)
+_INSERT_FACTS = sa.insert(FACTS).returning(FACTS.c.id, sort_by_parameter_order=True)
 
 
 def insert_fact(
@@ -349,6 +349,29 @@ def insert_fact(
     })
     key = result.inserted_primary_key
     return int(key[0]) if key else 0
+
+
+class NewFact(NamedTuple):
+    """A fact to store (`insert_facts`), as `insert_fact` takes it."""
+
+    backend: str
+    backend_name: str
+    job_id: str | None
+    attempt: int | None
+    phase: str
+    reason: str
+    observed_at: datetime
+    payload_json: str
+
+
+def insert_facts(session: Session, facts: list[NewFact]) -> list[int]:
+    """Store `facts` in one statement (per 500); their ids, in the order given."""
+    ids: list[int] = []
+    conn = session.connection()
+    for chunk in in_chunks(facts):
+        rows = conn.execute(_INSERT_FACTS, [f._asdict() for f in chunk])
+        ids.extend(int(r[0]) for r in rows)
+    return ids
 
 
 def insert_cycle(

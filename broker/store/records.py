@@ -13,7 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from broker.store import batch
+from broker.store import batch, cause_lookups
 
 # the tables of jobs and events, named here for this module's callers
 from broker.store.tables import EVENTS as EVENTS
@@ -154,6 +154,8 @@ crash-safety tests kill the process after such a commit (broker.control.faults).
 
 def insert_event(session: Session, job: JobRecord, event: EventRecord) -> None:
     session.info[STATE_WRITTEN] = True
+    if event.cause_key is not None:
+        cause_lookups.learn(session, event.job_id, event.cause_key)
     if job.unsaved_events is not None:
         job.unsaved_events.append(event)
         return
@@ -161,6 +163,8 @@ def insert_event(session: Session, job: JobRecord, event: EventRecord) -> None:
 
 
 def event_for_cause(session: Session, job_id: str, key: str) -> EventRecord | None:
+    if cause_lookups.known_new(session, job_id, key):
+        return None
     row = session.connection().execute(_EVENT_FOR_CAUSE, {"job_id": job_id, "key": key}).first()
     return None if row is None else event_from_row(row)
 
