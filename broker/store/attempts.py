@@ -335,7 +335,9 @@ def by_token_digest(session: Session, job_id: str, digest: str) -> AttemptRecord
 
 
 _INSERT_FACT = sa.insert(FACTS)
-_INSERT_FACTS = sa.insert(FACTS).returning(FACTS.c.id, sort_by_parameter_order=True)
+# RETURNING the attempt with each id: SQLite returns the rows of a many-row insert in no set
+# order, and SQLAlchemy sends one statement per row when asked to sort them
+_INSERT_FACTS = sa.insert(FACTS).returning(FACTS.c.job_id, FACTS.c.attempt, FACTS.c.id)
 
 
 def insert_fact(
@@ -365,13 +367,17 @@ class NewFact(NamedTuple):
 
 
 def insert_facts(session: Session, facts: list[NewFact]) -> list[int]:
-    """Store `facts` in one statement (per 500); their ids, in the order given."""
-    ids: list[int] = []
+    """Store `facts`, of distinct attempts, in one statement (per 500); their ids, in the
+    order given."""
+    keys = [(f.job_id, f.attempt) for f in facts]
+    if len(set(keys)) < len(keys):
+        raise ValueError("insert_facts takes one fact per attempt")
+    ids: dict[tuple[str | None, int | None], int] = {}
     conn = session.connection()
     for chunk in in_chunks(facts):
         rows = conn.execute(_INSERT_FACTS, [f._asdict() for f in chunk])
-        ids.extend(int(r[0]) for r in rows)
-    return ids
+        ids.update(((r[0], r[1]), int(r[2])) for r in rows)
+    return [ids[k] for k in keys]
 
 
 def insert_cycle(
