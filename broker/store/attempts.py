@@ -13,7 +13,7 @@ from sqlmodel import Session
 
 from broker.domain.facts import Phase
 from broker.store import batch
-from broker.store.in_lists import in_chunks
+from broker.store.in_lists import in_chunks, pair_params, pairs_in
 
 # the tables of attempts, facts, cycles and explanations, named here for this module's callers
 from broker.store.tables import ATTEMPTS as ATTEMPTS
@@ -85,8 +85,7 @@ _PENDING = sa.and_(ATTEMPTS.c.dispatch == PENDING, ATTEMPTS.c.ended_at.is_(None)
 _PENDING_BACKENDS = sa.select(ATTEMPTS.c.backend).where(_PENDING).distinct()
 _PENDING_OF = (sa.select(*_COLS).where(_PENDING, ATTEMPTS.c.backend == sa.bindparam("backend"))
                .order_by(ATTEMPTS.c.created_at).limit(sa.bindparam("limit")))
-_BY_KEYS = sa.select(*_COLS).where(
-    sa.tuple_(ATTEMPTS.c.job_id, ATTEMPTS.c.number).in_(sa.bindparam("keys", expanding=True)))
+_BY_KEYS = sa.select(*_COLS).where(pairs_in(ATTEMPTS.c.job_id, ATTEMPTS.c.number, "keys"))
 
 
 def get_attempt(session: Session, job_id: str, number: int) -> AttemptRecord | None:
@@ -146,16 +145,16 @@ def unseen(session: Session) -> list[Unseen]:
     return [Unseen(*r) for r in session.connection().execute(_UNSEEN)]
 
 
+_SNAPSHOTS = sa.select(ATTEMPTS.c.job_id, ATTEMPTS.c.number, ATTEMPTS.c.snapshot_json).where(
+    pairs_in(ATTEMPTS.c.job_id, ATTEMPTS.c.number, "keys"))
+
+
 def snapshots(session: Session, keys: list[tuple[str, int]]) -> dict[tuple[str, int], str]:
     """The run snapshots (JSON) of the attempts `keys` (job id, number)."""
     out: dict[tuple[str, int], str] = {}
     conn = session.connection()
     for chunk in in_chunks(keys):
-        rows = conn.execute(
-            sa.select(ATTEMPTS.c.job_id, ATTEMPTS.c.number, ATTEMPTS.c.snapshot_json).where(
-                sa.tuple_(ATTEMPTS.c.job_id, ATTEMPTS.c.number).in_(chunk)
-            )
-        )
+        rows = conn.execute(_SNAPSHOTS, pair_params("keys", chunk))
         out.update({(r[0], r[1]): r[2] for r in rows})
     return out
 
@@ -242,7 +241,7 @@ def by_keys(session: Session, keys: list[tuple[str, int]]) -> list[AttemptRecord
     found: dict[tuple[str, int], AttemptRecord] = {}
     conn = session.connection()
     for chunk in in_chunks(keys):
-        rows = conn.execute(_BY_KEYS, {"keys": list(chunk)})
+        rows = conn.execute(_BY_KEYS, pair_params("keys", chunk))
         found.update({(r.job_id, r.number): r for r in map(_rec, rows)})
     return [found[k] for k in keys if k in found]
 

@@ -21,13 +21,12 @@ from collections.abc import Iterator
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from broker.store.in_lists import in_chunks
+from broker.store.in_lists import in_chunks, pair_params, pairs_in
 from broker.store.tables import EVENTS
 
 _KEY = "isthmus_cause_lookups"
 _EVENTS_OF = sa.select(EVENTS.c.job_id, EVENTS.c.cause_key).where(
-    sa.tuple_(EVENTS.c.job_id, EVENTS.c.cause_key).in_(sa.bindparam("pairs", expanding=True))
-)
+    pairs_in(EVENTS.c.job_id, EVENTS.c.cause_key, "pairs"))
 """Built once (its compiled form reused); the unique index on (job, cause) answers it."""
 
 
@@ -40,7 +39,8 @@ def read_ahead(session: Session, pairs: list[tuple[str, str]]) -> Iterator[None]
     new = set(pairs)
     conn = session.connection()
     for chunk in in_chunks(sorted(new)):
-        new.difference_update((r[0], r[1]) for r in conn.execute(_EVENTS_OF, {"pairs": chunk}))
+        rows = conn.execute(_EVENTS_OF, pair_params("pairs", chunk))
+        new.difference_update((r[0], r[1]) for r in rows)
     session.info[_KEY] = new
     try:
         yield
