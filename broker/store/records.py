@@ -169,14 +169,16 @@ def event_for_cause(session: Session, job_id: str, key: str) -> EventRecord | No
     return None if row is None else event_from_row(row)
 
 
+_SET_RETRY_TERMS = (sa.update(JOBS).where(JOBS.c.id == sa.bindparam("job_id"))
+                    .values(not_before=sa.bindparam("v_not_before"),
+                            exclude_json=sa.bindparam("v_exclude")))
+
+
 def set_retry_terms(
     session: Session, job_id: str, not_before: datetime | None, exclude_json: str
 ) -> None:
-    session.connection().execute(
-        sa.update(JOBS)
-        .where(JOBS.c.id == job_id)
-        .values(not_before=not_before, exclude_json=exclude_json)
-    )
+    session.connection().execute(_SET_RETRY_TERMS, {
+        "job_id": job_id, "v_not_before": not_before, "v_exclude": exclude_json})
 
 
 def set_first_useful_work(session: Session, job_id: str, at: datetime) -> bool:
