@@ -34,6 +34,7 @@ from broker.domain.attempts import RunSnapshot
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
 from broker.store import attempts as att
+from broker.store import batch, cause_lookups
 from broker.store.queries import get_job, jobs_by_ids
 from broker.store.records import JobRecord, lock_jobs
 from broker.store.secrets import digest, progress_token, server_secret
@@ -164,32 +165,45 @@ def _record(plane: ControlPlane, made: list[Made]) -> tuple[list[tuple[Made, Inc
 def _record_in(plane: ControlPlane, made: list[Made]) -> int:
     """One transaction: the jobs locked and checked first (one that moved on since the pass
     read it is skipped: `_moved_on`), then each attempt CREATED and its job PREPARING. The
-    number recorded."""
+    number recorded.
+
+    Whether the transitions' causes were applied before is asked in one statement once the
+    jobs are locked (broker.store.cause_lookups), and the attempts' rows, the events and the
+    job states are queued and sent as one executemany per statement (broker.store.batch):
+    each made object is another job's, and nothing in the transaction reads back what another
+    one queued. Their metrics are counted once the transaction committed."""
     moved: set[int] = set()
+    causes = [(m.attempt.job_id, _cause_key(m.attempt)) for m in made]
     with plane.db.write() as s:
         jobs = lock_jobs(s, [m.attempt.job_id for m in made])
-        for m in made:
-            a = m.attempt
-            if _moved_on(s, jobs.get(a.job_id), a, m.at):
-                moved.add(id(m))
-                continue
-            att.update(
-                s, a.job_id, a.number, dispatch=att.CREATED,
-                backend_id=m.result.backend_id, dispatched_at=m.at,
-                progress_token_sha256=digest(m.token), rendered=m.shown,
-            )
-            verb = "adopted" if m.result.adopted else "created"
-            set_state(
-                s, a.job_id, JobState.PREPARING, Reason.BackendPending,
-                Cause("dispatcher", DISPATCHER, key=f"dispatched:{a.number}"),
-                f"{verb} {a.backend_name} on {a.backend} ({m.result.backend_id})",
-                now=m.at, locked=jobs[a.job_id],
-            )
+        with cause_lookups.read_ahead(s, causes), batch.deferred(s, effects=False) as effects:
+            for m in made:
+                a = m.attempt
+                if _moved_on(s, jobs.get(a.job_id), a, m.at):
+                    moved.add(id(m))
+                    continue
+                att.update_queued(
+                    s, a.job_id, a.number, dispatch=att.CREATED,
+                    backend_id=m.result.backend_id, dispatched_at=m.at,
+                    progress_token_sha256=digest(m.token), rendered=m.shown,
+                )
+                verb = "adopted" if m.result.adopted else "created"
+                set_state(
+                    s, a.job_id, JobState.PREPARING, Reason.BackendPending,
+                    Cause("dispatcher", DISPATCHER, key=_cause_key(a)),
+                    f"{verb} {a.backend_name} on {a.backend} ({m.result.backend_id})",
+                    now=m.at, locked=jobs[a.job_id],
+                )
+    effects.run_effects()
     for m in made:
         if id(m) not in moved:
             log.info("dispatch %s: %s on %s", m.attempt.backend_name,
                      "adopted" if m.result.adopted else "created", m.attempt.backend)
     return len(made) - len(moved)
+
+
+def _cause_key(a: att.AttemptRecord) -> str:
+    return f"dispatched:{a.number}"
 
 
 def _moved_on(s: Session, job: JobRecord | None, a: att.AttemptRecord, now: datetime) -> bool:

@@ -110,10 +110,13 @@ def run_reconcile(plane: ControlPlane, backend_name: str) -> ReconcileReport:
     said = _said(facts)
     report.observed = len(facts)
     todo = _changed(brief, said)
-    with plane.db.read() as s:
-        live = [a for a in att.by_keys(s, todo)  # still live (the read above was earlier)
-                if a.ended_at is None and a.dispatch == att.CREATED]
-        jobs: dict[str, JobRecord | None] = dict(jobs_by_ids(s, [a.job_id for a in live]))
+    live: list[att.AttemptRecord] = []
+    jobs: dict[str, JobRecord | None] = {}
+    if todo:  # a quiet pass reads nothing more
+        with plane.db.read() as s:
+            live = [a for a in att.by_keys(s, todo)  # still live (the read above was earlier)
+                    if a.ended_at is None and a.dispatch == att.CREATED]
+            jobs = dict(jobs_by_ids(s, [a.job_id for a in live]))
     fact_of = _fact_of(facts)
     changed: list[tuple[att.AttemptRecord, Fact]] = []  # applied in chunks below
     for a in live:

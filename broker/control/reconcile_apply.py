@@ -41,7 +41,7 @@ from broker.domain.facts import ENDED_PHASES, Fact, Phase
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
 from broker.store import attempts as att
-from broker.store import batch, ledger_lookups, records
+from broker.store import batch, cause_lookups, ledger_lookups, records
 from broker.store.conflicts import on_conflict
 
 RECONCILER = "system:reconciler"
@@ -98,12 +98,25 @@ def _count_charge(team: str, flavor: str, pool: str, hours: dict[ledger.LedgerKi
         metrics.FAILURES.labels(*failed).inc()
 
 
+def _new_fact(a: att.AttemptRecord, fact: Fact) -> att.NewFact:
+    return att.NewFact(fact.backend, fact.backend_name, a.job_id, a.number, fact.phase.value,
+                       fact.reason.value, fact.observed_at, fact.model_dump_json())
+
+
 def _store_fact(s: Session, a: att.AttemptRecord, fact: Fact) -> str:
-    fid = att.insert_fact(
-        s, fact.backend, fact.backend_name, a.job_id, a.number, fact.phase.value,
-        fact.reason.value, fact.observed_at, fact.model_dump_json(),
-    )
-    return f"fact:{fid}"
+    return f"fact:{att.insert_fact(s, *_new_fact(a, fact))}"
+
+
+def _derived(a: att.AttemptRecord, fact: Fact, job: records.JobRecord) -> tuple[Fact, Derived]:
+    """The fact as the lifecycle reads it and what it implies for the attempt's job."""
+    fact = _as_preempted(a, fact)
+    current = job.attempt == a.number
+    return fact, derive(JobState(job.state) if current else JobState.QUEUED, fact)
+
+
+def _cause_keys(ref: str, d: Derived, state: str) -> list[str | None]:
+    """The cause key of each of `d`'s steps (None: a reason only, which may repeat)."""
+    return [f"{ref}:{i}" if step.state.value != state else None for i, step in enumerate(d.steps)]
 
 
 def _as_preempted(a: att.AttemptRecord, fact: Fact) -> Fact:
@@ -131,22 +144,22 @@ def _resolve_once(s: Session, a: att.AttemptRecord, fact: Fact, now: datetime) -
 
 
 def _apply_in(s: Session, plane: ControlPlane, a: att.AttemptRecord, fact: Fact,
-              now: datetime, job: records.JobRecord | None) -> int:
+              now: datetime, job: records.JobRecord | None, ref: str | None = None) -> int:
     """One attempt's fact, transitions, ending and retry decision, in the caller's transaction,
     its job locked by the caller (`job`; None: the job is gone): the transitions made. The
-    attempt's row is written once, last."""
+    attempt's row is written once, last. `ref`: the fact as the caller stored it (else stored
+    here)."""
     if job is None:
         return 0
-    state = JobState(job.state)
     current = job.attempt == a.number
-    ref = _store_fact(s, a, fact)
-    fact = _as_preempted(a, fact)
-    d = derive(state if current else JobState.QUEUED, fact)
+    if ref is None:
+        ref = _store_fact(s, a, fact)
+    fact, d = _derived(a, fact, job)
+    keys = _cause_keys(ref, d, job.state)
     row: dict[str, object] = {"phase": fact.phase.value, "last_seen_at": now,
                               "missing_since": None}
     moved = 0
-    for i, step in enumerate(d.steps):
-        key = f"{ref}:{i}" if step.state is not state else None
+    for step, key in zip(d.steps, keys, strict=True):
         r = set_state(s, a.job_id, step.state, step.reason,
                       Cause("reconciler", RECONCILER, key=key, facts_ref=ref),
                       step.message, now=now, locked=job)
@@ -285,11 +298,19 @@ def _write_locked(s: Session, plane: ControlPlane, chunk: list[tuple[att.Attempt
         a, job = item[0], locked.get(item[0].job_id)
         return (job.team if job else "", a.flavor, a.job_id)
 
-    for a, fact in sorted(chunk, key=counter):
-        # no savepoint per attempt (one each cost a tenth of the pass): an attempt that fails
-        # fails the chunk's transaction, and _apply_chunk writes the chunk again attempt by
-        # attempt, each in a transaction of its own under its job's guard
-        out.moved += _apply_in(s, plane, a, fact, now, locked.get(a.job_id))
+    # the facts stored in one statement, in the order they are applied (the ids one insert
+    # each gave them); whether their transitions' causes were applied before asked in one more
+    items = [(a, fact, job) for a, fact in sorted(chunk, key=counter)
+             if (job := locked.get(a.job_id)) is not None]
+    refs = [f"fact:{fid}" for fid in att.insert_facts(s, [_new_fact(a, f) for a, f, _ in items])]
+    causes = [(a.job_id, key) for (a, fact, job), ref in zip(items, refs, strict=True)
+              for key in _cause_keys(ref, _derived(a, fact, job)[1], job.state) if key]
+    with cause_lookups.read_ahead(s, causes):
+        for (a, fact, job), ref in zip(items, refs, strict=True):
+            # no savepoint per attempt (one each cost a tenth of the pass): an attempt that
+            # fails fails the chunk's transaction, and _apply_chunk writes the chunk again
+            # attempt by attempt, each in a transaction of its own under its job's guard
+            out.moved += _apply_in(s, plane, a, fact, now, job, ref)
 
 
 def mark_one(plane: ControlPlane, incident: Incident, now: datetime) -> None:

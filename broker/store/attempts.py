@@ -13,7 +13,7 @@ from sqlmodel import Session
 
 from broker.domain.facts import Phase
 from broker.store import batch
-from broker.store.in_lists import in_chunks
+from broker.store.in_lists import in_chunks, pair_params, pairs_in
 
 # the tables of attempts, facts, cycles and explanations, named here for this module's callers
 from broker.store.tables import ATTEMPTS as ATTEMPTS
@@ -73,17 +73,28 @@ def insert_attempt(session: Session, rec: AttemptRecord) -> None:
     batch.write(session, _INSERT_ATTEMPT, {f: getattr(rec, f) for f in _FIELDS})
 
 
+# The statements of the control loop's look-ups are built once, with bind parameters (an IN
+# list as one expanding parameter): SQLAlchemy then reuses their compiled form, where a
+# statement built per call pays its construction and cache key every time (a tenth of a
+# reconcile pass went there).
+_GET_ATTEMPT = sa.select(*_COLS).where(ATTEMPTS.c.job_id == sa.bindparam("job_id"),
+                                       ATTEMPTS.c.number == sa.bindparam("number"))
+_ATTEMPTS_OF = (sa.select(*_COLS).where(ATTEMPTS.c.job_id == sa.bindparam("job_id"))
+                .order_by(ATTEMPTS.c.number))
+_PENDING = sa.and_(ATTEMPTS.c.dispatch == PENDING, ATTEMPTS.c.ended_at.is_(None))
+_PENDING_BACKENDS = sa.select(ATTEMPTS.c.backend).where(_PENDING).distinct()
+_PENDING_OF = (sa.select(*_COLS).where(_PENDING, ATTEMPTS.c.backend == sa.bindparam("backend"))
+               .order_by(ATTEMPTS.c.created_at).limit(sa.bindparam("limit")))
+_BY_KEYS = sa.select(*_COLS).where(pairs_in(ATTEMPTS.c.job_id, ATTEMPTS.c.number, "keys"))
+
+
 def get_attempt(session: Session, job_id: str, number: int) -> AttemptRecord | None:
-    row = session.connection().execute(
-        sa.select(*_COLS).where(ATTEMPTS.c.job_id == job_id, ATTEMPTS.c.number == number)
-    ).first()
+    row = session.connection().execute(_GET_ATTEMPT, {"job_id": job_id, "number": number}).first()
     return None if row is None else _rec(row)
 
 
 def attempts_of(session: Session, job_id: str) -> list[AttemptRecord]:
-    rows = session.connection().execute(
-        sa.select(*_COLS).where(ATTEMPTS.c.job_id == job_id).order_by(ATTEMPTS.c.number)
-    )
+    rows = session.connection().execute(_ATTEMPTS_OF, {"job_id": job_id})
     return [_rec(r) for r in rows]
 
 
@@ -91,15 +102,10 @@ def to_dispatch(session: Session, limit: int = 500) -> list[AttemptRecord]:
     """Pending intents, oldest first, at most `limit` per backend: the oldest intents of one
     backend (say, an unreachable one) never crowd the other backends' intents out of a pass."""
     conn = session.connection()
-    pending = sa.and_(ATTEMPTS.c.dispatch == PENDING, ATTEMPTS.c.ended_at.is_(None))
-    backends = [r[0] for r in conn.execute(sa.select(ATTEMPTS.c.backend).where(pending)
-                                           .distinct())]
+    backends = [r[0] for r in conn.execute(_PENDING_BACKENDS)]
     out: list[AttemptRecord] = []
     for backend in sorted(backends):
-        rows = conn.execute(
-            sa.select(*_COLS).where(pending, ATTEMPTS.c.backend == backend)
-            .order_by(ATTEMPTS.c.created_at).limit(limit)
-        )
+        rows = conn.execute(_PENDING_OF, {"backend": backend, "limit": limit})
         out.extend(_rec(r) for r in rows)
     out.sort(key=lambda a: a.created_at)
     return out
@@ -139,16 +145,16 @@ def unseen(session: Session) -> list[Unseen]:
     return [Unseen(*r) for r in session.connection().execute(_UNSEEN)]
 
 
+_SNAPSHOTS = sa.select(ATTEMPTS.c.job_id, ATTEMPTS.c.number, ATTEMPTS.c.snapshot_json).where(
+    pairs_in(ATTEMPTS.c.job_id, ATTEMPTS.c.number, "keys"))
+
+
 def snapshots(session: Session, keys: list[tuple[str, int]]) -> dict[tuple[str, int], str]:
     """The run snapshots (JSON) of the attempts `keys` (job id, number)."""
     out: dict[tuple[str, int], str] = {}
     conn = session.connection()
     for chunk in in_chunks(keys):
-        rows = conn.execute(
-            sa.select(ATTEMPTS.c.job_id, ATTEMPTS.c.number, ATTEMPTS.c.snapshot_json).where(
-                sa.tuple_(ATTEMPTS.c.job_id, ATTEMPTS.c.number).in_(chunk)
-            )
-        )
+        rows = conn.execute(_SNAPSHOTS, pair_params("keys", chunk))
         out.update({(r[0], r[1]): r[2] for r in rows})
     return out
 
@@ -235,9 +241,7 @@ def by_keys(session: Session, keys: list[tuple[str, int]]) -> list[AttemptRecord
     found: dict[tuple[str, int], AttemptRecord] = {}
     conn = session.connection()
     for chunk in in_chunks(keys):
-        rows = conn.execute(sa.select(*_COLS).where(
-            sa.tuple_(ATTEMPTS.c.job_id, ATTEMPTS.c.number).in_(chunk)
-        ))
+        rows = conn.execute(_BY_KEYS, pair_params("keys", chunk))
         found.update({(r.job_id, r.number): r for r in map(_rec, rows)})
     return [found[k] for k in keys if k in found]
 
@@ -288,12 +292,11 @@ _SET_RESOLVED = (
 starts."""
 
 
-def set_resolved_once(session: Session, job_id: str, number: int, resolved_json: str) -> bool:
-    """Store what the attempt ran with, unless it was stored before (never rewritten)."""
-    result = session.connection().execute(
-        _SET_RESOLVED, {"k_job": job_id, "k_number": number, "v_resolved": resolved_json}
-    )
-    return bool(result.rowcount)
+def set_resolved_once(session: Session, job_id: str, number: int, resolved_json: str) -> None:
+    """Store what the attempt ran with, unless it was stored before (never rewritten); queued
+    inside a batch of deferred writes (broker.store.batch: its WHERE keeps it once)."""
+    batch.write(session, _SET_RESOLVED,
+                {"k_job": job_id, "k_number": number, "v_resolved": resolved_json})
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,6 +334,9 @@ def by_token_digest(session: Session, job_id: str, digest: str) -> AttemptRecord
 
 
 _INSERT_FACT = sa.insert(FACTS)
+# RETURNING the attempt with each id: SQLite returns the rows of a many-row insert in no set
+# order, and SQLAlchemy sends one statement per row when asked to sort them
+_INSERT_FACTS = sa.insert(FACTS).returning(FACTS.c.job_id, FACTS.c.attempt, FACTS.c.id)
 
 
 def insert_fact(
@@ -344,6 +350,33 @@ def insert_fact(
     })
     key = result.inserted_primary_key
     return int(key[0]) if key else 0
+
+
+class NewFact(NamedTuple):
+    """A fact to store (`insert_facts`), as `insert_fact` takes it."""
+
+    backend: str
+    backend_name: str
+    job_id: str | None
+    attempt: int | None
+    phase: str
+    reason: str
+    observed_at: datetime
+    payload_json: str
+
+
+def insert_facts(session: Session, facts: list[NewFact]) -> list[int]:
+    """Store `facts`, of distinct attempts, in one statement (per 500); their ids, in the
+    order given."""
+    keys = [(f.job_id, f.attempt) for f in facts]
+    if len(set(keys)) < len(keys):
+        raise ValueError("insert_facts takes one fact per attempt")
+    ids: dict[tuple[str | None, int | None], int] = {}
+    conn = session.connection()
+    for chunk in in_chunks(facts):
+        rows = conn.execute(_INSERT_FACTS, [f._asdict() for f in chunk])
+        ids.update(((r[0], r[1]), int(r[2])) for r in rows)
+    return [ids[k] for k in keys]
 
 
 def insert_cycle(

@@ -39,12 +39,15 @@ class Deposed(RuntimeError):
         super().__init__(f"write of epoch {mine} refused: {now} ({lease})")
 
 
+_EPOCH = (sa.select(LEASES.c.epoch).where(LEASES.c.name == sa.bindparam("lease"))
+          .with_for_update())
+"""Built once (its compiled form reused): every write of the control loop ends with it."""
+
+
 def check_epoch(session: Session, lease: str, epoch: int) -> None:
     """Raise Deposed unless the lease `lease` is at `epoch`; locks the lease row until the
     transaction ends."""
-    current = session.connection().execute(
-        sa.select(LEASES.c.epoch).where(LEASES.c.name == lease).with_for_update()
-    ).scalar()
+    current = session.connection().execute(_EPOCH, {"lease": lease}).scalar()
     if current != epoch:
         raise Deposed(lease, epoch, current)
 

@@ -27,12 +27,17 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from broker.store.in_lists import in_chunks
+from broker.store.in_lists import in_chunks, pair_params, pairs_in
 from broker.store.tables import LEDGER_ENTRIES as ENTRIES
 
 KINDS = ("reserve", "release", "usage")  # the kinds broker.ledger looks up before it writes
 _KEY = "isthmus_ledger_lookups"
 _Known = dict[tuple[str, int], dict[str, Any]]
+_ENTRIES_OF = sa.select(ENTRIES).where(
+    ENTRIES.c.kind.in_(KINDS),
+    pairs_in(ENTRIES.c.job_id, ENTRIES.c.attempt, "keys"),
+)
+"""Built once (its compiled form reused)."""
 
 
 @contextlib.contextmanager
@@ -44,10 +49,7 @@ def read_ahead(session: Session, keys: list[tuple[str, int]]) -> Iterator[None]:
     known: _Known = {key: {} for key in keys}
     conn = session.connection()
     for chunk in in_chunks(sorted(known)):
-        rows = conn.execute(sa.select(ENTRIES).where(
-            ENTRIES.c.kind.in_(KINDS),
-            sa.tuple_(ENTRIES.c.job_id, ENTRIES.c.attempt).in_(chunk),
-        ))
+        rows = conn.execute(_ENTRIES_OF, pair_params("keys", chunk))
         for row in rows:
             known[(row.job_id, row.attempt)][row.kind] = row
     session.info[_KEY] = known

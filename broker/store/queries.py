@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import tuple_
+from sqlalchemy import bindparam, tuple_
 from sqlmodel import Session
 
 from broker.store.in_lists import in_chunks
@@ -19,9 +19,13 @@ from broker.store.records import (
     select_jobs,
 )
 
+# built once: their compiled form is reused (the control loop reads jobs by id every pass)
+_GET_JOB = select_jobs().where(JOBS.c.id == bindparam("job_id"))
+_JOBS_BY_IDS = select_jobs().where(JOBS.c.id.in_(bindparam("ids", expanding=True)))
+
 
 def get_job(session: Session, job_id: str) -> JobRecord | None:
-    row = session.connection().execute(select_jobs().where(JOBS.c.id == job_id)).first()
+    row = session.connection().execute(_GET_JOB, {"job_id": job_id}).first()
     return None if row is None else job_from_row(row)
 
 
@@ -29,8 +33,7 @@ def jobs_by_ids(session: Session, job_ids: Sequence[str]) -> dict[str, JobRecord
     out: dict[str, JobRecord] = {}
     ids = list(dict.fromkeys(job_ids))
     for chunk in in_chunks(ids):
-        stmt = select_jobs().where(JOBS.c.id.in_(chunk))
-        for row in session.connection().execute(stmt):
+        for row in session.connection().execute(_JOBS_BY_IDS, {"ids": list(chunk)}):
             job = job_from_row(row)
             out[job.id] = job
     return out

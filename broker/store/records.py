@@ -13,7 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from broker.store import batch
+from broker.store import batch, cause_lookups
 
 # the tables of jobs and events, named here for this module's callers
 from broker.store.tables import EVENTS as EVENTS
@@ -103,6 +103,8 @@ _SAVE_STATE = (
     .where(JOBS.c.id == sa.bindparam("job_id"))
     .values({name: sa.bindparam(f"new_{name}") for name in _STATE_FIELDS})
 )
+_LOCK_JOBS = (select_jobs().where(JOBS.c.id.in_(sa.bindparam("ids", expanding=True)))
+              .order_by(JOBS.c.id).with_for_update())
 _EVENT_FOR_CAUSE = select_events().where(
     EVENTS.c.job_id == sa.bindparam("job_id"), EVENTS.c.cause_key == sa.bindparam("key")
 )
@@ -133,9 +135,7 @@ def lock_job(session: Session, job_id: str) -> JobRecord | None:
 def lock_jobs(session: Session, job_ids: list[str]) -> dict[str, JobRecord]:
     """Lock several jobs in one statement (ordered by id, as every multi-row lock here is, so
     that two lockers cannot deadlock); the ones that exist, by id."""
-    rows = session.connection().execute(
-        select_jobs().where(JOBS.c.id.in_(sorted(job_ids))).order_by(JOBS.c.id).with_for_update()
-    )
+    rows = session.connection().execute(_LOCK_JOBS, {"ids": sorted(job_ids)})
     return {job.id: job for job in map(job_from_row, rows)}
 
 
@@ -154,6 +154,8 @@ crash-safety tests kill the process after such a commit (broker.control.faults).
 
 def insert_event(session: Session, job: JobRecord, event: EventRecord) -> None:
     session.info[STATE_WRITTEN] = True
+    if event.cause_key is not None:
+        cause_lookups.learn(session, event.job_id, event.cause_key)
     if job.unsaved_events is not None:
         job.unsaved_events.append(event)
         return
@@ -161,18 +163,22 @@ def insert_event(session: Session, job: JobRecord, event: EventRecord) -> None:
 
 
 def event_for_cause(session: Session, job_id: str, key: str) -> EventRecord | None:
+    if cause_lookups.known_new(session, job_id, key):
+        return None
     row = session.connection().execute(_EVENT_FOR_CAUSE, {"job_id": job_id, "key": key}).first()
     return None if row is None else event_from_row(row)
+
+
+_SET_RETRY_TERMS = (sa.update(JOBS).where(JOBS.c.id == sa.bindparam("job_id"))
+                    .values(not_before=sa.bindparam("v_not_before"),
+                            exclude_json=sa.bindparam("v_exclude")))
 
 
 def set_retry_terms(
     session: Session, job_id: str, not_before: datetime | None, exclude_json: str
 ) -> None:
-    session.connection().execute(
-        sa.update(JOBS)
-        .where(JOBS.c.id == job_id)
-        .values(not_before=not_before, exclude_json=exclude_json)
-    )
+    session.connection().execute(_SET_RETRY_TERMS, {
+        "job_id": job_id, "v_not_before": not_before, "v_exclude": exclude_json})
 
 
 def set_first_useful_work(session: Session, job_id: str, at: datetime) -> bool:

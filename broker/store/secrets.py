@@ -13,10 +13,12 @@ from sqlalchemy.exc import IntegrityError
 from broker.store.db import Database
 from broker.store.tables import SERVER_SECRETS as SECRETS
 
+_SECRET = sa.select(SECRETS).where(SECRETS.c.name == sa.bindparam("name"))
+
 
 def server_secret(db: Database, name: str) -> bytes:
     with db.read() as s:
-        row = s.connection().execute(sa.select(SECRETS).where(SECRETS.c.name == name)).first()
+        row = s.connection().execute(_SECRET, {"name": name}).first()
     if row is not None:
         return bytes.fromhex(row.value)
     value = secrets.token_hex(32)

@@ -5,11 +5,16 @@ SQLite and PostgreSQL; and it returns what the tables hold."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from broker.store import attempts as att
-from broker.store.db import Database
+from broker.store import cause_lookups, in_lists, ledger_lookups
+from broker.store.db import Database, connect
+from broker.store.migrate import upgrade
 from broker.store.records import JOBS
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
@@ -78,3 +83,35 @@ def test_the_narrow_read_is_covered_by_the_indexes(db: Database) -> None:
             "('ix_attempts_reconcile', 'ix_jobs_lifecycle')")}
         assert "WHERE (ended_at IS NULL)" in defs["ix_attempts_reconcile"]
         assert "(id, state, reason, attempt)" in defs["ix_jobs_lifecycle"]
+
+
+@pytest.mark.parametrize("stmt, name, pairs", [
+    (att._BY_KEYS, "keys", [("J000000000000003", 2), ("J000000000000005", 2)]),
+    (att._SNAPSHOTS, "keys", [("J000000000000003", 2), ("J000000000000005", 2)]),
+    (ledger_lookups._ENTRIES_OF, "keys", [("J000000000000003", 2), ("J000000000000005", 2)]),
+    (cause_lookups._EVENTS_OF, "pairs", [("J000000000000003", "fact:1:0"),
+                                         ("J000000000000005", "fact:2:0")]),
+], ids=["attempts-by-key", "snapshots", "ledger-read-ahead", "cause-read-ahead"])
+def test_lookups_by_pairs_search_an_index_on_sqlite(  # two pairs: one is an equality
+    tmp_path: Path, stmt: Any, name: str, pairs: list[Any],
+) -> None:
+    """A row-value IN list alone made SQLite read the whole table (attempts, ledger entries,
+    events: a pass's look-ups cost more as the history grew); with the pairs' first values as
+    a plain IN list beside it, it searches the table's index, and still returns the pairs."""
+    db = connect(f"sqlite:///{tmp_path / 'plan.db'}")
+    upgrade(db)
+    _seed(db)
+    params = in_lists.pair_params(name, pairs)
+    with db.read() as s:
+        c = s.connection()
+        expanded = stmt.compile(dialect=c.dialect).construct_expanded_state(params)
+        plan = [r[3] for r in c.exec_driver_sql(
+            f"EXPLAIN QUERY PLAN {expanded.statement}",
+            tuple(expanded.parameters[p] for p in expanded.positiontup or ()))]
+        tables = [step for step in plan if "CONSTANT ROW" not in step
+                  and not step.startswith("LIST SUBQUERY")]
+        assert tables and all(step.startswith("SEARCH") for step in tables), plan
+        got = c.execute(stmt, params).all()
+    db.dispose()
+    if stmt is att._BY_KEYS:
+        assert sorted((r.job_id, r.number) for r in got) == sorted(pairs)

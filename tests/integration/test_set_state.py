@@ -16,7 +16,7 @@ from broker.orchestration import (
 )
 from broker.orchestration.replay import replay
 from broker.orchestration.transitions import JobNotFound
-from broker.store import Database
+from broker.store import Database, cause_lookups
 from broker.store.queries import get_job, job_events
 from tests.builders import insert_job_in_state
 
@@ -73,6 +73,29 @@ def test_same_cause_twice_changes_nothing(db: Database) -> None:
             assert r.outcome is expected
     with db.read() as s:
         assert [e.to_state for e in job_events(s, job_id)] == ["SUBMITTED", "CANCELLED"]
+
+
+def test_a_cause_read_ahead_is_still_applied_once(db: Database) -> None:
+    """Inside cause_lookups.read_ahead (a reconcile chunk, a dispatch record) a cause applied
+    before is still a NOOP, one not applied is ACCEPTed without asking the database, and one
+    applied in the block is a NOOP when proposed again."""
+    with db.write() as s:
+        job_id = insert_job_in_state(s, S.QUEUED, Reason.WaitingForAdmission)
+    old, new = Cause("test", "tester", key="old"), Cause("test", "tester", key="new")
+    with db.write() as s:
+        set_state(s, job_id, S.QUEUED, Reason.QuotaExhausted, old)
+    with db.write() as s, cause_lookups.read_ahead(s, [(job_id, "old"), (job_id, "new")]):
+        assert cause_lookups.known_new(s, job_id, "new")
+        assert not cause_lookups.known_new(s, job_id, "old")
+        again = set_state(s, job_id, S.CANCELLED, Reason.CancelledByUser, old)
+        first = set_state(s, job_id, S.QUEUED, Reason.InsufficientCapacity, new)
+        assert not cause_lookups.known_new(s, job_id, "new")  # its event is written now
+        repeated = set_state(s, job_id, S.CANCELLED, Reason.CancelledByUser, new)
+    assert (again.outcome, first.outcome, repeated.outcome) == (
+        Outcome.NOOP, Outcome.ACCEPT, Outcome.NOOP)
+    with db.read() as s:
+        assert [e.reason for e in job_events(s, job_id)][-2:] == [
+            "QuotaExhausted", "InsufficientCapacity"]
 
 
 def test_same_state_and_reason_is_a_noop_but_a_new_reason_is_an_event(db: Database) -> None:

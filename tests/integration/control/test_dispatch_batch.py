@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from broker.control import dispatch
 from broker.control.admission import run_admission
@@ -57,6 +58,34 @@ def test_a_pass_records_its_objects_in_one_transaction(
     monkeypatch.setattr(dispatch, "RECORD_AFTER_S", 3600.0)
     assert run_dispatch(sim.plane) == 12
     assert writes[0] == 1
+    for j in jobs:
+        assert state(sim, j) == ("PREPARING", "BackendPending")
+    consistent(sim)
+
+
+def test_a_record_sends_its_writes_once_not_per_object(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The record's attempts, events and job states go as one executemany each, and whether
+    its causes were applied before is asked in one statement (four statements per object
+    before)."""
+    jobs = _admitted(sim, 6)
+    server_secret(sim.plane.db, "progress")
+    monkeypatch.setattr(dispatch, "RECORD_AFTER_S", 3600.0)
+    sent: list[tuple[str, int]] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, params: Any, context: Any,
+             many: bool) -> None:
+        sent.append((" ".join(statement.split())[:40], len(params) if many else 1))
+
+    sa.event.listen(sa.engine.Engine, "before_cursor_execute", seen)
+    try:
+        assert run_dispatch(sim.plane) == 6
+    finally:
+        sa.event.remove(sa.engine.Engine, "before_cursor_execute", seen)
+    for table in ("UPDATE attempts SET", "INSERT INTO job_events", "UPDATE jobs SET"):
+        assert [n for sql, n in sent if sql.startswith(table)] == [6], (table, sent)
+    assert len([sql for sql, _ in sent if sql.startswith("SELECT job_events")]) == 1, sent
     for j in jobs:
         assert state(sim, j) == ("PREPARING", "BackendPending")
     consistent(sim)

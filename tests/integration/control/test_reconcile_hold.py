@@ -20,6 +20,7 @@ from broker.control.dispatch import run_dispatch
 from broker.control.reconcile import run_reconcile
 from broker.orchestration.submission import cancel_job
 from broker.store import ledger_lookups
+from broker.store.tables import EVENTS, FACTS
 from broker.store.tables import LEDGER_ENTRIES as ENTRIES
 from tests.builders import spec
 from tests.harness.sim import Sim, attempts_of, consistent, state, submit
@@ -73,8 +74,9 @@ def test_a_chunks_ledger_lookups_and_writes_are_sent_once_not_per_attempt(sim: S
         assert writes == [ENDED], (table, writes)  # one executemany of a row per attempt
     entries = [n for sql, n in sent if sql.startswith("INSERT INTO ledger_entries")]
     assert sorted(entries) == [ENDED, ENDED], entries  # the releases, the usage entries
-    # per attempt only its fact, its cause-key look-up and its savepoint remain (13 before)
-    assert len(sent) <= 5 * ENDED + 16, by_start
+    # nothing per attempt remains (13 statements each before; then its fact and its
+    # cause-key look-up: test_a_chunks_facts_and_cause_lookups_are_one_statement_each)
+    assert len(sent) <= 20, by_start
     with sim.plane.db.read() as s:
         rows = s.connection().execute(
             sa.select(ENTRIES.c.job_id, ENTRIES.c.kind, ENTRIES.c.pool,
@@ -84,6 +86,29 @@ def test_a_chunks_ledger_lookups_and_writes_are_sent_once_not_per_attempt(sim: S
     assert booked == {"reserve": ENDED, "release": ENDED, "usage": ENDED}, booked
     assert {(pool, user) for _, kind, pool, user in rows if kind == "usage"} == {
         (attempts_of(sim, jobs[0])[-1].pool, "tester")}
+    consistent(sim)
+
+
+def test_a_chunks_facts_and_cause_lookups_are_one_statement_each(sim: Sim) -> None:
+    """The chunk stores its attempts' facts in one statement and asks in one whether their
+    transitions' causes were applied before (an insert and a look-up per attempt before);
+    each event still refers to the fact of its own job's attempt."""
+    jobs = _running(sim, ENDED)
+    sim.advance(120)
+    sent = _statements(sim)
+    assert [state(sim, j)[0] for j in jobs] == ["SUCCEEDED"] * ENDED
+    assert len([sql for sql, _ in sent if sql.startswith("INSERT INTO facts")]) == 1, sent
+    assert len([sql for sql, _ in sent if sql.startswith("SELECT job_events")]) == 1, sent
+    with sim.plane.db.read() as s:
+        rows = s.connection().execute(
+            sa.select(EVENTS.c.job_id, FACTS.c.job_id, FACTS.c.attempt, FACTS.c.phase)
+            .select_from(EVENTS.join(
+                FACTS, EVENTS.c.facts_ref == sa.literal("fact:") + sa.cast(FACTS.c.id, sa.String)))
+            .where(EVENTS.c.to_state == "SUCCEEDED", EVENTS.c.job_id.in_(jobs))).all()
+    assert len(rows) == ENDED
+    for job_id, fact_job, fact_attempt, phase in rows:
+        assert (fact_job, fact_attempt, phase) == (
+            job_id, attempts_of(sim, job_id)[-1].number, "SUCCEEDED"), rows
     consistent(sim)
 
 
