@@ -95,6 +95,12 @@ def _flaky_command(marker: Path) -> list[str]:
     return ["sh", "-c", f"if [ -e {marker} ]; then sleep 1; else touch {marker}; sleep 300; fi"]
 
 
+def _until_preempted() -> list[str]:
+    """Attempt 1 runs long enough to be preempted (without a preemption the job would end after
+    300 s with one attempt, which the test refuses); later attempts end at once."""
+    return ["sh", "-c", 'if [ "$ISTHMUS_ATTEMPT" = 1 ]; then sleep 300; else sleep 1; fi']
+
+
 def _node_of(slurm: object, job_id: str) -> str | None:
     out = slurm.run(  # type: ignore[attr-defined]
         ["squeue", "-h", "-t", "R", "-n", f"isthmus-{job_id}-1", "-o", "%N"]).stdout.strip()
@@ -127,7 +133,9 @@ def test_kill_after_every_commit_changes_no_outcome(
     )
     flaky = job_spec("flaky", "a100-80g", command=_flaky_command(workdir / "flaky.tried"),
                      backend="slurm")
-    low = {**job_spec("low", "h100-80g", replicas=3, command=["sleep", "12"], backend="slurm"),
+    # low's first attempt runs until urgent preempts it (however long the kills and restarts
+    # take on a busy machine: a fixed run could end first), its next one ends at once
+    low = {**job_spec("low", "h100-80g", replicas=3, command=_until_preempted(), backend="slurm"),
            "priority": "low"}
     high = {**job_spec("urgent", "h100-80g", command=["sleep", "3"], backend="slurm"),
             "priority": "high"}
