@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import bindparam, tuple_
+from sqlalchemy import Select, bindparam, tuple_
 from sqlmodel import Session
 
 from broker.store.in_lists import in_chunks
@@ -54,13 +55,23 @@ def jobs_by_idempotency_keys(
     each)."""
     out: dict[tuple[str, str], JobRecord] = {}
     for chunk in in_chunks(list(dict.fromkeys(pairs))):
-        # the exact pairs: a team's look-up never reads another team's jobs
-        stmt = select_jobs().where(tuple_(JOBS.c.team, JOBS.c.idempotency_key).in_(chunk))
-        for row in session.connection().execute(stmt):
+        for row in session.connection().execute(by_idempotency_keys(chunk)):
             job = job_from_row(row)
             if job.idempotency_key is not None:
                 out[(job.team, job.idempotency_key)] = job
     return out
+
+
+def by_idempotency_keys(pairs: Sequence[tuple[str, str]]) -> Select[Any]:
+    """The jobs of exactly these (team, Idempotency-Key) pairs: a team's look-up never reads
+    another team's jobs. The teams and the keys as plain IN lists beside the pairs let SQLite
+    search the unique index (team, key); a row-value IN list alone made it read the whole jobs
+    table on every submit."""
+    return select_jobs().where(
+        JOBS.c.team.in_(sorted({t for t, _ in pairs})),
+        JOBS.c.idempotency_key.in_(sorted({k for _, k in pairs})),
+        tuple_(JOBS.c.team, JOBS.c.idempotency_key).in_(pairs),
+    )
 
 
 def list_jobs(

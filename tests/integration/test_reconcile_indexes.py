@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from broker import ledger
 from broker.store import attempts as att
-from broker.store import cause_lookups, in_lists, ledger_lookups
+from broker.store import cause_lookups, in_lists, ledger_lookups, queries
 from broker.store.db import Database, connect
 from broker.store.migrate import upgrade
 from broker.store.records import JOBS
@@ -115,3 +116,35 @@ def test_lookups_by_pairs_search_an_index_on_sqlite(  # two pairs: one is an equ
     db.dispose()
     if stmt is att._BY_KEYS:
         assert sorted((r.job_id, r.number) for r in got) == sorted(pairs)
+
+
+def _plan(c: Any, stmt: Any) -> list[str]:
+    sql = str(stmt.compile(dialect=c.dialect, compile_kwargs={"literal_binds": True}))
+    plan = [r[3] for r in c.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}")]
+    return [step for step in plan if "CONSTANT ROW" not in step
+            and not step.startswith("LIST SUBQUERY")]
+
+
+def test_the_submit_and_ledger_look_ups_by_pairs_search_an_index_on_sqlite(
+        tmp_path: Path) -> None:
+    """The API's idempotency look-up (every submit) and the ledger's borrowed GPUs of many
+    attempts: the same row-value IN pattern, the same table scan before, the same cure."""
+    db = connect(f"sqlite:///{tmp_path / 'plan.db'}")
+    upgrade(db)
+    with db.write() as s:
+        s.connection().execute(sa.insert(JOBS), [
+            _job(0, "RUNNING") | {"idempotency_key": "k1"},
+            _job(1, "RUNNING") | {"idempotency_key": "k2"},
+            _job(2, "RUNNING") | {"team": "u", "idempotency_key": "k1"},
+        ])
+    pairs = [("t", "k2"), ("u", "k1"), ("u", "k2")]
+    keys = [("J000000000000003", 2), ("J000000000000005", 2)]
+    with db.read() as s:
+        c = s.connection()
+        for stmt in (queries.by_idempotency_keys(pairs), ledger.reservations_of(keys)):
+            steps = _plan(c, stmt)
+            assert steps and all(step.startswith("SEARCH") for step in steps), steps
+        got = sorted((r.team, r.idempotency_key) for r in c.execute(
+            queries.by_idempotency_keys(pairs)))
+    db.dispose()
+    assert got == [("t", "k2"), ("u", "k1")]  # exactly the pairs asked: ("t", "k1") is not
