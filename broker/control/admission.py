@@ -218,7 +218,8 @@ def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
         estimating = bool(queued) or not fold_usage
         runtimes = (_runtime_model(plane, s, now) if fold_usage else
                     eta_inputs.runtime_model(plane, s)) if estimating else RuntimeModel()
-        running = eta_inputs.running_work(plane, s, runtimes, now) if estimating else []
+        running = (eta_inputs.running_work(plane, s, runtimes, now, keep=fold_usage)
+                   if estimating else [])
         limits = concurrency(plane.config, counts.held_by_user(s)) \
             if limits_configured(plane.config) else None
         by_queue = counts.held_by_queue(s) if estimating and queues_configured(plane.config) \

@@ -91,10 +91,11 @@ def runtime_model(plane: ControlPlane, s: Session) -> RuntimeModel:
 
 
 def running_work(plane: ControlPlane, s: Session, model: RuntimeModel,
-                 now: datetime) -> list[Running]:
+                 now: datetime, *, keep: bool = True) -> list[Running]:
     """The running attempts on their placed nodes: declared end (start + limit, as the
     backends announce the release) and predicted ends (the model, given the time run: the
-    point and the window's; policies.eta.running)."""
+    point and the window's; policies.eta.running). Only the real cycle (`keep`) replaces the
+    ends kept for the next one: a what-if reads them, and leaves them as they were."""
     rows = s.connection().execute(_RUNNING).all()
     facts = _facts(plane, s, [(r.job_id, r.number) for r in rows], nodes=True)
     known = plane.soft.running_ends
@@ -122,5 +123,6 @@ def running_work(plane: ControlPlane, s: Session, model: RuntimeModel,
                 held = (model, r.started_at, ends, runs)
         kept[key] = held
         out.extend(runs)
-    plane.soft.running_ends = kept
+    if keep:
+        plane.soft.running_ends = kept
     return out

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
+from broker.control.admission import cycle_inputs
 from broker.control.eta_inputs import running_work, runtime_model
 from policies.run_length import MIN_SAMPLES
 from tests.builders import spec
@@ -47,3 +48,18 @@ def test_running_attempts_are_known_by_their_nodes_and_ends(sim: Sim) -> None:
         assert r.declared_end == attempt.started_at + timedelta(seconds=7200)
         # no history: expected at its declared end
         assert r.predicted_end == r.declared_end
+
+
+def test_a_what_if_leaves_the_real_cycles_kept_ends_as_they_were(sim: Sim) -> None:
+    """`isthmus plan` (a what-if, `fold_usage=False`) learns a model of its own; its look at
+    the running work must not replace the ends the real cycle keeps for its next one (they
+    would all be predicted again)."""
+    job_id = submit(sim, spec().flavors("a100-80g").replicas(2).gpus(8).topology(None)
+                    .set("max_runtime", 7200), duration=5000)
+    run_until(sim, job_id, "RUNNING", cycles=20, step=10)
+    with sim.plane.db.read() as s:
+        running_work(sim.plane, s, runtime_model(sim.plane, s), sim.plane.clock())
+    kept = sim.plane.soft.running_ends
+    assert set(kept) == {(job_id, 1)}
+    cycle_inputs(sim.plane, sim.plane.clock(), fold_usage=False)
+    assert sim.plane.soft.running_ends is kept
