@@ -25,7 +25,8 @@ DEFAULT_URL = "http://127.0.0.1:8080"
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    errors.print(f"[bold red]error[/]: {message}", markup=True, highlight=False)
+    # one line however long (a path in it): a log or a script's grep reads the whole sentence
+    errors.print(f"[bold red]error[/]: {message}", markup=True, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
