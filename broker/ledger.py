@@ -29,7 +29,6 @@ counters (broker.store.daily_sums).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -40,7 +39,7 @@ from sqlmodel import Session
 
 from broker.store import batch, daily_sums, ledger_lookups
 from broker.store import quota_counters as counters
-from broker.store.in_lists import in_chunks
+from broker.store.in_lists import in_chunks, pair_params, pairs_in
 from broker.store.tables import ATTEMPTS, JOBS
 from broker.store.tables import LEDGER_ENTRIES as ENTRIES
 
@@ -331,17 +330,14 @@ def borrowed_of_many(session: Session,
     out: dict[tuple[str, int], int] = {}
     conn = session.connection()
     for chunk in in_chunks(keys):
-        rows = conn.execute(reservations_of(chunk))
+        rows = conn.execute(_RESERVATIONS_OF, pair_params("keys", chunk))
         out.update({(r.job_id, r.attempt): int(r.borrowed_gpus) for r in rows})
     return out
 
 
-def reservations_of(keys: Sequence[tuple[str, int]]) -> sa.Select[Any]:
-    """The reservation entries of these attempts (job id, number). The job ids as a plain IN
-    list beside the pairs let SQLite search the entries' index; a row-value IN list alone made
-    it read every ledger entry."""
-    return sa.select(ENTRIES.c.job_id, ENTRIES.c.attempt, ENTRIES.c.borrowed_gpus).where(
-        ENTRIES.c.kind == LedgerKind.RESERVE.value,
-        ENTRIES.c.job_id.in_(sorted({j for j, _ in keys})),
-        sa.tuple_(ENTRIES.c.job_id, ENTRIES.c.attempt).in_(keys),
-    )
+_RESERVATIONS_OF = sa.select(ENTRIES.c.job_id, ENTRIES.c.attempt, ENTRIES.c.borrowed_gpus).where(
+    ENTRIES.c.kind == LedgerKind.RESERVE.value,
+    pairs_in(ENTRIES.c.job_id, ENTRIES.c.attempt, "keys"),
+)
+"""Built once; the job ids beside the pairs let SQLite search the entries' index (a row-value
+IN list alone made it read every ledger entry)."""
