@@ -34,7 +34,7 @@ from __future__ import annotations
 import functools
 import heapq
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -103,7 +103,7 @@ again every cycle, a hundred rows a cycle under bench/loop_cost.py."""
 
 def _rows(s: Session, released_from: float, after_id: int | None = None,
           reserved_after: int | None = None,
-          counted: Collection[int] = ()) -> sa.Result[tuple[object, ...]]:
+          counted: Iterable[int] = ()) -> sa.Result[tuple[object, ...]]:
     """Reservations released at or after `released_from`, or whose release entry is newer
     than `after_id` (a release written long after its own timestamp), but for the release
     entries `counted` (already summed); and either every one still open (`reserved_after`
@@ -116,9 +116,11 @@ def _rows(s: Session, released_from: float, after_id: int | None = None,
     # one writer at a time (SQLite's BEGIN IMMEDIATE) takes entry ids in commit order: a
     # release not newer than the last one read committed before that read, which read it
     by_id = after_id is not None and s.connection().dialect.name == "sqlite"
+    # what was summed already would only be skipped: not read again (the newest, bounded);
+    # the read by id never meets it
+    skip = [] if by_id else sorted(heapq.nlargest(COUNTED_SKIPPED_MAX, counted))
     return s.connection().execute(_since(by_id, after_id is not None), {
-        "since": since, "after": after_id, "reserved_after": reserved_after,
-        "counted": sorted(counted)})
+        "since": since, "after": after_id, "reserved_after": reserved_after, "counted": skip})
 
 
 def _parts() -> tuple[sa.Table, sa.FromClause, tuple[sa.ColumnElement[Any], ...],
@@ -194,10 +196,8 @@ def _update(h: History, s: Session, t_now: float) -> dict[Key, float]:
         h.last_release = _last_id(s)
     building = h.open is None
     open_ = h.open = {} if h.open is None else h.open
-    # what was summed already would only be skipped below: not read again (the newest, bounded)
-    skip = heapq.nlargest(COUNTED_SKIPPED_MAX, (i for _, i in h.counted.values())) \
-        if not building else ()
-    rows = _rows(s, released_from, h.last_release, None if building else h.last_reserve, skip)
+    rows = _rows(s, released_from, h.last_release, None if building else h.last_reserve,
+                 (i for _, i in h.counted.values()))
     for team, flavor, gpus, job_id, attempt, start, end, rel_id, res_id in rows:
         key = (team, flavor)
         h.last_reserve = max(h.last_reserve, res_id)
