@@ -67,7 +67,7 @@ def _facts(plane: ControlPlane, s: Session, keys: list[_Key],
             with JobGuard("run-time sample", k[0]):
                 team, spec = jobs[k[0]]
                 placed = _nodes(snaps[k]) if k in snaps else None
-                parsed = plane.spec(k[0], spec)
+                parsed = plane.spec(k[0], spec, keep=False)  # kept here, as facts
                 cache[k] = (team, float(parsed.max_runtime), placed, parsed.gang.total_gpus)
     return {k: cache[k] for k in keys if k in cache}
 

@@ -11,7 +11,7 @@ Every backend is reached through a GatedBackend (gate.py): one call at a time pe
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -28,6 +28,7 @@ from broker.domain.attempts import RunSnapshot
 from broker.domain.clock import utcnow
 from broker.domain.inventory import InventorySnapshot, NodeSnapshot, PoolSnapshot, TopologyPath
 from broker.domain.spec import BackendKind, JobSpec
+from broker.domain.states import TERMINAL
 from broker.logs import get_logger
 from broker.orchestration import notice_rule
 from broker.store import attempts as att
@@ -35,6 +36,7 @@ from broker.store.db import Database
 from broker.store.db_clock import db_now
 from broker.store.fence import FencedDatabase
 from broker.store.pools import pool_states
+from broker.store.records import JobRecord
 from policies.cycle import AdmissionParams
 from policies.preemption import PreemptionParams
 from policies.retry import RetryParams
@@ -125,12 +127,22 @@ class ControlPlane:
             out.setdefault(key, 0.0)
         return out
 
-    def spec(self, job_id: str, spec_json: str) -> JobSpec:
-        """The job's stored spec, parsed (kept: SoftState.specs)."""
+    def spec(self, job_id: str, spec_json: str, *, keep: bool = True) -> JobSpec:
+        """The job's stored spec, parsed (kept: SoftState.specs). A reader of jobs that have
+        ended (`keep=False`) parses without keeping: only live jobs' specs are read again."""
         spec = self.soft.specs.get(job_id)
         if spec is None:
-            spec = self.soft.specs[job_id] = JobSpec.model_validate_json(spec_json)
+            spec = JobSpec.model_validate_json(spec_json)
+            if keep:
+                self.soft.specs[job_id] = spec
         return spec
+
+    def forget_specs(self, jobs: Iterable[JobRecord]) -> None:
+        """Drops the kept specs of `jobs` that have ended (read again, should one be
+        retried by hand: a parse)."""
+        for job in jobs:
+            if job.state in TERMINAL:
+                self.soft.specs.pop(job.id, None)
 
     def last_inventories(self) -> dict[str, Answer]:
         """Each backend's last answer, without asking it (inventories.Inventories.peek)."""

@@ -276,6 +276,7 @@ def _write_chunk(plane: ControlPlane, chunk: list[tuple[att.AttemptRecord, Fact]
                 batch.deferred(s, effects=False) as effects:
             _write_locked(s, plane, chunk, now, locked, effects, out)
     effects.run_effects()  # metrics of the chunk's transitions and endings, once committed
+    plane.forget_specs(locked.values())  # the jobs it ended are not read again
     return out
 
 

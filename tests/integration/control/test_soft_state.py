@@ -67,3 +67,20 @@ def test_preemption_views_parse_each_live_attempts_snapshot_once(
     sim.plane.soft.victim_snapshots = {}
     assert preempt.running_views(sim.plane) == first  # parsed afresh: the same views
     assert set(sim.plane.soft.victim_snapshots) == {(j, 1) for j in jobs}
+
+
+def test_the_specs_cache_holds_live_jobs_only(sim: Sim) -> None:
+    """A job that ends drops out of the specs cache (its spec is not read again), and the
+    queue estimate's read of ended attempts (the run-time model) does not bring it back: over
+    a week of jobs the cache holds what is live, not the last SPECS_MAX jobs."""
+    done = [submit(sim, spec().name(f"d{i}").flavors("a100-80g").replicas(1).topology(None),
+                   30) for i in range(3)]
+    for j in done:
+        run_until(sim, j, "SUCCEEDED", step=10)
+    live = submit(sim, spec().name("live").flavors("a100-80g").replicas(1).topology(None), 600)
+    run_until(sim, live, "RUNNING", step=10)
+    waiting = submit(sim, spec().name("wait").flavors("a100-80g").replicas(8).gpus(8)
+                     .topology(None), 60)
+    cycle(sim, 10)  # an admission cycle with a waiting job: the estimate reads the ended ones
+    assert sim.plane.soft.runtime_model is not None
+    assert set(sim.plane.soft.specs) == {live, waiting}
