@@ -6,9 +6,10 @@ Two ways, the same rows:
   intent; a first run_reconcile that turns all N RUNNING in chunks of savepoints), as the
   benchmark did before 2026-12-01 session 4: 40 minutes at 50,000 on a busy machine;
 - `bulk` (default): the same per-job functions of the product (dispatch's request,
-  SimBackend.submit, the dispatcher's attempt update and transition, the reconciler's
-  `_apply_in` of each attempt's first fact) with the writes of CHUNK jobs queued and sent as
-  one executemany per statement (broker.store.batch.deferred), a transaction per chunk.
+  SimBackend.submit, the dispatcher's attempt update and transition) with the writes of CHUNK
+  jobs queued and sent as one executemany per statement (broker.store.batch.deferred), a
+  transaction per chunk; then the reconciler's own `apply_all` of each attempt's first fact
+  (its chunks, as run_reconcile applies them).
   Each job is written once by one of them, so grouping its statements changes no row.
 
 Submission and admission are the product's batched paths in both.
@@ -33,7 +34,7 @@ from broker.control.admission import run_admission
 from broker.control.dispatch import run_dispatch
 from broker.control.plane import ControlPlane
 from broker.control.reconcile import run_reconcile
-from broker.control.reconcile_apply import _apply_in
+from broker.control.reconcile_apply import apply_all
 from broker.control.requeue import DISPATCHER
 from broker.domain import JobState, Reason
 from broker.domain.spec import JobSpec
@@ -41,7 +42,7 @@ from broker.orchestration.rules import Cause
 from broker.orchestration.submission import Submission, submit_many
 from broker.orchestration.transitions import set_state
 from broker.store import attempts as att
-from broker.store import batch, records
+from broker.store import batch
 from broker.store.queries import jobs_by_ids
 from broker.store.secrets import digest, progress_token, server_secret
 
@@ -125,19 +126,14 @@ def dispatch_bulk(plane: ControlPlane, sim: SimBackend, n: int) -> None:
 
 
 def first_observation_bulk(plane: ControlPlane, sim: SimBackend) -> None:
-    """The reconciler's first look at every attempt (all changed): each fact applied by
-    `_apply_in`, CHUNK attempts per transaction with their writes grouped."""
+    """The reconciler's first look at every attempt (all changed): the facts applied by its
+    `apply_all`, a chunk of attempts per transaction with their writes grouped."""
     now = plane.clock()
     facts = {f.backend_name: f for f in sim.observe()}
     with plane.db.read() as s:
         keys = [(b.job_id, b.number) for b in att.dispatched_brief(s, sim.name)]
         live = att.by_keys(s, keys)
-    for start in range(0, len(live), CHUNK):
-        with plane.db.write() as s, batch.deferred(s):
-            for a in live[start:start + CHUNK]:
-                fact = facts.get(a.backend_name)
-                if fact is not None:
-                    _apply_in(s, plane, a, fact, now, records.lock_job(s, a.job_id))
+    apply_all(plane, [(a, facts[a.backend_name]) for a in live if a.backend_name in facts], now)
 
 
 def save(db_file: str, path: str) -> None:

@@ -103,10 +103,6 @@ def _new_fact(a: att.AttemptRecord, fact: Fact) -> att.NewFact:
                        fact.reason.value, fact.observed_at, fact.model_dump_json())
 
 
-def _store_fact(s: Session, a: att.AttemptRecord, fact: Fact) -> str:
-    return f"fact:{att.insert_fact(s, *_new_fact(a, fact))}"
-
-
 def _derived(a: att.AttemptRecord, fact: Fact, job: records.JobRecord) -> tuple[Fact, Derived]:
     """The fact as the lifecycle reads it and what it implies for the attempt's job."""
     fact = _as_preempted(a, fact)
@@ -143,18 +139,13 @@ def _resolve_once(s: Session, a: att.AttemptRecord, fact: Fact, now: datetime) -
     att.set_resolved_once(s, a.job_id, a.number, resolved.model_dump_json())
 
 
-def _apply_in(s: Session, plane: ControlPlane, a: att.AttemptRecord, fact: Fact,
-              now: datetime, job: records.JobRecord | None, ref: str | None = None) -> int:
+def _apply_in(s: Session, plane: ControlPlane, a: att.AttemptRecord, now: datetime,
+              job: records.JobRecord, ref: str, derived: tuple[Fact, Derived]) -> int:
     """One attempt's fact, transitions, ending and retry decision, in the caller's transaction,
-    its job locked by the caller (`job`; None: the job is gone): the transitions made. The
-    attempt's row is written once, last. `ref`: the fact as the caller stored it (else stored
-    here)."""
-    if job is None:
-        return 0
+    its job locked by the caller: the transitions made. The attempt's row is written once,
+    last. `ref`: the fact as the caller stored it; `derived`: `_derived` of it."""
     current = job.attempt == a.number
-    if ref is None:
-        ref = _store_fact(s, a, fact)
-    fact, d = _derived(a, fact, job)
+    fact, d = derived
     keys = _cause_keys(ref, d, job.state)
     row: dict[str, object] = {"phase": fact.phase.value, "last_seen_at": now,
                               "missing_since": None}
@@ -300,18 +291,20 @@ def _write_locked(s: Session, plane: ControlPlane, chunk: list[tuple[att.Attempt
         return (job.team if job else "", a.flavor, a.job_id)
 
     # the facts stored in one statement, in the order they are applied (the ids one insert
-    # each gave them); whether their transitions' causes were applied before asked in one more
+    # each gave them); their transitions' causes name those new facts, so none was applied
+    # before: set_state need not ask (cause_lookups.fresh)
     items = [(a, fact, job) for a, fact in sorted(chunk, key=counter)
              if (job := locked.get(a.job_id)) is not None]
     refs = [f"fact:{fid}" for fid in att.insert_facts(s, [_new_fact(a, f) for a, f, _ in items])]
-    causes = [(a.job_id, key) for (a, fact, job), ref in zip(items, refs, strict=True)
-              for key in _cause_keys(ref, _derived(a, fact, job)[1], job.state) if key]
-    with cause_lookups.read_ahead(s, causes):
-        for (a, fact, job), ref in zip(items, refs, strict=True):
+    derived = [_derived(a, fact, job) for a, fact, job in items]
+    causes = [(a.job_id, key) for (a, _, job), ref, (_, d) in zip(items, refs, derived, strict=True)
+              for key in _cause_keys(ref, d, job.state) if key]
+    with cause_lookups.fresh(s, causes):
+        for (a, _, job), ref, seen in zip(items, refs, derived, strict=True):
             # no savepoint per attempt (one each cost a tenth of the pass): an attempt that
             # fails fails the chunk's transaction, and _apply_chunk writes the chunk again
             # attempt by attempt, each in a transaction of its own under its job's guard
-            out.moved += _apply_in(s, plane, a, fact, now, job, ref)
+            out.moved += _apply_in(s, plane, a, now, job, ref, seen)
 
 
 def mark_one(plane: ControlPlane, incident: Incident, now: datetime) -> None:

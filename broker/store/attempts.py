@@ -333,27 +333,13 @@ def by_token_digest(session: Session, job_id: str, digest: str) -> AttemptRecord
     return None if row is None else _rec(row)
 
 
-_INSERT_FACT = sa.insert(FACTS)
 # RETURNING the attempt with each id: SQLite returns the rows of a many-row insert in no set
 # order, and SQLAlchemy sends one statement per row when asked to sort them
 _INSERT_FACTS = sa.insert(FACTS).returning(FACTS.c.job_id, FACTS.c.attempt, FACTS.c.id)
 
 
-def insert_fact(
-    session: Session, backend: str, name: str, job_id: str | None, attempt: int | None,
-    phase: str, reason: str, observed_at: datetime, payload_json: str,
-) -> int:
-    result = session.connection().execute(_INSERT_FACT, {
-        "backend": backend, "backend_name": name, "job_id": job_id, "attempt": attempt,
-        "phase": phase, "reason": reason, "observed_at": observed_at,
-        "payload_json": payload_json,
-    })
-    key = result.inserted_primary_key
-    return int(key[0]) if key else 0
-
-
 class NewFact(NamedTuple):
-    """A fact to store (`insert_facts`), as `insert_fact` takes it."""
+    """A fact to store (`insert_facts`)."""
 
     backend: str
     backend_name: str

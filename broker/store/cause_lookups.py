@@ -34,13 +34,32 @@ _EVENTS_OF = sa.select(EVENTS.c.job_id, EVENTS.c.cause_key).where(
 def read_ahead(session: Session, pairs: list[tuple[str, str]]) -> Iterator[None]:
     """Find which of `pairs` (job id, cause key) have no event, one statement per 500 pairs,
     and answer their look-ups in this block (the pairs' jobs locked by the caller)."""
-    if _KEY in session.info:
+    if _KEY in session.info:  # checked before reading
         raise RuntimeError("cause read-ahead does not nest")
     new = set(pairs)
     conn = session.connection()
     for chunk in in_chunks(sorted(new)):
         rows = conn.execute(_EVENTS_OF, pair_params("pairs", chunk))
         new.difference_update((r[0], r[1]) for r in rows)
+    with _known(session, new):
+        yield
+
+
+@contextlib.contextmanager
+def fresh(session: Session, pairs: list[tuple[str, str]]) -> Iterator[None]:
+    """`read_ahead` for pairs that cannot have an event, without asking: each key names
+    something this transaction created with an id never given before (a reconcile chunk's
+    keys, `fact:<id>:<step>`, name the facts it has just inserted; facts are never deleted, so
+    no id comes back). Only the look-ups are skipped: set_state still writes each event with
+    its key, which the unique index on (job, cause) keeps unique."""
+    with _known(session, set(pairs)):
+        yield
+
+
+@contextlib.contextmanager
+def _known(session: Session, new: set[tuple[str, str]]) -> Iterator[None]:
+    if _KEY in session.info:
+        raise RuntimeError("cause read-ahead does not nest")
     session.info[_KEY] = new
     try:
         yield

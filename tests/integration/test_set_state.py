@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import event as sa_event
 
 from broker.domain import JobState, Reason, is_allowed
 from broker.orchestration import (
@@ -182,3 +183,26 @@ def test_events_are_append_only_in_the_database(db: Database) -> None:
     with db.read() as s:
         rep = replay(job_events(s, job_id))
         assert rep.state == S.SUBMITTED and rep.problems == ()
+
+
+def test_fresh_causes_are_not_asked_for_yet_applied_once(db: Database) -> None:
+    """cause_lookups.fresh (a reconcile chunk's keys name the facts it just inserted) answers
+    "none" without a statement; a fresh cause proposed twice in the block is still applied
+    once (its first event is learnt), and the block does not nest with a read-ahead."""
+    with db.write() as s:
+        job_id = insert_job_in_state(s, S.QUEUED, Reason.WaitingForAdmission)
+    new = Cause("test", "tester", key="fact:7:0")
+    asked: list[str] = []
+    with db.write() as s:
+        sa_event.listen(s.connection(), "before_cursor_execute",
+                        lambda *a: asked.append(a[2]) if "job_events" in a[2]
+                        and a[2].lstrip().upper().startswith("SELECT") else None)
+        with cause_lookups.fresh(s, [(job_id, "fact:7:0")]):
+            assert cause_lookups.known_new(s, job_id, "fact:7:0")
+            first = set_state(s, job_id, S.QUEUED, Reason.InsufficientCapacity, new)
+            assert asked == []  # neither read ahead nor looked up
+            repeated = set_state(s, job_id, S.CANCELLED, Reason.CancelledByUser, new)
+            with pytest.raises(RuntimeError, match="does not nest"), \
+                    cause_lookups.read_ahead(s, []):
+                pass
+    assert (first.outcome, repeated.outcome) == (Outcome.ACCEPT, Outcome.NOOP)
