@@ -144,6 +144,16 @@ def _placed_nodes(snapshot_json: str) -> tuple[str, ...]:
     return Placement.model_validate(placement).nodes
 
 
+def _forget_left(plane: ControlPlane, listed: frozenset[str], result: CycleResult) -> None:
+    """Drops the kept specs of the jobs that waited after the last cycle and are not queued
+    now: cancelled (by the API, which may be another process) or moved on otherwise; nothing
+    here reads them again. An admitted job's spec stays for dispatch and the reconciler, which
+    drops it when the job ends (ControlPlane.forget_specs)."""
+    for job_id in plane.soft.waiting - listed:
+        plane.soft.specs.pop(job_id, None)
+    plane.soft.waiting = listed - {d.job_id for d in result.decisions if d.admitted}
+
+
 def _moved(old: tuple[int, float | None, str] | None, new: eta.Estimate, now: datetime) -> bool:
     if old is None:
         return True
@@ -201,6 +211,8 @@ class CycleInputs:
     """Requeues users asked for (scontrol requeue), carried out by the real cycle first."""
     budgets: BudgetInputs | None = None
     """GPU-hour budgets in their current periods with their use; None when none is set."""
+    listed: frozenset[str] = frozenset()
+    """Every QUEUED job read, held ones too (`queued` is those not held)."""
 
 
 def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
@@ -211,6 +223,7 @@ def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
     decayed: dict[tuple[str, str], float] | None = None
     with plane.db.read() as s:
         queued = list_jobs(s, states=[JobState.QUEUED.value], limit=limit, ascending=True)
+        listed = frozenset(j.id for j in queued)
         in_use = {k: v[0] for k, v in ledger.usage(s).items()}
         held = _in_flight(plane, s)
         # the estimates' inputs, for the jobs that will wait: none when nothing is queued
@@ -240,7 +253,7 @@ def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
         decayed = plane.decayed_usage(in_use, now)
     return CycleInputs(queued, views, inventory, quota_config(plane.config),
                        usage_view(in_use, decayed, by_queue, by_queue_flavor), now, unreadable,
-                       runtimes, running, limits, requeues, spent)
+                       runtimes, running, limits, requeues, spent, listed)
 
 
 def decide(
@@ -276,6 +289,7 @@ def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
         with plane.db.write() as s:
             writes.mark_all(s, inputs.unreadable, now)
     result, estimates = decide(plane, inputs)
+    _forget_left(plane, inputs.listed, result)
     by_id = {j.id: j for j in queued}
     # victims first, all in one batch: signals go out before the space is handed on
     failed = preempt_all(plane, [v for d in result.decisions for v in d.victims])

@@ -51,8 +51,12 @@ class SoftState:
     specs: LRUCache[str, JobSpec] = field(
         default_factory=lambda: LRUCache(maxsize=SPECS_MAX))
     """Owner: ControlPlane.spec. Bound: SPECS_MAX (LRU); steady, the live jobs: the reconciler
-    drops the jobs it ends (ControlPlane.forget_specs) and readers of ended ones do not keep
-    theirs (about 8 KB a spec: a full cache would be 150 MB, grown over minutes of soak)."""
+    drops the jobs it ends (ControlPlane.forget_specs), admission those that left the queue
+    otherwise (cancelled: `waiting`), and readers of ended ones do not keep theirs (about 8 KB
+    a spec: a full cache would be 150 MB, grown over minutes of the soak)."""
+    waiting: frozenset[str] = frozenset()
+    """Owner: admission._forget_left: the jobs left waiting by the last cycle, whose specs are
+    dropped once they are no longer queued. Bound: the queue of the last cycle."""
     views: tuple[int, dict[ViewKey, PendingJob]] | None = None
     """Owner: admission._pending_views (with the id of the configuration they were built
     under). Bound: the jobs of the last cycle (replaced every cycle)."""

@@ -10,6 +10,7 @@ import pytest
 from broker.control import soft_state
 from broker.control.plane import ControlPlane
 from broker.control.soft_state import SoftState
+from broker.orchestration.submission import cancel_job
 from tests.builders import spec
 from tests.harness.sim import Sim, cycle, run_until, submit
 
@@ -70,9 +71,10 @@ def test_preemption_views_parse_each_live_attempts_snapshot_once(
 
 
 def test_the_specs_cache_holds_live_jobs_only(sim: Sim) -> None:
-    """A job that ends drops out of the specs cache (its spec is not read again), and the
-    queue estimate's read of ended attempts (the run-time model) does not bring it back: over
-    a week of jobs the cache holds what is live, not the last SPECS_MAX jobs."""
+    """A job that ends drops out of the specs cache (its spec is not read again), as does a
+    waiting job cancelled through the API (which never meets the reconciler), and the queue
+    estimate's read of ended attempts (the run-time model) does not bring them back: over a
+    week of jobs the cache holds what is live, not the last SPECS_MAX jobs."""
     done = [submit(sim, spec().name(f"d{i}").flavors("a100-80g").replicas(1).topology(None),
                    30) for i in range(3)]
     for j in done:
@@ -81,6 +83,11 @@ def test_the_specs_cache_holds_live_jobs_only(sim: Sim) -> None:
     run_until(sim, live, "RUNNING", step=10)
     waiting = submit(sim, spec().name("wait").flavors("a100-80g").replicas(8).gpus(8)
                      .topology(None), 60)
+    cancelled = submit(sim, spec().name("gone").flavors("a100-80g").replicas(8).gpus(8)
+                       .topology(None), 60)
     cycle(sim, 10)  # an admission cycle with a waiting job: the estimate reads the ended ones
     assert sim.plane.soft.runtime_model is not None
+    assert set(sim.plane.soft.specs) == {live, waiting, cancelled}
+    cancel_job(sim.plane.db, cancelled, "tester", by_admin=False)  # the API's cancel
+    cycle(sim, 10)
     assert set(sim.plane.soft.specs) == {live, waiting}
