@@ -6,9 +6,11 @@ prune) drive `--jobs` jobs through their whole lifecycle, in process, in simulat
 SQLite (a temporary file, synchronous=FULL as the server opens it) and/or PostgreSQL (a
 throwaway server started here, or `--pg URL`). The passes run as the runtime runs them: under
 the leader's fence, in a `control_cycle` log context, with the server's logging configured
-(written to /dev/null). Each tick of `--tick` simulated seconds: the tick's arrivals are
-submitted (not counted: that is the API's part), then admission, dispatch, the backends move on
-by one tick (not counted), then each backend's reconciler; the repair and the prune every 60 s.
+(written to /dev/null) and the garbage collector set as a started server sets it
+(broker.gc_settings; the submit path's measure too). Each tick of `--tick` simulated
+seconds: the tick's arrivals are submitted (not counted: that is the API's part), then
+admission, dispatch, the backends move on by one tick (not counted), then each backend's
+reconciler; the repair and the prune every 60 s.
 The run ends when every job has ended.
 
 Workload (seeded, `workload`): gangs of 1x1 .. 4x8 GPUs over two simulated backends (a
@@ -78,7 +80,7 @@ from backends.base import (
 )
 from backends.sim.backend import DURATION_ENV, SimBackend, SimClock, SimFailures, SimPoolSpec
 from backends.sim.faults import FAIL_ANNOTATION
-from broker import ledger, logs
+from broker import gc_settings, ledger, logs
 from broker.config import IsthmusConfig, parse_config
 from broker.control.admission import run_admission
 from broker.control.decision_log import prune as prune_decisions
@@ -665,7 +667,8 @@ def _main(args: argparse.Namespace, api_jobs: int, max_ticks: int) -> int:
     loop: dict[str, float] = {}
     api: dict[str, float] = {}
     ok = True
-    with databases(args.db, args.pg) as urls:
+    # the collector set as the server and `isthmus control` set it once started
+    with databases(args.db, args.pg) as urls, gc_settings.settled():
         profiler = Profiler(args.profile, args.profiler) if args.profile else None
         for name, url_of in urls.items():
             run = run_loop(url_of("loop_cost"), name, args.jobs, args.rate, args.tick,

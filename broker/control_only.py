@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from broker import logs
+from broker import gc_settings, logs
 from broker.server import ServerError, build_control, check_config, open_database
 
 
@@ -86,6 +86,7 @@ def run_control(config_path: Path, *, db_url: str | None = None, api_host: str |
 
         start_http_server(metrics[1], metrics[0], registry=REGISTRY)
         log.info("metrics on http://%s:%d/metrics", *metrics)
+    gc_settings.settle()  # started: what start-up made is not collected again
     runtime.start()
     try:
         done.wait()

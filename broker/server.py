@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from broker import logs
+from broker import gc_settings, logs
 from broker.config import IsthmusConfig, is_loopback, load_config
 
 if TYPE_CHECKING:
@@ -47,10 +47,12 @@ def run(
         "isthmus listening on %s:%d (database %s, auth %s)", host, port, db.dialect,
         config.auth.mode,
     )
+    app = build_app(config, db, runtime)
+    gc_settings.settle()  # started: what start-up made is not collected again
     if runtime is not None:
         runtime.start()
     try:
-        uvicorn.run(build_app(config, db, runtime), host=host, port=port, log_level="warning")
+        uvicorn.run(app, host=host, port=port, log_level="warning")
     finally:
         if runtime is not None:
             runtime.stop()

@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from broker import logs
+from broker import gc_settings, logs
 from broker.config import load_config
 
 if TYPE_CHECKING:
@@ -96,4 +96,5 @@ def worker_app() -> FastAPI:
             db.dispose()
 
     app.router.lifespan_context = lifespan
+    gc_settings.settle()  # this worker has started: what it made is not collected again
     return app
