@@ -11,15 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from broker import gc_settings
+from broker import gc_settings, logs
 from broker.control.runtime import Runtime
 from tests.harness.paths import EXAMPLE_CONFIG
 from tests.harness.server import free_port
 
 
 @pytest.fixture
-def collector() -> Iterator[None]:
-    """The collector as it was before the test, put back after it."""
+def collector(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The collector as it was before the test, put back after it; the process's logging
+    left alone (the entry points configure it: its handlers would stay for later tests)."""
+    monkeypatch.setattr(logs, "configure", lambda *a, **k: None)
     before = gc.get_threshold()
     try:
         yield
