@@ -122,7 +122,14 @@ def test_held_by_kueue_for_quota_then_admitted_runs_and_succeeds(
             return job if job["reason"] == "HeldByKueue" \
                 and "QuotaReserved=False" in job["message"] else None
 
-        job = wait_until(held, 90, "the second job held by Kueue, in Kueue's words")
+        try:
+            job = wait_until(held, 90, "the second job held by Kueue, in Kueue's words")
+        except AssertionError as e:
+            # say what was seen instead (CI caught this once without a clue: stop 39)
+            raise AssertionError(
+                f"{e}\nsecond: {server.job(second)}\nits events: {server_events(server, second)}"
+                f"\nfirst: {server.job(first)}\nworkloads: "
+                f"{_workload_conditions(k8s_kueue_cluster, queues)}") from None
         # Isthmus admitted and dispatched it; Kueue holds it, and Isthmus says why in
         # Kueue's own words
         assert job["state"] == "PREPARING", job
@@ -227,6 +234,19 @@ def test_per_team_namespaces_with_the_testenv_queues(
         assert wl["status"]["admission"]["clusterQueue"] == "vision", wl["status"]
     finally:
         server.stop()
+
+
+def _workload_conditions(cluster: Any, q: Queues) -> dict[str, Any]:
+    """Each Workload in the test's namespace: its conditions, as Kueue wrote them."""
+    from kubernetes import client
+
+    with cluster.api_client() as api:
+        listed: Any = client.CustomObjectsApi(api).list_namespaced_custom_object(
+            *KUEUE, q.namespace, "workloads")
+    return {w["metadata"]["name"]: [
+        (c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
+        for c in (w.get("status") or {}).get("conditions") or ()]
+        for w in listed.get("items") or ()}
 
 
 def _backend_agrees(cluster: Any, q: Queues, name: str) -> None:

@@ -24,6 +24,16 @@ pid_alive() {
   tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$bin"
 }
 
+# pid_exited PIDFILE: the process in PIDFILE (one this script has just started) is gone or a
+# zombie. Unlike pid_alive it does not look at the command line: between fork and exec a child
+# still shows the shell's, and a busy machine can be seen in that window.
+pid_exited() {
+  local pid
+  pid=$(<"$1") || return 0
+  [[ -r /proc/$pid/status ]] || return 0
+  [[ $(awk '/^State:/{print $2}' "/proc/$pid/status" 2>/dev/null) == Z ]]
+}
+
 # component_bin RUNDIR NAME: the directory a component's binary lives in (what pid_alive
 # looks for in its command line): run/NAME.bin when the component has one, else run/bin.
 component_bin() {
