@@ -13,8 +13,9 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar, overload, runtime_checkable
 
 from broker.domain.attempts import Placement, RunSnapshot
-from broker.domain.facts import Fact
+from broker.domain.facts import Fact, Phase
 from broker.domain.inventory import InventorySnapshot
+from broker.domain.reasons import Reason
 
 
 class BackendUnavailable(Exception):
@@ -140,9 +141,21 @@ class Backend(Protocol):
         ...
 
 
+Said = tuple[str, str, str]
+"""What the backend said of one object, enough to see a change: its phase and reason (their
+values), and the message while the object waits or starts (the job shows that message: a
+Kueue verdict after 'not evaluated yet', Slurm's Priority then Resources), else ""."""
+
+_WAITING = frozenset({Phase.PENDING, Phase.STARTING})
+
+
+def said_of(phase: Phase, reason: Reason, message: str) -> Said:
+    return (phase.value, reason.value, message if phase in _WAITING else "")
+
+
 class Observed(Sequence[Fact]):
     """An answer of `observe` whose Facts are built only when read. `said` holds each object's
-    phase and reason (their values), one entry per fact in their order, taken when the backend
+    `Said` (said_of), one entry per fact in their order, taken when the backend
     was observed; `build(name)` makes that object's Fact as it was then. A caller that needs
     only to see whether anything changed (the reconciler, over every live attempt on every
     pass) reads `said` and builds the few facts that differ; every other caller reads a
@@ -150,7 +163,7 @@ class Observed(Sequence[Fact]):
 
     __slots__ = ("_build", "_built", "_order", "newest", "said")
 
-    def __init__(self, said: dict[str, tuple[str, str]], build: Callable[[str], Fact],
+    def __init__(self, said: dict[str, Said], build: Callable[[str], Fact],
                  newest: datetime | None) -> None:
         self.said = said
         self.newest = newest

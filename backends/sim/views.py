@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
-from backends.base import Observed, RankLog, tail_lines
+from backends.base import Observed, RankLog, Said, said_of, tail_lines
 from backends.sim.clock import SimClock
 from backends.sim.model import ExternalLoad, Job, Node, SimFailures, SimPoolSpec
 from broker.domain.facts import Fact, Finding, Phase
@@ -158,7 +158,7 @@ def _fact(b: SimView, job: Job, seen: _Seen, now: datetime) -> Fact:
            job_id=job.job_id, attempt=job.attempt, observed_at=now)
 
 
-LOST = (Phase.LOST.value, Reason.Orchestration.value)
+LOST = said_of(Phase.LOST, Reason.Orchestration, "")
 
 
 def observed(b: SimView, names: Sequence[str] | None) -> Observed:
@@ -166,12 +166,12 @@ def observed(b: SimView, names: Sequence[str] | None) -> Observed:
     backend does not know, as an `Observed`: a Fact is built only for the jobs a caller reads
     (from what the job was now, whatever it has become by then)."""
     now = b.clock.now
-    said: dict[str, tuple[str, str]] = {}
+    said: dict[str, Said] = {}
     seen: dict[str, tuple[Job, _Seen]] = {}
     for job in b.jobs.values():
         if job.isthmus:
             s = _seen(b, job)
-            said[job.name] = (s[0].value, s[1].value)
+            said[job.name] = said_of(s[0], s[1], s[3])
             seen[job.name] = (job, s)
     for n in names or ():
         if n not in b.jobs:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from backends.base import Backend, BackendUnavailable, Observed
+from backends.base import Backend, BackendUnavailable, Observed, Said, said_of
 from broker import ledger, metrics
 from broker.control.derive import Derived
 from broker.control.guard import JobGuard
@@ -56,12 +56,12 @@ def _cancel(plane: ControlPlane, backend: Backend, a: att.AttemptRecord, grace: 
     log.info("cancel %s: %s", a.backend_name, result.message or "sent")
 
 
-def _said(facts: Sequence[Fact]) -> dict[str, tuple[str, str]]:
-    """Each object's phase and reason (values) as the backend said them: kept by an
-    `Observed` answer, read off the facts of a plain list."""
+def _said(facts: Sequence[Fact]) -> dict[str, Said]:
+    """What the backend said of each object (backends.base.said_of): kept by an `Observed`
+    answer, read off the facts of a plain list."""
     if isinstance(facts, Observed):
         return facts.said
-    return {f.backend_name: (f.phase.value, f.reason.value) for f in facts}
+    return {f.backend_name: said_of(f.phase, f.reason, f.message) for f in facts}
 
 
 def _newest(facts: Sequence[Fact]) -> datetime | None:
@@ -70,16 +70,36 @@ def _newest(facts: Sequence[Fact]) -> datetime | None:
     return max((f.observed_at for f in facts), default=None)
 
 
-def _changed(brief: list[att.Brief], said: dict[str, tuple[str, str]]) -> list[tuple[str, int]]:
+def _changed(brief: list[att.Brief], said: dict[str, Said],
+             told: dict[str, str]) -> list[tuple[str, int]]:
     """The attempts `_one` would not leave alone, as (job id, number): all but the live
     attempts of jobs not cancelled whose stored phase and reason are what the backend says,
-    LOST excepted (one tuple comparison per attempt: this runs over every live attempt on
-    every pass)."""
+    and whose waiting message is the one last applied (`told`), LOST excepted. A few tuple
+    comparisons per attempt: this runs over every live attempt on every pass."""
     cancelled, lost = JobState.CANCELLED.value, Phase.LOST.value
-    get = said.get
+    get, said_before = said.get, told.get
     return [(b.job_id, b.number) for b in brief
             if b.job_state is None or b.job_state == cancelled
-            or (s := get(b.backend_name)) != (b.phase, b.job_reason) or s[0] == lost]
+            or (s := get(b.backend_name)) is None or s[0] == lost
+            or (s[0], s[1]) != (b.phase, b.job_reason)
+            or (bool(s[2]) and said_before(b.backend_name) != s[2])]
+
+
+def _retold(said: dict[str, Said], told: dict[str, str], name: str) -> bool:
+    """The backend says a waiting message of `name` not applied yet."""
+    s = said.get(name)
+    return s is not None and bool(s[2]) and told.get(name) != s[2]
+
+
+def _told(brief: list[att.Brief], said: dict[str, Said]) -> dict[str, str]:
+    """The waiting messages this pass applies or finds applied (SoftState.told), of the live
+    attempts only."""
+    out: dict[str, str] = {}
+    for b in brief:
+        s = said.get(b.backend_name)
+        if s is not None and s[2]:
+            out[b.backend_name] = s[2]
+    return out
 
 
 def run_reconcile(plane: ControlPlane, backend_name: str) -> ReconcileReport:
@@ -109,7 +129,11 @@ def run_reconcile(plane: ControlPlane, backend_name: str) -> ReconcileReport:
         return report
     said = _said(facts)
     report.observed = len(facts)
-    todo = _changed(brief, said)
+    told = plane.soft.told.get(backend_name, {})
+    todo = _changed(brief, said, told)
+    # what is applied below counts as told: a job it fails on is marked (InternalError), and
+    # that reason differs from the backend's, so the next pass applies it again
+    plane.soft.told[backend_name] = _told(brief, said)
     live: list[att.AttemptRecord] = []
     jobs: dict[str, JobRecord | None] = {}
     if todo:  # a quiet pass reads nothing more
@@ -122,12 +146,12 @@ def run_reconcile(plane: ControlPlane, backend_name: str) -> ReconcileReport:
     for a in live:
         with JobGuard("reconcile", a.job_id) as guard:
             _one(plane, backend, a, jobs.get(a.job_id), fact_of(a.backend_name), now,
-                 report, changed)
+                 report, changed, _retold(said, told, a.backend_name))
         if guard.incident is not None:
             mark_one(plane, guard.incident, now)
     report.transitions += apply_all(plane, changed, now)
     live_names = {b.backend_name for b in brief}
-    for name, (phase, _) in said.items():  # Isthmus objects nobody owns any more
+    for name, (phase, _, _) in said.items():  # Isthmus objects nobody owns any more
         if name in live_names or phase in _ENDED:
             continue
         fact = fact_of(name)
@@ -163,9 +187,10 @@ def _unreachable(plane: ControlPlane, backend_name: str, brief: list[att.Brief],
 
 def _one(plane: ControlPlane, backend: Backend, a: att.AttemptRecord, job: JobRecord | None,
          fact: Fact | None, now: datetime, report: ReconcileReport,
-         changed: list[tuple[att.AttemptRecord, Fact]]) -> None:
+         changed: list[tuple[att.AttemptRecord, Fact]], retold: bool = False) -> None:
     """One live attempt against what the backend said about it (`fact`, None if nothing);
-    a fact to apply is added to `changed` (broker.control.reconcile_apply)."""
+    a fact to apply is added to `changed` (broker.control.reconcile_apply). `retold`: its
+    waiting message is new (`_retold`)."""
     backend_name = a.backend
     if job is not None and job.state == JobState.CANCELLED:
         # a preempted object is still sent the cancel
@@ -211,7 +236,8 @@ def _one(plane: ControlPlane, backend: Backend, a: att.AttemptRecord, job: JobRe
             changed.append((a, lost))
             report.lost += 1
         return
-    if a.phase == fact.phase.value and job is not None and job.reason == fact.reason.value:
+    if a.phase == fact.phase.value and job is not None and job.reason == fact.reason.value \
+            and not retold:
         return  # nothing new
     changed.append((a, fact))
 

@@ -88,6 +88,12 @@ class SoftState:
     every pass)."""
     eta_facts: dict[AttemptKey, EtaFacts] = field(default_factory=dict)
     """Owner: eta_inputs. Bound: ETA_FACTS_MAX (emptied when it would pass it)."""
+    told: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Owner: reconcile. By backend, then by object name: the message its backend said while
+    the object waited or started, as applied to its job (a new one is applied even when the
+    reason stays: HeldByKueue 'not evaluated yet', then Kueue's verdict). Bound: the live
+    attempts of each backend's last pass (replaced every pass). Empty after a restart: the
+    waiting attempts are applied once again."""
     budget_used: tuple[datetime, object, dict[date, dict[tuple[str, str | None], float]]] | None \
         = None
     """Owner: control.budgets. When the budgets' use was read (by the period clock), the windows

@@ -61,7 +61,7 @@ def test_per_job_figure_takes_the_backend_share_out() -> None:
 
 def test_metered_counts_every_backend_call_and_each_fact_built_lazily(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from backends.base import Observed
+    from backends.base import Observed, said_of
     from broker.domain.facts import Finding
     from broker.domain.reasons import Reason
 
@@ -69,7 +69,7 @@ def test_metered_counts_every_backend_call_and_each_fact_built_lazily(
     sim = SimBackend("s", "slurm", [SimPoolSpec("p", "a100-80g")], SimClock(now))
     m = loop_cost.Metered(sim)
     m.inventory()
-    said = {n: (Phase.RUNNING.value, Reason.Running.value) for n in ("a", "b")}
+    said = {n: said_of(Phase.RUNNING, Reason.Running, "") for n in ("a", "b")}
 
     def build(name: str) -> Fact:
         return Finding(phase=Phase.RUNNING, reason=Reason.Running).fact(

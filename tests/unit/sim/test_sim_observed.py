@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from backends.base import Observed
+from backends.base import Observed, said_of
 from backends.sim import SimBackend, SimClock, SimFailures, SimPoolSpec
 from broker.domain import Reason
 from broker.domain.facts import Phase
@@ -34,8 +34,8 @@ def test_said_is_what_the_facts_say_and_lost_names_are_lost() -> None:
     assert isinstance(got, Observed)
     facts = list(got)
     assert [f.backend_name for f in facts] == list(got.said)
-    assert {f.backend_name: (f.phase.value, f.reason.value) for f in facts} == got.said
-    assert {p for p, _ in got.said.values()} == {"SUCCEEDED", "RUNNING", "STARTING", "PENDING",
+    assert {f.backend_name: said_of(f.phase, f.reason, f.message) for f in facts} == got.said
+    assert {p for p, _, _ in got.said.values()} == {"SUCCEEDED", "RUNNING", "STARTING", "PENDING",
                                                  "LOST"}
     lost = got.fact("isthmus-gone-1")
     assert lost is not None and lost.phase is Phase.LOST
