@@ -11,12 +11,19 @@ The inventory reports, per node, when busy GPUs are expected back (`NodeSnapshot
 way a real scheduler knows it: start + the declared time limit (the spec's max_runtime; for
 external load, `ExternalLoad.limit_s` if set, else no release), never the drawn run time. The
 limit is not enforced: a job running past it keeps its GPUs and its overdue release.
+
+Like slurmctld (MinJobAge), it keeps an ended job among its jobs for `retention_s` simulated
+seconds; then an Isthmus job moves to a bounded accounting (ACCOUNTING_MAX, oldest dropped
+first: sacct's part), still answered by `lookup`, `logs` and `observe(names)`, and a foreign one
+is forgotten. Without that, its memory and every `observe` grew with every job it had ever run
+(the soak's leader grew about 20 MB a minute at 100 jobs/s).
 """
 
 from __future__ import annotations
 
 import heapq
 import random
+from collections import deque
 from collections.abc import Callable, Sequence
 
 from backends.base import (
@@ -42,6 +49,12 @@ DURATION_ENV = "ISTHMUS_SIM_DURATION"
 DURATION_ANNOTATION = "isthmus.io/sim-duration"
 """Spec annotation: the job's run time in simulated time ('90', '2m30s')."""
 RESUME_ENV = "ISTHMUS_RESUME_FROM"
+RETENTION_S = 300.0
+"""Simulated seconds an ended job stays among the jobs (slurmctld's MinJobAge default)."""
+ACCOUNTING_MAX = 20_000
+"""Ended Isthmus jobs kept past their retention, for lookups (the oldest dropped first)."""
+EVENTS_MAX = 100_000
+"""Start and end events kept for `drain_events` (the oldest dropped first)."""
 
 __all__ = ["DURATION_ENV", "ExternalLoad", "SimBackend", "SimClock", "SimFailures",
            "SimPoolSpec"]
@@ -65,8 +78,10 @@ class SimBackend:
         reporter: Reporter | None = None,
         runtime_fraction: float | None = None,
         progress_every: float = 10.0,
+        retention_s: float = RETENTION_S,
     ) -> None:
         self.name = name
+        self.retention_s = retention_s
         self.report_releases = releases
         """False: the inventory reports no releases, like a backend that cannot tell."""
         self.kind = kind
@@ -96,10 +111,15 @@ class SimBackend:
                 self.nodes[node.name] = node
                 lst.append(node)
         self.jobs: dict[str, Job] = {}
+        """The jobs it queues and runs, and those ended within `retention_s`."""
+        self.accounting: dict[str, Job] = {}
+        """Isthmus jobs ended longer ago, oldest first (ACCOUNTING_MAX)."""
+        self._ended: deque[tuple[float, str]] = deque()
+        """(end, name) of the ended jobs still among `jobs`, in order of their ends."""
         self.pending: dict[str, list[Job]] = {p: [] for p in self.pools}
         self._ends: list[tuple[float, int, str]] = []
         self._seq = 0
-        self._events: list[tuple[str, str]] = []
+        self._events: deque[tuple[str, str]] = deque(maxlen=EVENTS_MAX)
         self._t = clock.t
         foreign.occupy(self, self.external.occupied)
         self._next_external = foreign.next_arrival(self, self._t)
@@ -123,7 +143,7 @@ class SimBackend:
 
     def submit(self, request: SubmitRequest) -> SubmitResult:
         self._check()
-        existing = self.jobs.get(request.name)
+        existing = self.job(request.name)
         if existing is not None:
             return SubmitResult(request.name, existing.backend_id, adopted=True)
         pl = request.placement
@@ -185,21 +205,26 @@ class SimBackend:
             return max(1.0, spec.max_runtime * self.runtime_fraction)
         return self._duration(self.rng)
 
+    def job(self, name: str) -> Job | None:
+        """The job of that name, among the jobs or in the accounting."""
+        job = self.jobs.get(name)
+        return job if job is not None else self.accounting.get(name)
+
     def lookup(self, name: str) -> Fact | None:
         self._check()
-        job = self.jobs.get(name)
+        job = self.job(name)
         return views.fact(self, job) if job else None
 
     def logs(self, name: str, rank: int | None = None,
              tail: int | None = None) -> list[RankLog]:
         """A synthetic log per rank (backends.base LogReader): see views.rank_logs."""
         self._check()
-        job = self.jobs.get(name)
+        job = self.job(name)
         return views.rank_logs(self, job, rank, tail) if job else []
 
     def cancel(self, name: str, grace_seconds: int) -> CancelResult:
         self._check()
-        job = self.jobs.get(name)
+        job = self.job(name)
         if job is None:
             return CancelResult(name, found=False, signalled=False, message="no such job")
         if job.phase in (Phase.SUCCEEDED, Phase.FAILED, Phase.CANCELLED, Phase.PREEMPTED):
@@ -233,13 +258,30 @@ class SimBackend:
             self._t = t
             if t_end <= t_ext:
                 _, _, name = heapq.heappop(self._ends)
-                self._finish(self.jobs[name])
+                job = self.jobs.get(name)
+                if job is not None:  # else ended early (cancelled, failed) and retired since
+                    self._finish(job)
             else:
                 foreign.arrive(self)
                 self._next_external = foreign.next_arrival(self, t)
         self._t = target
         if self._reporting:
             self._progress()
+        self._retire()
+
+    def _retire(self) -> None:
+        """Jobs ended `retention_s` ago leave the jobs: an Isthmus one for the accounting."""
+        horizon = self._t - self.retention_s
+        while self._ended and self._ended[0][0] <= horizon:
+            _, name = self._ended.popleft()
+            job = self.jobs.get(name)
+            if job is None or job.ended is None:
+                continue  # removed by hand (a test), or its name was reused
+            del self.jobs[name]
+            if job.isthmus:
+                self.accounting[name] = job
+                if len(self.accounting) > ACCOUNTING_MAX:  # the oldest: first inserted
+                    del self.accounting[next(iter(self.accounting))]
 
     def _progress(self) -> None:
         """Progress reports and checkpoints of the jobs that run now (progress.py)."""
@@ -261,7 +303,8 @@ class SimBackend:
     def drain_events(self) -> list[tuple[str, str]]:
         """(name, "start" | "end") of Isthmus jobs since the last call, in order: lets a
         simulation driver look up only what changed instead of observing everything."""
-        out, self._events = self._events, []
+        out = list(self._events)
+        self._events.clear()
         return out
 
     # ---- failure injection --------------------------------------------------------------
@@ -369,6 +412,8 @@ class SimBackend:
                 n.snap = None
         elif job in self.pending[job.pool]:
             self.pending[job.pool].remove(job)
+        if job.ended is None:
+            self._ended.append((self._t, job.name))
         job.phase, job.reason, job.message, job.ended = phase, reason, message, self._t
         self._reporting.pop(job.name, None)
         job.failure = failure

@@ -35,6 +35,7 @@ class SimView(Protocol):
     failures: SimFailures
     report_releases: bool
     jobs: dict[str, Job]
+    accounting: dict[str, Job]
     pending: dict[str, list[Job]]
     pools: dict[str, SimPoolSpec]
     pool_nodes: dict[str, list[Node]]
@@ -162,8 +163,9 @@ LOST = said_of(Phase.LOST, Reason.Orchestration, "")
 
 
 def observed(b: SimView, names: Sequence[str] | None) -> Observed:
-    """Every Isthmus job's phase and reason now, and a LOST fact for each of `names` the
-    backend does not know, as an `Observed`: a Fact is built only for the jobs a caller reads
+    """Every Isthmus job's phase and reason now, each of `names` from the accounting when it
+    has left the jobs, and a LOST fact for each of `names` the backend does not know, as an
+    `Observed`: a Fact is built only for the jobs a caller reads
     (from what the job was now, whatever it has become by then)."""
     now = b.clock.now
     said: dict[str, Said] = {}
@@ -174,8 +176,15 @@ def observed(b: SimView, names: Sequence[str] | None) -> Observed:
             said[job.name] = said_of(s[0], s[1], s[3])
             seen[job.name] = (job, s)
     for n in names or ():
-        if n not in b.jobs:
+        if n in b.jobs:
+            continue
+        old = b.accounting.get(n)
+        if old is None:
             said[n] = LOST
+        else:  # ended: what it was then
+            s = _seen(b, old)
+            said[n] = said_of(s[0], s[1], s[3])
+            seen[n] = (old, s)
 
     def build(name: str) -> Fact:
         got = seen.get(name)
