@@ -51,7 +51,7 @@ DURATION_ANNOTATION = "isthmus.io/sim-duration"
 RESUME_ENV = "ISTHMUS_RESUME_FROM"
 RETENTION_S = 300.0
 """Simulated seconds an ended job stays among the jobs (slurmctld's MinJobAge default)."""
-ACCOUNTING_MAX = 20_000
+ACCOUNTING_MAX = 5_000
 """Ended Isthmus jobs kept past their retention, for lookups (the oldest dropped first)."""
 EVENTS_MAX = 100_000
 """Start and end events kept for `drain_events` (the oldest dropped first)."""
