@@ -119,8 +119,8 @@ def replay(n: int, seed: int, load: float, mode: str, fixed: float | None = None
     params = AdmissionParams(placement=PlacementParams(default_max_isthmus_pending=0))
     clock = SimClock(T0)
     backends = {
-        "slurm-a": SimBackend("slurm-a", "slurm", pools("slurm"), clock, seed=seed),
-        "k8s-a": SimBackend("k8s-a", "k8s", pools("k8s"), clock, seed=seed + 1),
+        "slurm-a": SimBackend("slurm-a", "slurm", pools("slurm"), clock, seed=seed, events=True),
+        "k8s-a": SimBackend("k8s-a", "k8s", pools("k8s"), clock, seed=seed + 1, events=True),
     }
     by_id = {j.id: j for j in trace}
     pending: dict[str, PendingJob] = {}

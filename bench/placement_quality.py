@@ -301,9 +301,10 @@ def simulate(
     clock = SimClock(T0)
     backends = {
         "slurm-a": SimBackend(
-            "slurm-a", "slurm", pools("slurm"), clock, seed=seed, releases=releases
+            "slurm-a", "slurm", pools("slurm"), clock, seed=seed, releases=releases, events=True
         ),
-        "k8s-a": SimBackend("k8s-a", "k8s", pools("k8s"), clock, seed=seed + 1, releases=releases),
+        "k8s-a": SimBackend("k8s-a", "k8s", pools("k8s"), clock, seed=seed + 1, releases=releases,
+                            events=True),
     }
     by_id = {j.id: j for j in trace}
     pending: dict[str, PendingJob] = {}

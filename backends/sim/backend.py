@@ -79,6 +79,7 @@ class SimBackend:
         runtime_fraction: float | None = None,
         progress_every: float = 10.0,
         retention_s: float = RETENTION_S,
+        events: bool = False,
     ) -> None:
         self.name = name
         self.retention_s = retention_s
@@ -114,12 +115,14 @@ class SimBackend:
         """The jobs it queues and runs, and those ended within `retention_s`."""
         self.accounting: dict[str, Job] = {}
         """Isthmus jobs ended longer ago, oldest first (ACCOUNTING_MAX)."""
-        self._ended: deque[tuple[float, str]] = deque()
-        """(end, name) of the ended jobs still among `jobs`, in order of their ends."""
+        self._ended: deque[tuple[float, int, str]] = deque()
+        """(end, seq, name) of the ended jobs still among `jobs`, in order of their ends."""
         self.pending: dict[str, list[Job]] = {p: [] for p in self.pools}
         self._ends: list[tuple[float, int, str]] = []
         self._seq = 0
-        self._events: deque[tuple[str, str]] = deque(maxlen=EVENTS_MAX)
+        self._events: deque[tuple[str, str]] | None = (
+            deque(maxlen=EVENTS_MAX) if events else None)
+        """Kept only for a driver that asked (`events`) and drains them (`drain_events`)."""
         self._t = clock.t
         foreign.occupy(self, self.external.occupied)
         self._next_external = foreign.next_arrival(self, self._t)
@@ -257,9 +260,11 @@ class SimBackend:
                 break
             self._t = t
             if t_end <= t_ext:
-                _, _, name = heapq.heappop(self._ends)
+                _, seq, name = heapq.heappop(self._ends)
                 job = self.jobs.get(name)
-                if job is not None:  # else ended early (cancelled, failed) and retired since
+                # else ended early (cancelled, failed) and retired since, and perhaps its
+                # name submitted again: that later job is not this entry's
+                if job is not None and job.seq == seq:
                     self._finish(job)
             else:
                 foreign.arrive(self)
@@ -273,10 +278,10 @@ class SimBackend:
         """Jobs ended `retention_s` ago leave the jobs: an Isthmus one for the accounting."""
         horizon = self._t - self.retention_s
         while self._ended and self._ended[0][0] <= horizon:
-            _, name = self._ended.popleft()
+            _, seq, name = self._ended.popleft()
             job = self.jobs.get(name)
-            if job is None or job.ended is None:
-                continue  # removed by hand (a test), or its name was reused
+            if job is None or job.seq != seq:
+                continue  # removed by hand (a test), or its name submitted again since
             del self.jobs[name]
             if job.isthmus:
                 self.accounting[name] = job
@@ -303,6 +308,8 @@ class SimBackend:
     def drain_events(self) -> list[tuple[str, str]]:
         """(name, "start" | "end") of Isthmus jobs since the last call, in order: lets a
         simulation driver look up only what changed instead of observing everything."""
+        if self._events is None:
+            raise RuntimeError(f"{self.name} keeps no events: construct it with events=True")
         out = list(self._events)
         self._events.clear()
         return out
@@ -369,7 +376,7 @@ class SimBackend:
                 run = self.failures.start_delay_s + job.duration * self.rng.random()
             heapq.heappush(self._ends, (self._t + run, job.seq, job.name))
             started.append(job)
-            if job.isthmus:
+            if job.isthmus and self._events is not None:
                 self._events.append((job.name, "start"))
         if started:
             done = {j.name for j in started}
@@ -413,11 +420,11 @@ class SimBackend:
         elif job in self.pending[job.pool]:
             self.pending[job.pool].remove(job)
         if job.ended is None:
-            self._ended.append((self._t, job.name))
+            self._ended.append((self._t, job.seq, job.name))
         job.phase, job.reason, job.message, job.ended = phase, reason, message, self._t
         self._reporting.pop(job.name, None)
         job.failure = failure
-        if job.isthmus:
+        if job.isthmus and self._events is not None:
             self._events.append((job.name, "end"))
         self.schedule(job.pool)
 

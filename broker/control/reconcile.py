@@ -25,7 +25,8 @@ from broker.control.derive import Derived
 from broker.control.guard import JobGuard
 from broker.control.plane import ControlPlane, log
 from broker.control.reconcile_apply import RECONCILER, _ending, apply_all, charge, mark_one
-from broker.domain import HOLDING, FailureCategory, JobState, Reason
+from broker.control.soft_state import Told
+from broker.domain import HOLDING, FailureCategory, JobState, Reason, reason_messages
 from broker.domain.facts import ENDED_PHASES, Fact, Finding, Phase
 from broker.metrics import BACKEND_UP
 from broker.orchestration.rules import Cause
@@ -70,35 +71,53 @@ def _newest(facts: Sequence[Fact]) -> datetime | None:
     return max((f.observed_at for f in facts), default=None)
 
 
-def _changed(brief: list[att.Brief], said: dict[str, Said],
-             told: dict[str, str]) -> list[tuple[str, int]]:
-    """The attempts `_one` would not leave alone, as (job id, number): all but the live
-    attempts of jobs not cancelled whose stored phase and reason are what the backend says,
-    and whose waiting message is the one last applied (`told`), LOST excepted. A few tuple
-    comparisons per attempt: this runs over every live attempt on every pass."""
-    cancelled, lost = JobState.CANCELLED.value, Phase.LOST.value
-    get, said_before = said.get, told.get
-    return [(b.job_id, b.number) for b in brief
-            if b.job_state is None or b.job_state == cancelled
-            or (s := get(b.backend_name)) is None or s[0] == lost
-            or (s[0], s[1]) != (b.phase, b.job_reason)
-            or (bool(s[2]) and said_before(b.backend_name) != s[2])]
-
-
-def _retold(said: dict[str, Said], told: dict[str, str], name: str) -> bool:
-    """The backend says a waiting message of `name` not applied yet."""
-    s = said.get(name)
-    return s is not None and bool(s[2]) and told.get(name) != s[2]
-
-
-def _told(brief: list[att.Brief], said: dict[str, Said]) -> dict[str, str]:
-    """The waiting messages this pass applies or finds applied (SoftState.told), of the live
-    attempts only."""
-    out: dict[str, str] = {}
+def _news(brief: list[att.Brief], said: dict[str, Said], told: dict[str, Told],
+          now: datetime) -> set[str]:
+    """The objects whose waiting message is news against the one last applied (`told`), by
+    the rule of waiting reasons (broker.domain.reason_messages: new wording at most once a
+    minute, new figures alone once in five; "8 more needed" -> "16 more needed" is not
+    rewritten every pass). One not told yet (a restart) is news."""
+    out: set[str] = set()
     for b in brief:
         s = said.get(b.backend_name)
-        if s is not None and s[2]:
-            out[b.backend_name] = s[2]
+        if s is None or not s[2]:
+            continue
+        kept = told.get(b.backend_name)
+        if kept is None or (kept[0] != s[2] and reason_messages.is_news(
+                "", kept[0], kept[1], "", s[2], now)):
+            out.add(b.backend_name)
+    return out
+
+
+def _changed(brief: list[att.Brief], said: dict[str, Said],
+             news: set[str]) -> list[att.Brief]:
+    """The attempts `_one` would not leave alone: all but the live attempts of jobs not
+    cancelled whose stored phase and reason are what the backend says and whose waiting
+    message is not news (`_news`), LOST excepted. A few comparisons per attempt: this runs
+    over every live attempt on every pass."""
+    cancelled, lost = JobState.CANCELLED.value, Phase.LOST.value
+    get = said.get
+    return [b for b in brief
+            if b.job_state is None or b.job_state == cancelled
+            or (s := get(b.backend_name)) is None or s[0] == lost
+            or s[0] != b.phase or s[1] != b.job_reason
+            or b.backend_name in news]
+
+
+def _told(brief: list[att.Brief], said: dict[str, Said], told: dict[str, Told],
+          applied: set[str], now: datetime) -> dict[str, Told]:
+    """SoftState.told after a pass that applied the facts of `applied`: their waiting message
+    as of `now`, the others' as they were; live attempts only."""
+    out: dict[str, Told] = {}
+    for b in brief:
+        name = b.backend_name
+        s = said.get(name)
+        if s is None or not s[2]:
+            continue
+        if name in applied:
+            out[name] = (s[2], now)
+        elif (kept := told.get(name)) is not None:
+            out[name] = kept
     return out
 
 
@@ -130,15 +149,14 @@ def run_reconcile(plane: ControlPlane, backend_name: str) -> ReconcileReport:
     said = _said(facts)
     report.observed = len(facts)
     told = plane.soft.told.get(backend_name, {})
-    todo = _changed(brief, said, told)
-    # what is applied below counts as told: a job it fails on is marked (InternalError), and
-    # that reason differs from the backend's, so the next pass applies it again
-    plane.soft.told[backend_name] = _told(brief, said)
+    news = _news(brief, said, told, now)
+    todo = _changed(brief, said, news)
     live: list[att.AttemptRecord] = []
     jobs: dict[str, JobRecord | None] = {}
     if todo:  # a quiet pass reads nothing more
+        keys = [(b.job_id, b.number) for b in todo]
         with plane.db.read() as s:
-            live = [a for a in att.by_keys(s, todo)  # still live (the read above was earlier)
+            live = [a for a in att.by_keys(s, keys)  # still live (the read above was earlier)
                     if a.ended_at is None and a.dispatch == att.CREATED]
             jobs = dict(jobs_by_ids(s, [a.job_id for a in live]))
     fact_of = _fact_of(facts)
@@ -146,10 +164,15 @@ def run_reconcile(plane: ControlPlane, backend_name: str) -> ReconcileReport:
     for a in live:
         with JobGuard("reconcile", a.job_id) as guard:
             _one(plane, backend, a, jobs.get(a.job_id), fact_of(a.backend_name), now,
-                 report, changed, _retold(said, told, a.backend_name))
+                 report, changed, a.backend_name in news)
         if guard.incident is not None:
             mark_one(plane, guard.incident, now)
     report.transitions += apply_all(plane, changed, now)
+    # told once written (an exception above leaves it as it was: the next pass decides
+    # again); a job the apply failed on is marked InternalError, a reason that differs from
+    # the backend's, so the next pass applies its fact again
+    plane.soft.told[backend_name] = _told(brief, said, told, {b.backend_name for b in todo},
+                                          now)
     live_names = {b.backend_name for b in brief}
     for name, (phase, _, _) in said.items():  # Isthmus objects nobody owns any more
         if name in live_names or phase in _ENDED:

@@ -199,6 +199,7 @@ class Runtime:
             if held and not self.leading:
                 self.leading = True
                 self.plane.epoch = self.lease.epoch
+                self.plane.soft.told.clear()  # another leader may have written since
                 log.info("leading the control loop (epoch %d)", self.lease.epoch)
                 self._follow_changes()
                 for job_id in self._loop_ids:

@@ -42,6 +42,8 @@ KeptEnds = tuple["RuntimeModel", datetime, "RunningEnds", tuple["Running", ...]]
 """The model and start a running attempt's ends were predicted with, the ends
 (policies.eta.running_ends: they hold while their ratios cover the time it has run), and the
 work on its nodes as last given (empty: to be made again)."""
+Told = tuple[str, datetime]
+"""A waiting message as applied to its job, and when (reconcile)."""
 Estimated = tuple[int, float | None, str]
 """Queue position, estimated start (epoch seconds), method: what was last stored."""
 
@@ -88,12 +90,13 @@ class SoftState:
     every pass)."""
     eta_facts: dict[AttemptKey, EtaFacts] = field(default_factory=dict)
     """Owner: eta_inputs. Bound: ETA_FACTS_MAX (emptied when it would pass it)."""
-    told: dict[str, dict[str, str]] = field(default_factory=dict)
+    told: dict[str, dict[str, Told]] = field(default_factory=dict)
     """Owner: reconcile. By backend, then by object name: the message its backend said while
-    the object waited or started, as applied to its job (a new one is applied even when the
-    reason stays: HeldByKueue 'not evaluated yet', then Kueue's verdict). Bound: the live
-    attempts of each backend's last pass (replaced every pass). Empty after a restart: the
-    waiting attempts are applied once again."""
+    the object waited or started, as last applied to its job, and when (a new one is applied
+    even when the reason stays: HeldByKueue 'not evaluated yet', then Kueue's verdict). Bound:
+    the live attempts of each backend's last pass (replaced every pass). Emptied when the
+    process starts to lead (runtime.keep_lease): the waiting attempts are applied once
+    again."""
     budget_used: tuple[datetime, object, dict[date, dict[tuple[str, str | None], float]]] | None \
         = None
     """Owner: control.budgets. When the budgets' use was read (by the period clock), the windows

@@ -30,6 +30,7 @@ pid_alive() {
 pid_exited() {
   local pid
   pid=$(<"$1") || return 0
+  [[ $pid =~ ^[0-9]+$ ]] || return 0
   [[ -r /proc/$pid/status ]] || return 0
   [[ $(awk '/^State:/{print $2}' "/proc/$pid/status" 2>/dev/null) == Z ]]
 }

@@ -8,7 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
+
 from broker.config import IsthmusConfig
+from broker.control import reconcile, reconcile_apply
 from broker.control.admission import run_admission
 from broker.control.dispatch import run_dispatch
 from broker.control.plane import ControlParams, ControlPlane
@@ -54,29 +57,50 @@ def _shown(plane: ControlPlane, job_id: str) -> tuple[str, str, str, int]:
 
 
 def test_a_new_message_is_shown_while_the_reason_stays(
-        sim: Sim, db: Database, sim_config: IsthmusConfig) -> None:
+        sim: Sim, db: Database, sim_config: IsthmusConfig,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    applied: list[int] = []  # the facts each pass applies
+
+    def counted(plane: ControlPlane, changed: list[Any], now: Any) -> int:
+        applied.append(len(changed))
+        return real(plane, changed, now)
+
+    real = reconcile_apply.apply_all
+    monkeypatch.setattr(reconcile, "apply_all", counted)
     saying = Saying(sim.backends["sim-slurm"])
     plane = _plane(sim, db, sim_config, saying)
     job = submit(sim, spec().flavors("h100-80g").replicas(2).gpus(8))
     run_admission(plane)
     run_dispatch(plane)
 
-    saying.message = "Kueue has not evaluated the Workload yet"
-    run_reconcile(plane, "sim-slurm")
+    def passes(p: ControlPlane, message: str) -> int:
+        saying.message = message
+        run_reconcile(p, "sim-slurm")
+        return applied[-1]
+
+    assert passes(plane, "Kueue has not evaluated the Workload yet") == 1
     state, reason, message, events = _shown(plane, job)
     assert (state, reason, message) == ("PREPARING", "HeldByKueue", saying.message)
-
-    run_reconcile(plane, "sim-slurm")  # nothing new: nothing written
+    assert passes(plane, saying.message) == 0  # nothing new: nothing read or written
     assert _shown(plane, job)[3] == events
 
-    saying.message = "insufficient unused quota for nvidia.com/gpu in flavor h100-80g"
-    run_reconcile(plane, "sim-slurm")
+    sim.clock.advance(61)  # new wording is written at most once a minute per job
+    verdict = "insufficient unused quota for nvidia.com/gpu in flavor h100-80g, 8 more needed"
+    assert passes(plane, verdict) == 1
     state, reason, message, after = _shown(plane, job)
-    assert (state, reason, message) == ("PREPARING", "HeldByKueue", saying.message)
+    assert (state, reason, message) == ("PREPARING", "HeldByKueue", verdict)
     assert after == events + 1  # one event says it
 
-    # a restarted leader knows nothing it told: it shows what the backend says now
-    saying.message = "insufficient unused quota, 16 more needed"
+    # new figures alone wait five minutes (a queue's "N more needed" moves with the load)
+    moved = verdict.replace("8 more", "16 more")
+    assert passes(plane, moved) == 0
+    assert _shown(plane, job)[2] == verdict
+    sim.clock.advance(301)
+    assert passes(plane, moved) == 1
+    assert _shown(plane, job)[2] == moved
+
+    # a restarted leader knows nothing it told: it applies what the backend says once
     restarted = _plane(sim, db, sim_config, saying)
-    run_reconcile(restarted, "sim-slurm")
-    assert _shown(restarted, job)[:3] == ("PREPARING", "HeldByKueue", saying.message)
+    assert passes(restarted, moved) == 1
+    assert passes(restarted, moved) == 0
+    assert _shown(restarted, job)[:3] == ("PREPARING", "HeldByKueue", moved)

@@ -41,7 +41,7 @@ def gang_start_minute(params: AdmissionParams, hours: int, excludes: bool = True
     clock = SimClock(T0)
     pool = SimPoolSpec("p1", "h100", blocks=1, racks_per_block=2, nodes_per_rack=4,
                        max_isthmus_pending=2, excludes_nodes=excludes)
-    backend = SimBackend("sim-a", "slurm", [pool], clock, seed=1)
+    backend = SimBackend("sim-a", "slurm", [pool], clock, seed=1, events=True)
     run_s: dict[str, float] = {}
     pending: dict[str, PendingJob] = {}
 

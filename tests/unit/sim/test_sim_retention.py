@@ -68,9 +68,13 @@ def test_the_accounting_is_bounded_and_foreign_jobs_are_forgotten(
     assert b.lookup("isthmus-j1-1") is None
 
 
-def test_start_and_end_events_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_start_and_end_events_are_kept_only_when_asked_for_and_bounded(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(RuntimeError, match="keeps no events"):
+        _sim().drain_events()  # nothing drains a served backend's: none are kept
     monkeypatch.setattr(sim_backend, "EVENTS_MAX", 3)
-    b = _sim()
+    b = SimBackend("sim-a", "slurm", [POOL], SimClock(T0), seed=3,
+                   failures=SimFailures(start_delay_s=0), events=True)
     for n in (1, 2):
         b.submit(sim_request(n, duration=10))
         b.advance(20)
@@ -78,3 +82,16 @@ def test_start_and_end_events_are_bounded(monkeypatch: pytest.MonkeyPatch) -> No
     assert b.drain_events() == [("isthmus-j1-1", "end"), ("isthmus-j2-1", "start"),
                                 ("isthmus-j2-1", "end")]
     assert b.drain_events() == []
+
+
+def test_a_job_cancelled_and_retired_before_its_natural_end_and_its_name_reused() -> None:
+    b = _sim()
+    b.submit(sim_request(1, duration=1000))
+    b.advance(10)
+    b.cancel("isthmus-j1-1", 0)  # its end at 1000 stays in the heap
+    b.advance(400)  # retired, then out of the accounting: the name can be used again
+    b.accounting.clear()
+    assert not b.submit(sim_request(1, duration=5000)).adopted  # the same name, a new job
+    b.advance(700)  # past the first job's natural end (1000): the stale entry is not this job's
+    again = b.lookup("isthmus-j1-1")
+    assert again is not None and again.phase is Phase.RUNNING, again
