@@ -170,21 +170,23 @@ def observed(b: SimView, names: Sequence[str] | None) -> Observed:
     now = b.clock.now
     said: dict[str, Said] = {}
     seen: dict[str, tuple[Job, _Seen]] = {}
+
+    def note(job: Job) -> None:
+        s = _seen(b, job)
+        said[job.name] = said_of(s[0], s[1], s[3])
+        seen[job.name] = (job, s)
+
     for job in b.jobs.values():
         if job.isthmus:
-            s = _seen(b, job)
-            said[job.name] = said_of(s[0], s[1], s[3])
-            seen[job.name] = (job, s)
+            note(job)
     for n in names or ():
         if n in b.jobs:
             continue
-        old = b.accounting.get(n)
+        old = b.accounting.get(n)  # ended: what it was then
         if old is None:
             said[n] = LOST
-        else:  # ended: what it was then
-            s = _seen(b, old)
-            said[n] = said_of(s[0], s[1], s[3])
-            seen[n] = (old, s)
+        else:
+            note(old)
 
     def build(name: str) -> Fact:
         got = seen.get(name)

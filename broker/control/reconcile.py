@@ -83,8 +83,7 @@ def _news(brief: list[att.Brief], said: dict[str, Said], told: dict[str, Told],
         if s is None or not s[2]:
             continue
         kept = told.get(b.backend_name)
-        if kept is None or (kept[0] != s[2] and reason_messages.is_news(
-                "", kept[0], kept[1], "", s[2], now)):
+        if kept is None or reason_messages.is_news("", kept[0], kept[1], "", s[2], now):
             out.add(b.backend_name)
     return out
 

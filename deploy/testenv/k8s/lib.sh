@@ -14,14 +14,10 @@ die() { log "ERROR: $*"; exit 1; }
 # contains BIN, the directory of the multi-call binary and its symlinks), so a recycled
 # pid is never taken for ours.
 pid_alive() {
-  local pidfile=$1 bin=$2 pid
+  local pidfile=$1 bin=$2
   [[ -s $pidfile ]] || return 1
-  pid=$(<"$pidfile")
-  [[ $pid =~ ^[0-9]+$ ]] || return 1
-  [[ -r /proc/$pid/cmdline ]] || return 1
-  # a zombie is not alive
-  [[ $(awk '/^State:/{print $2}' "/proc/$pid/status" 2>/dev/null) != Z ]] || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$bin"
+  ! pid_exited "$pidfile" || return 1  # a zombie is not alive
+  tr '\0' ' ' <"/proc/$(<"$pidfile")/cmdline" 2>/dev/null | grep -qF -- "$bin"
 }
 
 # pid_exited PIDFILE: the process in PIDFILE (one this script has just started) is gone or a
