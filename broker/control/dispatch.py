@@ -30,7 +30,6 @@ from broker.control.guard import SYSTEMIC, Incident, JobGuard
 from broker.control.plane import ControlPlane, log
 from broker.control.requeue import DISPATCHER, requeue_refused
 from broker.domain import JobState, Reason
-from broker.domain.attempts import RunSnapshot
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
 from broker.store import attempts as att
@@ -42,7 +41,7 @@ from broker.store.secrets import digest, progress_token, server_secret
 
 def _request(plane: ControlPlane, a: att.AttemptRecord, token: str,
              owner: str | None = None, number: int | None = None) -> SubmitRequest:
-    snapshot = RunSnapshot.model_validate_json(a.snapshot_json)
+    snapshot = plane.snapshot(a, keep=True)  # for the reconciler's first sight of the run
     assert snapshot.placement is not None
     env = {
         "ISTHMUS_JOB_ID": a.job_id,

@@ -137,12 +137,26 @@ class ControlPlane:
                 self.soft.specs[job_id] = spec
         return spec
 
+    def snapshot(self, a: att.AttemptRecord, *, keep: bool = False,
+                 last: bool = False) -> RunSnapshot:
+        """The attempt's stored run snapshot, parsed, or as kept (SoftState.snapshots):
+        `keep` it for a later reader, or take it out as its `last` reader."""
+        key = (a.job_id, a.number)
+        snapshot = self.soft.snapshots.pop(key, None) if last else self.soft.snapshots.get(key)
+        if snapshot is None:
+            snapshot = RunSnapshot.model_validate_json(a.snapshot_json)
+            if keep:
+                self.soft.snapshots[key] = snapshot
+        return snapshot
+
     def forget_specs(self, jobs: Iterable[JobRecord]) -> None:
-        """Drops the kept specs of `jobs` that have ended (read again, should one be
-        retried by hand: a parse)."""
+        """Drops the kept specs and run snapshots of `jobs` that have ended (read again,
+        should one be retried by hand: a parse)."""
         for job in jobs:
             if job.state in TERMINAL:
                 self.soft.specs.pop(job.id, None)
+                for number in range(1, job.attempt + 1):
+                    self.soft.snapshots.pop((job.id, number), None)
 
     def last_inventories(self) -> dict[str, Answer]:
         """Each backend's last answer, without asking it (inventories.Inventories.peek)."""

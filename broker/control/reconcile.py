@@ -239,6 +239,7 @@ def _one(plane: ControlPlane, backend: Backend, a: att.AttemptRecord, job: JobRe
             else:
                 charge(s, plane, job.team, a, ledger.Ending.CANCELLED, end, now,
                        submitted_by=job.submitted_by)
+        plane.forget_specs([job])  # its attempt has ended: neither is read again
         return
     if fact is None or fact.phase is Phase.LOST:
         # Missing, or reported lost: either may be a moment of inconsistency (a job that

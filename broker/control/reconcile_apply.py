@@ -36,7 +36,6 @@ from broker.control.faults import crash_point
 from broker.control.guard import SYSTEMIC, Incident, JobGuard, mark
 from broker.control.plane import ControlPlane, log
 from broker.domain import FailureCategory, JobState, reproducibility
-from broker.domain.attempts import RunSnapshot
 from broker.domain.facts import ENDED_PHASES, Fact, Phase
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
@@ -130,11 +129,12 @@ def _as_preempted(a: att.AttemptRecord, fact: Fact) -> Fact:
                    f"{fact.phase.value}: {fact.message or fact.raw_state or 'no detail'})"})
 
 
-def _resolve_once(s: Session, a: att.AttemptRecord, fact: Fact, now: datetime) -> None:
+def _resolve_once(s: Session, plane: ControlPlane, a: att.AttemptRecord, fact: Fact,
+                  now: datetime) -> None:
     """What the run actually ran with, beside its immutable snapshot; written by the first
     observation of the started gang and never again (the reader of an old attempt must get
     what it was)."""
-    snapshot = RunSnapshot.model_validate_json(a.snapshot_json)
+    snapshot = plane.snapshot(a, last=True)
     resolved = reproducibility.resolve(snapshot, fact, now)
     att.set_resolved_once(s, a.job_id, a.number, resolved.model_dump_json())
 
@@ -158,7 +158,7 @@ def _apply_in(s: Session, plane: ControlPlane, a: att.AttemptRecord, now: dateti
     if d.started and a.started_at is None:
         row["started_at"] = fact.started_at or now
     if a.resolved_json is None and (d.started or fact.phase is Phase.RUNNING):
-        _resolve_once(s, a, fact, now)
+        _resolve_once(s, plane, a, fact, now)
     if d.ended:
         end = fact.ended_at or now
         failure = d.failure.value if d.failure else None

@@ -15,7 +15,7 @@ from sqlmodel import Session
 from broker.control.guard import JobGuard
 from broker.control.plane import ControlPlane, log
 from broker.domain import FailureCategory, JobState, Reason
-from broker.domain.attempts import Attempt, RunSnapshot
+from broker.domain.attempts import Attempt
 from broker.domain.exclusions import Exclusions
 from broker.domain.timebox import add_seconds
 from broker.orchestration.rules import Cause
@@ -70,6 +70,7 @@ def retry(s: Session, plane: ControlPlane, job: JobRecord, ended: att.AttemptRec
     spec = plane.spec(job_id, job.spec_json)
     history = []
     wasted = 0.0
+    snapshot = plane.snapshot(ended, last=True)  # kept from dispatch when it never ran
     for r in att.attempts_of(s, job_id):
         if r.number == ended.number:
             r = ended
@@ -77,14 +78,13 @@ def retry(s: Session, plane: ControlPlane, job: JobRecord, ended: att.AttemptRec
             continue
         history.append(Attempt(
             job_id=job_id, number=r.number,
-            snapshot=RunSnapshot.model_validate_json(r.snapshot_json),
+            snapshot=snapshot if r is ended else plane.snapshot(r),
             created_at=r.created_at,
             failure=FailureCategory(r.failure) if r.failure else None,
             preempted=r.preempted,
         ))
         if r.failure:
             wasted += _hours(r.gpus, r.started_at or r.dispatched_at, r.ended_at or now)
-    snapshot = RunSnapshot.model_validate_json(ended.snapshot_json)
     nodes = blamed or (snapshot.placement.nodes if snapshot.placement else ())
     decision = decide_retry(
         spec.retry, failure, attempt_counts(history), wasted, preempted=preempted,

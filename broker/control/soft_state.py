@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from cachetools import LRUCache
 
+from broker.domain.attempts import RunSnapshot
 from broker.domain.spec import JobSpec
 
 if TYPE_CHECKING:
@@ -26,6 +27,11 @@ if TYPE_CHECKING:
 SPECS_MAX = 20_000
 """Parsed job specs kept (least recently used dropped): more than the jobs one cycle reads
 under the soaks (about 3,000 waiting), so a steady loop parses each spec once."""
+
+SNAPSHOTS_MAX = 4_096
+"""Parsed run snapshots kept between an attempt's dispatch and the reconciler's first sight of
+its run (least recently used dropped): more than the attempts dispatched and not yet seen
+started under the soaks."""
 
 ETA_FACTS_MAX = 44_000
 """Attempt facts kept for the run-time model (broker.control.eta_inputs); four times what it
@@ -56,6 +62,15 @@ class SoftState:
     drops the jobs it ends (ControlPlane.forget_specs), admission those that left the queue
     otherwise (cancelled: `waiting`), and readers of ended ones do not keep theirs (about 8 KB
     a spec: a full cache would be 150 MB, grown over minutes of the soak)."""
+    snapshots: LRUCache[AttemptKey, RunSnapshot] = field(
+        default_factory=lambda: LRUCache(maxsize=SNAPSHOTS_MAX))
+    """Owner: ControlPlane.snapshot. Dispatch parses an attempt's run snapshot and keeps it;
+    the reconciler's first sight of the run takes it out (one parse instead of two). Each
+    holds a parsed spec of its own, so it is not kept for the run: steady, the attempts
+    dispatched and not yet seen started. Bound: SNAPSHOTS_MAX (LRU); the reconciler also
+    drops those of the jobs it ends (ControlPlane.forget_specs). A stored snapshot never
+    changes once committed, and only committed rows are parsed into it: an entry is never
+    stale, whoever leads."""
     waiting: frozenset[str] = frozenset()
     """Owner: admission._forget_left: the jobs left waiting by the last cycle, whose specs are
     dropped once they are no longer queued. Bound: the queue of the last cycle."""

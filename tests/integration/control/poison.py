@@ -41,7 +41,9 @@ def events(sim: Sim, job_id: str) -> list[tuple[str, str, str]]:
 
 def poison_snapshot(sim: Sim, job_id: str, **fields: Any) -> None:
     """Overwrite fields of the spec in the run snapshot of the job's latest attempt (the
-    dispatcher renders from it), directly in the database."""
+    dispatcher renders from it), directly in the database. A stored snapshot never changes,
+    so the plane keeps it parsed (SoftState.snapshots): the poisoned one is read as by a
+    plane that has not parsed it yet (a restarted one)."""
     with sim.plane.db.write() as s:
         a = att.attempts_of(s, job_id)[-1]
         data = json.loads(a.snapshot_json)
@@ -52,3 +54,4 @@ def poison_snapshot(sim: Sim, job_id: str, **fields: Any) -> None:
                 target = target[p]
             target[leaf] = value
         att.update(s, job_id, a.number, snapshot_json=json.dumps(data))
+    sim.plane.soft.snapshots.pop((job_id, a.number), None)

@@ -8,11 +8,15 @@ from dataclasses import fields
 import pytest
 
 from broker.control import soft_state
+from broker.control.admission import run_admission
+from broker.control.dispatch import run_dispatch
 from broker.control.plane import ControlPlane
+from broker.control.reconcile import run_reconcile
 from broker.control.soft_state import SoftState
 from broker.orchestration.submission import cancel_job
-from tests.builders import spec
-from tests.harness.sim import Sim, cycle, run_until, submit
+from broker.store.queries import get_job
+from tests.builders import SpecBuilder, spec
+from tests.harness.sim import Sim, attempts_of, cycle, run_until, submit
 
 
 def test_the_passes_keep_their_state_only_in_declared_fields(sim: Sim) -> None:
@@ -91,3 +95,82 @@ def test_the_specs_cache_holds_live_jobs_only(sim: Sim) -> None:
     cancel_job(sim.plane.db, cancelled, "tester", by_admin=False)  # the API's cancel
     cycle(sim, 10)
     assert set(sim.plane.soft.specs) == {live, waiting}
+
+
+def test_a_run_snapshot_is_parsed_once_from_dispatch_to_its_run(
+        sim: Sim, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dispatch parses an attempt's run snapshot and keeps it (SoftState.snapshots); the
+    reconciler's first sight of the run uses it and takes it out, so that the cache holds
+    only the attempts between the two; the job's end drops any left."""
+    from broker.domain.attempts import RunSnapshot
+
+    parsed: list[str] = []
+    original = RunSnapshot.model_validate_json
+
+    def counting(text: str | bytes, **kwargs: object) -> RunSnapshot:
+        parsed.append("x")
+        return original(text)
+
+    monkeypatch.setattr(RunSnapshot, "model_validate_json", counting)
+    job = submit(sim, spec().name("once").flavors("a100-80g").replicas(1).topology(None)
+                 .backend("k8s"), 120)
+    run_admission(sim.plane)
+    run_dispatch(sim.plane)
+    assert set(sim.plane.soft.snapshots) == {(job, 1)}
+    assert len(parsed) == 1
+    sim.advance(30)
+    run_reconcile(sim.plane, "sim-k8s")
+    assert state_of(sim, job) == "RUNNING"
+    assert len(parsed) == 1  # the run's resolved facts came from the kept snapshot
+    assert not sim.plane.soft.snapshots  # taken out: not kept for the run
+    failing = submit(sim, spec().name("never").flavors("a100-80g").replicas(1)
+                     .topology(None).backend("k8s"), 120)
+    run_admission(sim.plane)
+    run_dispatch(sim.plane)
+    assert (failing, 1) in sim.plane.soft.snapshots
+    cancel_job(sim.plane.db, failing, "tester", by_admin=False)
+    sim.advance(10)
+    run_reconcile(sim.plane, "sim-k8s")  # sends the cancel, ends the attempt
+    assert (failing, 1) not in sim.plane.soft.snapshots  # its job ended: dropped
+    assert failing not in sim.plane.soft.specs
+
+
+def state_of(sim: Sim, job_id: str) -> str:
+    with sim.plane.db.read() as s:
+        job = get_job(s, job_id)
+    assert job is not None
+    return job.state
+
+
+def test_every_per_job_cache_is_empty_once_every_job_has_ended(sim: Sim) -> None:
+    """A leak detector: jobs that succeed, fail once and go again, are cancelled while
+    queued, right after their dispatch and while running; once all have ended and the loop
+    has passed again, no cache keyed by job or attempt holds any of them (the run-time
+    model's facts excepted: eta_facts keeps the ended attempts it learns from, bounded)."""
+    def one(name: str, replicas: int = 1) -> SpecBuilder:
+        return spec().name(name).flavors("a100-80g").replicas(replicas).gpus(8) \
+            .topology(None).backend("k8s")
+
+    done = [submit(sim, one(f"ok{i}"), 60) for i in range(3)]
+    failing = submit(sim, one("flaky").set("annotations", {"isthmus.io/sim-fail": "node-loss"}),
+                     60)
+    running = submit(sim, one("long"), 3600)
+    cycle(sim, 10)
+    queued = submit(sim, one("wide", replicas=8), 60)  # waits: the pool is busy
+    cycle(sim, 10)
+    dispatched = submit(sim, one("brief"), 60)
+    run_admission(sim.plane)
+    run_dispatch(sim.plane)
+    for j in (queued, dispatched, running):
+        cancel_job(sim.plane.db, j, "tester", by_admin=False)
+    for j in [*done, failing]:
+        run_until(sim, j, "SUCCEEDED", step=20)
+    assert len(attempts_of(sim, failing)) == 2
+    for _ in range(3):
+        cycle(sim, 10)
+    soft = sim.plane.soft
+    held = {name: len(getattr(soft, name)) for name in (
+        "specs", "snapshots", "waiting", "placed_nodes", "estimated", "victim_snapshots",
+        "running_ends", "decisions_logged")}
+    held["told"] = sum(len(v) for v in soft.told.values())
+    assert held == dict.fromkeys(held, 0)
