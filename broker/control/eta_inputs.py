@@ -82,7 +82,13 @@ def runtime_model(plane: ControlPlane, s: Session) -> RuntimeModel:
     limits are over-estimates (users round up), so the estimate predicts what they turn out to
     be here (bench/eta_accuracy.py measures it)."""
     rows = s.connection().execute(_ENDED).all()
-    facts = _facts(plane, s, [(r.job_id, r.number) for r in rows], nodes=False)
+    keys = [(r.job_id, r.number) for r in rows]
+    facts = _facts(plane, s, keys, nodes=False)
+    # what the next passes read: these ended attempts and those running at the last pass
+    # (the attempts that ended before these are not read again)
+    running = plane.soft.running_ends
+    plane.soft.eta_facts = {k: v for k, v in plane.soft.eta_facts.items()
+                            if k in facts or k in running}
     return RuntimeModel.learn(
         RunSample(facts[(r.job_id, r.number)][0], facts[(r.job_id, r.number)][1],
                   (r.ended_at - r.started_at).total_seconds(), facts[(r.job_id, r.number)][3])

@@ -104,7 +104,9 @@ class SoftState:
     """Owner: eta_inputs.running_work. Bound: the running attempts of its last pass (replaced
     every pass)."""
     eta_facts: dict[AttemptKey, EtaFacts] = field(default_factory=dict)
-    """Owner: eta_inputs. Bound: ETA_FACTS_MAX (emptied when it would pass it)."""
+    """Owner: eta_inputs. Bound: the RATIO_SAMPLES ended attempts the run-time model last
+    learnt from and the attempts running at the last pass (each learning keeps only those);
+    ETA_FACTS_MAX between two (emptied when it would pass it)."""
     told: dict[str, dict[str, Told]] = field(default_factory=dict)
     """Owner: reconcile. By backend, then by object name: the message its backend said while
     the object waited or started, as last applied to its job, and when (a new one is applied

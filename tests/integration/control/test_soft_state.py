@@ -174,3 +174,25 @@ def test_every_per_job_cache_is_empty_once_every_job_has_ended(sim: Sim) -> None
         "running_ends", "decisions_logged")}
     held["told"] = sum(len(v) for v in soft.told.values())
     assert held == dict.fromkeys(held, 0)
+
+
+def test_the_eta_facts_keep_only_what_the_next_passes_read(sim: Sim) -> None:
+    """The run-time facts of attempts are kept for the queue estimate: each learning of the
+    run-time model keeps those of the ended attempts it learnt from and of the attempts
+    running at the last pass, and drops the others (they are never read again: at 100 jobs/s
+    they were ~1.5 MB a minute until the bound emptied them)."""
+    from broker.control import eta_inputs
+
+    done = [submit(sim, spec().name(f"e{i}").flavors("a100-80g").replicas(1).topology(None),
+                   30) for i in range(2)]
+    for j in done:
+        run_until(sim, j, "SUCCEEDED", step=10)
+    live = submit(sim, spec().name("elive").flavors("a100-80g").replicas(1).topology(None), 600)
+    run_until(sim, live, "RUNNING", step=10)
+    submit(sim, spec().name("ewait").flavors("a100-80g").replicas(8).gpus(8).topology(None), 60)
+    cycle(sim, 10)  # a waiting job: the estimate reads the running attempts
+    assert (live, 1) in sim.plane.soft.running_ends
+    sim.plane.soft.eta_facts[("long-gone", 1)] = ("vision", 60.0, (), 8)
+    with sim.plane.db.read() as s:
+        eta_inputs.runtime_model(sim.plane, s)
+    assert set(sim.plane.soft.eta_facts) == {(j, 1) for j in [*done, live]}
