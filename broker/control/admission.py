@@ -149,8 +149,9 @@ def _forget_left(plane: ControlPlane, listed: frozenset[str], result: CycleResul
     now: cancelled (by the API, which may be another process) or moved on otherwise; nothing
     here reads them again. An admitted job's spec stays for dispatch and the reconciler, which
     drops it when the job ends (ControlPlane.forget_specs)."""
-    for job_id in plane.soft.waiting - listed:
-        plane.soft.specs.pop(job_id, None)
+    with plane.soft.lock:
+        for job_id in plane.soft.waiting - listed:
+            plane.soft.specs.pop(job_id, None)
     plane.soft.waiting = listed - {d.job_id for d in result.decisions if d.admitted}
 
 
@@ -186,7 +187,7 @@ def _runtime_model(plane: ControlPlane, s: Session, now: datetime) -> RuntimeMod
     if cached is not None and timedelta(0) <= now - cached[0] < timedelta(
             seconds=RUNTIME_MODEL_EVERY_S):
         return cached[1]
-    model = eta_inputs.runtime_model(plane, s)
+    model = eta_inputs.runtime_model(plane, s, prune=True)
     plane.soft.runtime_model = (now, model)
     return model
 

@@ -77,18 +77,20 @@ def _nodes(snapshot_json: str) -> tuple[str, ...]:
     return () if placement is None else Placement.model_validate(placement).nodes
 
 
-def runtime_model(plane: ControlPlane, s: Session) -> RuntimeModel:
+def runtime_model(plane: ControlPlane, s: Session, *, prune: bool = False) -> RuntimeModel:
     """Learnt from the attempts that recently ended without a failure or preemption: declared
     limits are over-estimates (users round up), so the estimate predicts what they turn out to
-    be here (bench/eta_accuracy.py measures it)."""
+    be here (bench/eta_accuracy.py measures it). `prune` (the real cycle only, whose last
+    pass's running attempts are known): keep the facts of these ended attempts and of those
+    running at the last pass, and drop the others (never read again)."""
     rows = s.connection().execute(_ENDED).all()
     keys = [(r.job_id, r.number) for r in rows]
     facts = _facts(plane, s, keys, nodes=False)
-    # what the next passes read: these ended attempts and those running at the last pass
-    # (the attempts that ended before these are not read again)
-    running = plane.soft.running_ends
-    plane.soft.eta_facts = {k: v for k, v in plane.soft.eta_facts.items()
-                            if k in facts or k in running}
+    if prune:
+        running = plane.soft.running_ends
+        # a copy first: a what-if in another thread may add facts meanwhile
+        plane.soft.eta_facts = {k: v for k, v in list(plane.soft.eta_facts.items())
+                                if k in facts or k in running}
     return RuntimeModel.learn(
         RunSample(facts[(r.job_id, r.number)][0], facts[(r.job_id, r.number)][1],
                   (r.ended_at - r.started_at).total_seconds(), facts[(r.job_id, r.number)][3])

@@ -130,11 +130,14 @@ class ControlPlane:
     def spec(self, job_id: str, spec_json: str, *, keep: bool = True) -> JobSpec:
         """The job's stored spec, parsed (kept: SoftState.specs). A reader of jobs that have
         ended (`keep=False`) parses without keeping: only live jobs' specs are read again."""
-        spec = self.soft.specs.get(job_id)
+        soft = self.soft
+        with soft.lock:
+            spec = soft.specs.get(job_id)
         if spec is None:
             spec = JobSpec.model_validate_json(spec_json)
             if keep:
-                self.soft.specs[job_id] = spec
+                with soft.lock:
+                    soft.specs[job_id] = spec
         return spec
 
     def snapshot(self, a: att.AttemptRecord, *, keep: bool = False,
@@ -142,21 +145,28 @@ class ControlPlane:
         """The attempt's stored run snapshot, parsed, or as kept (SoftState.snapshots):
         `keep` it for a later reader, or take it out as its `last` reader."""
         key = (a.job_id, a.number)
-        snapshot = self.soft.snapshots.pop(key, None) if last else self.soft.snapshots.get(key)
+        soft = self.soft
+        with soft.lock:
+            snapshot = soft.snapshots.pop(key, None) if last else soft.snapshots.get(key)
         if snapshot is None:
             snapshot = RunSnapshot.model_validate_json(a.snapshot_json)
             if keep:
-                self.soft.snapshots[key] = snapshot
+                with soft.lock:
+                    soft.snapshots[key] = snapshot
         return snapshot
 
     def forget_specs(self, jobs: Iterable[JobRecord]) -> None:
         """Drops the kept specs and run snapshots of `jobs` that have ended (read again,
         should one be retried by hand: a parse)."""
-        for job in jobs:
-            if job.state in TERMINAL:
-                self.soft.specs.pop(job.id, None)
+        soft = self.soft
+        ended = [job for job in jobs if job.state in TERMINAL]
+        if not ended:
+            return
+        with soft.lock:
+            for job in ended:
+                soft.specs.pop(job.id, None)
                 for number in range(1, job.attempt + 1):
-                    self.soft.snapshots.pop((job.id, number), None)
+                    soft.snapshots.pop((job.id, number), None)
 
     def last_inventories(self) -> dict[str, Answer]:
         """Each backend's last answer, without asking it (inventories.Inventories.peek)."""

@@ -78,7 +78,7 @@ def retry(s: Session, plane: ControlPlane, job: JobRecord, ended: att.AttemptRec
             continue
         history.append(Attempt(
             job_id=job_id, number=r.number,
-            snapshot=snapshot if r is ended else plane.snapshot(r),
+            snapshot=snapshot if r.number == ended.number else plane.snapshot(r),
             created_at=r.created_at,
             failure=FailureCategory(r.failure) if r.failure else None,
             preempted=r.preempted,

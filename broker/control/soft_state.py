@@ -10,6 +10,7 @@ last pass saw (the jobs waiting, the attempts in flight) or a fixed number of en
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import TYPE_CHECKING
@@ -62,15 +63,21 @@ class SoftState:
     drops the jobs it ends (ControlPlane.forget_specs), admission those that left the queue
     otherwise (cancelled: `waiting`), and readers of ended ones do not keep theirs (about 8 KB
     a spec: a full cache would be 150 MB, grown over minutes of the soak)."""
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    """Held for every use of `specs` and `snapshots`: an LRU cache changes even when read
+    (the order), and the passes run in threads of their own (runtime), so two passes at once
+    could corrupt it (a pop racing an eviction leaves a key in the order that every later
+    insert then fails on)."""
     snapshots: LRUCache[AttemptKey, RunSnapshot] = field(
         default_factory=lambda: LRUCache(maxsize=SNAPSHOTS_MAX))
     """Owner: ControlPlane.snapshot. Dispatch parses an attempt's run snapshot and keeps it;
-    the reconciler's first sight of the run takes it out (one parse instead of two). Each
-    holds a parsed spec of its own, so it is not kept for the run: steady, the attempts
-    dispatched and not yet seen started. Bound: SNAPSHOTS_MAX (LRU); the reconciler also
-    drops those of the jobs it ends (ControlPlane.forget_specs). A stored snapshot never
-    changes once committed, and only committed rows are parsed into it: an entry is never
-    stale, whoever leads."""
+    the reconciler's first sight of the run takes it out (one parse instead of two), as does
+    the retry engine for an attempt that never ran. Each holds a parsed spec of its own, so it
+    is not kept for the run: steady, mostly the attempts dispatched and not yet seen started;
+    the reconciler drops those of the jobs it ends (ControlPlane.forget_specs); a few are left
+    until evicted (a dispatch refused, an attempt another leader saw start). Bound:
+    SNAPSHOTS_MAX (LRU). A stored snapshot never changes once committed, and only committed
+    rows are parsed into it: an entry is never stale, whoever leads."""
     waiting: frozenset[str] = frozenset()
     """Owner: admission._forget_left: the jobs left waiting by the last cycle, whose specs are
     dropped once they are no longer queued. Bound: the queue of the last cycle."""
@@ -105,8 +112,9 @@ class SoftState:
     every pass)."""
     eta_facts: dict[AttemptKey, EtaFacts] = field(default_factory=dict)
     """Owner: eta_inputs. Bound: the RATIO_SAMPLES ended attempts the run-time model last
-    learnt from and the attempts running at the last pass (each learning keeps only those);
-    ETA_FACTS_MAX between two (emptied when it would pass it)."""
+    learnt from and the attempts running at the last estimating pass (each learning of the
+    real cycle, once a minute, keeps only those); ETA_FACTS_MAX between two (emptied when it
+    would pass it)."""
     told: dict[str, dict[str, Told]] = field(default_factory=dict)
     """Owner: reconcile. By backend, then by object name: the message its backend said while
     the object waited or started, as last applied to its job, and when (a new one is applied
