@@ -82,7 +82,9 @@ def wait_rows(j: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("position", f"{w['position']} in the queue, {w['team_position']} in "
                                  f"team {j['team']}"))
     start = w.get("estimated_start")
-    method = w.get("estimate_method") or "unknown"
+    # no method: the job started waiting after the queue was last estimated (admission
+    # estimates it every ESTIMATE_EVERY_S)
+    method = w.get("estimate_method") or "not estimated yet"
     window = likely_of(w.get("start_window"))
     if window:
         rows.append(("start", window))

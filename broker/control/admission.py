@@ -180,6 +180,22 @@ reading and learning them every cycle cost a tenth of a quiet cycle under the so
 seconds still 17% of the admission cycles' CPU in bench/loop_cost.py)."""
 
 
+ESTIMATE_EVERY_S = 30.0
+"""The queue's start estimates are made again at most this often by the real cycle, as Slurm's
+backfill scheduler computes expected start times every `bf_interval` (30 s by default): a job
+that starts waiting in between is explained without an estimate until the next estimating
+cycle writes one (`refresh`). Estimating every cycle was a fifth of the loop's CPU per job
+(bench/loop_cost.py), and a stored estimate is only rewritten when it moves by a minute or a
+tenth of the wait anyway (`_moved`)."""
+
+
+def _estimating(plane: ControlPlane, now: datetime) -> bool:
+    """Whether this real cycle makes the estimates: none made yet by this process, the clock
+    went back, or ESTIMATE_EVERY_S have passed since the last that had a job waiting."""
+    last = plane.soft.estimated_at
+    return last is None or not timedelta(0) <= now - last < timedelta(seconds=ESTIMATE_EVERY_S)
+
+
 def _runtime_model(plane: ControlPlane, s: Session, now: datetime) -> RuntimeModel:
     """The run-time model, learnt again when RUNTIME_MODEL_EVERY_S have passed (or the clock
     went back); kept on the plane between (soft state)."""
@@ -217,29 +233,31 @@ class CycleInputs:
 
 
 def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
-                 fold_usage: bool = True) -> CycleInputs:
+                 fold_usage: bool = True, estimate: bool = True) -> CycleInputs:
     """Reads the inputs of a cycle. The fair-share history is read from the ledger, so a
     what-if (`fold_usage=False`, kept for its callers) never changes what the next real cycle
-    decides either way."""
+    decides either way. `estimate=False`: a real cycle that makes no estimates (their inputs,
+    the run-time model and the running work, are not read)."""
     decayed: dict[tuple[str, str], float] | None = None
     with plane.db.read() as s:
         queued = list_jobs(s, states=[JobState.QUEUED.value], limit=limit, ascending=True)
         listed = frozenset(j.id for j in queued)
         in_use = {k: v[0] for k, v in ledger.usage(s).items()}
         held = _in_flight(plane, s)
-        # the estimates' inputs, for the jobs that will wait: none when nothing is queued
-        # (a what-if always has its own job)
-        estimating = bool(queued) or not fold_usage
+        # what the jobs that will wait are measured against: nothing when nothing is queued
+        # (a what-if always has its own job); the estimates' inputs only when estimating
+        waiting = bool(queued) or not fold_usage
+        estimating = waiting and (estimate or not fold_usage)
         runtimes = (_runtime_model(plane, s, now) if fold_usage else
                     eta_inputs.runtime_model(plane, s)) if estimating else RuntimeModel()
         running = (eta_inputs.running_work(plane, s, runtimes, now, keep=fold_usage)
                    if estimating else [])
         limits = concurrency(plane.config, counts.held_by_user(s)) \
             if limits_configured(plane.config) else None
-        by_queue = counts.held_by_queue(s) if estimating and queues_configured(plane.config) \
+        by_queue = counts.held_by_queue(s) if waiting and queues_configured(plane.config) \
             else {}
         by_queue_flavor = counts.held_by_queue_flavor(s) \
-            if estimating and queue_shares_configured(plane.config) else {}
+            if waiting and queue_shares_configured(plane.config) else {}
         spent = budgets.budget_inputs(plane, s)
         if fold_usage:  # the real cycle: only what changed since the last one is read
             decayed = admission_usage.decayed_usage(plane, s, now, in_use)
@@ -258,7 +276,8 @@ def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
 
 
 def decide(
-    plane: ControlPlane, inputs: CycleInputs, extra: tuple[PendingJob, ...] = ()
+    plane: ControlPlane, inputs: CycleInputs, extra: tuple[PendingJob, ...] = (), *,
+    estimate: bool = True,
 ) -> tuple[CycleResult, dict[str, eta.Estimate]]:
     """The pure admission cycle and the queue estimates over `inputs` (plus `extra` jobs that
     are not stored: a what-if). Shared by the real cycle and `POST /v1/plan`."""
@@ -268,6 +287,8 @@ def decide(
         params=plane.params.admission, preemptor=LazyPreemptor(plane, inputs.quotas, inputs.now),
         concurrency=inputs.concurrency, budgets=inputs.budgets,
     )
+    if not estimate:
+        return result, {}
     estimates = eta.estimate(
         result.decisions, {v.id: v for v in views}, inputs.inventory, inputs.now,
         runtime_factor=inputs.runtimes.factor(), model=inputs.runtimes, running=inputs.running,
@@ -282,14 +303,17 @@ def run_admission(plane: ControlPlane, limit: int = 10_000) -> CycleResult:
 
 def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
     now = plane.clock()
-    inputs = cycle_inputs(plane, now, limit)
+    estimating = _estimating(plane, now)
+    inputs = cycle_inputs(plane, now, limit, estimate=estimating)
     if inputs.requeues:  # the jobs go back to the queue: the next cycle considers them
         user_requeue.carry_out(plane, inputs.requeues, now)
     queued = inputs.queued
     if inputs.unreadable:
         with plane.db.write() as s:
             writes.mark_all(s, inputs.unreadable, now)
-    result, estimates = decide(plane, inputs)
+    result, estimates = decide(plane, inputs, estimate=estimating)
+    if estimating and not all(d.admitted for d in result.decisions):
+        plane.soft.estimated_at = now  # a job that starts to wait after an idle spell: at once
     _forget_left(plane, inputs.listed, result)
     by_id = {j.id: j for j in queued}
     # victims first, all in one batch: signals go out before the space is handed on
@@ -312,7 +336,11 @@ def _run_admission(plane: ControlPlane, limit: int) -> CycleResult:
     for start in range(0, len(refresh), writes.PERSIST_CHUNK):
         writes.refresh(plane, refresh[start:start + writes.PERSIST_CHUNK], now, estimates)
     saved = changed | {d.job_id for d in refresh}
-    kept = {j: v for j, v in stored.items() if j in estimates and j not in saved}
+    # a cycle that made no estimates keeps those stored for the jobs still waiting (a job
+    # written now was written without one: the next estimating cycle writes it)
+    waiting = set(estimates) if estimating else {
+        d.job_id for d in result.decisions if not d.admitted}
+    kept = {j: v for j, v in stored.items() if j in waiting and j not in saved}
     stored.clear()  # ended and admitted jobs drop out
     stored.update(kept)
     for job_id in saved:

@@ -90,6 +90,9 @@ class SoftState:
     estimated: dict[str, Estimated] = field(default_factory=dict)
     """Owner: admission (estimates not written again while they do not move). Bound: the
     waiting jobs with an estimate in the last cycle (pruned every cycle)."""
+    estimated_at: datetime | None = None
+    """Owner: admission (ESTIMATE_EVERY_S). When the real cycle last made the queue's
+    estimates. One value."""
     runtime_model: tuple[datetime, RuntimeModel] | None = None
     """Owner: admission._runtime_model. One value, learnt again every
     RUNTIME_MODEL_EVERY_S."""

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from broker.api.app import create_app
-from broker.control.admission import run_admission
+from broker.control.admission import ESTIMATE_EVERY_S, run_admission
 from broker.control.dispatch import run_dispatch
 from broker.control.reconcile import run_reconcile
 from broker.orchestration.submission import submit_job
@@ -168,6 +168,18 @@ def test_cli_plan_and_status_show_the_wait(sim: Sim, cli: Any, tmp_path: Any) ->
     out = cli("status", waiting)
     assert out.exit_code == 0, out.output
     assert "position" in out.output and "estimated start" in out.output, out.output
+    # the queue is estimated again ESTIMATE_EVERY_S later: a job that starts to wait in
+    # between is shown as not estimated yet, then gets its estimate
+    third = json.loads(cli("submit", "-f", small, "--json").output)["id"]
+    sim.advance(ESTIMATE_EVERY_S / 3)
+    run_admission(sim.plane)
+    out = cli("status", third)
+    assert "estimated start  not estimated yet" in out.output, out.output
+    assert "position" not in out.output, out.output
+    sim.advance(ESTIMATE_EVERY_S)
+    run_admission(sim.plane)
+    out = cli("status", third)
+    assert "position" in out.output and "not estimated yet" not in out.output, out.output
     listed = cli("list", "--json")
     items = {j["id"]: j for j in json.loads(listed.output)["items"]}
     wait = items[waiting]["wait"]

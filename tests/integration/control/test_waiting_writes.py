@@ -4,6 +4,10 @@ reason is written with its event (broker.domain.reason_messages)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from broker.config import parse_config
 from broker.control.admission import cycle_inputs, decide
 from broker.store import decision_log
@@ -75,3 +79,36 @@ def test_figures_alone_are_not_written_and_a_new_reason_is(sim: Sim) -> None:
         "QUEUED", "QUEUED", "QuotaExhausted", changed.message)
     assert _logged(sim, waiting) == logged + 1
     consistent(sim)  # the row is what its events replay to
+
+
+def test_a_cycle_without_estimates_keeps_what_is_stored(
+        sim: Sim, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The queue is estimated every ESTIMATE_EVERY_S. A cycle in between writes no estimate
+    and forgets none of those stored, so the next estimating cycle rewrites only what moved,
+    not every waiting job's explanation again."""
+    from broker.control import admission, admission_writes
+
+    def h100(name: str, replicas: int) -> SpecBuilder:
+        return spec().name(name).flavors("h100-80g").topology(None).replicas(replicas).gpus(8)
+
+    for i in range(4):  # the whole h100 pool
+        submit(sim, h100(f"hold{i}", 1), duration=3600)
+    cycle(sim)
+    waiting = [submit(sim, h100(f"w{i}", 2), duration=60) for i in range(4)]
+    admission.run_admission(sim.plane)  # estimates the queue: stores the four
+    assert set(sim.plane.soft.estimated) == set(waiting)
+    refreshed: list[str] = []
+    original = admission_writes.refresh
+
+    def counting(plane: object, decisions: list[Any], *args: Any) -> None:
+        refreshed.extend(d.job_id for d in decisions)
+        original(plane, decisions, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(admission_writes, "refresh", counting)
+    sim.advance(admission.ESTIMATE_EVERY_S / 3)
+    admission.run_admission(sim.plane)  # no estimates made
+    assert set(sim.plane.soft.estimated) == set(waiting)
+    sim.advance(admission.ESTIMATE_EVERY_S)
+    admission.run_admission(sim.plane)  # estimates again: nothing has moved
+    assert refreshed == []
+    assert set(sim.plane.soft.estimated) == set(waiting)
