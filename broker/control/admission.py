@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from sqlmodel import Session
 
@@ -38,7 +38,7 @@ from broker.control.guard import Incident, JobGuard
 from broker.control.plane import ControlPlane, hold_in_flight, log
 from broker.control.preempt import LazyPreemptor
 from broker.control.preempt_batch import preempt_all
-from broker.control.soft_state import ViewKey
+from broker.control.soft_state import ViewKey, fresh
 from broker.domain import JobState, reason_messages
 from broker.domain.attempts import Placement
 from broker.domain.exclusions import Exclusions
@@ -192,16 +192,14 @@ tenth of the wait anyway (`_moved`)."""
 def _estimating(plane: ControlPlane, now: datetime) -> bool:
     """Whether this real cycle makes the estimates: none made yet by this process, the clock
     went back, or ESTIMATE_EVERY_S have passed since the last that had a job waiting."""
-    last = plane.soft.estimated_at
-    return last is None or not timedelta(0) <= now - last < timedelta(seconds=ESTIMATE_EVERY_S)
+    return not fresh(plane.soft.estimated_at, now, ESTIMATE_EVERY_S)
 
 
 def _runtime_model(plane: ControlPlane, s: Session, now: datetime) -> RuntimeModel:
     """The run-time model, learnt again when RUNTIME_MODEL_EVERY_S have passed (or the clock
     went back); kept on the plane between (soft state)."""
     cached = plane.soft.runtime_model
-    if cached is not None and timedelta(0) <= now - cached[0] < timedelta(
-            seconds=RUNTIME_MODEL_EVERY_S):
+    if cached is not None and fresh(cached[0], now, RUNTIME_MODEL_EVERY_S):
         return cached[1]
     model = eta_inputs.runtime_model(plane, s, prune=True)
     plane.soft.runtime_model = (now, model)

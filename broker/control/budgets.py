@@ -13,11 +13,12 @@ or a hand-over tells nobody twice.
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from sqlmodel import Session
 
 from broker.control.plane import ControlPlane
+from broker.control.soft_state import fresh
 from broker.logs import get_logger
 from broker.policy_inputs import budget_periods, budget_windows, budgets
 from broker.store import budget_usage
@@ -41,8 +42,7 @@ def budget_inputs(plane: ControlPlane, s: Session) -> BudgetInputs | None:
     windows = budget_windows(plane.config, now)
     key = tuple(sorted((d, tuple(sorted(a)), tuple(sorted(b))) for d, (a, b) in windows.items()))
     cached = plane.soft.budget_used
-    if cached is not None and cached[1] == key and \
-            timedelta(0) <= now - cached[0] < timedelta(seconds=USE_EVERY_S):
+    if cached is not None and cached[1] == key and fresh(cached[0], now, USE_EVERY_S):
         used = cached[2]
     else:
         used = budget_usage.used_in(s, windows)

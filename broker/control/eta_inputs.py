@@ -84,8 +84,7 @@ def runtime_model(plane: ControlPlane, s: Session, *, prune: bool = False) -> Ru
     pass's running attempts are known): keep the facts of these ended attempts and of those
     running at the last pass, and drop the others (never read again)."""
     rows = s.connection().execute(_ENDED).all()
-    keys = [(r.job_id, r.number) for r in rows]
-    facts = _facts(plane, s, keys, nodes=False)
+    facts = _facts(plane, s, [(r.job_id, r.number) for r in rows], nodes=False)
     if prune:
         running = plane.soft.running_ends
         # a copy first: a what-if in another thread may add facts meanwhile

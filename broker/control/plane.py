@@ -11,11 +11,13 @@ Every backend is reached through a GatedBackend (gate.py): one call at a time pe
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 import sqlalchemy as sa
+from pydantic import BaseModel
 from sqlmodel import Session
 
 from backends.base import Backend
@@ -41,6 +43,9 @@ from policies.cycle import AdmissionParams
 from policies.preemption import PreemptionParams
 from policies.retry import RetryParams
 from policies.types import FAIR_SHARE_HALF_LIFE_S
+
+K = TypeVar("K")
+M = TypeVar("M", bound=BaseModel)
 
 log = get_logger(__name__)
 
@@ -130,30 +135,30 @@ class ControlPlane:
     def spec(self, job_id: str, spec_json: str, *, keep: bool = True) -> JobSpec:
         """The job's stored spec, parsed (kept: SoftState.specs). A reader of jobs that have
         ended (`keep=False`) parses without keeping: only live jobs' specs are read again."""
-        soft = self.soft
-        with soft.lock:
-            spec = soft.specs.get(job_id)
-        if spec is None:
-            spec = JobSpec.model_validate_json(spec_json)
-            if keep:
-                with soft.lock:
-                    soft.specs[job_id] = spec
-        return spec
+        return self._parsed(self.soft.specs, job_id, spec_json, JobSpec, keep=keep)
 
     def snapshot(self, a: att.AttemptRecord, *, keep: bool = False,
                  last: bool = False) -> RunSnapshot:
         """The attempt's stored run snapshot, parsed, or as kept (SoftState.snapshots):
         `keep` it for a later reader, or take it out as its `last` reader."""
-        key = (a.job_id, a.number)
-        soft = self.soft
-        with soft.lock:
-            snapshot = soft.snapshots.pop(key, None) if last else soft.snapshots.get(key)
-        if snapshot is None:
-            snapshot = RunSnapshot.model_validate_json(a.snapshot_json)
-            if keep:
-                with soft.lock:
-                    soft.snapshots[key] = snapshot
-        return snapshot
+        return self._parsed(self.soft.snapshots, (a.job_id, a.number), a.snapshot_json,
+                            RunSnapshot, keep=keep, last=last)
+
+    def _parsed(self, cache: MutableMapping[K, M], key: K, text: str, model: type[M], *,
+                keep: bool, last: bool = False) -> M:
+        """`text` parsed as `model`, or as `cache` keeps it under `key` (taken out when
+        `last`; kept once parsed when `keep`), the cache used under SoftState.lock only (the
+        parse outside it)."""
+        lock = self.soft.lock
+        with lock:
+            kept = cache.pop(key, None) if last else cache.get(key)
+        if kept is not None:
+            return kept
+        parsed = model.model_validate_json(text)
+        if keep:
+            with lock:
+                cache[key] = parsed
+        return parsed
 
     def forget_specs(self, jobs: Iterable[JobRecord]) -> None:
         """Drops the kept specs and run snapshots of `jobs` that have ended (read again,

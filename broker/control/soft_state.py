@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from cachetools import LRUCache
@@ -37,6 +37,12 @@ started under the soaks."""
 ETA_FACTS_MAX = 44_000
 """Attempt facts kept for the run-time model (broker.control.eta_inputs); four times what it
 reads per pass (RATIO_SAMPLES ended + MAX_RUNNING running attempts)."""
+
+def fresh(at: datetime | None, now: datetime, seconds: float) -> bool:
+    """Whether a value kept at `at` is younger than `seconds` at `now`: none kept, or a clock
+    that went back since, makes it stale (the caches kept for a while use this)."""
+    return at is not None and timedelta(0) <= now - at < timedelta(seconds=seconds)
+
 
 ViewKey = tuple[str, object, object, str | None]
 """A waiting job's admission view is a function of these: id, submission time, not-before,

@@ -49,20 +49,12 @@ def test_preemption_views_parse_each_live_attempts_snapshot_once(
     never changes, so it is parsed once per attempt (SoftState.victim_snapshots), and the
     views are the same as when every snapshot is parsed. Only live attempts are kept."""
     from broker.control import preempt
-    from broker.domain.attempts import RunSnapshot
 
     jobs = [submit(sim, spec().name(f"v{i}").flavors("a100-80g").replicas(2).gpus(4)
                    .topology(None), 600) for i in range(2)]
     for j in jobs:
         run_until(sim, j, "RUNNING", step=10)
-    parsed: list[str] = []
-    original = RunSnapshot.model_validate_json
-
-    def counting(text: str | bytes, **kwargs: object) -> RunSnapshot:
-        parsed.append("x")
-        return original(text)
-
-    monkeypatch.setattr(RunSnapshot, "model_validate_json", counting)
+    parsed = count_snapshot_parses(monkeypatch)
     first = preempt.running_views(sim.plane)
     assert len(parsed) == 2 and {v.id for v in first} == set(jobs)
     assert all(len(v.nodes) == 2 for v in first)
@@ -102,16 +94,7 @@ def test_a_run_snapshot_is_parsed_once_from_dispatch_to_its_run(
     """Dispatch parses an attempt's run snapshot and keeps it (SoftState.snapshots); the
     reconciler's first sight of the run uses it and takes it out, so that the cache holds
     only the attempts between the two; the job's end drops any left."""
-    from broker.domain.attempts import RunSnapshot
-
-    parsed: list[str] = []
-    original = RunSnapshot.model_validate_json
-
-    def counting(text: str | bytes, **kwargs: object) -> RunSnapshot:
-        parsed.append("x")
-        return original(text)
-
-    monkeypatch.setattr(RunSnapshot, "model_validate_json", counting)
+    parsed = count_snapshot_parses(monkeypatch)
     job = submit(sim, spec().name("once").flavors("a100-80g").replicas(1).topology(None)
                  .backend("k8s"), 120)
     run_admission(sim.plane)
@@ -201,3 +184,18 @@ def test_the_eta_facts_keep_only_what_the_next_passes_read(sim: Sim) -> None:
     with sim.plane.db.read() as s:
         eta_inputs.runtime_model(sim.plane, s, prune=True)  # the real cycle's
     assert set(sim.plane.soft.eta_facts) == {(j, 1) for j in [*done, live]}
+
+
+def count_snapshot_parses(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A list that grows by one entry per run snapshot parsed from now on."""
+    from broker.domain.attempts import RunSnapshot
+
+    parsed: list[str] = []
+    original = RunSnapshot.model_validate_json
+
+    def counting(text: str | bytes, **kwargs: object) -> RunSnapshot:
+        parsed.append("x")
+        return original(text)
+
+    monkeypatch.setattr(RunSnapshot, "model_validate_json", counting)
+    return parsed
