@@ -7,7 +7,8 @@ The victim's attempt is booked in the ledger here (waste:preempted since its las
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from sqlmodel import Session
@@ -20,6 +21,7 @@ from broker.control.plane import ControlPlane, log
 from broker.control.reconcile import charge
 from broker.domain import HOLDING, JobState, Reason
 from broker.domain.attempts import RunSnapshot
+from broker.domain.spec import JobSpec
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
 from broker.policy_inputs import running_job
@@ -31,45 +33,79 @@ from policies.preemption import Mode, PreemptionPlan, Preemptor, Victim
 from policies.types import PendingJob, PoolRoom, QuotaConfig, RunningJob
 
 
+@dataclass(frozen=True, slots=True)
+class KeptView:
+    """A live attempt's preemption view as last built, with what building it again needs
+    when only its times moved: its job's parsed spec and the priority class its attempt was
+    admitted as (both fixed for the attempt, as are its nodes and reservation)."""
+
+    view: RunningJob
+    spec: JobSpec
+    admitted_as: str | None
+
+
 def running_views(plane: ControlPlane) -> list[RunningJob]:
-    """Admitted and running jobs as preemption sees them, from their live attempts. A job
-    whose view cannot be built (its stored spec or snapshot does not parse) is left out,
-    logged: it cannot be chosen as a victim, and it is not marked (it runs; its reason is the
-    backend's to tell)."""
-    out: list[RunningJob] = []
-    parsed = plane.soft.victim_snapshots  # a snapshot never changes: parsed once per attempt
-    kept: dict[tuple[str, int], tuple[tuple[str, ...], str | None]] = {}
+    """Admitted and running jobs as preemption sees them, from their live attempts. One
+    narrow read of every such attempt's times; an attempt's snapshot, spec and reservation
+    are read and parsed only the first time (they never change for an attempt:
+    `SoftState.victim_views`). A job whose view cannot be built (its stored spec or snapshot
+    does not parse) is left out, logged: it cannot be chosen as a victim, and it is not marked
+    (it runs; its reason is the backend's to tell)."""
+    before = plane.soft.victim_views
     with plane.db.read() as s:
-        live = att.live(s)
-        jobs = jobs_by_ids(s, [a.job_id for a in live])
-        # one statement for every live attempt's reservation (one each was a tenth of a
-        # cycle that planned a preemption under the soak)
-        borrowed = ledger.borrowed_of_many(s, [(a.job_id, a.number) for a in live])
-        for a in live:
-            job = jobs.get(a.job_id)
-            if job is None or job.state not in HOLDING or job.attempt != a.number:
-                continue
-            with JobGuard("preemption view", job.id):
-                key = (a.job_id, a.number)
-                seen = parsed.get(key)
-                if seen is None:
-                    snapshot = RunSnapshot.model_validate_json(a.snapshot_json)
-                    placement = snapshot.placement
-                    seen = (placement.nodes if placement else (), snapshot.admitted_as)
-                kept[key] = seen
-                nodes, admitted_as = seen
-                out.append(
-                    running_job(
-                        plane.config, job.id, plane.spec(job.id, job.spec_json),
-                        flavor=a.flavor, pool=a.pool,
-                        started_at=a.started_at or a.dispatched_at or a.created_at,
-                        last_checkpoint_at=a.checkpoint_at,
-                        borrowed=borrowed.get((job.id, a.number), 0) > 0,
-                        nodes=nodes, admitted_as=admitted_as,
-                    )
-                )
-    plane.soft.victim_snapshots = kept
+        holding = att.holding(s)
+        new = [(h.job_id, h.number) for h in holding if (h.job_id, h.number) not in before]
+        built = _first_views(plane, s, new) if new else {}
+    kept: dict[tuple[str, int], KeptView] = {}
+    out: list[RunningJob] = []
+    for h in holding:
+        key = (h.job_id, h.number)
+        seen = before.get(key) or built.get(key)
+        if seen is None:
+            continue  # its view could not be built (logged)
+        started = h.started_at or h.dispatched_at or h.created_at
+        if seen.view.started_at != started or seen.view.last_checkpoint_at != h.checkpoint_at:
+            seen = replace(seen, view=_view(plane, seen.spec, seen.view.id, started,
+                                            h.checkpoint_at, seen.admitted_as,
+                                            flavor=seen.view.flavor, pool=seen.view.pool,
+                                            borrowed=seen.view.borrowed, nodes=seen.view.nodes))
+        kept[key] = seen
+        out.append(seen.view)
+    plane.soft.victim_views = kept
     return out
+
+
+def _first_views(plane: ControlPlane, s: Session,
+                 keys: list[tuple[str, int]]) -> dict[tuple[str, int], KeptView]:
+    """The views of attempts seen for the first time: their rows, their jobs' specs and
+    their reservations, a few statements for all of them."""
+    attempts = att.by_keys(s, keys)
+    jobs = jobs_by_ids(s, [a.job_id for a in attempts])
+    borrowed = ledger.borrowed_of_many(s, keys)
+    out: dict[tuple[str, int], KeptView] = {}
+    for a in attempts:
+        job = jobs.get(a.job_id)
+        if job is None:
+            continue
+        with JobGuard("preemption view", job.id):
+            snapshot = RunSnapshot.model_validate_json(a.snapshot_json)
+            placement = snapshot.placement
+            spec = plane.spec(job.id, job.spec_json)
+            started = a.started_at or a.dispatched_at or a.created_at
+            view = _view(plane, spec, job.id, started, a.checkpoint_at, snapshot.admitted_as,
+                         flavor=a.flavor, pool=a.pool,
+                         borrowed=borrowed.get((job.id, a.number), 0) > 0,
+                         nodes=placement.nodes if placement else ())
+            out[(a.job_id, a.number)] = KeptView(view, spec, snapshot.admitted_as)
+    return out
+
+
+def _view(plane: ControlPlane, spec: JobSpec, job_id: str, started: datetime,
+          checkpoint_at: datetime | None, admitted_as: str | None, *, flavor: str, pool: str,
+          borrowed: bool, nodes: Sequence[str]) -> RunningJob:
+    return running_job(plane.config, job_id, spec, flavor=flavor, pool=pool,
+                       started_at=started, last_checkpoint_at=checkpoint_at,
+                       borrowed=borrowed, nodes=nodes, admitted_as=admitted_as)
 
 
 def preempt(plane: ControlPlane, victim: Victim) -> bool:

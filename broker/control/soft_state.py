@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cachetools import LRUCache
 
@@ -111,11 +111,10 @@ class SoftState:
     idle_cycle: int | None = None
     """Owner: admission. The stored cycle the idle cycles since are counted on (None: the last
     cycle had jobs to decide). Losing it (a restart) costs one more row."""
-    victim_snapshots: dict[AttemptKey, tuple[tuple[str, ...], str | None]] = field(
-        default_factory=dict)
-    """Owner: preempt.running_views: the placed nodes and `admitted_as` of each live attempt's
-    run snapshot (which never changes). Bound: the live attempts of its last call (replaced
-    every call)."""
+    victim_views: dict[AttemptKey, Any] = field(default_factory=dict)
+    """Owner: preempt.running_views: each live attempt's preemption view with its parsed spec
+    (preempt.KeptView, typed there: that module imports this one); only its times are read
+    again. Bound: the live attempts of its last call (replaced every call)."""
     running_ends: dict[AttemptKey, KeptEnds] = field(default_factory=dict)
     """Owner: eta_inputs.running_work. Bound: the running attempts of its last pass (replaced
     every pass)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any, NamedTuple
 
 import sqlalchemy as sa
@@ -218,6 +219,39 @@ def dispatched_brief(session: Session, backend: str) -> list[Brief]:
         assert driver is not None
         return list(map(Brief._make, driver.execute(stmt, (backend, CREATED)).fetchall()))
     return list(map(Brief._make, conn.execute(stmt, {"backend": backend}).all()))
+
+
+class Holding(NamedTuple):
+    """A live attempt that is its job's current one while the job holds GPUs, with the
+    times that move while it runs (preemption's views: the rest of a view never changes)."""
+
+    job_id: str
+    number: int
+    created_at: datetime
+    dispatched_at: datetime | None
+    started_at: datetime | None
+    checkpoint_at: datetime | None
+
+
+@cache
+def _holding_statement() -> Any:
+    """Built once, on first use (the jobs' table is imported late: records imports this)."""
+    from broker.domain.states import HOLDING
+    from broker.store.records import JOBS
+
+    return (
+        sa.select(ATTEMPTS.c.job_id, ATTEMPTS.c.number, ATTEMPTS.c.created_at,
+                  ATTEMPTS.c.dispatched_at, ATTEMPTS.c.started_at, ATTEMPTS.c.checkpoint_at)
+        .select_from(ATTEMPTS.join(JOBS, JOBS.c.id == ATTEMPTS.c.job_id))
+        .where(ATTEMPTS.c.ended_at.is_(None), JOBS.c.attempt == ATTEMPTS.c.number,
+               JOBS.c.state.in_(sorted(s.value for s in HOLDING)))
+    )
+
+
+def holding(session: Session) -> list[Holding]:
+    """Every live attempt whose job holds GPUs and is on that attempt: narrow columns, one
+    statement (no snapshot or spec text)."""
+    return list(map(Holding._make, session.connection().execute(_holding_statement())))
 
 
 _UNDECIDED = (

@@ -4,6 +4,7 @@ is hung on the plane by the passes, and the specs cache drops the least recently
 from __future__ import annotations
 
 from dataclasses import fields
+from datetime import timedelta
 
 import pytest
 
@@ -14,6 +15,7 @@ from broker.control.plane import ControlPlane
 from broker.control.reconcile import run_reconcile
 from broker.control.soft_state import SoftState
 from broker.orchestration.submission import cancel_job
+from broker.store import attempts as att
 from broker.store.queries import get_job
 from tests.builders import SpecBuilder, spec
 from tests.harness.sim import Sim, attempts_of, cycle, run_until, submit
@@ -43,11 +45,12 @@ def test_the_specs_cache_keeps_the_most_recently_used(sim: Sim,
     assert set(plane.soft.specs) == {"job-7", "job-8", "job-9"}
 
 
-def test_preemption_views_parse_each_live_attempts_snapshot_once(
+def test_preemption_views_read_each_live_attempts_snapshot_and_spec_once(
         sim: Sim, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The views preemption plans from are built again whenever a job asks; a run snapshot
-    never changes, so it is parsed once per attempt (SoftState.victim_snapshots), and the
-    views are the same as when every snapshot is parsed. Only live attempts are kept."""
+    """The views preemption plans from are built again whenever a job asks; an attempt's
+    snapshot, spec and reservation never change, so they are read and parsed once per attempt
+    (SoftState.victim_views), and only the times that move (a checkpoint) are read again:
+    the views are those built from scratch. An ended attempt drops out."""
     from broker.control import preempt
 
     jobs = [submit(sim, spec().name(f"v{i}").flavors("a100-80g").replicas(2).gpus(4)
@@ -58,12 +61,24 @@ def test_preemption_views_parse_each_live_attempts_snapshot_once(
     first = preempt.running_views(sim.plane)
     assert len(parsed) == 2 and {v.id for v in first} == set(jobs)
     assert all(len(v.nodes) == 2 for v in first)
-    again = preempt.running_views(sim.plane)
+    assert preempt.running_views(sim.plane) == first
     assert len(parsed) == 2  # not parsed again
-    assert again == first
-    sim.plane.soft.victim_snapshots = {}
-    assert preempt.running_views(sim.plane) == first  # parsed afresh: the same views
-    assert set(sim.plane.soft.victim_snapshots) == {(j, 1) for j in jobs}
+
+    checkpoint = sim.clock.now - timedelta(minutes=1)
+    with sim.plane.db.write() as s:  # a progress report with a checkpoint
+        att.update(s, jobs[0], 1, last_progress_at=checkpoint, checkpoint_at=checkpoint)
+    moved = {v.id: v for v in preempt.running_views(sim.plane)}
+    assert len(parsed) == 2  # the new time is read, the snapshot is not parsed again
+    assert moved[jobs[0]].last_checkpoint_at == checkpoint
+    assert moved[jobs[1]] == next(v for v in first if v.id == jobs[1])
+    sim.plane.soft.victim_views = {}
+    assert {v.id: v for v in preempt.running_views(sim.plane)} == moved  # built afresh
+    assert len(parsed) == 4
+    assert set(sim.plane.soft.victim_views) == {(j, 1) for j in jobs}
+
+    cancel_job(sim.plane.db, jobs[1], "tester", by_admin=False)
+    assert {v.id for v in preempt.running_views(sim.plane)} == {jobs[0]}
+    assert set(sim.plane.soft.victim_views) == {(jobs[0], 1)}
 
 
 def test_the_specs_cache_holds_live_jobs_only(sim: Sim) -> None:
@@ -154,7 +169,7 @@ def test_every_per_job_cache_is_empty_once_every_job_has_ended(sim: Sim) -> None
         cycle(sim, 10)
     soft = sim.plane.soft
     held = {name: len(getattr(soft, name)) for name in (
-        "specs", "snapshots", "waiting", "placed_nodes", "estimated", "victim_snapshots",
+        "specs", "snapshots", "waiting", "placed_nodes", "estimated", "victim_views",
         "decisions_logged")}
     held["told"] = sum(len(v) for v in soft.told.values())
     assert held == dict.fromkeys(held, 0)
