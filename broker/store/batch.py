@@ -122,12 +122,12 @@ _PLANS: dict[tuple[int, str, tuple[str, ...]], tuple[str, tuple[tuple[str, Any],
 
 
 def _plan(stmt: Any, keys: tuple[str, ...], dialect: Any) -> tuple[str, tuple[Any, ...]]:
-    """The SQL text of `stmt` for parameter sets with exactly `keys`, and for each of its
-    positional parameters its key and the type's bind processor (None: sent as it is); the
-    empty plan when the statement needs more than that (a default computed in Python, a
-    parameter expanded at execution)."""
-    compiled = stmt.compile(dialect=dialect, column_keys=list(keys))
-    names = compiled.positiontup
+    """The SQL text of `stmt` for parameter sets with exactly `keys`, as an executemany sends
+    it, and for each of its parameters (in their positional order on SQLite) its key and the
+    type's bind processor (None: sent as it is); the empty plan when the statement needs more
+    than that (a default computed in Python, a parameter expanded at execution)."""
+    compiled = stmt.compile(dialect=dialect, column_keys=list(keys), for_executemany=True)
+    names = compiled.positiontup if dialect.paramstyle == "qmark" else tuple(compiled.binds)
     if (names is None or not set(names) <= set(keys) or compiled.literal_execute_params
             or compiled.post_compile_params):
         return _NO_PLAN
@@ -138,14 +138,17 @@ def _plan(stmt: Any, keys: tuple[str, ...], dialect: Any) -> tuple[str, tuple[An
     return compiled.string, binds
 
 
+_PLAIN_STYLES = {("sqlite", "qmark"), ("postgresql", "pyformat")}
+
+
 def _executemany_plain(conn: Any, stmt: Any, many: list[dict[str, Any]]) -> bool:
-    """On SQLite (qmark parameters), send `stmt` with `many` as the driver's executemany of
-    tuples converted by the columns' own bind processors: what SQLAlchemy sends, without its
-    per-row, per-column bookkeeping (most of the flush's time for wide rows such as the
-    attempts'). False (nothing sent) when the plain path does not apply; the caller then
-    executes through SQLAlchemy as before."""
+    """Send `stmt` with `many` as the driver's executemany, each parameter converted by its
+    column's own bind processor: what SQLAlchemy sends, without its per-row, per-column
+    bookkeeping (most of the flush's time for wide rows such as the attempts'). Tuples on
+    SQLite (qmark), dictionaries on PostgreSQL (pyformat). False (nothing sent) when the
+    plain path does not apply; the caller then executes through SQLAlchemy as before."""
     dialect = conn.dialect
-    if dialect.name != "sqlite" or dialect.paramstyle != "qmark":
+    if (dialect.name, dialect.paramstyle) not in _PLAIN_STYLES:
         return False
     keys = tuple(many[0])
     key = (id(stmt), dialect.name, keys)
@@ -156,8 +159,12 @@ def _executemany_plain(conn: Any, stmt: Any, many: list[dict[str, Any]]) -> bool
     if not sql or any(len(params) != len(keys) for params in many):
         return False
     try:
-        rows = [tuple([params[name] if proc is None else proc(params[name])
-                       for name, proc in binds]) for params in many]
+        if dialect.paramstyle == "qmark":
+            rows: list[Any] = [tuple([params[name] if proc is None else proc(params[name])
+                                      for name, proc in binds]) for params in many]
+        else:
+            rows = [{name: params[name] if proc is None else proc(params[name])
+                     for name, proc in binds} for params in many]
     except KeyError:  # parameter sets with other keys: SQLAlchemy's path
         return False
     conn.exec_driver_sql(sql, rows)

@@ -5,15 +5,18 @@ every row."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 import sqlalchemy as sa
 
 from broker.store import Database, batch
+from broker.store.tables import UTCDateTime
 
 _META = sa.MetaData()
 PROBE = sa.Table("batch_probe", _META, sa.Column("id", sa.Integer, primary_key=True),
-                 sa.Column("a", sa.String), sa.Column("b", sa.String, nullable=True))
+                 sa.Column("a", sa.String), sa.Column("b", sa.String, nullable=True),
+                 sa.Column("at", UTCDateTime, nullable=True))
 INSERT = sa.insert(PROBE)
 
 
@@ -43,20 +46,16 @@ def test_one_statement_with_other_columns_is_sent_per_set_of_names(probe: Databa
         sa.event.remove(probe.writer, "before_cursor_execute", count)
     with probe.read() as s:
         rows = s.connection().execute(sa.select(PROBE).order_by(PROBE.c.id)).all()
-    assert [tuple(r) for r in rows] == [(1, "x", None), (2, "y", "charge"), (3, "z", None),
-                                        (4, "w", "charge")]
+    assert [tuple(r) for r in rows] == [(1, "x", None, None), (2, "y", "charge", None),
+                                        (3, "z", None, None), (4, "w", "charge", None)]
     assert len(sent) == 2, sent  # one executemany per set of names, not one per row
 
 
 def test_a_flush_sends_the_drivers_executemany_with_the_columns_conversions(
-        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+        probe: Database, monkeypatch: pytest.MonkeyPatch) -> None:
     """On both databases a batched statement goes to the driver as it is (SQLAlchemy's
     per-row bookkeeping left out), each value still converted by its column's type: a
     timestamp given in another zone is stored as the same instant in UTC."""
-    from datetime import UTC, datetime, timedelta, timezone
-
-    from broker.store.records import EVENTS, _INSERT_EVENT
-
     taken: list[bool] = []
     real = batch._executemany_plain
 
@@ -66,17 +65,11 @@ def test_a_flush_sends_the_drivers_executemany_with_the_columns_conversions(
 
     monkeypatch.setattr(batch, "_executemany_plain", spy)
     at = datetime(2026, 12, 6, 10, 0, tzinfo=timezone(timedelta(hours=2)))
-    rows = [{"job_id": f"probe-{i}", "seq": 1, "at": at, "from_state": None,
-             "to_state": "SUBMITTED", "reason": "Submitted", "message": "", "cause_kind": "api",
-             "cause_key": None, "actor": "tester", "attempt": 0, "facts_ref": None,
-             "details_json": None} for i in range(3)]
-    with db.write() as s, batch.deferred(s):
-        for row in rows:
-            batch.write(s, _INSERT_EVENT, row)
+    with probe.write() as s, batch.deferred(s):
+        for i in range(3):
+            batch.write(s, INSERT, {"id": i, "a": "x", "b": None, "at": at})
     assert taken == [True]
-    with db.read() as s:
-        stored = s.connection().execute(
-            sa.select(EVENTS.c.job_id, EVENTS.c.at).where(EVENTS.c.job_id.like("probe-%"))
-            .order_by(EVENTS.c.job_id)).all()
-    assert [(j, a) for j, a in stored] == [(f"probe-{i}", datetime(2026, 12, 6, 8, 0, tzinfo=UTC))
-                                           for i in range(3)]
+    with probe.read() as s:
+        rows = s.connection().execute(sa.select(PROBE.c.id, PROBE.c.at).order_by(PROBE.c.id))
+        assert [tuple(r) for r in rows] == [(i, datetime(2026, 12, 6, 8, 0, tzinfo=UTC))
+                                            for i in range(3)]
