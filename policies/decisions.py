@@ -72,10 +72,12 @@ def inputs_digest(
         queue = "" if j.queue == "default" else f"@{j.queue}"
         h.update(f"{j.id}{queue}:{j.priority}:{j.replicas}x{j.gpus_per_replica};".encode())
     for p in sorted(inventory.pools, key=lambda p: p.name):
-        h.update(f"{p.name}:{p.free_gpus}:{p.drained}:{p.queue.pending_gpus};".encode())
-        for n in p.nodes:  # expected releases steer reservations
-            if n.releases:
-                h.update(f"{n.name}={[(t.isoformat(), g) for t, g in n.releases]};".encode())
+        # expected releases steer reservations: each node's, as epoch seconds and GPUs (one
+        # text per pool: the cycle digests every running gang's release)
+        releases = [(n.name, tuple((t.timestamp(), g) for t, g in n.releases))
+                    for n in p.nodes if n.releases]
+        h.update(f"{p.name}:{p.free_gpus}:{p.drained}:{p.queue.pending_gpus};{releases};"
+                 .encode())
     h.update(",".join(sorted(inventory.unreachable)).encode())
     for k, v in sorted(usage.in_use.items()):
         h.update(f"{k[0]}/{k[1]}={v};".encode())
