@@ -43,6 +43,7 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from broker.control.plane import HISTORY_HALF_LIVES, ControlPlane, decayed_from_ledger
+from broker.store.in_lists import none_of
 
 WINDOW_S = 120.0
 """Releases stamped this long before the previous cycle are read again (late commits, skew)."""
@@ -165,7 +166,7 @@ def _since(by_id: bool, after: bool) -> sa.CompoundSelect[tuple[object, ...]]:
         released = rel.c.at >= sa.bindparam("since")
         if after:
             released = sa.or_(released, rel.c.id > sa.bindparam("after"))
-        released = sa.and_(released, rel.c.id.not_in(sa.bindparam("counted", expanding=True)))
+        released = sa.and_(released, none_of(rel.c.id, "counted"))
     ended = (sa.select(*cols).select_from(rel.join(ledger, sa.and_(
                  pair, ledger.c.kind == reserve)))
              .where(rel.c.kind == release, released,

@@ -19,6 +19,7 @@ from broker.control.plane import ControlPlane
 from broker.control.soft_state import ETA_FACTS_MAX, AttemptKey, EtaFacts, KeptEnds
 from broker.domain.attempts import Placement
 from broker.store import attempts as att
+from broker.store.in_lists import one_of
 from broker.store.records import JOBS
 from policies.eta import Running, running_at, running_ends
 from policies.run_length import RunSample, RuntimeModel
@@ -35,7 +36,7 @@ _Facts = EtaFacts
 # SQLite spends running it)
 _A = att.ATTEMPTS
 _SPECS = sa.select(JOBS.c.id, JOBS.c.team, JOBS.c.spec_json).where(
-    JOBS.c.id.in_(sa.bindparam("ids", expanding=True)))
+    one_of(JOBS.c.id, "ids"))
 _ENDED = (sa.select(_A.c.job_id, _A.c.number, _A.c.started_at, _A.c.ended_at)
           .where(_A.c.ended_at.is_not(None), _A.c.started_at.is_not(None),
                  _A.c.failure.is_(None), _A.c.preempted.is_(False))

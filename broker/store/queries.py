@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import Select, bindparam, tuple_
 from sqlmodel import Session
 
-from broker.store.in_lists import in_chunks
+from broker.store.in_lists import in_chunks, one_of
 from broker.store.records import (
     EVENTS,
     JOBS,
@@ -22,7 +22,7 @@ from broker.store.records import (
 
 # built once: their compiled form is reused (the control loop reads jobs by id every pass)
 _GET_JOB = select_jobs().where(JOBS.c.id == bindparam("job_id"))
-_JOBS_BY_IDS = select_jobs().where(JOBS.c.id.in_(bindparam("ids", expanding=True)))
+_JOBS_BY_IDS = select_jobs().where(one_of(JOBS.c.id, "ids"))
 
 
 def get_job(session: Session, job_id: str) -> JobRecord | None:

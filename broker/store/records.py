@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from broker.store import batch, cause_lookups
+from broker.store.in_lists import one_of
 
 # the tables of jobs and events, named here for this module's callers
 from broker.store.tables import EVENTS as EVENTS
@@ -103,7 +104,7 @@ _SAVE_STATE = (
     .where(JOBS.c.id == sa.bindparam("job_id"))
     .values({name: sa.bindparam(f"new_{name}") for name in _STATE_FIELDS})
 )
-_LOCK_JOBS = (select_jobs().where(JOBS.c.id.in_(sa.bindparam("ids", expanding=True)))
+_LOCK_JOBS = (select_jobs().where(one_of(JOBS.c.id, "ids"))
               .order_by(JOBS.c.id).with_for_update())
 _EVENT_FOR_CAUSE = select_events().where(
     EVENTS.c.job_id == sa.bindparam("job_id"), EVENTS.c.cause_key == sa.bindparam("key")
