@@ -4,6 +4,7 @@ the compact record of the cycle, with the digest of its inputs."""
 from __future__ import annotations
 
 import hashlib
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -72,12 +73,21 @@ def inputs_digest(
         queue = "" if j.queue == "default" else f"@{j.queue}"
         h.update(f"{j.id}{queue}:{j.priority}:{j.replicas}x{j.gpus_per_replica};".encode())
     for p in sorted(inventory.pools, key=lambda p: p.name):
-        # expected releases steer reservations: each node's, as epoch seconds and GPUs (one
-        # text per pool: the cycle digests every running gang's release)
-        releases = [(n.name, tuple((t.timestamp(), g) for t, g in n.releases))
-                    for n in p.nodes if n.releases]
-        h.update(f"{p.name}:{p.free_gpus}:{p.drained}:{p.queue.pending_gpus};{releases};"
-                 .encode())
+        # expected releases steer reservations: each node's count, then its epoch seconds and
+        # GPUs, hashed as packed doubles (the cycle digests every running gang's release:
+        # text for each was a few per cent of the loop)
+        names: list[str] = []
+        releases = array("d")
+        for n in p.nodes:
+            if n.releases:
+                names.append(n.name)
+                releases.append(len(n.releases))
+                for t, g in n.releases:
+                    releases.append(t.timestamp())
+                    releases.append(g)
+        h.update(f"{p.name}:{p.free_gpus}:{p.drained}:{p.queue.pending_gpus};"
+                 f"{','.join(names)};".encode())
+        h.update(releases.tobytes())
     h.update(",".join(sorted(inventory.unreachable)).encode())
     for k, v in sorted(usage.in_use.items()):
         h.update(f"{k[0]}/{k[1]}={v};".encode())
