@@ -1,0 +1,56 @@
+"""broker.store.in_lists: look-ups by many keys find the same rows on both databases; on
+PostgreSQL the keys are bound as arrays, so the statement sent is the same text whatever the
+number of keys (the driver and the server keep its parsed and prepared forms)."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from broker.store import attempts as att
+from broker.store.queries import jobs_by_ids
+from tests.builders import spec
+from tests.harness.sim import Sim, run_until, submit
+
+
+def _sent(sim: Sim, look_up: object) -> list[str]:
+    texts: list[str] = []
+
+    def keep(conn: object, cursor: object, statement: str, *args: object) -> None:
+        texts.append(statement)
+
+    sa.event.listen(sim.plane.db.reader, "before_cursor_execute", keep)
+    try:
+        assert callable(look_up)
+        look_up()
+    finally:
+        sa.event.remove(sim.plane.db.reader, "before_cursor_execute", keep)
+    return texts
+
+
+def test_look_ups_by_many_keys_find_their_rows_with_one_statement_text(sim: Sim) -> None:
+    jobs = [submit(sim, spec().name(f"k{i}").flavors("a100-80g").replicas(1).topology(None), 600)
+            for i in range(4)]
+    for j in jobs:
+        run_until(sim, j, "RUNNING", step=10)
+    missing = [f"nojob{i}" for i in range(80)]
+    with sim.plane.db.read() as s:
+        assert set(jobs_by_ids(s, jobs[:1])) == {jobs[0]}
+        assert set(jobs_by_ids(s, jobs + missing)) == set(jobs)
+        keys = [(j, 1) for j in jobs] + [(jobs[0], 2)] + [(m, 1) for m in missing]
+        assert [(a.job_id, a.number) for a in att.by_keys(s, keys)] == [(j, 1) for j in jobs]
+
+    def one() -> None:
+        with sim.plane.db.read() as s:
+            jobs_by_ids(s, jobs[:1])
+            att.by_keys(s, [(jobs[0], 1)])
+
+    def many() -> None:
+        with sim.plane.db.read() as s:
+            jobs_by_ids(s, jobs + missing)
+            att.by_keys(s, [(j, 1) for j in jobs + missing])
+
+    few, lots = _sent(sim, one), _sent(sim, many)
+    if sim.plane.db.is_sqlite:
+        assert few != lots  # an IN list of one and of 84 keys
+    else:
+        assert few == lots and all("ANY" in text for text in few)
