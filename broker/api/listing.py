@@ -6,27 +6,26 @@ import base64
 import binascii
 
 import sqlalchemy as sa
+from sqlmodel import Session
 
 from broker.api.problems import Problem
 from broker.api.schemas import WaitOut
 from broker.domain import JobState
 from broker.domain.ids import is_job_id
 from broker.store import attempts as att
-from broker.store.db import Database
 from broker.store.records import JobRecord
 
 
-def waits(db: Database, jobs: list[JobRecord]) -> dict[str, WaitOut]:
+def waits(s: Session, jobs: list[JobRecord]) -> dict[str, WaitOut]:
     """Position and estimate of the QUEUED ones among `jobs`, stored by the admission cycle
-    with their verdicts (one query for the page)."""
+    with their verdicts (one query for the page, in the caller's read transaction)."""
     ids = [j.id for j in jobs if j.state == JobState.QUEUED.value]
     if not ids:
         return {}
     t = att.EXPLANATIONS
-    with db.read() as s:
-        rows = s.connection().execute(
-            sa.select(t.c.job_id, t.c.at, t.c.payload_json).where(t.c.job_id.in_(ids))
-        ).all()
+    rows = s.connection().execute(
+        sa.select(t.c.job_id, t.c.at, t.c.payload_json).where(t.c.job_id.in_(ids))
+    ).all()
     out: dict[str, WaitOut] = {}
     for job_id, at, payload in rows:
         try:

@@ -11,6 +11,7 @@ from typing import Annotated
 import sqlalchemy as sa
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import ValidationError
+from sqlmodel import Session
 
 from broker.api import audit_trail
 from broker.api.auth import Principal, principal
@@ -63,7 +64,15 @@ def _visible_job(db: Database, job_id: str, caller: Principal) -> JobRecord:
     if not is_job_id(job_id):
         raise _not_found(job_id)
     with db.read() as s:
-        job = get_job(s, job_id)
+        return _visible_in(s, job_id, caller)
+
+
+def _visible_in(s: Session, job_id: str, caller: Principal) -> JobRecord:
+    """`_visible_job` in the caller's read transaction (a route that reads more of the job
+    reads it all in one: each transaction costs more than a statement)."""
+    if not is_job_id(job_id):
+        raise _not_found(job_id)
+    job = get_job(s, job_id)
     # Another team's job is reported as missing, so ids do not leak across teams.
     if job is None or not caller.can_see(job.team):
         raise _not_found(job_id)
@@ -177,10 +186,9 @@ async def submit_checked(request: Request, caller: Caller, spec: JobSpec,
 
 @router.get("/{job_id}", response_model=JobOut, responses=problem_responses(404))
 def get(job_id: JobRef, request: Request, caller: Caller) -> JobOut:
-    db = _db(request)
-    job = _visible_job(db, job_id, caller)
-    out = JobOut.of(job, waits(db, [job]).get(job.id))
-    with db.read() as s:
+    with _db(request).read() as s:  # one read transaction for all of it
+        job = _visible_in(s, job_id, caller)
+        out = JobOut.of(job, waits(s, [job]).get(job.id))
         ckpt = att.last_checkpoint(s, job_id)
     if ckpt is not None:
         out.last_checkpoint = CheckpointOut(attempt=ckpt.attempt, path=ckpt.path,
@@ -207,15 +215,15 @@ def list_(
         team = caller.team
     audit_trail.read_of(caller, team)
     before = decode_cursor(cursor) if cursor else None
-    with _db(request).read() as s:
+    with _db(request).read() as s:  # the page and its waits in one read transaction
         rows = list_jobs(
             s, team=team, states=[st.value for st in state or []], limit=limit + 1,
             before_id=before,
         )
-    more = len(rows) > limit
-    rows = rows[:limit]
+        more = len(rows) > limit
+        rows = rows[:limit]
+        waiting = waits(s, rows)
     nxt = base64.urlsafe_b64encode(rows[-1].id.encode()).decode().rstrip("=") if more else None
-    waiting = waits(_db(request), rows)
     return JobPage(items=[JobOut.of(r, waiting.get(r.id)) for r in rows], next_cursor=nxt)
 
 
@@ -223,9 +231,8 @@ def list_(
     "/{job_id}/events", response_model=list[EventOut], responses=problem_responses(404)
 )
 def events(job_id: JobRef, request: Request, caller: Caller) -> list[EventOut]:
-    db = _db(request)
-    _visible_job(db, job_id, caller)
-    with db.read() as s:
+    with _db(request).read() as s:
+        _visible_in(s, job_id, caller)
         return [EventOut.of(e) for e in job_events(s, job_id)]
 
 
@@ -299,8 +306,8 @@ def explain(job_id: JobRef, request: Request, caller: Caller) -> dict[str, objec
     ordered, with the most severe reason; `text` is the same as `isthmus explain` prints it
     (rendered here, so the CLI needs none of the policy models)."""
     db = _db(request)
-    job = _visible_job(db, job_id, caller)
-    with db.read() as s:
+    with db.read() as s:  # the job and its verdicts in one read transaction
+        job = _visible_in(s, job_id, caller)
         stored = att.get_explanation(s, job_id)
     # the GPU-hour budgets the job counts against: its team's and its submitter's
     budgets = [b for b in read_budgets(request.app.state.config, db, job.team,

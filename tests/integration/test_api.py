@@ -356,3 +356,24 @@ def test_a_submit_takes_no_worker_thread_hop(
                     headers={"Idempotency-Key": "no-hop"})
     assert r.status_code == 201, r.text
     assert hops == []
+
+
+def test_a_job_read_opens_one_read_transaction(client: TestClient, db: Database,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each read route reads the job and what it shows beside it (its wait, last checkpoint,
+    verdicts, events; a page's waits) in one read transaction: each costs the server more
+    CPU than a statement does."""
+    job = client.post("/v1/jobs", json=spec().dict()).json()["id"]
+    opened: list[int] = []
+    real = db.read
+
+    def counted() -> Any:
+        opened.append(1)
+        return real()
+
+    monkeypatch.setattr(db, "read", counted)
+    for path in (f"/v1/jobs/{job}", f"/v1/jobs/{job}/explain", f"/v1/jobs/{job}/events",
+                 "/v1/jobs?limit=5"):
+        opened.clear()
+        assert client.get(path).status_code == 200, path
+        assert len(opened) == 1, (path, len(opened))
