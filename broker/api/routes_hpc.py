@@ -111,7 +111,7 @@ def jobs(
     """``GET /v1/jobs`` (same scoping: users see their team only) with each job's current
     run: nodes, exit code, start and end as the backend reported them; and for a cancelled job
     who cancelled it (``cancelled_by``: a name, or ``system:...``), which sacct shows."""
-    page = routes_jobs.list_(request, caller, team, state, limit, cursor)
+    page = routes_jobs.page(request, caller, team, state, limit, cursor)
     db: Database = request.app.state.db
     with db.read() as s:
         found = runs.current_runs(s, [(j.id, j.attempt) for j in page.items])

@@ -185,7 +185,7 @@ async def submit_checked(request: Request, caller: Caller, spec: JobSpec,
 
 
 @router.get("/{job_id}", response_model=JobOut, responses=problem_responses(404))
-def get(job_id: JobRef, request: Request, caller: Caller) -> JobOut:
+def get(job_id: JobRef, request: Request, caller: Caller) -> Response:
     with _db(request).read() as s:  # one read transaction for all of it
         job = _visible_in(s, job_id, caller)
         out = JobOut.of(job, waits(s, [job]).get(job.id))
@@ -193,7 +193,13 @@ def get(job_id: JobRef, request: Request, caller: Caller) -> JobOut:
     if ckpt is not None:
         out.last_checkpoint = CheckpointOut(attempt=ckpt.attempt, path=ckpt.path,
                                             step=ckpt.step, at=ckpt.at)
-    return out
+    return _json(out)
+
+
+def _json(out: JobOut | JobPage) -> Response:
+    """`out` serialised once (FastAPI would validate a returned model against the route's
+    response model again before serialising it; the model documents the answer)."""
+    return Response(out.model_dump_json(), media_type="application/json")
 
 
 @router.get("", response_model=JobPage, responses=problem_responses(403))
@@ -204,7 +210,13 @@ def list_(
     state: Annotated[list[JobState] | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     cursor: str | None = None,
-) -> JobPage:
+) -> Response:
+    return _json(page(request, caller, team, state, limit, cursor))
+
+
+def page(request: Request, caller: Caller, team: str | None, state: list[JobState] | None,
+         limit: int, cursor: str | None) -> JobPage:
+    """The page `list_` answers (the HPC listing adds each job's run to it)."""
     if not caller.is_admin:
         if team is not None and team != caller.team:
             raise Problem(
@@ -239,7 +251,7 @@ def events(job_id: JobRef, request: Request, caller: Caller) -> list[EventOut]:
 @router.post(
     "/{job_id}/cancel", response_model=JobOut, responses=problem_responses(404, 409)
 )
-def cancel(job_id: JobRef, request: Request, caller: Caller) -> JobOut:
+def cancel(job_id: JobRef, request: Request, caller: Caller) -> Response:
     db = _db(request)
     _visible_job(db, job_id, caller)
     result = cancel_job(db, job_id, caller.name, caller.is_admin)
@@ -248,7 +260,7 @@ def cancel(job_id: JobRef, request: Request, caller: Caller) -> JobOut:
             409, "not-cancellable", "Job cannot be cancelled",
             f"job {job_id} is {result.job.state}; only a job that has not ended can be cancelled",
         )
-    return JobOut.of(result.job)
+    return _json(JobOut.of(result.job))
 
 
 @router.post("/{job_id}/hold", response_model=JobOut, responses=problem_responses(404, 409))
