@@ -71,14 +71,23 @@ def test_preemption_views_read_each_live_attempts_snapshot_and_spec_once(
     assert len(parsed) == 2  # the new time is read, the snapshot is not parsed again
     assert moved[jobs[0]].last_checkpoint_at == checkpoint
     assert moved[jobs[1]] == next(v for v in first if v.id == jobs[1])
-    sim.plane.soft.victim_views = {}
+    sim.plane.soft.victim_views = None
     assert {v.id: v for v in preempt.running_views(sim.plane)} == moved  # built afresh
     assert len(parsed) == 4
-    assert set(sim.plane.soft.victim_views) == {(j, 1) for j in jobs}
+    assert set(kept_views(sim)) == {(j, 1) for j in jobs}
+    sim.plane.config = sim.plane.config.model_copy()  # a new configuration: built again
+    assert {v.id: v for v in preempt.running_views(sim.plane)} == moved
+    assert len(parsed) == 6
 
     cancel_job(sim.plane.db, jobs[1], "tester", by_admin=False)
     assert {v.id for v in preempt.running_views(sim.plane)} == {jobs[0]}
-    assert set(sim.plane.soft.victim_views) == {(jobs[0], 1)}
+    assert set(kept_views(sim)) == {(jobs[0], 1)}
+
+
+def kept_views(sim: Sim) -> dict[tuple[str, int], object]:
+    kept = sim.plane.soft.victim_views
+    assert kept is not None
+    return kept[1]
 
 
 def test_the_specs_cache_holds_live_jobs_only(sim: Sim) -> None:
@@ -169,9 +178,9 @@ def test_every_per_job_cache_is_empty_once_every_job_has_ended(sim: Sim) -> None
         cycle(sim, 10)
     soft = sim.plane.soft
     held = {name: len(getattr(soft, name)) for name in (
-        "specs", "snapshots", "waiting", "placed_nodes", "estimated", "victim_views",
-        "decisions_logged")}
+        "specs", "snapshots", "waiting", "placed_nodes", "estimated", "decisions_logged")}
     held["told"] = sum(len(v) for v in soft.told.values())
+    held["victim_views"] = len(soft.victim_views[1]) if soft.victim_views else 0
     assert held == dict.fromkeys(held, 0)
 
 
