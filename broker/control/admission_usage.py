@@ -69,6 +69,9 @@ class History:
     counted: dict[tuple[str, int], tuple[float, int]] = field(default_factory=dict)
     """Closed reservations already summed -> their release time and release entry id (dropped
     once out of window)."""
+    expiry: list[tuple[float, tuple[str, int]]] = field(default_factory=list)
+    """A heap of `counted`'s release times and keys: what leaves the window is found without
+    going over the others (at 100 releases a second the window holds 12,000)."""
     last_release: int | None = None
     """The highest ledger entry id when the history was built, then the highest release id
     read: newer releases are read whatever their timestamp."""
@@ -96,12 +99,6 @@ def _last_id(s: Session) -> int:
     return int(s.connection().execute(sa.select(sa.func.max(LEDGER.c.id))).scalar() or 0)
 
 
-COUNTED_SKIPPED_MAX = 1000
-"""At most this many releases already summed are left out of a cycle's read by their entry
-id (the newest; any others are read again and skipped as before): the window read them all
-again every cycle, a hundred rows a cycle under bench/loop_cost.py."""
-
-
 def _rows(s: Session, released_from: float, after_id: int | None = None,
           reserved_after: int | None = None,
           counted: Iterable[int] = ()) -> sa.Result[tuple[object, ...]]:
@@ -117,9 +114,10 @@ def _rows(s: Session, released_from: float, after_id: int | None = None,
     # one writer at a time (SQLite's BEGIN IMMEDIATE) takes entry ids in commit order: a
     # release not newer than the last one read committed before that read, which read it
     by_id = after_id is not None and s.connection().dialect.name == "sqlite"
-    # what was summed already would only be skipped: not read again (the newest, bounded);
-    # the read by id never meets it
-    skip = [] if by_id else sorted(heapq.nlargest(COUNTED_SKIPPED_MAX, counted))
+    # what was summed already would only be skipped: not read again (every one of them, bound
+    # as one array: at 100 releases a second, reading the window's 12,000 again each cycle
+    # was a sixth of the soak's leader); the read by id never meets it
+    skip = [] if by_id else list(counted)
     return s.connection().execute(_since(by_id, after_id is not None), {
         "since": since, "after": after_id, "reserved_after": reserved_after, "counted": skip})
 
@@ -190,6 +188,15 @@ def decayed_usage(plane: ControlPlane, s: Session, now: datetime,
     return out
 
 
+def _forget_counted(h: History, before: float) -> None:
+    """Drop the summed releases stamped before `before` (out of the window: never read again)."""
+    while h.expiry and h.expiry[0][0] < before:
+        at, key = heapq.heappop(h.expiry)
+        kept = h.counted.get(key)
+        if kept is not None and kept[0] == at:
+            del h.counted[key]
+
+
 def _update(h: History, s: Session, t_now: float) -> dict[Key, float]:
     exp, rate, origin = math.exp, h.rate, h.origin
     released_from = h.read_since - WINDOW_S
@@ -214,7 +221,8 @@ def _update(h: History, s: Session, t_now: float) -> dict[Key, float]:
             h.closed[key] = h.closed.get(key, 0.0) + gpus * (
                 exp(rate * (t_end - origin)) - exp(rate * (t_start - origin)))
             h.counted[(job_id, attempt)] = (end.timestamp(), rel_id)
-    h.counted = {k: v for k, v in h.counted.items() if v[0] >= t_now - WINDOW_S}
+            heapq.heappush(h.expiry, (end.timestamp(), (job_id, attempt)))
+    _forget_counted(h, t_now - WINDOW_S)
     h.read_since = t_now
     scale = exp(-rate * (t_now - origin))
     out = {key: total * scale for key, total in h.closed.items()}

@@ -93,6 +93,40 @@ def test_a_cycle_reads_only_new_and_recently_released_reservations(
     assert later[("vision", "h100-80g")] < first[("vision", "h100-80g")]
 
 
+def test_no_release_summed_within_the_window_is_read_again(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """However many releases the window for late commits holds (the soak's 100 a second make
+    12,000), a cycle reads none it summed already (a bound of 1,000 left out of the read
+    re-read the rest every cycle: a sixth of the soak's leader); once out of the window they
+    are forgotten."""
+    t0 = sim.clock.now
+    with sim.plane.db.write() as s:
+        for _ in range(1100):
+            job = insert_job_in_state(s, JobState.RUNNING)
+            ledger.reserve(s, ledger.Reservation(job, 1, "vision", "h100-80g", 1),
+                           t0 - timedelta(seconds=100))
+            assert ledger.release(s, job, 1, t0 - timedelta(seconds=30))
+    read: list[int] = []
+    original = admission_usage._rows
+
+    def counted(s: Any, released_from: float, after_id: int | None = None,
+                reserved_after: int | None = None, skip: Any = ()) -> list[Any]:
+        rows = list(original(s, released_from, after_id, reserved_after, skip))
+        read.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(admission_usage, "_rows", counted)
+    _both(sim, t0)
+    kept, whole = _both(sim, t0 + timedelta(seconds=5))
+    assert read == [1100, 0]
+    assert kept == pytest.approx(whole, rel=1e-9)
+    history = sim.plane.soft.usage_history
+    assert isinstance(history, admission_usage.History) and len(history.counted) == 1100
+    _both(sim, t0 + timedelta(seconds=admission_usage.WINDOW_S))
+    assert len(history.counted) == 0 and not history.expiry
+
+
 def test_a_release_written_long_after_its_timestamp_is_counted(sim: Sim) -> None:
     """A reconciler pass stamps its releases with the time it started (before its backend's
     observe call and all its chunks): one written more than the window after that stamp is
