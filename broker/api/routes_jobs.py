@@ -186,6 +186,11 @@ async def submit_checked(request: Request, caller: Caller, spec: JobSpec,
 
 @router.get("/{job_id}", response_model=JobOut, responses=problem_responses(404))
 def get(job_id: JobRef, request: Request, caller: Caller) -> Response:
+    return _json(job_out(job_id, request, caller))
+
+
+def job_out(job_id: str, request: Request, caller: Principal) -> JobOut:
+    """The job `get` answers (the dashboard's job pages show it)."""
     with _db(request).read() as s:  # one read transaction for all of it
         job = _visible_in(s, job_id, caller)
         out = JobOut.of(job, waits(s, [job]).get(job.id))
@@ -193,7 +198,7 @@ def get(job_id: JobRef, request: Request, caller: Caller) -> Response:
     if ckpt is not None:
         out.last_checkpoint = CheckpointOut(attempt=ckpt.attempt, path=ckpt.path,
                                             step=ckpt.step, at=ckpt.at)
-    return _json(out)
+    return out
 
 
 def _json(out: JobOut | JobPage) -> Response:
@@ -216,7 +221,8 @@ def list_(
 
 def page(request: Request, caller: Caller, team: str | None, state: list[JobState] | None,
          limit: int, cursor: str | None) -> JobPage:
-    """The page `list_` answers (the HPC listing adds each job's run to it)."""
+    """The page `list_` answers (the HPC listing adds each job's run to it; the dashboard's
+    jobs page shows it)."""
     if not caller.is_admin:
         if team is not None and team != caller.team:
             raise Problem(

@@ -63,7 +63,7 @@ def jobs_page(
         return page(request, caller, "error.html", status=422, title="Unknown state",
                     detail=f"states are {', '.join(s.value for s in JobState)}")
     try:
-        got = api.list_(request, caller, shown, states or None, 50, cursor or None)
+        got = api.page(request, caller, shown, states or None, 50, cursor or None)
     except Problem as exc:
         return page(request, caller, "error.html", status=exc.status, title=exc.title,
                     detail=exc.detail)
@@ -90,7 +90,7 @@ def _rendered(request: Request, caller: Principal, job_id: str,
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
 def job_page(job_id: str, request: Request, caller: Caller) -> Response:
     try:
-        job = api.get(job_id, request, caller)
+        job = api.job_out(job_id, request, caller)
     except Problem:
         return not_found(request, caller, f"no job with id '{job_id}'")
     explained = api.explain(job_id, request, caller)
@@ -117,7 +117,7 @@ def logs_page(
     rank: Annotated[int | None, Query(ge=0, le=65535)] = None,
 ) -> Response:
     try:
-        job = api.get(job_id, request, caller)
+        job = api.job_out(job_id, request, caller)
     except Problem:
         return not_found(request, caller, f"no job with id '{job_id}'")
     try:
