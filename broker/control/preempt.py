@@ -51,9 +51,9 @@ def running_views(plane: ControlPlane) -> list[RunningJob]:
     `SoftState.victim_views`). A job whose view cannot be built (its stored spec or snapshot
     does not parse) is left out, logged: it cannot be chosen as a victim, and it is not marked
     (it runs; its reason is the backend's to tell)."""
-    config, kept_for = id(plane.config), plane.soft.victim_views
+    config, kept_for = plane.config, plane.soft.victim_views
     # a view holds its priority from the configuration: a new one builds every view again
-    before = kept_for[1] if kept_for is not None and kept_for[0] == config else {}
+    before = kept_for[1] if kept_for is not None and kept_for[0] is config else {}
     with plane.db.read() as s:
         holding = att.holding(s)
         new = [(h.job_id, h.number) for h in holding if (h.job_id, h.number) not in before]

@@ -111,11 +111,11 @@ class SoftState:
     idle_cycle: int | None = None
     """Owner: admission. The stored cycle the idle cycles since are counted on (None: the last
     cycle had jobs to decide). Losing it (a restart) costs one more row."""
-    victim_views: tuple[int, dict[AttemptKey, Any]] | None = None
-    """Owner: preempt.running_views: the configuration's identity and each live attempt's
-    preemption view with its parsed spec (preempt.KeptView, typed there: that module imports
-    this one); only its times are read again. Bound: the live attempts of its last call
-    (replaced every call)."""
+    victim_views: tuple[object, dict[AttemptKey, Any]] | None = None
+    """Owner: preempt.running_views: the configuration they were built under and each live
+    attempt's preemption view with its parsed spec (preempt.KeptView, typed there: that module
+    imports this one); only its times are read again. Bound: the live attempts of its last
+    call (replaced every call)."""
     running_ends: dict[AttemptKey, KeptEnds] = field(default_factory=dict)
     """Owner: eta_inputs.running_work. Bound: the running attempts of its last pass (replaced
     every pass)."""

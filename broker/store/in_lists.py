@@ -42,7 +42,10 @@ class _Array(TypeDecorator[list[Any]]):
 
     def load_dialect_impl(self, dialect: Any) -> Any:
         if dialect.name == "postgresql":
-            return dialect.type_descriptor(postgresql.ARRAY(self.item))
+            # strings without the column's length: a cast to VARCHAR(16)[] would cut a longer
+            # key down to one that matches (SQLite, comparing as given, would find nothing)
+            item = sa.String() if self.item._type_affinity is sa.String else self.item
+            return dialect.type_descriptor(postgresql.ARRAY(item))
         return dialect.type_descriptor(sa.String())  # never bound off PostgreSQL
 
     def process_bind_param(self, value: Any, dialect: Any) -> Any:

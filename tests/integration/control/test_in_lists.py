@@ -54,3 +54,13 @@ def test_look_ups_by_many_keys_find_their_rows_with_one_statement_text(sim: Sim)
         assert few != lots  # an IN list of one and of 84 keys
     else:
         assert few == lots and all("ANY" in text for text in few)
+
+
+def test_a_key_longer_than_the_column_finds_nothing(sim: Sim) -> None:
+    """A key is compared as given on both databases: cast to the column's length on
+    PostgreSQL, a longer key would be cut down to one that matches."""
+    job = submit(sim, spec().name("long").flavors("a100-80g").replicas(1).topology(None), 60)
+    with sim.plane.db.read() as s:
+        assert jobs_by_ids(s, [job + "EXTRA"]) == {}
+        assert att.by_keys(s, [(job + "EXTRA", 1)]) == []
+        assert set(jobs_by_ids(s, [job])) == {job}
