@@ -29,6 +29,21 @@ def _release(sim: Sim, job: str, at: datetime) -> None:
         assert ledger.release(s, job, 1, at)
 
 
+def _rows_read(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by the number of ledger rows each cycle's read returns."""
+    read: list[int] = []
+    original = admission_usage._rows
+
+    def counted(s: Any, released_from: float, after_id: int | None = None,
+                reserved_after: int | None = None, skip: Any = ()) -> list[Any]:
+        rows = list(original(s, released_from, after_id, reserved_after, skip))
+        read.append(len(rows))
+        return rows
+
+    monkeypatch.setattr(admission_usage, "_rows", counted)
+    return read
+
+
 def _both(sim: Sim, now: datetime) -> tuple[dict[Any, float], dict[Any, float]]:
     half = sim.plane.params.fair_share_half_life_s
     with sim.plane.db.read() as s:
@@ -65,16 +80,7 @@ def test_a_cycle_reads_only_new_and_recently_released_reservations(
         job = _reserve(sim, "vision", 4, t0 - timedelta(seconds=7200 + i))
         _release(sim, job, t0 - timedelta(seconds=3600 + i))
     _reserve(sim, "language", 8, t0 - timedelta(seconds=60))  # still held
-    read: list[int] = []
-    original = admission_usage._rows
-
-    def counted(s: Any, released_from: float, after_id: int | None = None,
-                reserved_after: int | None = None, skip: Any = ()) -> list[Any]:
-        rows = list(original(s, released_from, after_id, reserved_after, skip))
-        read.append(len(rows))
-        return rows
-
-    monkeypatch.setattr(admission_usage, "_rows", counted)
+    read = _rows_read(monkeypatch)
     first, _ = _both(sim, t0)
     later, whole = _both(sim, t0 + timedelta(seconds=5))
     speech = _reserve(sim, "speech", 2, t0 + timedelta(seconds=6))
@@ -107,16 +113,7 @@ def test_no_release_summed_within_the_window_is_read_again(
             ledger.reserve(s, ledger.Reservation(job, 1, "vision", "h100-80g", 1),
                            t0 - timedelta(seconds=100))
             assert ledger.release(s, job, 1, t0 - timedelta(seconds=30))
-    read: list[int] = []
-    original = admission_usage._rows
-
-    def counted(s: Any, released_from: float, after_id: int | None = None,
-                reserved_after: int | None = None, skip: Any = ()) -> list[Any]:
-        rows = list(original(s, released_from, after_id, reserved_after, skip))
-        read.append(len(rows))
-        return rows
-
-    monkeypatch.setattr(admission_usage, "_rows", counted)
+    read = _rows_read(monkeypatch)
     _both(sim, t0)
     kept, whole = _both(sim, t0 + timedelta(seconds=5))
     assert read == [1100, 0]
