@@ -7,7 +7,6 @@ rendered per call (an IN list of a few hundred keys cost the client 4x what the 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -46,10 +45,11 @@ class _Array(TypeDecorator[list[Any]]):
             # key down to one that matches (SQLite, comparing as given, would find nothing)
             item = sa.String() if self.item._type_affinity is sa.String else self.item
             return dialect.type_descriptor(postgresql.ARRAY(item))
-        return dialect.type_descriptor(sa.String())  # never bound off PostgreSQL
+        # never bound off PostgreSQL: the other dialects compile an expanding IN list instead
+        return dialect.type_descriptor(sa.String())
 
     def process_bind_param(self, value: Any, dialect: Any) -> Any:
-        return list(value) if dialect.name == "postgresql" else json.dumps(list(value))
+        return list(value)
 
 
 class _OneOf(ColumnElement[Any]):
