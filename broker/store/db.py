@@ -22,6 +22,8 @@ from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlmodel import Session
 
+from broker.store.pg_cursor import LazyDescriptionCursor
+
 SUPPORTED = ("sqlite", "postgresql")
 
 
@@ -103,8 +105,10 @@ def _postgres_engine(url: str) -> sa.Engine:
     the round trip per transaction of `pool_pre_ping` (a SELECT before every checkout);
     connections are renewed after 30 minutes. A connection that dies while in use, or whose
     server's farewell has not arrived yet at checkout, fails that transaction, and SQLAlchemy
-    then invalidates every older connection of the pool."""
-    engine = sa.create_engine(url, pool_size=10, max_overflow=10, pool_recycle=1800)
+    then invalidates every older connection of the pool. Its cursors build `description` only
+    when it is read (broker.store.pg_cursor)."""
+    engine = sa.create_engine(url, pool_size=10, max_overflow=10, pool_recycle=1800,
+                              connect_args={"cursor_factory": LazyDescriptionCursor})
 
     @event.listens_for(engine, "checkout")
     def _on_checkout(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
