@@ -122,8 +122,9 @@ def _told(brief: list[att.Brief], said: dict[str, Said], told: dict[str, Told],
 
 def run_reconcile(plane: ControlPlane, backend_name: str) -> ReconcileReport:
     """One pass. The attempts and jobs are read in narrow columns (one statement); the full
-    rows only of those the backend's facts say changed, so a pass over many quiet attempts
-    costs little more than the backend's observe call."""
+    rows only of the attempts the backend's facts say changed (and of their jobs when
+    cancelled: the others' rows are read once, locked by the apply), so a pass over many
+    quiet attempts costs little more than the backend's observe call."""
     backend = plane.backends[backend_name]
     report = ReconcileReport()
     now = plane.clock()
@@ -151,19 +152,24 @@ def run_reconcile(plane: ControlPlane, backend_name: str) -> ReconcileReport:
     news = _news(brief, said, told, now)
     todo = _changed(brief, said, news)
     live: list[att.AttemptRecord] = []
-    jobs: dict[str, JobRecord | None] = {}
+    jobs: dict[str, JobRecord] = {}
     if todo:  # a quiet pass reads nothing more
         keys = [(b.job_id, b.number) for b in todo]
         with plane.db.read() as s:
             live = [a for a in att.by_keys(s, keys)  # still live (the read above was earlier)
                     if a.ended_at is None and a.dispatch == att.CREATED]
-            jobs = dict(jobs_by_ids(s, [a.job_id for a in live]))
+            # the full rows only of cancelled jobs (their cancel is sent and charged here);
+            # the others' state and reason are the brief's, and the apply locks and reads
+            # their rows again
+            cancelled = [b.job_id for b in todo if b.job_state == JobState.CANCELLED.value]
+            jobs = jobs_by_ids(s, cancelled) if cancelled else {}
     fact_of = _fact_of(facts)
+    lifecycle = {b.job_id: b for b in todo}
     changed: list[tuple[att.AttemptRecord, Fact]] = []  # applied in chunks below
     for a in live:
         with JobGuard("reconcile", a.job_id) as guard:
-            _one(plane, backend, a, jobs.get(a.job_id), fact_of(a.backend_name), now,
-                 report, changed, a.backend_name in news)
+            _one(plane, backend, a, lifecycle[a.job_id], jobs.get(a.job_id),
+                 fact_of(a.backend_name), now, report, changed, a.backend_name in news)
         if guard.incident is not None:
             mark_one(plane, guard.incident, now)
     report.transitions += apply_all(plane, changed, now)
@@ -207,12 +213,13 @@ def _unreachable(plane: ControlPlane, backend_name: str, brief: list[att.Brief],
                           Cause("reconciler", RECONCILER), why, now=now)
 
 
-def _one(plane: ControlPlane, backend: Backend, a: att.AttemptRecord, job: JobRecord | None,
-         fact: Fact | None, now: datetime, report: ReconcileReport,
+def _one(plane: ControlPlane, backend: Backend, a: att.AttemptRecord, b: att.Brief,
+         job: JobRecord | None, fact: Fact | None, now: datetime, report: ReconcileReport,
          changed: list[tuple[att.AttemptRecord, Fact]], retold: bool = False) -> None:
     """One live attempt against what the backend said about it (`fact`, None if nothing);
-    a fact to apply is added to `changed` (broker.control.reconcile_apply). `retold`: its
-    waiting message is new (`_retold`)."""
+    a fact to apply is added to `changed` (broker.control.reconcile_apply). `b`: its job's
+    state and reason as the pass read them; `job`: the job's row, read when it was cancelled
+    (None if not, or gone since). `retold`: its waiting message is new (`_news`)."""
     backend_name = a.backend
     if job is not None and job.state == JobState.CANCELLED:
         # a preempted object is still sent the cancel
@@ -259,8 +266,8 @@ def _one(plane: ControlPlane, backend: Backend, a: att.AttemptRecord, job: JobRe
             changed.append((a, lost))
             report.lost += 1
         return
-    if a.phase == fact.phase.value and job is not None and job.reason == fact.reason.value \
-            and not retold:
+    if a.phase == fact.phase.value and b.job_state is not None \
+            and b.job_reason == fact.reason.value and not retold:
         return  # nothing new
     changed.append((a, fact))
 

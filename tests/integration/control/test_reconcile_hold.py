@@ -89,6 +89,31 @@ def test_a_chunks_ledger_lookups_and_writes_are_sent_once_not_per_attempt(sim: S
     consistent(sim)
 
 
+def test_a_pass_reads_its_jobs_rows_once_under_their_locks(sim: Sim) -> None:
+    """The decision what to apply takes the jobs' state and reason from the pass's narrow
+    read (att.dispatched_brief); their full rows are read once, locked by the chunk (they were
+    read a first time before, in the read of the changed attempts). A cancelled job's row is
+    still read there: its object is cancelled and charged by the pass (it needs the spec)."""
+    jobs = _running(sim, ENDED)
+    sim.advance(120)
+    sent = _statements(sim)
+    assert [state(sim, j)[0] for j in jobs] == ["SUCCEEDED"] * ENDED
+    rows = [sql for sql, _ in sent if sql.startswith("SELECT jobs.id, jobs.name")]
+    assert len(rows) == 1, rows  # the chunk's lock (records.lock_jobs)
+    more = _running(sim, 2)
+    assert cancel_job(sim.plane.db, more[0], "tester", by_admin=False).accepted
+    sent = _statements(sim)
+    # its row read for the cancel, then locked by the cancel's own transaction
+    rows = [sql for sql, _ in sent if sql.startswith("SELECT jobs.id, jobs.name")]
+    assert len(rows) == 2, rows
+    sim_k8s = sim.backends["sim-k8s"]
+    cancelled = sim_k8s.job(attempts_of(sim, more[0])[-1].backend_name)
+    assert cancelled is not None and cancelled.phase.value == "CANCELLED"
+    still = sim_k8s.job(attempts_of(sim, more[1])[-1].backend_name)
+    assert still is not None and still.phase.value == "RUNNING"
+    consistent(sim)
+
+
 def test_a_chunks_facts_are_one_statement_and_their_causes_not_looked_up(sim: Sim) -> None:
     """The chunk stores its attempts' facts in one statement (an insert and a look-up per
     attempt before, then a look-up of the chunk's causes, which name those new facts and so
