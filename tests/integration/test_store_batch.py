@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from psycopg import pq
 
 from broker.store import Database, batch
 from broker.store.tables import UTCDateTime
@@ -73,3 +75,62 @@ def test_a_flush_sends_the_drivers_executemany_with_the_columns_conversions(
         rows = s.connection().execute(sa.select(PROBE.c.id, PROBE.c.at).order_by(PROBE.c.id))
         assert [tuple(r) for r in rows] == [(i, datetime(2026, 12, 6, 8, 0, tzinfo=UTC))
                                             for i in range(3)]
+
+
+OTHER = sa.Table("batch_probe_other", _META, sa.Column("id", sa.Integer, primary_key=True),
+                 sa.Column("v", sa.Integer))
+INSERT_OTHER = sa.insert(OTHER)
+
+
+def _pipeline_states(probe: Database) -> tuple[list[str], Any]:
+    """The driver's pipeline status as each statement of `probe`'s writer is sent."""
+    seen: list[str] = []
+
+    def note(conn: sa.Connection, *args: object) -> None:
+        driver = conn.connection.driver_connection
+        status = getattr(getattr(driver, "pgconn", None), "pipeline_status", None)
+        seen.append("none" if status is None else pq.PipelineStatus(status).name)
+
+    return seen, note
+
+
+def test_a_flush_is_one_pipeline_on_postgresql(probe: Database) -> None:
+    """On PostgreSQL the flush's statements are sent in one pipeline (psycopg's pipeline
+    mode: each executemany no longer waits for the answers of the one before); SQLite has
+    none. The rows are written as before."""
+    seen, note = _pipeline_states(probe)
+    sa.event.listen(probe.writer, "before_cursor_execute", note)
+    try:
+        with probe.write() as s, batch.deferred(s):
+            batch.write(s, INSERT, {"id": 1, "a": "x"})
+            batch.write(s, INSERT_OTHER, {"id": 1, "v": 10})
+            batch.write(s, INSERT, {"id": 2, "a": "y", "b": "charge"})
+    finally:
+        sa.event.remove(probe.writer, "before_cursor_execute", note)
+    flushed = seen[-3:]
+    assert flushed == (["ON"] * 3 if not probe.is_sqlite else ["none"] * 3), seen
+    with probe.read() as s:
+        assert s.connection().execute(sa.select(sa.func.count()).select_from(PROBE)).scalar() == 2
+        assert s.connection().execute(sa.select(OTHER.c.v)).scalar() == 10
+
+
+def test_a_flush_that_fails_raises_sqlalchemys_error_and_writes_nothing(
+        probe: Database) -> None:
+    """A statement refused inside the pipeline is raised as SQLAlchemy raises a statement's
+    error (IntegrityError here, its `orig` the driver's: what broker.store.conflicts and the
+    guards' SYSTEMIC read), whether it surfaces at a later statement or at the pipeline's
+    end; the transaction writes nothing."""
+    with probe.write() as s:
+        s.connection().execute(INSERT, {"id": 7, "a": "kept"})
+    for later in (False, True):
+        with pytest.raises(sa.exc.IntegrityError) as caught, probe.write() as s, \
+                batch.deferred(s):
+            batch.write(s, INSERT_OTHER, {"id": 1, "v": 1})
+            batch.write(s, INSERT, {"id": 7, "a": "twice"})  # its primary key is taken
+            if later:
+                batch.write(s, INSERT, {"id": 8, "a": "after", "b": "other names"})
+        assert getattr(caught.value.orig, "sqlstate", None) == (
+            None if probe.is_sqlite else "23505")  # unique_violation
+        with probe.read() as s:
+            assert s.connection().execute(sa.select(PROBE.c.a)).scalars().all() == ["kept"]
+            assert s.connection().execute(sa.select(OTHER.c.id)).all() == []
