@@ -25,7 +25,7 @@ from broker.control.plane import ControlPlane, log
 from broker.control.preempt import end_locked, mark_intents, preempt, signal_victim
 from broker.domain import HOLDING
 from broker.store import attempts as att
-from broker.store import batch, records
+from broker.store import batch, cause_lookups, ledger_lookups, records
 from broker.store.conflicts import conflict, on_conflict
 from broker.store.queries import jobs_by_ids
 from policies.preemption import Victim
@@ -97,18 +97,30 @@ def _read_and_signal(plane: ControlPlane,
     return out, incidents
 
 
+_CAUSES = ("preempt", "retry", "requeue", "stop")
+"""The cause keys (`<kind>:<attempt>`) of the transitions that end a victim's attempt
+(preempt.end_locked, requeue.retry): looked up together before the victims are ended."""
+
+
 def _write(plane: ControlPlane, signalled: list[_Signalled], now: datetime) -> None:
     """One transaction: the jobs locked in id order, their attempts read again under the
-    locks, each victim ended (end_locked); the metrics counted once it committed."""
+    locks, their ledger entries and their transitions' cause keys read at once (as a reconcile
+    chunk's: broker.store.ledger_lookups, cause_lookups), each victim ended (end_locked), its
+    writes queued and sent as one executemany per statement (broker.store.batch.deferred);
+    the metrics counted once it committed. Each victim is met once (they are unique by job),
+    so nothing a victim queued is read back."""
     ended: list[tuple[str, str]] = []
-    with plane.db.write() as s, batch.held_effects(s) as effects:
+    with plane.db.write() as s:
         locked = records.lock_jobs(s, [v.job_id for v, _, _ in signalled])
-        fresh = {a.job_id: a for a in att.by_keys(
-            s, [(v.job_id, a.number) for v, a, _ in signalled])}
-        for v, read, signal in sorted(signalled, key=lambda x: x[0].job_id):
-            if end_locked(s, plane, locked.get(v.job_id), fresh.get(v.job_id), read.number, v,
-                          signal, now):
-                ended.append((read.backend_name, v.message))
+        keys = sorted({(v.job_id, a.number) for v, a, _ in signalled})
+        fresh = {a.job_id: a for a in att.by_keys(s, keys)}
+        causes = [(job_id, f"{kind}:{n}") for job_id, n in keys for kind in _CAUSES]
+        with ledger_lookups.read_ahead(s, keys), cause_lookups.read_ahead(s, causes), \
+                batch.deferred(s, effects=False) as effects:
+            for v, read, signal in sorted(signalled, key=lambda x: x[0].job_id):
+                if end_locked(s, plane, locked.get(v.job_id), fresh.get(v.job_id),
+                              read.number, v, signal, now):
+                    ended.append((read.backend_name, v.message))
     effects.run_effects()  # once committed: a batch done again counts once
     for name, why in ended:
         log.info("preempted %s (%s)", name, why)

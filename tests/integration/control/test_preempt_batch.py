@@ -102,6 +102,35 @@ def test_a_cycles_victims_are_charged_with_the_submitter_of_their_locked_rows(
     consistent(sim)
 
 
+def test_a_cycles_victims_writes_are_one_statement_each_not_one_per_victim(sim: Sim) -> None:
+    """The victims' ledger entries and their transitions' cause keys are read together, and
+    their writes (events, job states, ledger entries) sent as one executemany per statement
+    (as a reconcile chunk's), not once per victim."""
+    lows = _lows_running(sim)
+    sent: list[tuple[str, int]] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, params: Any, context: Any,
+             many: bool) -> None:
+        sent.append((" ".join(statement.split())[:40], len(params) if many else 1))
+
+    sa.event.listen(sa.engine.Engine, "before_cursor_execute", seen)
+    try:
+        admission.run_admission(sim.plane)
+    finally:
+        sa.event.remove(sa.engine.Engine, "before_cursor_execute", seen)
+
+    assert all(_preempted(sim, j) for j in lows), [events(sim, j) for j in lows]
+    assert all(state(sim, j)[0] == "QUEUED" for j in lows)
+    # two transitions a victim (RETRYING, then QUEUED): each statement once for all of them
+    events_sent = [n for sql, n in sent if sql.startswith("INSERT INTO job_events")]
+    assert sum(events_sent) >= 2 * VICTIMS and len(events_sent) <= 2, events_sent
+    looked_up = [sql for sql, _ in sent if sql.startswith("SELECT job_events.job_id")]
+    assert len(looked_up) == 1, looked_up  # the cause keys at once (was 2-3 per victim)
+    ledger = [sql for sql, _ in sent if sql.startswith("SELECT ledger_entries.id")]
+    assert len(ledger) == 1, ledger  # the victims' entries at once (was 2 per victim)
+    consistent(sim)
+
+
 def test_one_bad_victim_does_not_keep_the_others_from_being_stopped(
         sim: Sim, monkeypatch: pytest.MonkeyPatch) -> None:
     lows = _lows_running(sim)
