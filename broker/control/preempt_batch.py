@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from broker.control import requeue
 from broker.control.guard import SYSTEMIC, Incident, JobGuard
 from broker.control.plane import ControlPlane, log
 from broker.control.preempt import end_locked, mark_intents, preempt, signal_victim
@@ -97,7 +98,7 @@ def _read_and_signal(plane: ControlPlane,
     return out, incidents
 
 
-_CAUSES = ("preempt", "retry", "requeue", "stop")
+_CAUSES = ("preempt", *requeue.CAUSE_KINDS)
 """The cause keys (`<kind>:<attempt>`) of the transitions that end a victim's attempt
 (preempt.end_locked, requeue.retry): looked up together before the victims are ended."""
 

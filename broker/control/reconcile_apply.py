@@ -299,7 +299,13 @@ def _write_locked(s: Session, plane: ControlPlane, chunk: list[tuple[att.Attempt
     derived = [_derived(a, fact, job) for a, fact, job in items]
     causes = [(a.job_id, key) for (a, _, job), ref, (_, d) in zip(items, refs, derived, strict=True)
               for key in _cause_keys(ref, d, job.state) if key]
-    with cause_lookups.fresh(s, causes):
+    # the retry decisions' keys (`retry:<n>`, ...: not new, a repair may have applied one)
+    # read at once, not one look-up per transition
+    retrying = [(a.job_id, f"{kind}:{a.number}") for (a, _, job), (_, d) in zip(items, derived,
+                                                                                strict=True)
+                if d.ended and (d.failure is not None or d.preempted) and job.attempt == a.number
+                for kind in requeue.CAUSE_KINDS]
+    with cause_lookups.fresh(s, causes, read=retrying):
         for (a, _, job), ref, seen in zip(items, refs, derived, strict=True):
             # no savepoint per attempt (one each cost a tenth of the pass): an attempt that
             # fails fails the chunk's transaction, and _apply_chunk writes the chunk again

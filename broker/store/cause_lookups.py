@@ -36,23 +36,36 @@ def read_ahead(session: Session, pairs: list[tuple[str, str]]) -> Iterator[None]
     and answer their look-ups in this block (the pairs' jobs locked by the caller)."""
     if _KEY in session.info:  # checked before reading
         raise RuntimeError("cause read-ahead does not nest")
+    with _known(session, _without_events(session, pairs)):
+        yield
+
+
+def _without_events(session: Session, pairs: list[tuple[str, str]]) -> set[tuple[str, str]]:
+    """Those of `pairs` that have no event (one statement per 500 pairs)."""
     new = set(pairs)
     conn = session.connection()
     for chunk in in_chunks(sorted(new)):
         rows = conn.execute(_EVENTS_OF, pair_params("pairs", chunk))
         new.difference_update((r[0], r[1]) for r in rows)
-    with _known(session, new):
-        yield
+    return new
 
 
 @contextlib.contextmanager
-def fresh(session: Session, pairs: list[tuple[str, str]]) -> Iterator[None]:
+def fresh(session: Session, pairs: list[tuple[str, str]],
+          read: list[tuple[str, str]] | None = None) -> Iterator[None]:
     """`read_ahead` for pairs that cannot have an event, without asking: each key names
     something this transaction created with an id never given before (a reconcile chunk's
     keys, `fact:<id>:<step>`, name the facts it has just inserted; facts are never deleted, so
     no id comes back). Only the look-ups are skipped: set_state still writes each event with
-    its key, which the unique index on (job, cause) keeps unique."""
-    with _known(session, set(pairs)):
+    its key, which the unique index on (job, cause) keeps unique. `read`: more pairs, which
+    may have one, read ahead in the same block (as `read_ahead` reads them; the caller holds
+    their jobs locked)."""
+    if _KEY in session.info:  # checked before reading
+        raise RuntimeError("cause read-ahead does not nest")
+    new = set(pairs)
+    if read:
+        new |= _without_events(session, read)
+    with _known(session, new):
         yield
 
 

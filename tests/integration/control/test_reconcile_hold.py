@@ -114,6 +114,25 @@ def test_a_pass_reads_its_jobs_rows_once_under_their_locks(sim: Sim) -> None:
     consistent(sim)
 
 
+def test_a_chunks_retry_decisions_look_their_causes_up_at_once(sim: Sim) -> None:
+    """Attempts that fail in one chunk are retried in it (FAILED -> RETRYING -> QUEUED); the
+    cause keys of those retry transitions (`retry:<n>`, `requeue:<n>`), which a repair could
+    have applied before, are read together, not one look-up per transition."""
+    jobs = _running(sim, ENDED)
+    k8s = sim.backends["sim-k8s"]
+    nodes = {k8s.jobs[attempts_of(sim, j)[-1].backend_name].nodes[0] for j in jobs}
+    for node in sorted(nodes):
+        k8s.fail_node(node)
+    sent = _statements(sim)
+    assert [state(sim, j) for j in jobs] == [("QUEUED", "BackoffAfterFailure")] * ENDED
+    looked = [sql for sql, _ in sent if sql.startswith("SELECT job_events.job_id, job_events.")]
+    one_by_one = [sql for sql in looked if sql.endswith("job_events.seq, job_events.at, job")]
+    assert one_by_one == [], one_by_one  # 2 per failed attempt before
+    at_once = [sql for sql in looked if "cause_key FROM" in sql]
+    assert len(at_once) == 1, at_once
+    consistent(sim)
+
+
 def test_a_chunks_facts_are_one_statement_and_their_causes_not_looked_up(sim: Sim) -> None:
     """The chunk stores its attempts' facts in one statement (an insert and a look-up per
     attempt before, then a look-up of the chunk's causes, which name those new facts and so
