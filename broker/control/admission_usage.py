@@ -165,10 +165,14 @@ def _since(by_id: bool, after: bool) -> sa.CompoundSelect[tuple[object, ...]]:
         if after:
             released = sa.or_(released, rel.c.id > sa.bindparam("after"))
         released = sa.and_(released, none_of(rel.c.id, "counted"))
+    # by id (SQLite) the releases since are a short range of the key and drive the join; the
+    # reservations' bound is kept from the index (`+ 0`), else SQLite's planner (no
+    # statistics) walked every reservation up to it, the whole ledger, each cycle
+    older = (ledger.c.id + 0) if by_id else ledger.c.id
     ended = (sa.select(*cols).select_from(rel.join(ledger, sa.and_(
                  pair, ledger.c.kind == reserve)))
              .where(rel.c.kind == release, released,
-                    ledger.c.id <= sa.bindparam("reserved_after")))
+                    older <= sa.bindparam("reserved_after")))
     return sa.union_all(new, ended)
 
 

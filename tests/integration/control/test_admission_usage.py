@@ -5,6 +5,7 @@ and those released since the previous cycle (less a window for late commits)."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from broker import ledger
 from broker.control import admission_usage
 from broker.control.plane import decayed_from_ledger
 from broker.domain import JobState
+from broker.store import open_database
 from tests.builders import insert_job_in_state
 from tests.harness.sim import Sim
 
@@ -151,3 +153,32 @@ def test_a_short_half_life_never_overflows_the_kept_sums(sim: Sim) -> None:
         kept, whole = _both(sim, t0 + timedelta(seconds=later))
         for key in kept.keys() | whole.keys():  # past the horizon: in one, ~0, not the other
             assert kept.get(key, 0.0) == pytest.approx(whole.get(key, 0.0), rel=1e-9, abs=1e-9)
+
+
+def test_on_sqlite_the_cycles_read_walks_only_entries_past_what_it_read(
+        tmp_path: Path) -> None:
+    """On SQLite (no planner statistics) each part of the cycle's read is driven by a range
+    of the ledger's key past what the history read before: the new reservations, the new
+    releases (each joined to its reservation by the unique key). The releases' part was
+    driven by the reservations up to the last one read, the whole ledger: a walk that grew
+    with every job the installation ever ran, each cycle."""
+    db = open_database(f"sqlite:///{tmp_path / 'plan.db'}")
+    try:
+        with db.read() as s:
+            conn = s.connection()
+            sql = str(admission_usage._since(True, True).compile(dialect=conn.dialect))
+            driver = conn.connection.driver_connection
+            assert driver is not None
+            plan = [row[3] for row in driver.execute(
+                "EXPLAIN QUERY PLAN " + sql, [1] * sql.count("?"))]
+    finally:
+        db.dispose()
+    searches = [p for p in plan if p.startswith(("SEARCH", "SCAN"))]
+    assert searches == [
+        "SEARCH ledger_entries USING INTEGER PRIMARY KEY (rowid>?)",
+        "SEARCH rel USING INDEX sqlite_autoindex_ledger_entries_1 "
+        "(job_id=? AND attempt=? AND kind=?) LEFT-JOIN",
+        "SEARCH rel USING INTEGER PRIMARY KEY (rowid>?)",
+        "SEARCH ledger_entries USING INDEX sqlite_autoindex_ledger_entries_1 "
+        "(job_id=? AND attempt=? AND kind=?)",
+    ], plan
