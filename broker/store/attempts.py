@@ -257,7 +257,11 @@ def holding(session: Session) -> list[Holding]:
 _UNDECIDED = (
     sa.select(ATTEMPTS.c.job_id, ATTEMPTS.c.number)
     .where(ATTEMPTS.c.retry_decision.is_(None), ATTEMPTS.c.ended_at.is_not(None),
-           sa.or_(ATTEMPTS.c.failure.is_not(None), ATTEMPTS.c.preempted))
+           # `preempted` as the index has it: SQLAlchemy writes `preempted = 1` on SQLite,
+           # which SQLite does not see implies the index's `preempted`, and scanned every
+           # attempt instead
+           sa.or_(ATTEMPTS.c.failure.is_not(None),
+                  sa.literal_column("attempts.preempted")))
     .order_by(ATTEMPTS.c.job_id, ATTEMPTS.c.number)
 )
 """The predicate of the partial index ix_attempts_undecided (revision 0014), so the look-up is

@@ -148,3 +148,31 @@ def test_the_submit_look_up_by_pairs_searches_the_unique_index_on_sqlite(
             queries.by_idempotency_keys(pairs)))
     db.dispose()
     assert got == [("t", "k2"), ("u", "k1")]  # exactly the pairs asked: ("t", "k1") is not
+
+
+def test_the_repairs_look_up_is_one_range_of_its_partial_index(db: Database) -> None:
+    """The retry repair's look-up (requeue.repair_undecided, every minute) reads the partial
+    index made for it (revision 0014), on both databases: SQLAlchemy's `preempted = 1` (its
+    SQLite form of the boolean column) did not match the index's `preempted`, and SQLite
+    scanned every attempt ever made instead. It still finds exactly the undecided ones."""
+    _seed(db)
+    with db.write() as s:
+        c = s.connection()
+        c.execute(sa.insert(att.ATTEMPTS), [
+            _attempt(1, 1, ended_at=T0, phase="PREEMPTED", preempted=True),
+            _attempt(2, 1, ended_at=T0, phase="SUCCEEDED", retry_decision="none"),
+            _attempt(3, 1, ended_at=T0, phase="SUCCEEDED"),
+        ])
+    with db.write() as s:
+        c = s.connection()
+        if db.is_sqlite:
+            plan = _plan(c, att._UNDECIDED.limit(500))
+            assert plan == ["SCAN attempts USING INDEX ix_attempts_undecided"], plan
+        else:
+            c.exec_driver_sql("SET LOCAL enable_seqscan = off")
+            sql = att._UNDECIDED.limit(500).compile(dialect=c.dialect,
+                                                    compile_kwargs={"literal_binds": True})
+            pg_plan = " / ".join(r[0] for r in c.exec_driver_sql(f"EXPLAIN {sql}"))
+            assert "ix_attempts_undecided" in pg_plan, pg_plan
+        got = att.undecided(s)
+    assert got == [("J000000000000001", 1)], got  # 0's first attempt: no failure recorded
