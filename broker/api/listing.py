@@ -13,7 +13,12 @@ from broker.api.schemas import WaitOut
 from broker.domain import JobState
 from broker.domain.ids import is_job_id
 from broker.store import attempts as att
+from broker.store.in_lists import in_chunks, one_of
 from broker.store.records import JobRecord
+
+_WAITS = sa.select(att.EXPLANATIONS.c.job_id, att.EXPLANATIONS.c.at,
+                   att.EXPLANATIONS.c.payload_json).where(one_of(att.EXPLANATIONS.c.job_id, "ids"))
+"""Built once (every GET of a job, every page of jobs reads it; an array on PostgreSQL)."""
 
 
 def waits(s: Session, jobs: list[JobRecord]) -> dict[str, WaitOut]:
@@ -22,10 +27,8 @@ def waits(s: Session, jobs: list[JobRecord]) -> dict[str, WaitOut]:
     ids = [j.id for j in jobs if j.state == JobState.QUEUED.value]
     if not ids:
         return {}
-    t = att.EXPLANATIONS
-    rows = s.connection().execute(
-        sa.select(t.c.job_id, t.c.at, t.c.payload_json).where(t.c.job_id.in_(ids))
-    ).all()
+    rows = [r for chunk in in_chunks(ids)
+            for r in s.connection().execute(_WAITS, {"ids": list(chunk)})]
     out: dict[str, WaitOut] = {}
     for job_id, at, payload in rows:
         try:

@@ -347,18 +347,25 @@ class Checkpoint:
     at: datetime
 
 
+def _last_checkpoint_statement(before: bool) -> Any:
+    stmt = sa.select(ATTEMPTS.c.number, ATTEMPTS.c.checkpoint_path, ATTEMPTS.c.checkpoint_step,
+                     ATTEMPTS.c.checkpoint_at).where(
+        ATTEMPTS.c.job_id == sa.bindparam("job_id"), ATTEMPTS.c.checkpoint_path.is_not(None)
+    )
+    if before:
+        stmt = stmt.where(ATTEMPTS.c.number < sa.bindparam("before"))
+    return stmt.order_by(ATTEMPTS.c.checkpoint_at.desc(), ATTEMPTS.c.number.desc()).limit(1)
+
+
+_LAST_CHECKPOINT = {b: _last_checkpoint_statement(b) for b in (False, True)}
+"""Built once (every GET of a job reads it): building and keying it cost more than running it."""
+
+
 def last_checkpoint(session: Session, job_id: str, before: int | None = None) -> Checkpoint | None:
     """The latest checkpoint any attempt of the job reported (of attempts numbered below
     `before` when given): the one a next attempt resumes from."""
-    stmt = sa.select(ATTEMPTS.c.number, ATTEMPTS.c.checkpoint_path, ATTEMPTS.c.checkpoint_step,
-                     ATTEMPTS.c.checkpoint_at).where(
-        ATTEMPTS.c.job_id == job_id, ATTEMPTS.c.checkpoint_path.is_not(None)
-    )
-    if before is not None:
-        stmt = stmt.where(ATTEMPTS.c.number < before)
-    row = session.connection().execute(
-        stmt.order_by(ATTEMPTS.c.checkpoint_at.desc(), ATTEMPTS.c.number.desc()).limit(1)
-    ).first()
+    row = session.connection().execute(_LAST_CHECKPOINT[before is not None],
+                                       {"job_id": job_id, "before": before}).first()
     return None if row is None else Checkpoint(row[0], row[1], row[2], row[3])
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -85,17 +86,27 @@ def list_jobs(
     ascending: bool = False,
 ) -> list[JobRecord]:
     """Newest first unless `ascending`. Ids sort by creation time, so they page stably."""
+    stmt = _listing(team is not None, bool(states), before_id is not None, after_id is not None,
+                    ascending)
+    params = {"team": team, "states": list(states), "before": before_id, "after": after_id,
+              "limit": limit}
+    return [job_from_row(r) for r in session.connection().execute(stmt, params)]
+
+
+@functools.cache
+def _listing(team: bool, states: bool, before: bool, after: bool, ascending: bool) -> Any:
+    """The statement of `list_jobs` for the filters given (built once per shape: building and
+    keying it cost SQLAlchemy about a tenth of a millisecond a call, more than running it)."""
     stmt = select_jobs()
-    if team is not None:
-        stmt = stmt.where(JOBS.c.team == team)
-    if states:
-        stmt = stmt.where(JOBS.c.state.in_(list(states)))
-    if before_id is not None:
-        stmt = stmt.where(JOBS.c.id < before_id)
-    if after_id is not None:
-        stmt = stmt.where(JOBS.c.id > after_id)
-    stmt = stmt.order_by(JOBS.c.id if ascending else JOBS.c.id.desc()).limit(limit)
-    return [job_from_row(r) for r in session.connection().execute(stmt)]
+    if team:
+        stmt = stmt.where(JOBS.c.team == bindparam("team"))
+    if states:  # a few values: an IN list on both databases (the planner sees them)
+        stmt = stmt.where(JOBS.c.state.in_(bindparam("states", expanding=True)))
+    if before:
+        stmt = stmt.where(JOBS.c.id < bindparam("before"))
+    if after:
+        stmt = stmt.where(JOBS.c.id > bindparam("after"))
+    return stmt.order_by(JOBS.c.id if ascending else JOBS.c.id.desc()).limit(bindparam("limit"))
 
 
 def job_events(session: Session, job_id: str) -> list[EventRecord]:
