@@ -331,11 +331,18 @@ def hold_in_flight(
     would see those nodes free and place a second gang on them."""
     if not held:
         return inventory
+    by_pool: dict[str, dict[str, int]] = {}
+    for (pool_name, node), gpus in held.items():
+        by_pool.setdefault(pool_name, {})[node] = gpus
     pools = []
     for pool in inventory.pools:
+        mine = by_pool.get(pool.name)
+        if not mine:  # nothing promised here: the pool as the backend showed it
+            pools.append(pool)
+            continue
         nodes = tuple(
-            n.model_copy(update={"free_gpus": max(0, n.free_gpus - held[(pool.name, n.name)])})
-            if (pool.name, n.name) in held else n
+            n.model_copy(update={"free_gpus": max(0, n.free_gpus - mine[n.name])})
+            if n.name in mine else n
             for n in pool.nodes
         )
         pools.append(pool.model_copy(update={"nodes": nodes}))
