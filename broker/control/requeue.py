@@ -50,12 +50,12 @@ def _hours(gpus: int, start: datetime | None, end: datetime) -> float:
 
 
 RETRY, STOP, NONE = "retry", "stop", "none"
-CAUSE_KINDS = ("retry", "requeue", "stop")
-"""The kinds of the cause keys (`<kind>:<attempt>`) of `retry`'s transitions: a caller that
-ends many attempts reads them ahead at once (broker.store.cause_lookups)."""
 """The retry decision recorded on an attempt that ended in a failure or a preemption
 (attempts.retry_decision): the job goes again, the job ends, or there was no retry question
 (the job had moved on, or went back to the queue before its object was made)."""
+CAUSE_KINDS = ("retry", "requeue", "stop")
+"""The kinds of the cause keys (`<kind>:<attempt>`) of `retry`'s transitions: a caller that
+ends many attempts reads them ahead at once (broker.store.cause_lookups)."""
 
 
 def retry(s: Session, plane: ControlPlane, job: JobRecord, ended: att.AttemptRecord, *,

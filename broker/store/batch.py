@@ -4,7 +4,8 @@ Inside `deferred(session)`, the write helpers of the hot paths (records.insert_e
 save_state, the ledger's entries and usage counters, attempts.insert_attempt,
 save_explanation) queue their statement and parameters instead of executing them; the block's
 end (or `flush`) executes each distinct statement once with all its parameter sets (once
-per set of parameter names), in the order the statements were first queued. Everything else
+per set of parameter names), in the order the statements were first queued (those only
+SQLAlchemy can send, with a default computed in Python say, after the others). Everything else
 (reads, other writes) runs at once.
 
 What makes this safe for the batched admission (broker.control.admission):
@@ -79,10 +80,17 @@ class Deferred:
         conn = session.connection()
         shared = [(stmt, _merged(_ADDITIVE[id(stmt)][1], many)) for stmt, many in
                   groups.values() if id(stmt) in _ADDITIVE]
-        with _pipelined(conn):
-            for stmt, many in groups.values():
-                if id(stmt) not in _ADDITIVE and not _executemany_plain(conn, stmt, many):
-                    conn.execute(stmt, many)
+        plain = [(stmt, many) for stmt, many in groups.values() if id(stmt) not in _ADDITIVE]
+        others: list[tuple[Any, list[dict[str, Any]]]] = []
+        if plain:
+            with _pipelined(conn):
+                for stmt, many in plain:
+                    if not _executemany_plain(conn, stmt, many):
+                        others.append((stmt, many))
+        # SQLAlchemy's own path, outside the pipeline: it reads results (a one-row insert's
+        # RETURNING of its key) that a pipeline has not received yet
+        for stmt, many in others:
+            conn.execute(stmt, many)
         for stmt, many in shared:  # last, one row per key, in key order (see `additive`)
             apply = _ADDITIVE[id(stmt)][2]
             if apply is None:

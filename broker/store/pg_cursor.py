@@ -19,8 +19,9 @@ import psycopg
 from psycopg import pq
 from psycopg._column import Column
 
-_ROWS = frozenset((pq.ExecStatus.TUPLES_OK, pq.ExecStatus.SINGLE_TUPLE,
-                   pq.ExecStatus.TUPLES_CHUNK))
+_ROWS = frozenset(status for status in (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.SINGLE_TUPLE,
+                                        getattr(pq.ExecStatus, "TUPLES_CHUNK", None))
+                  if status is not None)  # TUPLES_CHUNK: psycopg 3.2 and later
 
 
 class _Result:

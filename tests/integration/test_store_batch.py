@@ -134,3 +134,27 @@ def test_a_flush_that_fails_raises_sqlalchemys_error_and_writes_nothing(
         with probe.read() as s:
             assert s.connection().execute(sa.select(PROBE.c.a)).scalars().all() == ["kept"]
             assert s.connection().execute(sa.select(OTHER.c.id)).all() == []
+
+
+DEFAULTED = sa.Table("batch_probe_defaulted", _META,
+                     sa.Column("id", sa.Integer, primary_key=True),
+                     sa.Column("a", sa.String),
+                     sa.Column("b", sa.String, default=lambda: "from python"))
+INSERT_DEFAULTED = sa.insert(DEFAULTED)
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_a_statement_the_plain_path_cannot_send_goes_through_sqlalchemy(
+        probe: Database, n: int) -> None:
+    """A statement with a default computed in Python is sent by SQLAlchemy (the plain path
+    declines it), outside the flush's pipeline: a one-row insert reads its new key back at
+    once, which a pipeline has not received yet. It is written beside the plain ones."""
+    with probe.write() as s, batch.deferred(s):
+        batch.write(s, INSERT, {"id": 1, "a": "plain"})
+        for i in range(n):
+            batch.write(s, INSERT_DEFAULTED, {"a": f"x{i}"})
+    with probe.read() as s:
+        got = s.connection().execute(sa.select(DEFAULTED.c.a, DEFAULTED.c.b)
+                                     .order_by(DEFAULTED.c.a)).all()
+        assert [tuple(r) for r in got] == [(f"x{i}", "from python") for i in range(n)]
+        assert s.connection().execute(sa.select(PROBE.c.a)).scalars().all() == ["plain"]
