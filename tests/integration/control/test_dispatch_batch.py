@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 
 from broker.control import dispatch
 from broker.control.admission import run_admission
@@ -23,6 +22,7 @@ from broker.store.queries import get_job
 from broker.store.secrets import server_secret
 from tests.builders import spec
 from tests.harness.sim import Sim, consistent, state, submit
+from tests.harness.statements import statements_sent
 from tests.integration.control.poison import events
 
 
@@ -72,17 +72,8 @@ def test_a_record_sends_its_writes_once_not_per_object(
     jobs = _admitted(sim, 6)
     server_secret(sim.plane.db, "progress")
     monkeypatch.setattr(dispatch, "RECORD_AFTER_S", 3600.0)
-    sent: list[tuple[str, int]] = []
-
-    def seen(conn: Any, cursor: Any, statement: str, params: Any, context: Any,
-             many: bool) -> None:
-        sent.append((" ".join(statement.split())[:40], len(params) if many else 1))
-
-    sa.event.listen(sa.engine.Engine, "before_cursor_execute", seen)
-    try:
+    with statements_sent() as sent:
         assert run_dispatch(sim.plane) == 6
-    finally:
-        sa.event.remove(sa.engine.Engine, "before_cursor_execute", seen)
     for table in ("UPDATE attempts SET", "INSERT INTO job_events", "UPDATE jobs SET"):
         assert [n for sql, n in sent if sql.startswith(table)] == [6], (table, sent)
     assert len([sql for sql, _ in sent if sql.startswith("SELECT job_events")]) == 1, sent

@@ -17,6 +17,7 @@ from broker.store import Database
 from broker.store.tables import LEDGER_ENTRIES as ENTRIES
 from tests.builders import spec
 from tests.harness.sim import Sim, consistent, cycle, run_until, state, submit
+from tests.harness.statements import statements_sent
 from tests.integration.control.poison import events
 
 VICTIMS = 4
@@ -78,21 +79,13 @@ def test_a_cycles_victims_cost_two_write_transactions(
 def test_a_cycles_victims_are_charged_with_the_submitter_of_their_locked_rows(
         sim: Sim, monkeypatch: pytest.MonkeyPatch) -> None:
     lows = _lows_running(sim)
-    sent: list[str] = []
-
-    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        sent.append(" ".join(statement.split()))
-
-    sa.event.listen(sa.engine.Engine, "before_cursor_execute", seen)
-    try:
+    with statements_sent() as sent:
         admission.run_admission(sim.plane)
-    finally:
-        sa.event.remove(sa.engine.Engine, "before_cursor_execute", seen)
 
     assert all(_preempted(sim, j) for j in lows), [events(sim, j) for j in lows]
     # the submitter comes with the jobs the batch locks (one statement for the cycle), not
     # from the ledger's own look-up of an attempt's pool and job's submitter, once per victim
-    who = [sql for sql in sent if "attempts.pool, jobs.submitted_by" in sql]
+    who = [sql for sql, _ in sent if "attempts.pool, jobs.submitted_by" in sql]
     assert who == [], who
     with sim.plane.db.read() as s:
         booked = s.connection().execute(
@@ -107,17 +100,8 @@ def test_a_cycles_victims_writes_are_one_statement_each_not_one_per_victim(sim: 
     their writes (events, job states, ledger entries) sent as one executemany per statement
     (as a reconcile chunk's), not once per victim."""
     lows = _lows_running(sim)
-    sent: list[tuple[str, int]] = []
-
-    def seen(conn: Any, cursor: Any, statement: str, params: Any, context: Any,
-             many: bool) -> None:
-        sent.append((" ".join(statement.split())[:40], len(params) if many else 1))
-
-    sa.event.listen(sa.engine.Engine, "before_cursor_execute", seen)
-    try:
+    with statements_sent() as sent:
         admission.run_admission(sim.plane)
-    finally:
-        sa.event.remove(sa.engine.Engine, "before_cursor_execute", seen)
 
     assert all(_preempted(sim, j) for j in lows), [events(sim, j) for j in lows]
     assert all(state(sim, j)[0] == "QUEUED" for j in lows)

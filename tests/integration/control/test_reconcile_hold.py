@@ -24,6 +24,7 @@ from broker.store.tables import EVENTS, FACTS
 from broker.store.tables import LEDGER_ENTRIES as ENTRIES
 from tests.builders import spec
 from tests.harness.sim import Sim, attempts_of, consistent, state, submit
+from tests.harness.statements import statements_sent
 from tests.integration.control.poison import events
 
 ENDED = 8
@@ -46,18 +47,9 @@ def _running(sim: Sim, n: int) -> list[str]:
 def _statements(sim: Sim) -> list[tuple[str, int]]:
     """The statements of one reconcile pass of sim-k8s: (first 60 characters, parameter
     sets)."""
-    sent: list[tuple[str, int]] = []
-
-    def seen(conn: Any, cursor: Any, statement: str, params: Any, context: Any,
-             many: bool) -> None:
-        sent.append((" ".join(statement.split())[:60], len(params) if many else 1))
-
-    sa.event.listen(sa.engine.Engine, "before_cursor_execute", seen)
-    try:
+    with statements_sent() as sent:
         run_reconcile(sim.plane, "sim-k8s")
-    finally:
-        sa.event.remove(sa.engine.Engine, "before_cursor_execute", seen)
-    return sent
+    return [(sql[:60], n) for sql, n in sent]
 
 
 def test_a_chunks_ledger_lookups_and_writes_are_sent_once_not_per_attempt(sim: Sim) -> None:
