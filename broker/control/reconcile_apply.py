@@ -144,7 +144,6 @@ def _apply_in(s: Session, plane: ControlPlane, a: att.AttemptRecord, now: dateti
     """One attempt's fact, transitions, ending and retry decision, in the caller's transaction,
     its job locked by the caller: the transitions made. The attempt's row is written once,
     last. `ref`: the fact as the caller stored it; `derived`: `_derived` of it."""
-    current = job.attempt == a.number
     fact, d = derived
     keys = _cause_keys(ref, d, job.state)
     row: dict[str, object] = {"phase": fact.phase.value, "last_seen_at": now,
@@ -168,12 +167,18 @@ def _apply_in(s: Session, plane: ControlPlane, a: att.AttemptRecord, now: dateti
                submitted_by=job.submitted_by)
         if d.failure is not None or d.preempted:
             decided: str | None = requeue.NONE
-            if current:
+            if _asks_retry(a, job, d):
                 ended = replace(a, ended_at=end, failure=failure, preempted=d.preempted)
                 decided = _decide_retry(s, plane, job, ended, d, fact.bad_nodes, now)
             row["retry_decision"] = decided
     att.update_queued(s, a.job_id, a.number, **row)
     return moved
+
+
+def _asks_retry(a: att.AttemptRecord, job: records.JobRecord, d: Derived) -> bool:
+    """Whether the attempt's ending goes to the retry engine (`_decide_retry`): it ended in a
+    failure or a preemption, and it is its job's current attempt."""
+    return d.ended and (d.failure is not None or d.preempted) and job.attempt == a.number
 
 
 def _decide_retry(s: Session, plane: ControlPlane, job: records.JobRecord,
@@ -301,10 +306,9 @@ def _write_locked(s: Session, plane: ControlPlane, chunk: list[tuple[att.Attempt
               for key in _cause_keys(ref, d, job.state) if key]
     # the retry decisions' keys (`retry:<n>`, ...: not new, a repair may have applied one)
     # read at once, not one look-up per transition
-    retrying = [(a.job_id, f"{kind}:{a.number}") for (a, _, job), (_, d) in zip(items, derived,
-                                                                                strict=True)
-                if d.ended and (d.failure is not None or d.preempted) and job.attempt == a.number
-                for kind in requeue.CAUSE_KINDS]
+    retrying = [(a.job_id, f"{kind}:{a.number}")
+                for (a, _, job), (_, d) in zip(items, derived, strict=True)
+                if _asks_retry(a, job, d) for kind in requeue.CAUSE_KINDS]
     with cause_lookups.fresh(s, causes, read=retrying):
         for (a, _, job), ref, seen in zip(items, refs, derived, strict=True):
             # no savepoint per attempt (one each cost a tenth of the pass): an attempt that

@@ -34,9 +34,7 @@ _EVENTS_OF = sa.select(EVENTS.c.job_id, EVENTS.c.cause_key).where(
 def read_ahead(session: Session, pairs: list[tuple[str, str]]) -> Iterator[None]:
     """Find which of `pairs` (job id, cause key) have no event, one statement per 500 pairs,
     and answer their look-ups in this block (the pairs' jobs locked by the caller)."""
-    if _KEY in session.info:  # checked before reading
-        raise RuntimeError("cause read-ahead does not nest")
-    with _known(session, _without_events(session, pairs)):
+    with fresh(session, [], read=pairs):
         yield
 
 
