@@ -19,7 +19,8 @@ teams, `--rate` arrivals per simulated second, run times of 30-300 s; one job in
 node on its first attempt (INFRA_TRANSIENT: FAILED, retried after its backoff on another
 node); one in eight is `low` priority (running twice as long) and one in fifty a `high` 8x4
 A100 gang, which preempts lower-priority work when its pool is full. The pools are sized from
-the workload to keep the queue steady (`config`): the cost per job does not grow with --jobs.
+the workload to keep the queue steady (`config`), so that the cost per job does not grow with
+--jobs; the `steady` line shows the queue through the arrivals and says when it grew.
 
 The backends are `backends.sim` simulators. Their own CPU is measured, not guessed: every call
 into a simulator (inventory, submit, observe and the facts it builds lazily, cancel, lookup)
@@ -94,7 +95,7 @@ from broker.domain.inventory import InventorySnapshot
 from broker.domain.spec import JobSpec
 from broker.orchestration.replay import check_all
 from broker.orchestration.submission import Submission, submit_many
-from broker.store import open_database
+from broker.store import Database, open_database
 from broker.store.records import JOBS
 from broker.store.tables import ATTEMPTS as ATTEMPTS_TABLE
 from broker.wiring.runtime import control_params
@@ -115,8 +116,16 @@ LOW_RUN_FACTOR = 2.0
 """Low-priority work runs longer: the kind a high-priority job finds in its way."""
 HIGH_SHAPE = (8, 4)
 """High-priority jobs are wide A100 gangs: the ones that seldom find room without preempting."""
-A100_ROOM = 1.05
-"""The A100 pool's GPUs per GPU its jobs keep busy on average (see `config`)."""
+A100_ROOM = 1.12
+"""The A100 pool's GPUs per GPU its jobs keep busy on average (see `config`). At 1.05 (until
+2026-12-06) the pool was overloaded: the first attempts that fail and the preempted work run
+again took more than the 5% left, every preemption made more work to run again, and the queue
+grew through the run (at 5,000 jobs from 15 jobs in the first fifth of the arrivals to 90 in
+the last, 759 attempts preempted): the cost per job then grew with --jobs. At 1.12 the queue
+stays level (the `steady` line) and the high-priority gangs still preempt."""
+STEADY_RATIO = 1.5
+"""The queue is called level when its mean over the last fifth of the arrivals is at most this
+many times that of the first fifth (`Run.steadiness`)."""
 
 
 def config(rate: float, specs: Sequence[dict[str, Any]], tick: float = 5.0) -> IsthmusConfig:
@@ -279,6 +288,20 @@ class LoopRun:
     wall: float = 0.0
     pending: list[int] = field(default_factory=list)
     """Jobs each admission cycle considered (its decision record's `pending`)."""
+    arriving: int = 0
+    """The admission cycles that met new arrivals (the first ones: arrivals come every tick
+    until the last job is submitted)."""
+
+    def steadiness(self) -> tuple[list[float], bool]:
+        """The queue's mean in each fifth of the cycles that met arrivals, and whether it stays
+        level (the last fifth's at most STEADY_RATIO times the first's): the figures are a cost
+        per job only when it does, a queue that grows costs more per job the longer the run."""
+        span = self.pending[:self.arriving]
+        if len(span) < 5:
+            return [], True
+        fifths = [statistics.fmean(span[i * len(span) // 5:(i + 1) * len(span) // 5])
+                  for i in range(5)]
+        return fifths, fifths[-1] <= STEADY_RATIO * max(1.0, fifths[0])
 
     @property
     def loop_cpu(self) -> float:
@@ -299,6 +322,12 @@ class LoopRun:
                f"{self.events} events; checks {'clean' if not self.problems else self.problems}",
                f"  queue per admission cycle: mean {statistics.fmean(self.pending or [0]):.1f}"
                f" max {max(self.pending or [0])} jobs"]
+        fifths, level = self.steadiness()
+        if fifths:
+            out.append("  steady: queue by fifth of the arrivals "
+                       + " ".join(f"{q:.1f}" for q in fifths)
+                       + (": level" if level else ": GROWING (the pools are overloaded: "
+                          "the cost per job grows with --jobs)"))
         for name, p in self.passes.items():
             out.append(f"  {name:<10} {p.calls:>6} passes {p.cpu:8.2f} s CPU, backend "
                        f"{p.backend:6.2f} s: {per_job_ms(p.cpu, p.backend, n):7.2f} ms/job")
@@ -377,6 +406,13 @@ def simulators(cfg: IsthmusConfig, clock: SimClock, seed: int) -> dict[str, SimB
     return sims
 
 
+def _submit(db: Database, cfg: IsthmusConfig, specs: Sequence[JobSpec]) -> None:
+    made = submit_many(db, cfg, [Submission(s, "bench") for s in specs])
+    bad = [m for m in made if isinstance(m, Exception)]
+    if bad:
+        raise RuntimeError(f"submission refused: {bad[0]}")
+
+
 def run_loop(url: str, db_name: str, n: int, rate: float, tick: float, seed: int,
              profiler: Profiler | None = None, max_ticks: int | None = None) -> LoopRun:
     """Drive `n` jobs through the loop on the database at `url` (see the module docstring)."""
@@ -419,16 +455,16 @@ def run_loop(url: str, db_name: str, n: int, rate: float, tick: float, seed: int
     while True:
         # not counted: the arrivals (the API's part) and the backends' own progress
         due = min(n, math.floor((run.ticks + 1) * per_tick))
-        if due > submitted:
-            made = submit_many(db, cfg, [Submission(s, "bench") for s in specs[submitted:due]])
-            bad = [m for m in made if isinstance(m, Exception)]
-            if bad:
-                raise RuntimeError(f"submission refused: {bad[0]}")
+        arrived = due > submitted
+        if arrived:
+            _submit(db, cfg, specs[submitted:due])
             submitted = due
         if time.monotonic() - renewed > 10:  # the lease keeper's renewal
             lease.try_acquire()
             renewed = time.monotonic()
         run.pending.append(timed("admission", "admission", run_admission).record.pending)
+        if arrived:
+            run.arriving = len(run.pending)
         timed("dispatch", "dispatch", run_dispatch)
         clock.advance(tick)
         for sim in sims.values():

@@ -25,6 +25,8 @@ def test_a_tiny_run_ends_every_job_with_clean_checks(tmp_path: Path) -> None:
     assert run.failed_attempts > 0, "the workload has jobs that fail once"
     assert run.attempts == 40 + run.failed_attempts + run.preempted_attempts
     assert all(run.passes[p].calls > 0 for p in ("admission", "dispatch", "reconcile"))
+    # 40 jobs at 2 a second, 5 s ticks: arrivals met by the first four admission cycles
+    assert run.arriving == 4 and len(run.pending) > run.arriving
 
 
 @pytest.mark.slow
@@ -47,6 +49,22 @@ def test_the_last_line_round_trips_and_marks_a_database_not_run() -> None:
     assert loop_cost.parse_last_line(line) == {"sqlite": 12.35, "postgres": None, "api": 0.5}
     with pytest.raises(ValueError, match="not a loop-cost line"):
         loop_cost.parse_last_line("loop-cost: sqlite 1 ms/job")
+
+
+def test_a_queue_that_grows_through_the_arrivals_is_reported_as_growing() -> None:
+    run = loop_cost.LoopRun("sqlite", 100)
+    run.pending = [10, 12, 11, 13, 12, 11, 10, 14, 12, 11, 0, 0, 0]
+    run.arriving = 10  # the drain after the arrivals does not count
+    fifths, level = run.steadiness()
+    assert fifths == pytest.approx([11.0, 12.0, 11.5, 12.0, 11.5]) and level
+    assert any(line.endswith(": level") for line in run.lines())
+    run.pending = [10, 12, 20, 25, 40, 45, 60, 70, 80, 90, 0, 0]
+    fifths, level = run.steadiness()
+    assert fifths[-1] == 85.0 and not level
+    assert any("GROWING" in line for line in run.lines())
+    run.arriving = 3  # too few cycles to tell: no line
+    assert run.steadiness() == ([], True)
+    assert not any(line.startswith("  steady") for line in run.lines())
 
 
 def test_per_job_figure_takes_the_backend_share_out() -> None:
