@@ -120,7 +120,7 @@ A100_ROOM = 1.12
 """The A100 pool's GPUs per GPU its jobs keep busy on average (see `config`). At 1.05 (until
 2026-12-06) the pool was overloaded: the first attempts that fail and the preempted work run
 again took more than the 5% left, every preemption made more work to run again, and the queue
-grew through the run (at 5,000 jobs from 15 jobs in the first fifth of the arrivals to 90 in
+grew through the run (at 5,000 jobs from 16.5 jobs in the first fifth of the arrivals to 97 in
 the last, 759 attempts preempted): the cost per job then grew with --jobs. At 1.12 the queue
 stays level (the `steady` line) and the high-priority gangs still preempt."""
 STEADY_RATIO = 1.5
