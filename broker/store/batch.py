@@ -203,6 +203,14 @@ def _executemany_plain(conn: Any, stmt: Any, many: list[dict[str, Any]]) -> bool
     return True
 
 
+def execute_many(conn: Any, stmt: Any, many: list[dict[str, Any]]) -> None:
+    """`conn.execute(stmt, many)` for a write whose result nobody reads, sent by the plain
+    path where it applies (`_executemany_plain`): the writes a commit makes (the quota
+    counters, the ledger's daily sums) are one such executemany each."""
+    if not _executemany_plain(conn, stmt, many):
+        conn.execute(stmt, many)
+
+
 def active(session: Session) -> bool:
     """Whether writes of `session` are being deferred."""
     return _KEY in session.info

@@ -25,7 +25,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 # imported first, so that the counters' commit writer is registered (and runs) before this one's
-from broker.store import commit_notes, quota_counters  # noqa: F401
+from broker.store import batch, commit_notes, quota_counters  # noqa: F401
 from broker.store.attempts import ATTEMPTS
 from broker.store.records import JOBS
 from broker.store.tables import LEDGER_DAILY as DAILY
@@ -80,7 +80,7 @@ def apply(session: Session) -> None:
     commit; executemany sends its rows in order)."""
     sums = _summed_notes(commit_notes.take(session, _KEY))
     if sums:
-        session.connection().execute(UPSERT, [
+        batch.execute_many(session.connection(), UPSERT, [
             {"dim": k[0], "day": k[1], "team": k[2], "value": k[3], "kind": k[4],
              "h": h, "c": c, "u": u, "n": n} for k, (h, c, u, n) in sorted(sums.items())])
 

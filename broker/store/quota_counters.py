@@ -21,7 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from broker.store import commit_notes
+from broker.store import batch, commit_notes
 from broker.store.tables import QUOTA_USAGE
 
 USAGE = QUOTA_USAGE  # the live reservations per (team, flavor)
@@ -85,7 +85,7 @@ def apply(session: Session) -> None:
         runs[-1][1].append({"t": team, "f": flavor, "g": g, "b": b})
     conn = session.connection()
     for stmt, many in runs:  # executemany sends its rows in order
-        conn.execute(stmt, many)
+        batch.execute_many(conn, stmt, many)
 
 
 commit_notes.register(_KEY, lambda session: apply(session))  # looked up when called

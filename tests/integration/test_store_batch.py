@@ -5,15 +5,15 @@ every row."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from psycopg import pq
 
-from broker.store import Database, batch
-from broker.store.tables import UTCDateTime
+from broker.store import Database, batch, daily_sums, quota_counters
+from broker.store.tables import LEDGER_DAILY, UTCDateTime
 
 _META = sa.MetaData()
 PROBE = sa.Table("batch_probe", _META, sa.Column("id", sa.Integer, primary_key=True),
@@ -158,3 +158,35 @@ def test_a_statement_the_plain_path_cannot_send_goes_through_sqlalchemy(
                                      .order_by(DEFAULTED.c.a)).all()
         assert [tuple(r) for r in got] == [(f"x{i}", "from python") for i in range(n)]
         assert s.connection().execute(sa.select(PROBE.c.a)).scalars().all() == ["plain"]
+
+
+def test_a_commits_counter_and_daily_sum_writes_go_by_the_plain_path(
+        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writes a commit makes (the quota counters' upsert, the ledger's daily sums) are
+    sent as the driver's executemany, their values converted by their types (a day on
+    SQLite), and the rows are as SQLAlchemy's path wrote them."""
+    taken: list[tuple[str, bool]] = []
+    real = batch._executemany_plain
+
+    def spy(conn: object, stmt: object, many: list[dict[str, object]]) -> bool:
+        taken.append((str(stmt).split("(")[0].strip(), real(conn, stmt, many)))
+        return taken[-1][1]
+
+    monkeypatch.setattr(batch, "_executemany_plain", spy)
+    at = datetime(2026, 12, 6, 23, 30, tzinfo=timezone(timedelta(hours=-2)))  # the 7th in UTC
+    with db.write() as s:
+        quota_counters.add(s, "vision", "a100", 4, 1)
+        daily_sums.note(s, team="vision", flavor="a100", kind="usage", at=at, gpu_hours=2.0,
+                        cost=None, pool="p", user="ann")
+    assert taken == [("INSERT INTO quota_usage", True), ("INSERT INTO ledger_daily", True)]
+    with db.read() as s:
+        conn = s.connection()
+        usage = conn.execute(sa.select(quota_counters.USAGE.c.reserved_gpus,
+                                       quota_counters.USAGE.c.borrowed_gpus)).all()
+        daily = conn.execute(sa.select(LEDGER_DAILY.c.dim, LEDGER_DAILY.c.day,
+                                       LEDGER_DAILY.c.unpriced_gpu_hours)
+                             .order_by(LEDGER_DAILY.c.dim)).all()
+        assert daily_sums.mismatches(s) != []  # no entry row was written: only the sums
+    assert [tuple(r) for r in usage] == [(4, 1)]
+    assert [tuple(r) for r in daily] == [(d, date(2026, 12, 7), 2.0)
+                                         for d in ("flavor", "pool", "team", "user")]
