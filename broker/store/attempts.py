@@ -21,6 +21,7 @@ from broker.store.tables import ATTEMPTS as ATTEMPTS
 from broker.store.tables import CYCLES as CYCLES
 from broker.store.tables import EXPLANATIONS as EXPLANATIONS
 from broker.store.tables import FACTS as FACTS
+from broker.store.tables import UTCDateTime
 
 PENDING, CREATED, ABANDONED = "pending", "created", "abandoned"
 
@@ -381,6 +382,21 @@ def by_token_digest(session: Session, job_id: str, digest: str) -> AttemptRecord
 # RETURNING the attempt with each id: SQLite returns the rows of a many-row insert in no set
 # order, and SQLAlchemy sends one statement per row when asked to sort them
 _INSERT_FACTS = sa.insert(FACTS).returning(FACTS.c.job_id, FACTS.c.attempt, FACTS.c.id)
+_FACT_ARRAYS = (("backend", "VARCHAR"), ("backend_name", "VARCHAR"), ("job_id", "VARCHAR"),
+                ("attempt", "INTEGER"), ("phase", "VARCHAR"), ("reason", "VARCHAR"),
+                ("observed_at", "TIMESTAMPTZ"), ("payload_json", "TEXT"))
+_FACT_COLUMNS = ", ".join(name for name, _ in _FACT_ARRAYS)
+# On PostgreSQL the facts travel as one array per column, so the statement's text is the same
+# for any number of facts (as broker.store.in_lists does for look-ups): SQLAlchemy's
+# insertmanyvalues renders a VALUES list as long as the batch, which the driver parsed anew on
+# every pass (its cache keeps short statements only). Inserted in the order given
+# (WITH ORDINALITY), so the ids rise in that order as they do on SQLite.
+_INSERT_FACTS_PG = sa.text(
+    f"INSERT INTO facts ({_FACT_COLUMNS}) SELECT {_FACT_COLUMNS} FROM unnest("  # noqa: S608
+    + ", ".join(f"CAST(:{name} AS {kind}[])" for name, kind in _FACT_ARRAYS)
+    + f") WITH ORDINALITY AS given({_FACT_COLUMNS}, n) ORDER BY n "
+    "RETURNING job_id, attempt, id")
+_AT = UTCDateTime()  # the column's type, which checks and converts a time to UTC
 
 
 class NewFact(NamedTuple):
@@ -396,6 +412,9 @@ class NewFact(NamedTuple):
     payload_json: str
 
 
+assert NewFact._fields == tuple(name for name, _ in _FACT_ARRAYS)  # the arrays' order
+
+
 def insert_facts(session: Session, facts: list[NewFact]) -> list[int]:
     """Store `facts`, of distinct attempts, in one statement (per 500); their ids, in the
     order given."""
@@ -404,8 +423,15 @@ def insert_facts(session: Session, facts: list[NewFact]) -> list[int]:
         raise ValueError("insert_facts takes one fact per attempt")
     ids: dict[tuple[str | None, int | None], int] = {}
     conn = session.connection()
+    postgres = conn.dialect.name == "postgresql"
     for chunk in in_chunks(facts):
-        rows = conn.execute(_INSERT_FACTS, [f._asdict() for f in chunk])
+        if postgres:
+            columns = dict(zip(NewFact._fields, zip(*chunk, strict=True), strict=True))
+            columns["observed_at"] = tuple(_AT.process_bind_param(at, conn.dialect)
+                                           for at in columns["observed_at"])
+            rows = conn.execute(_INSERT_FACTS_PG, {k: list(v) for k, v in columns.items()})
+        else:
+            rows = conn.execute(_INSERT_FACTS, [f._asdict() for f in chunk])
         ids.update(((r[0], r[1]), int(r[2])) for r in rows)
     return [ids[k] for k in keys]
 
