@@ -30,7 +30,9 @@ savepoint it rolls back (`mark` / `cut`) and runs the rest once it committed.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Callable, Hashable, Iterator
+from datetime import date, datetime
 from typing import Any
 
 import psycopg
@@ -195,12 +197,72 @@ def _executemany_plain(conn: Any, stmt: Any, many: list[dict[str, Any]]) -> bool
             rows: list[Any] = [tuple([params[name] if proc is None else proc(params[name])
                                       for name, proc in binds]) for params in many]
         else:
-            rows = [{name: params[name] if proc is None else proc(params[name])
-                     for name, proc in binds} for params in many]
+            rows = [tuple([params[name] if proc is None else proc(params[name])
+                           for name, proc in binds]) for params in many]
     except KeyError:  # parameter sets with other keys: SQLAlchemy's path
         return False
-    conn.exec_driver_sql(sql, rows)
+    if dialect.paramstyle == "qmark":
+        conn.exec_driver_sql(sql, rows)
+        return True
+    as_json = _json_insert(stmt, tuple(name for name, _ in binds), dialect)
+    doc = _json_rows(rows) if as_json is not None else None
+    if as_json is not None and doc is not None:
+        conn.exec_driver_sql(as_json, [{"rows": doc}])
+    else:
+        names = [name for name, _ in binds]
+        conn.exec_driver_sql(sql, [dict(zip(names, row, strict=True)) for row in rows])
     return True
+
+
+_JSON_INSERTS: dict[tuple[int, tuple[str, ...]], str | None] = {}
+
+
+def _json_insert(stmt: Any, names: tuple[str, ...], dialect: Any) -> str | None:
+    """On PostgreSQL, a plain insert of columns `names` (no RETURNING, no ON CONFLICT, no
+    values of its own) as one statement taking all its rows as one JSON array: `INSERT ...
+    SELECT` of each row's values, cast to their columns' types, in the order given (WITH
+    ORDINALITY: serial keys rise as an executemany gives them). One parameter and one
+    text for any number of rows: the driver encodes nothing per row (an executemany's
+    binding of each row was most of a flush's client CPU). None where it does not apply.
+    Text goes uncast into its column, whose length is checked on assignment as for any
+    insert (an explicit cast to VARCHAR(n) would cut a longer value instead)."""
+    key = (id(stmt), names)
+    if key in _JSON_INSERTS:
+        return _JSON_INSERTS[key]
+    sql = None
+    if (isinstance(stmt, sa.Insert) and not stmt._returning and stmt._post_values_clause is None
+            and not stmt._values and not stmt._multi_values
+            and all(n in stmt.table.c for n in names)):
+        quote = dialect.identifier_preparer.quote
+        cols = [stmt.table.c[n] for n in names]
+        values = []
+        for i, col in enumerate(cols):
+            cell = f"given.r->>{i}"
+            kind = col.type.dialect_impl(dialect)
+            values.append(cell if isinstance(kind, sa.String)
+                          else f"CAST({cell} AS {col.type.compile(dialect=dialect)})")
+        # identifiers from the table's metadata, quoted; every value is in the one parameter
+        sql = (f"INSERT INTO {quote(stmt.table.name)} "  # noqa: S608
+               f"({', '.join(quote(c.name) for c in cols)}) SELECT {', '.join(values)} "
+               "FROM json_array_elements(CAST(%(rows)s AS JSON)) WITH ORDINALITY AS given(r, n) "
+               "ORDER BY given.n")
+    _JSON_INSERTS[key] = sql
+    return sql
+
+
+def _json_value(value: Any) -> str:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not sent as JSON")
+
+
+def _json_rows(rows: list[tuple[Any, ...]]) -> str | None:
+    """`rows` as a JSON array of arrays; None when a value has no exact JSON form (bytes, a
+    NaN): the caller sends an executemany instead."""
+    try:
+        return json.dumps(rows, default=_json_value, allow_nan=False)
+    except (TypeError, ValueError):
+        return None
 
 
 def execute_many(conn: Any, stmt: Any, many: list[dict[str, Any]]) -> None:

@@ -1,6 +1,6 @@
 """broker.store.attempts.insert_facts: the facts of a reconcile chunk stored in one statement,
-their ids rising in the order given; on PostgreSQL one text for any number of facts (arrays,
-one per column), so the driver parses it once and the server can prepare it."""
+their ids rising in the order given; on PostgreSQL one text for any number of facts (the rows
+as one JSON parameter), so the driver parses it once and the server can prepare it."""
 
 from __future__ import annotations
 

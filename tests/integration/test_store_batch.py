@@ -14,6 +14,8 @@ from psycopg import pq
 
 from broker.store import Database, batch, daily_sums, quota_counters
 from broker.store.tables import LEDGER_DAILY, UTCDateTime
+from tests.fixtures.postgres import POSTGRES_ONLY
+from tests.harness.statements import statements_sent
 
 _META = sa.MetaData()
 PROBE = sa.Table("batch_probe", _META, sa.Column("id", sa.Integer, primary_key=True),
@@ -190,3 +192,63 @@ def test_a_commits_counter_and_daily_sum_writes_go_by_the_plain_path(
     assert [tuple(r) for r in usage] == [(4, 1)]
     assert [tuple(r) for r in daily] == [(d, date(2026, 12, 7), 2.0)
                                          for d in ("flavor", "pool", "team", "user")]
+
+
+TYPED = sa.Table("batch_probe_typed", _META,
+                 sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+                 sa.Column("s", sa.String(4), nullable=True), sa.Column("flag", sa.Boolean),
+                 sa.Column("x", sa.Float), sa.Column("day", sa.Date, nullable=True),
+                 sa.Column("at", UTCDateTime, nullable=True))
+INSERT_TYPED = sa.insert(TYPED)
+
+
+def _typed_rows(probe: Database) -> list[tuple[Any, ...]]:
+    with probe.read() as s:
+        return [tuple(r) for r in s.connection().execute(
+            sa.select(TYPED.c.id, TYPED.c.s, TYPED.c.flag, TYPED.c.x, TYPED.c.day, TYPED.c.at)
+            .order_by(TYPED.c.id))]
+
+
+@POSTGRES_ONLY
+def test_on_postgresql_a_flushed_insert_is_one_statement_of_json_rows(probe: Database) -> None:
+    """A plain insert's rows go as one JSON array in one statement (the same text for any
+    number of rows); every type arrives as an executemany would store it, the serial keys in
+    the order given."""
+    at = datetime(2026, 12, 6, 10, 0, 0, 123456, tzinfo=timezone(timedelta(hours=2)))
+    given: list[dict[str, Any]] = [
+        {"s": "ab", "flag": True, "x": 0.1 + 0.2, "day": date(2026, 12, 6), "at": at},
+        {"s": None, "flag": False, "x": -1e-300, "day": None, "at": None},
+        {"s": "\u00e9\"\\'", "flag": True, "x": 3.0, "day": date(2027, 1, 1), "at": at}]
+    with statements_sent(probe.writer) as sent, probe.write() as s, batch.deferred(s):
+        for params in given:
+            batch.write(s, INSERT_TYPED, params)
+    typed = [(sql, n) for sql, n in sent if "batch_probe_typed" in sql]
+    assert len(typed) == 1 and "json_array_elements" in typed[0][0] and typed[0][1] == 3
+    rows = _typed_rows(probe)
+    assert [r[0] for r in rows] == sorted(r[0] for r in rows)
+    assert [r[1:] for r in rows] == [
+        ("ab", True, 0.1 + 0.2, date(2026, 12, 6), at.astimezone(UTC)),
+        (None, False, -1e-300, None, None),
+        ("\u00e9\"\\'", True, 3.0, date(2027, 1, 1), at.astimezone(UTC))]
+
+
+@POSTGRES_ONLY
+def test_on_postgresql_a_value_too_long_is_refused_not_cut(probe: Database) -> None:
+    with pytest.raises(sa.exc.DBAPIError, match="too long"), probe.write() as s, \
+            batch.deferred(s):
+        batch.write(s, INSERT_TYPED, {"s": "abcde", "flag": True, "x": 1.0, "day": None,
+                                      "at": None})
+    assert _typed_rows(probe) == []
+
+
+@POSTGRES_ONLY
+def test_a_value_json_cannot_carry_is_sent_by_executemany(probe: Database) -> None:
+    """A NaN has no JSON form: that flush's insert goes as an executemany, written alike."""
+    with probe.write() as s, batch.deferred(s):
+        batch.write(s, INSERT_TYPED, {"s": "a", "flag": True, "x": float("nan"), "day": None,
+                                      "at": None})
+        batch.write(s, INSERT_TYPED, {"s": "b", "flag": False, "x": 2.5, "day": None,
+                                      "at": None})
+    rows = _typed_rows(probe)
+    assert [r[1] for r in rows] == ["a", "b"] and rows[1][3] == 2.5
+    assert rows[0][3] != rows[0][3]  # NaN
