@@ -56,6 +56,7 @@ from broker.policy_inputs import usage as usage_view
 from broker.store import attempts as att
 from broker.store import concurrency as counts
 from broker.store import requeue_requests, user_holds
+from broker.store.pools import pool_states
 from broker.store.queries import list_jobs
 from broker.store.records import JobRecord
 from broker.store.requeue_requests import RequeueRequest
@@ -261,10 +262,11 @@ def cycle_inputs(plane: ControlPlane, now: datetime, limit: int = 10_000, *,
             decayed = admission_usage.decayed_usage(plane, s, now, in_use)
         by_user = user_holds.held(s) if fold_usage and queued else {}
         requeues = requeue_requests.pending(s) if fold_usage else []
+        admin = pool_states(s)  # the drains, for the inventory asked of the backends next
     if fold_usage:  # the real cycle: held jobs get their reason and stay out (a plan only reads)
         # start times, dependencies, array limits, approvals
         queued = holds.apply_holds(plane, queued, by_user, now)
-    inventory = hold_in_flight(plane.inventory(), held)
+    inventory = hold_in_flight(plane.inventory(admin), held)
     views, unreadable = _pending_views(plane, queued)
     if decayed is None:  # a what-if reads the ledger whole: it moves no state of the real cycle
         decayed = plane.decayed_usage(in_use, now)

@@ -37,7 +37,7 @@ from broker.store import attempts as att
 from broker.store.db import Database
 from broker.store.db_clock import db_now
 from broker.store.fence import FencedDatabase
-from broker.store.pools import pool_states
+from broker.store.pools import PoolState, pool_states
 from broker.store.records import JobRecord
 from policies.cycle import AdmissionParams
 from policies.preemption import PreemptionParams
@@ -177,8 +177,10 @@ class ControlPlane:
         """Each backend's last answer, without asking it (inventories.Inventories.peek)."""
         return self._inventories.peek()
 
-    def inventory(self) -> InventorySnapshot:
+    def inventory(self, admin: Mapping[str, PoolState] | None = None) -> InventorySnapshot:
         """One snapshot across all backends, pools as configured (drain from config too).
+        `admin`: the pools' drain states as the caller read them just before (the admission
+        cycle, in its own read), else read here.
 
         Backends are asked at once and waited for at most `inventory_wait_s` (inventories.py),
         so a slow one delays the others by that much at most. The pools of a backend that
@@ -191,9 +193,12 @@ class ControlPlane:
                 answers[b.name] = Answer(None, f"backend {b.name} has no adapter")
         configured = {p.name: p for p in self.config.pools}
         stale = {n: a.taken_at for n, a in answers.items() if a.stale and a.taken_at}
-        with self.db.read() as s:
-            admin = pool_states(s)
-            late = [a for n, at in stale.items() for a in att.live(s, n) if a.created_at >= at]
+        late: list[att.AttemptRecord] = []
+        if admin is None or stale:
+            with self.db.read() as s:
+                admin = pool_states(s) if admin is None else admin
+                late = [a for n, at in stale.items() for a in att.live(s, n)
+                        if a.created_at >= at]
 
         def drained(name: str, flag: bool = False) -> bool:
             cfg = configured.get(name)
