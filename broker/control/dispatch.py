@@ -259,7 +259,9 @@ def run_dispatch(plane: ControlPlane) -> int:
         jobs = jobs_by_ids(s, [a.job_id for a in intents]) if intents else {}
     if not intents:
         return 0
-    key = server_secret(plane.db, "progress")
+    key = plane.soft.progress_key
+    if key is None:
+        key = plane.soft.progress_key = server_secret(plane.db, "progress")
     down: dict[str, str] = {}  # backends found unreachable in this pass, and why
     made: list[Made] = []
     created = 0

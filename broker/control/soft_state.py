@@ -108,6 +108,10 @@ class SoftState:
     is rebuilt every FULL_EVERY_S)."""
     decisions_logged: dict[str, datetime] = field(default_factory=dict)
     """Owner: decision_log. Bound: the jobs of the last cycle (replaced every cycle)."""
+    progress_key: bytes | None = field(default=None, repr=False)
+    """Owner: dispatch: the server secret its progress tokens are derived from. One value: a
+    server secret is made once and never changed (broker.store.secrets), so it is read once,
+    not in a transaction of every pass. Never shown (repr)."""
     idle_cycle: int | None = None
     """Owner: admission. The stored cycle the idle cycles since are counted on (None: the last
     cycle had jobs to decide). Losing it (a restart) costs one more row."""

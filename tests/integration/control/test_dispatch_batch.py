@@ -82,6 +82,27 @@ def test_a_record_sends_its_writes_once_not_per_object(
     consistent(sim)
 
 
+def test_the_progress_secret_is_read_once_not_every_pass(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The secret the progress tokens derive from never changes once made: the first pass
+    reads it, the next ones derive from the same key without a transaction of their own."""
+    monkeypatch.setattr(dispatch, "RECORD_AFTER_S", 3600.0)
+    reads = []
+    for i in range(3):
+        job = submit(sim, spec().name(f"e{i}").flavors("a100-80g").replicas(1).gpus(1)
+                     .topology(None))
+        run_admission(sim.plane)
+        with statements_sent() as sent:
+            assert run_dispatch(sim.plane) == 1
+        assert state(sim, job) == ("PREPARING", "BackendPending")
+        reads.append(len([sql for sql, _ in sent if "FROM server_secrets" in sql]))
+    assert reads == [1, 0, 0]
+    key = server_secret(sim.plane.db, "progress")
+    assert sim.plane.soft.progress_key == key
+    assert "progress_key" not in repr(sim.plane.soft)
+
+
 def test_records_are_cut_in_chunks(sim: Sim, monkeypatch: pytest.MonkeyPatch) -> None:
     _admitted(sim, 12)
     writes = _count_writes(sim, monkeypatch)
