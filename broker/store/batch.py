@@ -30,12 +30,11 @@ savepoint it rolls back (`mark` / `cut`) and runs the rest once it committed.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable, Hashable, Iterator
-from datetime import date, datetime
 from typing import Any
 
 import psycopg
+import pydantic_core
 import sqlalchemy as sa
 from sqlmodel import Session
 
@@ -229,39 +228,37 @@ def _json_insert(stmt: Any, names: tuple[str, ...], dialect: Any) -> str | None:
     key = (id(stmt), names)
     if key in _JSON_INSERTS:
         return _JSON_INSERTS[key]
-    sql = None
-    if (isinstance(stmt, sa.Insert) and not stmt._returning and stmt._post_values_clause is None
-            and not stmt._values and not stmt._multi_values
-            and all(n in stmt.table.c for n in names)):
-        quote = dialect.identifier_preparer.quote
-        cols = [stmt.table.c[n] for n in names]
-        values = []
-        for i, col in enumerate(cols):
-            cell = f"given.r->>{i}"
-            kind = col.type.dialect_impl(dialect)
-            values.append(cell if isinstance(kind, sa.String)
-                          else f"CAST({cell} AS {col.type.compile(dialect=dialect)})")
-        # identifiers from the table's metadata, quoted; every value is in the one parameter
-        sql = (f"INSERT INTO {quote(stmt.table.name)} "  # noqa: S608
-               f"({', '.join(quote(c.name) for c in cols)}) SELECT {', '.join(values)} "
-               "FROM json_array_elements(CAST(%(rows)s AS JSON)) WITH ORDINALITY AS given(r, n) "
-               "ORDER BY given.n")
-    _JSON_INSERTS[key] = sql
+    _JSON_INSERTS[key] = sql = _json_insert_text(stmt, names, dialect)
     return sql
 
 
-def _json_value(value: Any) -> str:
-    if isinstance(value, datetime | date):
-        return value.isoformat()
-    raise TypeError(f"{type(value).__name__} is not sent as JSON")
+def _json_insert_text(stmt: Any, names: tuple[str, ...], dialect: Any) -> str | None:
+    if not (isinstance(stmt, sa.Insert) and not stmt._returning
+            and stmt._post_values_clause is None and not stmt._values
+            and not stmt._multi_values and all(n in stmt.table.c for n in names)):
+        return None
+    cols = [stmt.table.c[n] for n in names]
+    kinds = [c.type.dialect_impl(dialect) for c in cols]
+    if any(isinstance(k, sa.LargeBinary) for k in kinds):
+        return None  # bytes have no JSON form: an executemany sends them
+    values = [f"given.r->>{i}" if isinstance(kind, sa.String)
+              else f"CAST(given.r->>{i} AS {col.type.compile(dialect=dialect)})"
+              for i, (col, kind) in enumerate(zip(cols, kinds, strict=True))]
+    quote = dialect.identifier_preparer.quote
+    # identifiers from the table's metadata, quoted; every value is in the one parameter
+    return (f"INSERT INTO {quote(stmt.table.name)} "  # noqa: S608
+            f"({', '.join(quote(c.name) for c in cols)}) SELECT {', '.join(values)} "
+            "FROM json_array_elements(CAST(%(rows)s AS JSON)) WITH ORDINALITY AS given(r, n) "
+            "ORDER BY given.n")
 
 
 def _json_rows(rows: list[tuple[Any, ...]]) -> str | None:
-    """`rows` as a JSON array of arrays; None when a value has no exact JSON form (bytes, a
-    NaN): the caller sends an executemany instead."""
+    """`rows` as a JSON array of arrays (pydantic-core's encoder: times and days as ISO 8601
+    text, which the casts read back; NaN and infinities as the strings PostgreSQL reads as
+    those floats); None when a value has no JSON form: the caller sends an executemany."""
     try:
-        return json.dumps(rows, default=_json_value, allow_nan=False)
-    except (TypeError, ValueError):
+        return pydantic_core.to_json(rows, inf_nan_mode="strings").decode()
+    except pydantic_core.PydanticSerializationError:
         return None
 
 

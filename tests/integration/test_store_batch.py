@@ -242,13 +242,28 @@ def test_on_postgresql_a_value_too_long_is_refused_not_cut(probe: Database) -> N
 
 
 @POSTGRES_ONLY
-def test_a_value_json_cannot_carry_is_sent_by_executemany(probe: Database) -> None:
-    """A NaN has no JSON form: that flush's insert goes as an executemany, written alike."""
+def test_nan_and_infinities_arrive_as_those_floats(probe: Database) -> None:
     with probe.write() as s, batch.deferred(s):
-        batch.write(s, INSERT_TYPED, {"s": "a", "flag": True, "x": float("nan"), "day": None,
-                                      "at": None})
-        batch.write(s, INSERT_TYPED, {"s": "b", "flag": False, "x": 2.5, "day": None,
-                                      "at": None})
-    rows = _typed_rows(probe)
-    assert [r[1] for r in rows] == ["a", "b"] and rows[1][3] == 2.5
-    assert rows[0][3] != rows[0][3]  # NaN
+        for x in (float("nan"), float("inf"), float("-inf")):
+            batch.write(s, INSERT_TYPED, {"s": "a", "flag": True, "x": x, "day": None,
+                                          "at": None})
+    xs = [r[3] for r in _typed_rows(probe)]
+    assert xs[0] != xs[0] and xs[1:] == [float("inf"), float("-inf")]
+
+
+BYTES = sa.Table("batch_probe_bytes", _META, sa.Column("id", sa.Integer, primary_key=True),
+                 sa.Column("blob", sa.LargeBinary))
+INSERT_BYTES = sa.insert(BYTES)
+
+
+@POSTGRES_ONLY
+def test_bytes_have_no_json_form_and_go_by_executemany(probe: Database) -> None:
+    with statements_sent(probe.writer) as sent, probe.write() as s, batch.deferred(s):
+        for i in range(2):
+            batch.write(s, INSERT_BYTES, {"id": i, "blob": b"\\x41" * (i + 1)})
+    [(sql, n)] = [(sql, n) for sql, n in sent if "batch_probe_bytes" in sql]
+    assert "VALUES" in sql and n == 2
+    with probe.read() as s:
+        rows = s.connection().execute(sa.select(BYTES.c.blob).order_by(BYTES.c.id)).all()
+    # as JSON text, the bytes \\x41 would be read back as the hex form of b"A"
+    assert [r[0] for r in rows] == [b"\\x41", b"\\x41\\x41"]
