@@ -111,7 +111,8 @@ class SoftState:
     progress_key: bytes | None = field(default=None, repr=False)
     """Owner: dispatch: the server secret its progress tokens are derived from. One value: a
     server secret is made once and never changed (broker.store.secrets), so it is read once,
-    not in a transaction of every pass. Never shown (repr)."""
+    not in a transaction of every pass. A database restored from elsewhere, or the row deleted
+    by hand, is seen when the process starts again. Never shown (repr)."""
     idle_cycle: int | None = None
     """Owner: admission. The stored cycle the idle cycles since are counted on (None: the last
     cycle had jobs to decide). Losing it (a restart) costs one more row."""

@@ -36,6 +36,7 @@ from typing import Any
 import psycopg
 import pydantic_core
 import sqlalchemy as sa
+from sqlalchemy.types import TypeDecorator
 from sqlmodel import Session
 
 _KEY = "isthmus_deferred"
@@ -130,7 +131,10 @@ def _merged(key: tuple[str, ...], many: list[dict[str, Any]]) -> list[dict[str, 
 
 
 _NO_PLAN = ("", ())
-_PLANS: dict[tuple[int, str, tuple[str, ...]], tuple[str, tuple[tuple[str, Any], ...]]] = {}
+# keyed by the statement's id, the statement kept with its entry: an id reused by another
+# statement (the first one collected) is not mistaken for it
+_PLANS: dict[tuple[int, str, tuple[str, ...]],
+             tuple[Any, tuple[str, tuple[tuple[str, Any], ...]]]] = {}
 
 
 def _plan(stmt: Any, keys: tuple[str, ...], dialect: Any) -> tuple[str, tuple[Any, ...]]:
@@ -178,16 +182,18 @@ def _executemany_plain(conn: Any, stmt: Any, many: list[dict[str, Any]]) -> bool
     """Send `stmt` with `many` as the driver's executemany, each parameter converted by its
     column's own bind processor: what SQLAlchemy sends, without its per-row, per-column
     bookkeeping (most of the flush's time for wide rows such as the attempts'). Tuples on
-    SQLite (qmark), dictionaries on PostgreSQL (pyformat). False (nothing sent) when the
+    SQLite (qmark), dictionaries on PostgreSQL (pyformat), there a plain insert's rows as one
+    JSON array (`_json_insert`). False (nothing sent) when the
     plain path does not apply; the caller then executes through SQLAlchemy as before."""
     dialect = conn.dialect
     if (dialect.name, dialect.paramstyle) not in _PLAIN_STYLES:
         return False
     keys = tuple(many[0])
     key = (id(stmt), dialect.name, keys)
-    plan = _PLANS.get(key)
-    if plan is None:
-        plan = _PLANS[key] = _plan(stmt, keys, dialect)
+    kept = _PLANS.get(key)
+    if kept is None or kept[0] is not stmt:
+        kept = _PLANS[key] = (stmt, _plan(stmt, keys, dialect))
+    plan = kept[1]
     sql, binds = plan
     if not sql or any(len(params) != len(keys) for params in many):
         return False
@@ -213,7 +219,7 @@ def _executemany_plain(conn: Any, stmt: Any, many: list[dict[str, Any]]) -> bool
     return True
 
 
-_JSON_INSERTS: dict[tuple[int, tuple[str, ...]], str | None] = {}
+_JSON_INSERTS: dict[tuple[int, tuple[str, ...]], tuple[Any, str | None]] = {}
 
 
 def _json_insert(stmt: Any, names: tuple[str, ...], dialect: Any) -> str | None:
@@ -226,9 +232,11 @@ def _json_insert(stmt: Any, names: tuple[str, ...], dialect: Any) -> str | None:
     Text goes uncast into its column, whose length is checked on assignment as for any
     insert (an explicit cast to VARCHAR(n) would cut a longer value instead)."""
     key = (id(stmt), names)
-    if key in _JSON_INSERTS:
-        return _JSON_INSERTS[key]
-    _JSON_INSERTS[key] = sql = _json_insert_text(stmt, names, dialect)
+    kept = _JSON_INSERTS.get(key)
+    if kept is not None and kept[0] is stmt:
+        return kept[1]
+    sql = _json_insert_text(stmt, names, dialect)
+    _JSON_INSERTS[key] = (stmt, sql)
     return sql
 
 
@@ -238,11 +246,10 @@ def _json_insert_text(stmt: Any, names: tuple[str, ...], dialect: Any) -> str | 
             and not stmt._multi_values and all(n in stmt.table.c for n in names)):
         return None
     cols = [stmt.table.c[n] for n in names]
-    kinds = [c.type.dialect_impl(dialect) for c in cols]
+    kinds = [_stored_type(c.type, dialect) for c in cols]
     if any(isinstance(k, sa.LargeBinary) for k in kinds):
         return None  # bytes have no JSON form: an executemany sends them
-    values = [f"given.r->>{i}" if isinstance(kind, sa.String)
-              else f"CAST(given.r->>{i} AS {col.type.compile(dialect=dialect)})"
+    values = [_cell(f"given.r->>{i}", col, kind, dialect)
               for i, (col, kind) in enumerate(zip(cols, kinds, strict=True))]
     quote = dialect.identifier_preparer.quote
     # identifiers from the table's metadata, quoted; every value is in the one parameter
@@ -250,6 +257,27 @@ def _json_insert_text(stmt: Any, names: tuple[str, ...], dialect: Any) -> str | 
             f"({', '.join(quote(c.name) for c in cols)}) SELECT {', '.join(values)} "
             "FROM json_array_elements(CAST(%(rows)s AS JSON)) WITH ORDINALITY AS given(r, n) "
             "ORDER BY given.n")
+
+
+def _stored_type(kind: Any, dialect: Any) -> Any:
+    """The type a column stores, through its decorators (SQLModel's AutoString is a
+    TypeDecorator over String; UTCDateTime one over DateTime)."""
+    kind = kind.dialect_impl(dialect)
+    while isinstance(kind, TypeDecorator):
+        kind = kind.load_dialect_impl(dialect)
+    return kind
+
+
+def _cell(text: str, col: Any, kind: Any, dialect: Any) -> str:
+    """A row's value for `col` as the insert takes it: a string uncast (its column checks its
+    length on assignment and refuses a longer value, where an explicit cast to VARCHAR(n)
+    would cut it); an integer through NUMERIC (a float such as 2.0 is rounded, as an
+    executemany's assignment did, not refused); anything else cast to the column's type."""
+    if isinstance(kind, sa.String) and not isinstance(kind, sa.Enum):
+        return text
+    if isinstance(kind, sa.Integer):
+        return f"CAST(CAST({text} AS NUMERIC) AS {kind.compile(dialect=dialect)})"
+    return f"CAST({text} AS {kind.compile(dialect=dialect)})"
 
 
 def _json_rows(rows: list[tuple[Any, ...]]) -> str | None:

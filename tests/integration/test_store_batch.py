@@ -4,6 +4,7 @@ every row."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta, timezone
 from typing import Any
@@ -12,8 +13,8 @@ import pytest
 import sqlalchemy as sa
 from psycopg import pq
 
-from broker.store import Database, batch, daily_sums, quota_counters
-from broker.store.tables import LEDGER_DAILY, UTCDateTime
+from broker.store import Database, batch, daily_sums, notices, quota_counters
+from broker.store.tables import LEDGER_DAILY, NOTICES, UTCDateTime
 from tests.fixtures.postgres import POSTGRES_ONLY
 from tests.harness.statements import statements_sent
 
@@ -224,8 +225,7 @@ def test_on_postgresql_a_flushed_insert_is_one_statement_of_json_rows(probe: Dat
             batch.write(s, INSERT_TYPED, params)
     typed = [(sql, n) for sql, n in sent if "batch_probe_typed" in sql]
     assert len(typed) == 1 and "json_array_elements" in typed[0][0] and typed[0][1] == 3
-    rows = _typed_rows(probe)
-    assert [r[0] for r in rows] == sorted(r[0] for r in rows)
+    rows = _typed_rows(probe)  # by id: in the order given
     assert [r[1:] for r in rows] == [
         ("ab", True, 0.1 + 0.2, date(2026, 12, 6), at.astimezone(UTC)),
         (None, False, -1e-300, None, None),
@@ -267,3 +267,28 @@ def test_bytes_have_no_json_form_and_go_by_executemany(probe: Database) -> None:
         rows = s.connection().execute(sa.select(BYTES.c.blob).order_by(BYTES.c.id)).all()
     # as JSON text, the bytes \\x41 would be read back as the hex form of b"A"
     assert [r[0] for r in rows] == [b"\\x41", b"\\x41\\x41"]
+
+
+@POSTGRES_ONLY
+def test_a_too_long_value_of_a_real_table_is_refused_in_a_batch_as_alone(db: Database) -> None:
+    """The store's tables declare their text columns through SQLModel (a decorator over
+    VARCHAR(n)): a key longer than its column is refused inside a batch as it is alone,
+    never cut to fit (two keys cut alike would collide on the unique key)."""
+    at = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
+    for batched in (False, True):
+        with pytest.raises(sa.exc.DBAPIError, match="too long") as caught, db.write() as s, \
+                (batch.deferred(s) if batched else contextlib.nullcontext()):
+            notices.add(s, key="k" * 200, kind="job", team="vision", at=at)
+        assert getattr(caught.value.orig, "sqlstate", None) == "22001"
+    with db.read() as s:
+        assert s.connection().execute(sa.select(sa.func.count()).select_from(NOTICES)).scalar() == 0
+
+
+@POSTGRES_ONLY
+def test_a_whole_float_in_an_integer_column_is_stored_as_alone(db: Database) -> None:
+    at = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
+    with db.write() as s, batch.deferred(s):
+        notices.add(s, key="a", kind="job", team="vision", at=at, event_seq=2.0)  # type: ignore[arg-type]
+    with db.read() as s:
+        seqs = s.connection().execute(sa.select(NOTICES.c.event_seq)).scalars().all()
+    assert seqs == [2]
