@@ -178,6 +178,30 @@ def _pipelined(conn: Any) -> Iterator[None]:
                                          dialect=conn.dialect) from exc
 
 
+def _converted(conn: Any, stmt: Any, many: list[dict[str, Any]]
+               ) -> tuple[str, tuple[str, ...], list[tuple[Any, ...]]] | None:
+    """The plain path's SQL text for `stmt`, its parameters' names in order, and each row of
+    `many` as their values converted by their columns' bind processors; None when the plain
+    path does not apply."""
+    dialect = conn.dialect
+    if (dialect.name, dialect.paramstyle) not in _PLAIN_STYLES:
+        return None
+    keys = tuple(many[0])
+    key = (id(stmt), dialect.name, keys)
+    kept = _PLANS.get(key)
+    if kept is None or kept[0] is not stmt:
+        kept = _PLANS[key] = (stmt, _plan(stmt, keys, dialect))
+    sql, binds = kept[1]
+    if not sql or any(len(params) != len(keys) for params in many):
+        return None
+    try:
+        rows = [tuple([params[name] if proc is None else proc(params[name])
+                       for name, proc in binds]) for params in many]
+    except KeyError:  # parameter sets with other keys: SQLAlchemy's path
+        return None
+    return sql, tuple(name for name, _ in binds), rows
+
+
 def _executemany_plain(conn: Any, stmt: Any, many: list[dict[str, Any]]) -> bool:
     """Send `stmt` with `many` as the driver's executemany, each parameter converted by its
     column's own bind processor: what SQLAlchemy sends, without its per-row, per-column
@@ -185,46 +209,47 @@ def _executemany_plain(conn: Any, stmt: Any, many: list[dict[str, Any]]) -> bool
     SQLite (qmark), dictionaries on PostgreSQL (pyformat), there a plain insert's rows as one
     JSON array (`_json_insert`). False (nothing sent) when the
     plain path does not apply; the caller then executes through SQLAlchemy as before."""
-    dialect = conn.dialect
-    if (dialect.name, dialect.paramstyle) not in _PLAIN_STYLES:
+    plain = _converted(conn, stmt, many)
+    if plain is None:
         return False
-    keys = tuple(many[0])
-    key = (id(stmt), dialect.name, keys)
-    kept = _PLANS.get(key)
-    if kept is None or kept[0] is not stmt:
-        kept = _PLANS[key] = (stmt, _plan(stmt, keys, dialect))
-    plan = kept[1]
-    sql, binds = plan
-    if not sql or any(len(params) != len(keys) for params in many):
-        return False
-    try:
-        if dialect.paramstyle == "qmark":
-            rows: list[Any] = [tuple([params[name] if proc is None else proc(params[name])
-                                      for name, proc in binds]) for params in many]
-        else:
-            rows = [tuple([params[name] if proc is None else proc(params[name])
-                           for name, proc in binds]) for params in many]
-    except KeyError:  # parameter sets with other keys: SQLAlchemy's path
-        return False
-    if dialect.paramstyle == "qmark":
+    sql, names, rows = plain
+    if conn.dialect.paramstyle == "qmark":
         conn.exec_driver_sql(sql, rows)
         return True
-    as_json = _json_insert(stmt, tuple(name for name, _ in binds), dialect)
+    as_json = _json_insert(stmt, names, conn.dialect)
     doc = _json_rows(rows) if as_json is not None else None
     if as_json is not None and doc is not None:
         conn.exec_driver_sql(as_json, [{"rows": doc}])
     else:
-        names = [name for name, _ in binds]
         conn.exec_driver_sql(sql, [dict(zip(names, row, strict=True)) for row in rows])
     return True
+
+
+def insert_returning(conn: Any, stmt: Any, many: list[dict[str, Any]]) -> Any | None:
+    """On PostgreSQL, `stmt` (an insert ... RETURNING) with `many` as one statement taking
+    its rows as one JSON array (`_json_insert`), the same text for any number of rows: its
+    result. None elsewhere, or where that does not apply: the caller executes `stmt` through
+    SQLAlchemy (whose insertmanyvalues renders a VALUES list as long as the batch, which the
+    driver parses anew for every length)."""
+    if conn.dialect.name != "postgresql":
+        return None
+    plain = _converted(conn, stmt, many)
+    if plain is None:
+        return None
+    _, names, rows = plain
+    sql = _json_insert(stmt, names, conn.dialect)
+    doc = _json_rows(rows) if sql is not None else None
+    if sql is None or doc is None:
+        return None
+    return conn.exec_driver_sql(sql, {"rows": doc})
 
 
 _JSON_INSERTS: dict[tuple[int, tuple[str, ...]], tuple[Any, str | None]] = {}
 
 
 def _json_insert(stmt: Any, names: tuple[str, ...], dialect: Any) -> str | None:
-    """On PostgreSQL, a plain insert of columns `names` (no RETURNING, no ON CONFLICT, no
-    values of its own) as one statement taking all its rows as one JSON array: `INSERT ...
+    """On PostgreSQL, a plain insert of columns `names` (no ON CONFLICT, no values of its
+    own; its RETURNING kept) as one statement taking all its rows as one JSON array: `INSERT ...
     SELECT` of each row's values, cast to their columns' types, in the order given (WITH
     ORDINALITY: serial keys rise as an executemany gives them). One parameter and one
     text for any number of rows: the driver encodes nothing per row (an executemany's
@@ -241,8 +266,7 @@ def _json_insert(stmt: Any, names: tuple[str, ...], dialect: Any) -> str | None:
 
 
 def _json_insert_text(stmt: Any, names: tuple[str, ...], dialect: Any) -> str | None:
-    if not (isinstance(stmt, sa.Insert) and not stmt._returning
-            and stmt._post_values_clause is None and not stmt._values
+    if not (isinstance(stmt, sa.Insert) and stmt._post_values_clause is None and not stmt._values
             and not stmt._multi_values and all(n in stmt.table.c for n in names)):
         return None
     cols = [stmt.table.c[n] for n in names]
@@ -252,11 +276,15 @@ def _json_insert_text(stmt: Any, names: tuple[str, ...], dialect: Any) -> str | 
     values = [_cell(f"given.r->>{i}", col, kind, dialect)
               for i, (col, kind) in enumerate(zip(cols, kinds, strict=True))]
     quote = dialect.identifier_preparer.quote
+    returned = [c for c in stmt._returning if isinstance(c, sa.Column)]
+    if len(returned) != len(stmt._returning):
+        return None  # RETURNING an expression: SQLAlchemy's path
+    returning = " RETURNING " + ", ".join(quote(c.name) for c in returned) if returned else ""
     # identifiers from the table's metadata, quoted; every value is in the one parameter
     return (f"INSERT INTO {quote(stmt.table.name)} "  # noqa: S608
             f"({', '.join(quote(c.name) for c in cols)}) SELECT {', '.join(values)} "
             "FROM json_array_elements(CAST(%(rows)s AS JSON)) WITH ORDINALITY AS given(r, n) "
-            "ORDER BY given.n")
+            f"ORDER BY given.n{returning}")
 
 
 def _stored_type(kind: Any, dialect: Any) -> Any:
