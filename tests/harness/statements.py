@@ -1,5 +1,6 @@
 """The statements a block of a test sends to the database, as SQLAlchemy hands them to the
-driver: what the tests of batched and narrowed reads and writes count."""
+driver, and the transactions it opens: what the tests of batched and narrowed reads and writes
+count."""
 
 from __future__ import annotations
 
@@ -36,3 +37,19 @@ def rows_of(statement: str, params: Any, many: bool) -> int:
         sets = params if many else [params]
         return sum(len(json.loads(p["rows"])) for p in sets)
     return len(params) if many else 1
+
+
+def transactions_opened(db: Any, kind: str, monkeypatch: Any) -> list[int]:
+    """Count the `db.read()` or `db.write()` (`kind`) transactions opened from now on, for
+    the rest of the test: one counter, in a list the caller reads (and may reset)."""
+    opened = [0]
+    original = getattr(db, kind)
+
+    @contextlib.contextmanager
+    def counted() -> Iterator[Any]:
+        opened[0] += 1
+        with original() as s:
+            yield s
+
+    monkeypatch.setattr(db, kind, counted)
+    return opened

@@ -4,31 +4,13 @@ drain committed since the last cycle."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from typing import Any
-
 import pytest
 
 from broker.control.admission import run_admission
 from broker.store.pools import set_drained
 from tests.builders import spec
 from tests.harness.sim import Sim, state, submit
-
-
-def _reads(sim: Sim, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    reads = [0]
-    db = sim.plane.db
-    original = db.read
-
-    @contextlib.contextmanager
-    def counted() -> Iterator[Any]:
-        reads[0] += 1
-        with original() as s:
-            yield s
-
-    monkeypatch.setattr(db, "read", counted)
-    return reads
+from tests.harness.statements import transactions_opened
 
 
 def _drain(sim: Sim, drained: bool) -> None:
@@ -41,7 +23,7 @@ def test_a_cycle_reads_its_inputs_drains_included_in_one_transaction(
 ) -> None:
     _drain(sim, True)
     job = submit(sim, spec().flavors("h100-80g").replicas(2).gpus(8), 60)
-    reads = _reads(sim, monkeypatch)
+    reads = transactions_opened(sim.plane.db, "read", monkeypatch)
     run_admission(sim.plane)
     assert reads[0] == 1
     assert state(sim, job)[1] == "PoolDrained"

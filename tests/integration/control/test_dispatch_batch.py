@@ -5,8 +5,6 @@ requeued alone, as a failed dispatch always was."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,7 +20,7 @@ from broker.store.queries import get_job
 from broker.store.secrets import server_secret
 from tests.builders import spec
 from tests.harness.sim import Sim, consistent, state, submit
-from tests.harness.statements import statements_sent
+from tests.harness.statements import statements_sent, transactions_opened
 from tests.integration.control.poison import events
 
 
@@ -36,18 +34,7 @@ def _admitted(sim: Sim, n: int) -> list[str]:
 
 def _count_writes(sim: Sim, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     server_secret(sim.plane.db, "progress")  # made once, on first use: not the pass's write
-    writes = [0]
-    db = sim.plane.db
-    original = db.write
-
-    @contextlib.contextmanager
-    def counted() -> Iterator[Any]:
-        writes[0] += 1
-        with original() as s:
-            yield s
-
-    monkeypatch.setattr(db, "write", counted)
-    return writes
+    return transactions_opened(sim.plane.db, "write", monkeypatch)
 
 
 def test_a_pass_records_its_objects_in_one_transaction(
