@@ -31,6 +31,7 @@ the control loop in two `isthmus control` processes; the kill drill then kills t
 from __future__ import annotations
 
 import argparse
+import ast
 import asyncio
 import contextlib
 import faulthandler
@@ -39,6 +40,7 @@ import math
 import os
 import pwd
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -508,15 +510,23 @@ def pct(values: list[float], q: float) -> float:
 
 
 def progress_answers(logs: list[Path]) -> Counter[str]:
-    """Progress reports the simulated jobs posted, by answer class, from the replicas' logs (the
-    simulator's reporter logs each request): they are API calls too, and 5xx among them count."""
-    out: Counter[str] = Counter()
+    """Progress reports the simulated jobs posted, by answer class, from the logs of the
+    processes that run the simulator (backends/sim/progress.py `Reporter`): they are API calls
+    too, and 5xx among them count. Each process's last tally (every 30 s, so the last seconds
+    of a process may be missing: a lower bound), but the 5xx are its lines, one each."""
+    last: dict[tuple[Path, str], Counter[str]] = {}
+    errors = 0
+    tally = re.compile(r"progress reports answered so far \(pid (\d+)\): (\{.*\})")
     for log in logs:
         with contextlib.suppress(OSError), open(log, errors="replace") as f:
             for line in f:
-                if "/progress \"HTTP/1.1 " in line:
-                    out[line.split('/progress "HTTP/1.1 ', 1)[1][:1] + "xx"] += 1
-    return out
+                if (found := tally.search(line)) is not None:
+                    last[log, found[1]] = Counter(ast.literal_eval(found[2]))
+                elif " WARNING " in line and "progress of " in line and " answered 5" in line:
+                    errors += 1
+    out: Counter[str] = sum(last.values(), Counter())
+    out["5xx"] = max(out["5xx"], errors)
+    return +out
 
 
 def final_counts(db: str, stats: Stats, wall0: float) -> dict[str, Any]:
@@ -765,7 +775,8 @@ async def _run(reps: list[Replica], args: argparse.Namespace, outage: Outage, db
     progress = (progress_of() if progress_of is not None
                 else progress_answers([r.log for r in reps]))
     err5 = sum(stats.err5.values()) + progress.get("5xx", 0)
-    print(f"progress reports posted by the jobs: {dict(progress)}")
+    print("progress reports posted by the jobs, by answer (5xx: each; the others: the "
+          f"simulators' last tallies, a lower bound): {dict(progress)}")
     print(f"events (s into the run): {json.dumps({k: round(v) for k, v in events.items()})}")
     print(f"offered {n} submits at {args.rate:g}/s; answered {len(stats.acked)}; unanswered "
           f"{len(stats.unanswered)}; other 4xx {dict(stats.other)}")

@@ -20,7 +20,7 @@ from tests.harness.tiers import CLUSTER_GROUP, left_out_by, on_local_cluster
 
 _HERE = Path(__file__).parent
 pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.workdir",
-                  "tests.fixtures.oci_registry"] + [
+                  "tests.fixtures.log_config", "tests.fixtures.oci_registry"] + [
     f"tests.fixtures.{name}"
     for name in ("slurm", "k8s")
     if (_HERE / "fixtures" / f"{name}.py").exists()

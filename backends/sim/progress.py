@@ -15,8 +15,11 @@ answers them may be the process making that call.
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import threading
+import time
+from collections import Counter
 from dataclasses import dataclass
 
 from broker.logs import get_logger
@@ -68,18 +71,27 @@ class Reporter:
     """Posts reports to `url` from `senders` daemon threads (a job's pods report in parallel:
     one thread sending one request at a time fell behind at 50 jobs/s, and its reports came
     after their attempts had ended); a full queue drops the oldest report (the next one says
-    more), and a refused report (the attempt ended) is dropped."""
+    more), and a refused report (the attempt ended) is dropped.
+
+    The answers are counted by class (`answers`: 2xx, 4xx, 5xx, unreachable). A 5xx is logged
+    at WARNING, each one (a job's report the server failed), and the counts so far at INFO at
+    most every `tally_every` seconds (`TALLY`, with the process id). bench/soak.py counts the
+    5xx lines and reads the last tally of each process, so a server error answering a job is
+    counted as one of the soak's."""
+
+    TALLY = "progress reports answered so far (pid {pid}): {counts}"
 
     def __init__(self, url: str, timeout: float = 5.0, capacity: int = 10_000,
-                 senders: int = 4) -> None:
+                 senders: int = 4, tally_every: float = 30.0) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
         self.senders = senders
         self._queue: queue.Queue[Report] = queue.Queue(maxsize=capacity)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self.sent = 0
-        self.refused = 0
+        self.answers: Counter[str] = Counter()
+        self.tally_every = tally_every
+        self._tallied = time.monotonic()
 
     def send(self, report: Report) -> None:
         with self._lock:
@@ -121,11 +133,28 @@ class Reporter:
             resp = client.post(f"{self.url}/v1/jobs/{r.job_id}/progress", json=body,
                                headers={"Authorization": f"Bearer {r.token}"})
         except httpx.HTTPError as exc:
+            self._count("unreachable")
             log.debug("progress of %s not delivered: %s", r.job_id, exc)
             return
+        self._count(f"{resp.status_code // 100}xx")
+        if resp.status_code >= 500:
+            log.warning("progress of %s answered %s: %s", r.job_id, resp.status_code,
+                        resp.text[:200])
+        elif resp.status_code >= 300:
+            log.debug("progress of %s refused: %s %s", r.job_id, resp.status_code,
+                      resp.text[:200])
+
+    def _count(self, answer: str) -> None:
         with self._lock:  # several senders
-            if resp.status_code < 300:
-                self.sent += 1
+            self.answers[answer] += 1
+            now = time.monotonic()
+            if now - self._tallied < self.tally_every:
                 return
-            self.refused += 1
-        log.debug("progress of %s refused: %s %s", r.job_id, resp.status_code, resp.text[:200])
+            self._tallied = now
+        self.tally()
+
+    def tally(self) -> None:
+        """Log the counts so far."""
+        with self._lock:
+            counts = dict(sorted(self.answers.items()))
+        log.info(self.TALLY.format(pid=os.getpid(), counts=counts))

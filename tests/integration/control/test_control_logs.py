@@ -5,9 +5,7 @@ from the worker threads that call the backends for it."""
 from __future__ import annotations
 
 import io
-import logging
 import re
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,18 +27,6 @@ from tests.harness.wait import wait_until
 
 FAST = Intervals(admission=0.2, dispatch=0.1, reconcile=0.2, lease_ttl=1.5)
 CONTEXT = r"\[(?P<loop>[\w:-]+) epoch=(?P<epoch>\d+) cycle=(?P<cycle>\d+)\] "
-
-
-@pytest.fixture
-def restore_logging() -> Iterator[None]:
-    """Undo what logs.configure did to the process's loggers."""
-    root, isthmus = logging.getLogger(), logging.getLogger(logs.ROOT)
-    levels = (root.level, isthmus.level)
-    yield
-    for handler in [h for h in root.handlers if h.get_name() == "isthmus"]:
-        root.removeHandler(handler)
-    root.setLevel(levels[0])
-    isthmus.setLevel(levels[1])
 
 
 @pytest.fixture

@@ -1,26 +1,33 @@
-"""The simulator's progress reports go out from several senders at once, as a gang's pods
-report in parallel: with one sender sending one request at a time, the soak at 50 jobs/s had
-97% of its reports arrive after their attempts had ended (409)."""
+"""The simulator's progress reports (backends/sim/progress.py `Reporter`): sent from several
+senders at once, as a gang's pods report in parallel (with one sender sending one request at a
+time, the soak at 50 jobs/s had 97% of its reports arrive after their attempts had ended:
+409), and their answers counted, so that the soak counts a server error answering a job as one
+of its 5xx (bench/soak.py `progress_answers`)."""
+
+from __future__ import annotations
 
 import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 from backends.sim.progress import Report, Reporter
+from bench.soak import progress_answers
+from broker import logs
 from tests.harness.wait import wait_until
 
 
-def test_two_reports_are_in_flight_at_once() -> None:
-    both = threading.Barrier(2, timeout=10)  # a report is answered only once a second arrives
+@contextmanager
+def answering(code_of: Callable[[str], int]) -> Iterator[str]:
+    """A progress endpoint on a loopback port (its URL) answering each report with
+    `code_of(path)`."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            try:
-                both.wait()
-                code = 200
-            except threading.BrokenBarrierError:
-                code = 503
-            self.send_response(code)
+            self.send_response(code_of(self.path))
             self.send_header("Content-Length", "0")
             self.end_headers()
 
@@ -30,10 +37,61 @@ def test_two_reports_are_in_flight_at_once() -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        reporter = Reporter(f"http://127.0.0.1:{server.server_address[1]}", timeout=30)
-        reporter.send(Report("job-a", "t", 1, None))
-        reporter.send(Report("job-b", "t", 1, None))
-        wait_until(lambda: reporter.sent + reporter.refused == 2, timeout=30)
-        assert (reporter.sent, reporter.refused) == (2, 0)
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
+        server.server_close()
+
+
+def test_two_reports_are_in_flight_at_once() -> None:
+    both = threading.Barrier(2, timeout=10)  # a report is answered only once a second arrives
+
+    def code_of(path: str) -> int:
+        try:
+            both.wait()
+            return 200
+        except threading.BrokenBarrierError:
+            return 503
+
+    with answering(code_of) as url:
+        reporter = Reporter(url, timeout=30)
+        reporter.send(Report("job-a", "t", 1, None))
+        reporter.send(Report("job-b", "t", 1, None))
+        wait_until(lambda: reporter.answers.total() == 2, timeout=30)
+        assert reporter.answers == Counter({"2xx": 2})
+
+
+def test_the_soak_counts_each_5xx_answering_a_report(
+    tmp_path: Path, restore_logging: None,
+) -> None:
+    """The broker's log lines of a process running the simulator, read back by the soak: each
+    answer class from the tally, a 5xx from its own line (the soak read the HTTP client's
+    request lines before, which the broker's logging no longer prints: it counted none)."""
+    codes = {"ok": 200, "ended": 409, "broken": 503}
+    log = tmp_path / "c.log"
+    with open(log, "w") as stream, answering(lambda p: codes[p.split("/")[3]]) as url:
+        logs.configure(stream=stream)
+        reporter = Reporter(url, tally_every=0)
+        for job in ("ok", "ended", "broken", "ok"):
+            reporter.send(Report(job, "t", 1, None))
+        wait_until(lambda: reporter.answers.total() == 4, timeout=30)
+        stream.flush()
+    assert reporter.answers == Counter({"2xx": 2, "4xx": 1, "5xx": 1})
+    assert progress_answers([log]) == reporter.answers
+
+
+def test_a_restarted_process_adds_its_tally_and_untallied_5xx_lines_count(
+    tmp_path: Path,
+) -> None:
+    """Each process's last tally (a log is appended to by a restarted process), and a 5xx
+    logged after the last tally still counts."""
+    tally = Reporter.TALLY.format
+    log = tmp_path / "c.log"
+    log.write_text("\n".join([
+        "t INFO isthmus.x " + tally(pid=7, counts={"2xx": 5}),
+        "t INFO isthmus.x " + tally(pid=7, counts={"2xx": 9, "4xx": 1}),
+        "t INFO isthmus.x " + tally(pid=8, counts={"2xx": 3}),
+        "t WARNING isthmus.x progress of j1 answered 503: down",
+        "t WARNING isthmus.x progress of j2 answered 500: boom",
+    ]) + "\n")
+    assert progress_answers([log]) == Counter({"2xx": 12, "4xx": 1, "5xx": 2})
