@@ -70,7 +70,7 @@ def progress(
     db: Database = request.app.state.db
     now = utcnow()
     number, first, job = _record(db, job_id, digest(token), body, now)
-    if first:  # observed once the report committed: a report done again counts once
+    if first and job is not None:  # observed once the report committed: counted once
         TIME_TO_USEFUL_WORK.labels(job.team).observe((now - job.created_at).total_seconds())
     return ProgressAck(job_id=job_id, attempt=number, step=body.step,
                        first_useful_work=first, checkpoint=body.checkpoint or None)
@@ -78,11 +78,19 @@ def progress(
 
 @on_conflict  # a deadlock victim is written again: its aborted transaction left nothing
 def _record(db: Database, job_id: str, token_digest: str, body: Progress,
-            now: datetime) -> tuple[int, bool, JobRecord]:
-    """The report written: the attempt's number, whether it was the job's first, the job."""
+            now: datetime) -> tuple[int, bool, JobRecord | None]:
+    """The report written: the attempt's number, whether it was the job's first, the job
+    (read only when it is written: a first report or a checkpoint)."""
     with db.write() as s:
+        if not body.checkpoint:
+            # most reports: a step of a job already at work, one statement, no job row
+            number = att.report_step(s, job_id, token_digest, body.step, now)
+            if number is not None:
+                return number, False, None
         # Lock order job row -> attempt row, as set_state and the reconciler take them:
         # updating the attempt first deadlocked against a reconcile pass on PostgreSQL.
+        # A checkpoint waits for a pass ending the attempt, so it is not kept for an
+        # attempt whose end (and the work it lost) was counted without it.
         job = records.lock_job(s, job_id)
         attempt = att.by_token_digest(s, job_id, token_digest) if job is not None else None
         if job is None or attempt is None:

@@ -378,6 +378,36 @@ def by_token_digest(session: Session, job_id: str, digest: str) -> AttemptRecord
     return None if row is None else _rec(row)
 
 
+@cache
+def _step_statement() -> Any:
+    from broker.store.tables import JOBS
+
+    useful = sa.exists().where(JOBS.c.id == ATTEMPTS.c.job_id,
+                               JOBS.c.first_useful_work_at.is_not(None))
+    return (
+        sa.update(ATTEMPTS)
+        .where(ATTEMPTS.c.job_id == sa.bindparam("k_job"),
+               ATTEMPTS.c.progress_token_sha256 == sa.bindparam("k_digest"),
+               ATTEMPTS.c.ended_at.is_(None), useful)
+        .values(last_step=sa.bindparam("v_step"), last_progress_at=sa.bindparam("v_at"))
+        .returning(ATTEMPTS.c.number)
+    )
+
+
+def report_step(session: Session, job_id: str, digest: str, step: int,
+                at: datetime) -> int | None:
+    """A progress report of a step alone, in one statement: the number of the running attempt
+    whose token has `digest`, once its step is set, or None (nothing written: no such attempt,
+    it ended, or the job has no first useful work yet, which the caller writes under the job's
+    lock). The attempt row is the only row this locks, and its transaction takes no other
+    lock after it, so it cannot deadlock with a pass that holds the job row and waits for the
+    attempt's."""
+    row = session.connection().execute(
+        _step_statement(), {"k_job": job_id, "k_digest": digest, "v_step": step, "v_at": at}
+    ).first()
+    return None if row is None else int(row[0])
+
+
 # RETURNING the attempt with each id: SQLite returns the rows of a many-row insert in no set
 # order, and SQLAlchemy sends one statement per row when asked to sort them
 _INSERT_FACTS = sa.insert(FACTS).returning(FACTS.c.job_id, FACTS.c.attempt, FACTS.c.id)

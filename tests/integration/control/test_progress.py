@@ -18,6 +18,7 @@ from broker.store.secrets import progress_token, server_secret
 from policies.preemption import Victim
 from tests.builders import spec
 from tests.harness.sim import Sim, cycle
+from tests.harness.statements import statements_sent
 
 
 def test_progress_reports(sim: Sim) -> None:
@@ -140,3 +141,40 @@ def test_without_a_reported_checkpoint_the_static_dir_is_resumed(sim: Sim) -> No
         shown = att.last_checkpoint(s, job.id)
     assert second is not None and shown is None
     assert RunSnapshot.model_validate_json(second.snapshot_json).resume_from == "/ckpt/static"
+
+
+def test_a_step_report_of_a_job_at_work_is_one_statement(sim: Sim) -> None:
+    """Most reports are a step of a job already at work: one UPDATE of the attempt (they were
+    four statements: the job row locked, the attempt read, updated, the job's first useful work
+    tried). The first report, a checkpoint, a wrong token and an ended attempt still take the
+    locked path and answer as before."""
+    job = submit_job(sim.plane.db, sim.plane.config, spec().flavors("h100-80g").build(), "t").job
+    run_admission(sim.plane)
+    assert run_dispatch(sim.plane) == 1
+    client = TestClient(create_app(sim.plane.config, sim.plane.db))
+    token = progress_token(server_secret(sim.plane.db, "progress"), job.id, 1)
+    url, auth = f"/v1/jobs/{job.id}/progress", {"Authorization": f"Bearer {token}"}
+
+    def sent(body: dict[str, object], code: int) -> list[str]:
+        with statements_sent(sim.plane.db.writer) as statements:
+            answer = client.post(url, json=body, headers=auth)
+        assert answer.status_code == code, answer.text
+        verbs = [text.split()[0] for text, _ in statements]
+        return [v for v in verbs if v != "BEGIN"]  # SQLite's (BEGIN IMMEDIATE)
+
+    locked = ["SELECT", "SELECT", "UPDATE", "UPDATE"]  # job, attempt; attempt, first work
+    assert sent({"step": 10}, 200) == ["UPDATE", *locked]  # the first: no first work yet
+    assert sent({"step": 20}, 200) == ["UPDATE"]
+    assert sent({"step": 30, "checkpoint": "/ckpt/30"}, 200) == locked
+    assert sent({"step": 40}, 200) == ["UPDATE"]
+    with sim.plane.db.read() as s:
+        attempt = att.get_attempt(s, job.id, 1)
+    assert attempt is not None and (attempt.last_step, attempt.checkpoint_step) == (40, 30)
+    assert preempt(sim.plane, Victim(job.id, "t", "slurm-h100", 8, 0, 0.0, Reason.Preempted,
+                                     "preempted by a test"))
+    ended = client.post(url, json={"step": 50}, headers=auth)
+    assert ended.status_code == 409
+    assert ended.json()["type"] == "urn:isthmus:problem:attempt-ended"
+    with sim.plane.db.read() as s:
+        attempt = att.get_attempt(s, job.id, 1)
+    assert attempt is not None and attempt.last_step == 40

@@ -50,3 +50,38 @@ def test_a_progress_report_waits_for_a_reconcile_holding_the_job_row(sim: Sim) -
     with sim.plane.db.read() as s:
         attempt = att.get_attempt(s, job.id, 1)
     assert attempt is not None and attempt.last_step == 5 and attempt.last_seen_at is not None
+
+
+def test_a_step_report_does_not_wait_for_the_job_row_and_a_checkpoint_does(sim: Sim) -> None:
+    """A step of a job already at work locks its attempt row alone (one statement, then the
+    commit: nothing to deadlock with), so a pass holding the job row does not hold it up; a
+    checkpoint still waits for that pass (it may be ending the attempt)."""
+    job = submit_job(sim.plane.db, sim.plane.config, spec().flavors("h100-80g").build(), "t").job
+    run_admission(sim.plane)
+    assert run_dispatch(sim.plane) == 1
+    token = progress_token(server_secret(sim.plane.db, "progress"), job.id, 1)
+    client = TestClient(create_app(sim.plane.config, sim.plane.db))
+    auth = {"Authorization": f"Bearer {token}"}
+    url = f"/v1/jobs/{job.id}/progress"
+    assert client.post(url, json={"step": 1}, headers=auth).status_code == 200  # first work
+    answers: list[httpx.Response] = []
+
+    def report(body: dict[str, object]) -> threading.Thread:
+        thread = threading.Thread(target=lambda: answers.append(
+            client.post(url, json=body, headers=auth)))
+        thread.start()
+        return thread
+
+    with sim.plane.db.write() as s:
+        assert records.lock_job(s, job.id) is not None
+        step = report({"step": 2})
+        step.join(timeout=60)
+        assert not step.is_alive() and [a.status_code for a in answers] == [200]
+        checkpoint = report({"step": 3, "checkpoint": "/ckpt/3"})
+        wait_until(lambda: lock_waiters(sim.plane.db) >= 1, 60,
+                   "the checkpoint report to wait on the job row")
+    checkpoint.join(timeout=60)
+    assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
+    with sim.plane.db.read() as s:
+        attempt = att.get_attempt(s, job.id, 1)
+    assert attempt is not None and (attempt.last_step, attempt.checkpoint_step) == (3, 3)
