@@ -25,6 +25,7 @@ import heapq
 import random
 from collections import deque
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from backends.base import (
     BackendUnavailable,
@@ -58,6 +59,11 @@ EVENTS_MAX = 100_000
 
 __all__ = ["DURATION_ENV", "ExternalLoad", "SimBackend", "SimClock", "SimFailures",
            "SimPoolSpec"]
+
+
+def _runs(job: Job) -> bool:
+    """Whether `job` runs now (its progress reports are sent only then)."""
+    return job.phase is Phase.RUNNING and job.ended is None
 
 
 class SimBackend:
@@ -303,7 +309,8 @@ class SimBackend:
             if path is not None:
                 self.checkpoints[rep.job_id] = rep.last_checkpoint
             if report and self.reporter is not None and rep.token is not None:
-                self.reporter.send(Report(rep.job_id, rep.token, step, path))
+                self.reporter.send(Report(rep.job_id, rep.token, step, path,
+                                          running=partial(_runs, job)))
 
     def drain_events(self) -> list[tuple[str, str]]:
         """(name, "start" | "end") of Isthmus jobs since the last call, in order: lets a

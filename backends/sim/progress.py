@@ -20,6 +20,7 @@ import queue
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from broker.logs import get_logger
@@ -59,12 +60,20 @@ class Reporting:
         return report, path
 
 
+def _running() -> bool:
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class Report:
     job_id: str
     token: str
     step: int
     checkpoint: str | None
+    running: Callable[[], bool] = _running
+    """Whether the attempt still runs, asked when the report's turn to be sent comes: the
+    report of an attempt that has ended since is dropped, as a pod that has ended sends
+    nothing (counted as `ended`, not sent)."""
 
 
 class Reporter:
@@ -73,7 +82,8 @@ class Reporter:
     after their attempts had ended); a full queue drops the oldest report (the next one says
     more), and a refused report (the attempt ended) is dropped.
 
-    The answers are counted by class (`answers`: 2xx, 4xx, 5xx, unreachable). A 5xx is logged
+    The answers are counted by class (`answers`: 2xx, 4xx, 5xx, unreachable; and `ended`, the
+    reports not sent because their attempt had ended while they waited). A 5xx is logged
     at WARNING, each one (a job's report the server failed), and the counts so far at INFO at
     most every `tally_every` seconds (`TALLY`, with the process id). bench/soak.py counts the
     5xx lines and reads the last tally of each process, so a server error answering a job is
@@ -118,7 +128,10 @@ class Reporter:
             while True:
                 r = self._queue.get()
                 try:
-                    self._post(client, r)
+                    if r.running():
+                        self._post(client, r)
+                    else:
+                        self._count("ended")
                 finally:
                     self._queue.task_done()
 

@@ -172,7 +172,9 @@ def test_progress_checkpoints_and_resume() -> None:
     assert {r.token for r in reports.sent} == {"tok"}
     assert [r.checkpoint for r in reports.sent if r.checkpoint] == ["/ckpt/j1/step-60",
                                                                     "/ckpt/j1/step-120"]
+    assert all(r.running() for r in reports.sent)
     b.cancel("isthmus-j1-1", 0)  # preempted
+    assert not any(r.running() for r in reports.sent)  # a report still queued is not sent
     resume = {"ISTHMUS_PROGRESS_TOKEN": "tok2", "ISTHMUS_RESUME_FROM": "/ckpt/j1"}
     b.submit(request(attempt=2, env=resume, **fields))
     b.advance(10 + 180 - 1)

@@ -95,3 +95,18 @@ def test_a_restarted_process_adds_its_tally_and_untallied_5xx_lines_count(
         "t WARNING isthmus.x progress of j2 answered 500: boom",
     ]) + "\n")
     assert progress_answers([log]) == Counter({"2xx": 12, "4xx": 1, "5xx": 2})
+
+
+def test_a_report_whose_attempt_ended_while_it_waited_is_not_sent() -> None:
+    posted: list[str] = []
+
+    def code_of(path: str) -> int:
+        posted.append(path.split("/")[3])
+        return 200
+
+    with answering(code_of) as url:
+        reporter = Reporter(url, senders=1)
+        reporter.send(Report("ended", "t", 1, None, running=lambda: False))
+        reporter.send(Report("runs", "t", 1, None))
+        wait_until(lambda: reporter.answers.total() == 2, timeout=30)
+    assert posted == ["runs"] and reporter.answers == Counter({"2xx": 1, "ended": 1})
