@@ -16,6 +16,7 @@ unique besides, so two writers that skipped the lock could not fork the chain: o
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from broker.store.db_clock import db_now
+from broker.store.db_clock import clock, clock_value
 from broker.store.tables import AUDIT_LOG as AUDIT
 
 GENESIS = "0" * 64
@@ -91,14 +92,21 @@ def row_hash(prev_hash: str, row: dict[str, Any]) -> str:
     return hashlib.sha256(f"{prev_hash}\n{text}".encode()).hexdigest()
 
 
-def _lock_tail(conn: sa.Connection) -> tuple[int, str]:
-    """The chain's last number and hash, its lock held to the transaction's end."""
+def _lock_tail(conn: sa.Connection) -> tuple[int, str, datetime]:
+    """The chain's last number and hash, its lock held to the transaction's end, and the
+    database's clock (read in the same statement: one round trip less under the lock)."""
     if conn.dialect.name != "sqlite":
         conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_AUDIT_LOCK})")
-    tail = conn.execute(
-        sa.select(AUDIT.c.seq, AUDIT.c.hash).order_by(AUDIT.c.seq.desc()).limit(1)
-    ).first()
-    return (tail.seq, tail.hash) if tail is not None else (0, GENESIS)
+    # a statement of its own after the lock: its snapshot sees the tail the last holder wrote
+    seq, hash_, now = conn.execute(_tail_and_clock(conn.dialect.name == "sqlite")).one()
+    return (seq, hash_, clock_value(now)) if seq is not None else (0, GENESIS, clock_value(now))
+
+
+@functools.cache
+def _tail_and_clock(sqlite: bool) -> sa.Select[Any]:
+    last = sa.select(AUDIT.c.seq, AUDIT.c.hash).order_by(AUDIT.c.seq.desc()).limit(1).subquery()
+    return sa.select(last.c.seq, last.c.hash, clock(sqlite).label("now")).select_from(
+        sa.select(sa.literal(1).label("one")).subquery().outerjoin(last, sa.true()))
 
 
 def append(session: Session, entries: list[Entry]) -> list[int]:
@@ -107,8 +115,7 @@ def append(session: Session, entries: list[Entry]) -> list[int]:
     if not entries:
         return []
     conn = session.connection()
-    seq, prev = _lock_tail(conn)
-    at = db_now(conn)
+    seq, prev, at = _lock_tail(conn)
     rows = []
     for e in entries:
         seq += 1

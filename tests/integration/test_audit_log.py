@@ -31,6 +31,7 @@ from tests.builders import spec
 from tests.harness.audit import intact, lines, records
 from tests.harness.inprocess import route_clients
 from tests.harness.sim import CONFIG
+from tests.harness.statements import statements_sent
 
 ENTRY = audit_log.Entry(
     actor="ada", actor_team=None, actor_admin=True, action="pool.drain", method="POST",
@@ -119,6 +120,22 @@ def test_concurrent_writers_keep_one_linear_chain(db: Database) -> None:
     expected = 6 * sum(1 + i % 3 for i in range(20))
     assert _verify(db) == audit_log.Verified(expected, None)
     assert [r.seq for r in records(db)] == list(range(1, expected + 1))
+
+
+def test_an_append_reads_the_tail_and_the_clock_in_one_statement(db: Database) -> None:
+    """The chain's lock is held from the tail's read to the commit: the tail and the
+    database's clock are read in one statement (they were two round trips under the lock),
+    after the lock's own statement on PostgreSQL, so that its snapshot sees the last tail."""
+    _append(db, 2)
+    with statements_sent(db.writer) as sent:
+        _append(db, 3, "x")
+    verbs = [text.split()[0] for text, _ in sent if not text.startswith("BEGIN")]
+    assert verbs == (["SELECT", "INSERT"] if db.is_sqlite else ["SELECT", "SELECT", "INSERT"])
+    if not db.is_sqlite:
+        assert "pg_advisory_xact_lock" in sent[0][0]
+    [first, *_] = [r for r in records(db) if r.request_id.startswith("x")]
+    assert first.seq == 3 and first.at.tzinfo is not None
+    assert _verify(db) == audit_log.Verified(5, None)
 
 
 def test_db_check_fails_naming_the_tampered_row(db: Database, db_url: str) -> None:
