@@ -512,16 +512,17 @@ def pct(values: list[float], q: float) -> float:
 def progress_answers(logs: list[Path]) -> Counter[str]:
     """Progress reports the simulated jobs posted, by answer class, from the logs of the
     processes that run the simulator (backends/sim/progress.py `Reporter`): they are API calls
-    too, and 5xx among them count. Each process's last tally (every 30 s, so the last seconds
-    of a process may be missing: a lower bound), but the 5xx are its lines, one each."""
-    last: dict[tuple[Path, str], Counter[str]] = {}
+    too, and 5xx among them count. Each reporter's last tally (every 30 s, so the last seconds
+    of a process may be missing: a lower bound), but the 5xx are its lines, one each. A
+    process runs a reporter per simulated backend, each with its own tally."""
+    last: dict[tuple[Path, str, str], Counter[str]] = {}
     errors = 0
-    tally = re.compile(r"progress reports answered so far \(pid (\d+)\): (\{.*\})")
+    tally = re.compile(r"progress reports answered so far \(pid (\d+), ([^)]*)\): (\{.*\})")
     for log in logs:
         with contextlib.suppress(OSError), open(log, errors="replace") as f:
             for line in f:
                 if (found := tally.search(line)) is not None:
-                    last[log, found[1]] = Counter(ast.literal_eval(found[2]))
+                    last[log, found[1], found[2]] = Counter(ast.literal_eval(found[3]))
                 elif " WARNING " in line and "progress of " in line and " answered 5" in line:
                     errors += 1
     out: Counter[str] = sum(last.values(), Counter())

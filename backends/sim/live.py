@@ -69,7 +69,7 @@ def build(name: str, pools: Sequence[SimPoolSpec], settings: SimSettings,
     external = ExternalLoad(arrivals_per_hour=settings.foreign_arrivals_per_hour,
                             occupied=settings.foreign_load)
     url = settings.progress_url or progress_url
-    reporter = Reporter(url) if settings.progress and url else None
+    reporter = Reporter(url, name=name) if settings.progress and url else None
     live = LiveSimBackend(
         name, settings.emulate, pools, WallClock(settings.speed),
         seed=settings.seed, failures=failures, external=external, reporter=reporter,

@@ -85,14 +85,16 @@ class Reporter:
     The answers are counted by class (`answers`: 2xx, 4xx, 5xx, unreachable; and `ended`, the
     reports not sent because their attempt had ended while they waited). A 5xx is logged
     at WARNING, each one (a job's report the server failed), and the counts so far at INFO at
-    most every `tally_every` seconds (`TALLY`, with the process id). bench/soak.py counts the
-    5xx lines and reads the last tally of each process, so a server error answering a job is
+    most every `tally_every` seconds (`TALLY`, with the process id and the reporter's `name`,
+    its backend's: a process runs one per simulated backend). bench/soak.py counts the 5xx
+    lines and reads the last tally of each reporter, so a server error answering a job is
     counted as one of the soak's."""
 
-    TALLY = "progress reports answered so far (pid {pid}): {counts}"
+    TALLY = "progress reports answered so far (pid {pid}, {name}): {counts}"
 
     def __init__(self, url: str, timeout: float = 5.0, capacity: int = 10_000,
-                 senders: int = 4, tally_every: float = 30.0) -> None:
+                 senders: int = 4, tally_every: float = 30.0, name: str = "sim") -> None:
+        self.name = name
         self.url = url.rstrip("/")
         self.timeout = timeout
         self.senders = senders
@@ -161,13 +163,16 @@ class Reporter:
         with self._lock:  # several senders
             self.answers[answer] += 1
             now = time.monotonic()
-            if now - self._tallied < self.tally_every:
-                return
-            self._tallied = now
-        self.tally()
+            if now - self._tallied >= self.tally_every:
+                self._tallied = now
+                self._tally()
 
     def tally(self) -> None:
         """Log the counts so far."""
         with self._lock:
-            counts = dict(sorted(self.answers.items()))
-        log.info(self.TALLY.format(pid=os.getpid(), counts=counts))
+            self._tally()
+
+    def _tally(self) -> None:
+        # logged with the lock held: a later line never carries older counts than one before
+        log.info(self.TALLY.format(pid=os.getpid(), name=self.name,
+                                   counts=dict(sorted(self.answers.items()))))

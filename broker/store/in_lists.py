@@ -95,7 +95,7 @@ def one_of(column: Any, name: str) -> Any:
 
 def none_of(column: Any, name: str) -> Any:
     """`column NOT IN :name` (an empty list excludes nothing), as `one_of`; on PostgreSQL
-    against the array's elements as a hashed set. `column` must not be NULL (NOT IN)."""
+    against the array's elements as a set the server hashes."""
     return _OneOf(column, name, True)
 
 

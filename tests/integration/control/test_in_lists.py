@@ -81,7 +81,11 @@ def test_none_of_excludes_its_keys_and_postgresql_hashes_them(sim: Sim) -> None:
         conn = s.connection()
         assert {r[0] for r in conn.execute(stmt, {"ids": jobs[:2] + ["x"] * 50})} == {jobs[2]}
         assert {r[0] for r in conn.execute(stmt, {"ids": []})} == set(jobs)
+        numbers = sa.select(JOBS.c.id).where(none_of(JOBS.c.number, "numbers"))  # integers
+        first = conn.execute(sa.select(JOBS.c.number).where(JOBS.c.id == jobs[0])).scalar()
+        assert {r[0] for r in conn.execute(numbers, {"numbers": [first]})} == set(jobs[1:])
         if conn.dialect.name == "postgresql":
-            plan = "\n".join(r[0] for r in conn.exec_driver_sql(
-                "EXPLAIN " + str(stmt.compile(conn)), {"ids": jobs}))
-            assert "hashed SubPlan" in plan or "Hash Anti Join" in plan, plan
+            for checked, params in ((stmt, {"ids": jobs}), (numbers, {"numbers": [first]})):
+                plan = "\n".join(r[0] for r in conn.exec_driver_sql(
+                    "EXPLAIN " + str(checked.compile(conn)), params))
+                assert "hashed SubPlan" in plan or "Hash Anti Join" in plan, plan

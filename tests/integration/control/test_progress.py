@@ -167,6 +167,10 @@ def test_a_step_report_of_a_job_at_work_is_one_statement(sim: Sim) -> None:
     assert sent({"step": 20}, 200) == ["UPDATE"]
     assert sent({"step": 30, "checkpoint": "/ckpt/30"}, 200) == locked
     assert sent({"step": 40}, 200) == ["UPDATE"]
+    other = submit_job(sim.plane.db, sim.plane.config, spec().build(), "t").job
+    for wrong in ("nope", progress_token(server_secret(sim.plane.db, "progress"), other.id, 1)):
+        refused = client.post(url, json={"step": 99}, headers={"Authorization": f"Bearer {wrong}"})
+        assert refused.status_code == 401, refused.text  # a job at work: the one-statement try
     with sim.plane.db.read() as s:
         attempt = att.get_attempt(s, job.id, 1)
     assert attempt is not None and (attempt.last_step, attempt.checkpoint_step) == (40, 30)

@@ -71,13 +71,16 @@ def test_the_soak_counts_each_5xx_answering_a_report(
     log = tmp_path / "c.log"
     with open(log, "w") as stream, answering(lambda p: codes[p.split("/")[3]]) as url:
         logs.configure(stream=stream)
-        reporter = Reporter(url, tally_every=0)
+        # one reporter per simulated backend, both in this process
+        slurm, k8s = Reporter(url, tally_every=0, name="sim-slurm"), Reporter(
+            url, tally_every=0, name="sim-k8s")
         for job in ("ok", "ended", "broken", "ok"):
-            reporter.send(Report(job, "t", 1, None))
-        wait_until(lambda: reporter.answers.total() == 4, timeout=30)
+            slurm.send(Report(job, "t", 1, None))
+        k8s.send(Report("ok", "t", 1, None))
+        wait_until(lambda: slurm.answers.total() + k8s.answers.total() == 5, timeout=30)
         stream.flush()
-    assert reporter.answers == Counter({"2xx": 2, "4xx": 1, "5xx": 1})
-    assert progress_answers([log]) == reporter.answers
+    assert slurm.answers == Counter({"2xx": 2, "4xx": 1, "5xx": 1})
+    assert progress_answers([log]) == slurm.answers + k8s.answers
 
 
 def test_a_restarted_process_adds_its_tally_and_untallied_5xx_lines_count(
@@ -88,9 +91,9 @@ def test_a_restarted_process_adds_its_tally_and_untallied_5xx_lines_count(
     tally = Reporter.TALLY.format
     log = tmp_path / "c.log"
     log.write_text("\n".join([
-        "t INFO isthmus.x " + tally(pid=7, counts={"2xx": 5}),
-        "t INFO isthmus.x " + tally(pid=7, counts={"2xx": 9, "4xx": 1}),
-        "t INFO isthmus.x " + tally(pid=8, counts={"2xx": 3}),
+        "t INFO isthmus.x " + tally(pid=7, name="sim-a", counts={"2xx": 5}),
+        "t INFO isthmus.x " + tally(pid=7, name="sim-a", counts={"2xx": 9, "4xx": 1}),
+        "t INFO isthmus.x " + tally(pid=8, name="sim-a", counts={"2xx": 3}),
         "t WARNING isthmus.x progress of j1 answered 503: down",
         "t WARNING isthmus.x progress of j2 answered 500: boom",
     ]) + "\n")
