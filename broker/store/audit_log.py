@@ -99,7 +99,7 @@ def _lock_tail(conn: sa.Connection) -> tuple[int, str, datetime]:
         conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_AUDIT_LOCK})")
     # a statement of its own after the lock: its snapshot sees the tail the last holder wrote
     seq, hash_, now = conn.execute(_tail_and_clock(conn.dialect.name == "sqlite")).one()
-    return (seq, hash_, clock_value(now)) if seq is not None else (0, GENESIS, clock_value(now))
+    return (seq or 0, hash_ or GENESIS, clock_value(now))
 
 
 @functools.cache

@@ -216,10 +216,9 @@ def _executemany_plain(conn: Any, stmt: Any, many: list[dict[str, Any]]) -> bool
     if conn.dialect.paramstyle == "qmark":
         conn.exec_driver_sql(sql, rows)
         return True
-    as_json = _json_insert(stmt, names, conn.dialect)
-    doc = _json_rows(rows) if as_json is not None else None
-    if as_json is not None and doc is not None:
-        conn.exec_driver_sql(as_json, [{"rows": doc}])
+    as_json = _as_json(stmt, names, rows, conn.dialect)
+    if as_json is not None:
+        conn.exec_driver_sql(as_json[0], [{"rows": as_json[1]}])
     else:
         conn.exec_driver_sql(sql, [dict(zip(names, row, strict=True)) for row in rows])
     return True
@@ -237,11 +236,17 @@ def insert_returning(conn: Any, stmt: Any, many: list[dict[str, Any]]) -> Any | 
     if plain is None:
         return None
     _, names, rows = plain
-    sql = _json_insert(stmt, names, conn.dialect)
+    as_json = _as_json(stmt, names, rows, conn.dialect)
+    return None if as_json is None else conn.exec_driver_sql(as_json[0], {"rows": as_json[1]})
+
+
+def _as_json(stmt: Any, names: tuple[str, ...], rows: list[tuple[Any, ...]],
+             dialect: Any) -> tuple[str, str] | None:
+    """`stmt`'s one-statement text for columns `names` (`_json_insert`) and `rows` as its JSON
+    parameter (`_json_rows`), or None where either does not apply."""
+    sql = _json_insert(stmt, names, dialect)
     doc = _json_rows(rows) if sql is not None else None
-    if sql is None or doc is None:
-        return None
-    return conn.exec_driver_sql(sql, {"rows": doc})
+    return None if sql is None or doc is None else (sql, doc)
 
 
 _JSON_INSERTS: dict[tuple[int, tuple[str, ...]], tuple[Any, str | None]] = {}
