@@ -20,27 +20,28 @@ Concurrency, made explicit:
   keeps running in its worker thread and keeps the adapter's lock until it returns; the
   caller goes on with BackendUnavailable (or the cached inventory).
 
-Wake-ups (submit -> admission -> dispatch -> the reconcile that sees the job start): a commit of
-new submissions wakes the admission cycle (on PostgreSQL also when another replica committed
-them: it sends NOTIFY and this runtime listens, broker.store.notify); a cycle that admitted
-wakes the dispatcher; a dispatch that created backend objects wakes the reconcilers at once and
-again after `FOLLOW_UP_S` (a backend shows a fresh object as pending first). A wake that arrives
-while the job runs is not lost: the job runs again right after (its pass may have read the
-database before the commit that woke it); wakes closer than `min_wake_gap` are deferred to the
-end of the gap, not dropped. A reconcile pass that moved a job wakes the admission cycle (an
-ended job's GPUs are free), and a backend with a change feed (Kubernetes watches) wakes its
-reconciler on every event, at most once per `min_wake_gap`.
+Wake-ups (submit -> admission -> dispatch -> the reconcile that sees the job start): a commit of new
+submissions wakes the admission cycle (on PostgreSQL also when another replica committed them: it
+sends NOTIFY and this runtime listens, broker.store.notify); a cycle that admitted wakes the
+dispatcher; a dispatch that created backend objects wakes the reconcilers at once and again after
+`FOLLOW_UP_S` (a backend shows a fresh object as pending first). A wake that arrives while the job
+runs is not lost: the job runs again one gap after that pass ends (its pass may have read the
+database before the commit that woke it; run again at once, a loop woken by a steady stream of
+submits ran its passes back to back); wakes closer than `min_wake_gap` are deferred to the end of
+the gap, not dropped. A reconcile pass that moved a job wakes the admission cycle (an ended job's
+GPUs are free), and a backend with a change feed (Kubernetes watches) wakes its reconciler on every
+event, at most once per `min_wake_gap`.
 
-Why APScheduler, and what is ours on top (issue 32 asked: use it for what it offers, or replace
-the hand-built part): the scheduler gives the thread pool, the interval triggers with
-coalescing and no misfire limit, one instance of a job at a time, pausing and resuming every
-loop job at a change of leadership, moving a job's next run (a wake: `modify_job`) and one-shot
-follow-ups (`date` jobs). Ours is only what it does not offer: a run asked for while the job
-runs is dropped by `max_instances=1` ("skipped"), so `_rewake` runs it again when the pass
-ends; wakes closer than a gap are merged (`_woken`); and a change to the scheduler after
-`stop` began is refused (`_change_scheduler`, as its shutdown holds the job-store lock while it
-waits for running jobs). A loop of our own threads would trade those three for writing the
-generic part (timers, pool, pause/resume) by hand.
+Why APScheduler, and what is ours on top (issue 32 asked: use it for what it offers, or replace the
+hand-built part): the scheduler gives the thread pool, the interval triggers with coalescing and no
+misfire limit, one instance of a job at a time, pausing and resuming every loop job at a change of
+leadership, moving a job's next run (a wake: `modify_job`) and one-shot follow-ups (`date` jobs).
+Ours is only what it does not offer: a run asked for while the job runs is dropped by
+`max_instances=1` ("skipped"), so `_rewake` runs it again one gap after the pass ends; wakes closer
+than a gap are merged (`_woken`); and a change to the scheduler after `stop` began is refused
+(`_change_scheduler`, as its shutdown holds the job-store lock while it waits for running jobs). A
+loop of our own threads would trade those three for writing the generic part (timers, pool,
+pause/resume) by hand.
 """
 
 from __future__ import annotations
@@ -163,6 +164,7 @@ class Runtime:
             if not self.leading:
                 return
             self._cycles[job_id] = cycle = self._cycles.get(job_id, 0) + 1
+            ended: float | None = None
             with self._wake_lock:
                 self._running.add(job_id)
                 self._rewake.discard(job_id)
@@ -179,10 +181,12 @@ class Runtime:
             finally:
                 with self._wake_lock:
                     self._running.discard(job_id)
-                    again = job_id in self._rewake
-                    self._rewake.discard(job_id)
-                if again:
-                    self._schedule(job_id, 0.0)
+                    if job_id in self._rewake:
+                        self._rewake.discard(job_id)
+                        ended = time.monotonic()
+                        self._woken[job_id] = ended + self._gap(job_id)
+                if ended is not None:
+                    self._schedule(job_id, self._gap(job_id))
 
         self.scheduler.add_job(run, "interval", seconds=seconds, id=job_id)
         self.scheduler.pause_job(job_id)
@@ -265,7 +269,7 @@ class Runtime:
         Wake-ups closer than `min_wake_gap` are merged into one run at the end of the gap:
         under a burst of submissions the cycle runs often, not back to back (reconcilers:
         `RECONCILE_WAKE_GAP_S`; `gap` overrides both). A wake while the job runs makes it run
-        again when that pass ends."""
+        again one gap (`_gap`) after that pass ends."""
         if not self.leading or job_id not in self._loop_ids:
             return
         with self._wake_lock:
@@ -277,12 +281,17 @@ class Runtime:
             if last is not None and last > now:
                 return  # a run is already scheduled after this moment: it sees this wake's cause
             if gap is None:
-                gap = self.min_wake_gap
-                if job_id.startswith("reconcile:"):
-                    gap = min(gap, RECONCILE_WAKE_GAP_S)
+                gap = self._gap(job_id)
             at = now if last is None else max(now, last + gap)
             self._woken[job_id] = at
         self._schedule(job_id, at - now)
+
+    def _gap(self, job_id: str) -> float:
+        """The least time between two woken runs of a control job (reconcilers:
+        `RECONCILE_WAKE_GAP_S`, the others `min_wake_gap`)."""
+        if job_id.startswith("reconcile:"):
+            return min(self.min_wake_gap, RECONCILE_WAKE_GAP_S)
+        return self.min_wake_gap
 
     def wake_reconcilers(self) -> None:
         """Wake every backend's reconciler now and again after each of `FOLLOW_UP_S`."""

@@ -85,6 +85,38 @@ def test_a_wake_while_the_job_runs_makes_it_run_again(threaded_sim: Sim) -> None
         runtime.stop()
 
 
+def test_a_pass_woken_while_it_ran_runs_again_one_gap_after_it_ended(threaded_sim: Sim) -> None:
+    """Under a steady stream of wakes (a submit a millisecond at 100/s) the pass is always
+    woken while it runs: run again at once, the loop ran back to back and took a core of the
+    machine whatever the rate. It runs again one gap after it ended instead."""
+    sim = threaded_sim
+    runtime = slow_runtime(sim)
+    started = threading.Event()
+    release = threading.Event()
+    starts: list[float] = []
+    ends: list[float] = []
+
+    def slow_pass(_plane: object) -> None:
+        starts.append(time.monotonic())
+        started.set()
+        if len(starts) == 1:
+            release.wait(30)
+        ends.append(time.monotonic())
+
+    runtime._add("probe", slow_pass, SLOW.admission)
+    runtime.start()
+    try:
+        wait_until(started.is_set, 60, "the first pass (on taking the lease)")
+        runtime.wake("probe")  # arrives while the pass runs
+        release.set()
+        wait_until(lambda: len(starts) >= 2, QUICK_S, "the pass to run again after the wake")
+        assert runtime.min_wake_gap > 0.1
+        assert starts[1] - ends[0] >= runtime.min_wake_gap * 0.9
+    finally:
+        release.set()
+        runtime.stop()
+
+
 def test_wakes_closer_than_the_gap_are_deferred_not_dropped(threaded_sim: Sim) -> None:
     sim = threaded_sim
     runtime = slow_runtime(sim)
