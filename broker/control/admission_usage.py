@@ -22,11 +22,13 @@ Soft state on the plane (whose own fields belong to plane.py): a new process, a 
 half-life, a clock that went back, FULL_EVERY_S of use or MAX_EXPONENT start again from the
 whole history (a replica leading again keeps it: released reservations never change, and what
 was released meanwhile is read as above). On PostgreSQL entry ids are taken at insert, not at
-commit: a release whose transaction stayed open across a cycle's read and whose timestamp is
-more than WINDOW_S older is still missed until then (its reservation drops out instead of
-decaying; a share of the fair-share weight, never a quota or the ledger); likewise a
-reservation whose transaction commits after a cycle read a newer one counts only from its
-release (or the next full read) on.
+commit, so the window is read again, at most every REREAD_S (the cycles between read by id
+alone, as on SQLite): a release whose transaction stayed open across a read of a newer one is
+counted from the next read of the window; one whose timestamp is more than WINDOW_S older than
+that read is missed until the next full read (its reservation drops out instead of decaying; a
+share of the fair-share weight, never a quota or the ledger); likewise a reservation whose
+transaction commits after a cycle read a newer one counts only from its release (or the next
+full read) on.
 """
 
 from __future__ import annotations
@@ -46,7 +48,15 @@ from broker.control.plane import HISTORY_HALF_LIVES, ControlPlane, decayed_from_
 from broker.store.in_lists import none_of
 
 WINDOW_S = 120.0
-"""Releases stamped this long before the previous cycle are read again (late commits, skew)."""
+"""Releases stamped this long before the previous read of the window are read again (late
+commits, skew)."""
+REREAD_S = 10.0
+"""PostgreSQL: the window is read again at most this often; the cycles between read the
+releases newer than the last one read (by entry id). Each read of the window names the
+releases it summed already (12,000 at 100 releases a second), an array the driver encoded
+and the server matched against the window's rows on every admission cycle: 6% of the soak's
+leader. A release committed after a newer one was read is counted up to this late (its
+reservation counted as held meanwhile, then its exact share)."""
 FULL_EVERY_S = 1800.0
 """The whole history is read again this often (bounds what a missed late release costs)."""
 
@@ -81,6 +91,8 @@ class History:
     releases read (None: not read yet)."""
     last_reserve: int = 0
     """The highest reservation entry id read."""
+    window_at: float | None = None
+    """Epoch seconds of the last read of the window by time (PostgreSQL; `REREAD_S`)."""
 
 
 def _history(plane: ControlPlane, now: float, rate: float) -> History:
@@ -101,19 +113,20 @@ def _last_id(s: Session) -> int:
 
 def _rows(s: Session, released_from: float, after_id: int | None = None,
           reserved_after: int | None = None,
-          counted: Iterable[int] = ()) -> sa.Result[tuple[object, ...]]:
+          counted: Iterable[int] = (), window: bool = True) -> sa.Result[tuple[object, ...]]:
     """Reservations released at or after `released_from`, or whose release entry is newer
     than `after_id` (a release written long after its own timestamp), but for the release
     entries `counted` (already summed); and either every one still open (`reserved_after`
     None: the history is built) or only those whose reservation entry is newer than
-    `reserved_after` (the open ones are kept in memory)."""
+    `reserved_after` (the open ones are kept in memory). `window` False: the releases newer
+    than `after_id` alone (`REREAD_S`)."""
     since = datetime.fromtimestamp(released_from, UTC)
     if reserved_after is None:  # the whole history: every reservation open or released since
         return s.connection().execute(_whole(after_id is not None),
                                       {"since": since, "after": after_id})
     # one writer at a time (SQLite's BEGIN IMMEDIATE) takes entry ids in commit order: a
     # release not newer than the last one read committed before that read, which read it
-    by_id = after_id is not None and s.connection().dialect.name == "sqlite"
+    by_id = after_id is not None and (not window or s.connection().dialect.name == "sqlite")
     # what was summed already would only be skipped: not read again (every one of them, bound
     # as one array: at 100 releases a second, reading the window's 12,000 again each cycle
     # was a sixth of the soak's leader); the read by id never meets it
@@ -203,13 +216,17 @@ def _forget_counted(h: History, before: float) -> None:
 
 def _update(h: History, s: Session, t_now: float) -> dict[Key, float]:
     exp, rate, origin = math.exp, h.rate, h.origin
-    released_from = h.read_since - WINDOW_S
     if h.last_release is None:  # a new history: what is newer than the ledger now is new
         h.last_release = _last_id(s)
     building = h.open is None
+    # the window from the previous read of it: a release the reads by id since then missed
+    # was stamped at most WINDOW_S before one of them
+    released_from = (h.read_since if h.window_at is None else h.window_at) - WINDOW_S
+    window = building or h.window_at is None or t_now - h.window_at >= REREAD_S
+    window_at = h.window_at = t_now if window or h.window_at is None else h.window_at
     open_ = h.open = {} if h.open is None else h.open
     rows = _rows(s, released_from, h.last_release, None if building else h.last_reserve,
-                 (i for _, i in h.counted.values()))
+                 (i for _, i in h.counted.values()), window)
     for team, flavor, gpus, job_id, attempt, start, end, rel_id, res_id in rows:
         key = (team, flavor)
         h.last_reserve = max(h.last_reserve, res_id)
@@ -226,7 +243,7 @@ def _update(h: History, s: Session, t_now: float) -> dict[Key, float]:
                 exp(rate * (t_end - origin)) - exp(rate * (t_start - origin)))
             h.counted[(job_id, attempt)] = (end.timestamp(), rel_id)
             heapq.heappush(h.expiry, (end.timestamp(), (job_id, attempt)))
-    _forget_counted(h, t_now - WINDOW_S)
+    _forget_counted(h, window_at - WINDOW_S)  # the next read of the window starts there
     h.read_since = t_now
     scale = exp(-rate * (t_now - origin))
     out = {key: total * scale for key, total in h.closed.items()}

@@ -4,6 +4,7 @@ and those released since the previous cycle (less a window for late commits)."""
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from broker.control.plane import decayed_from_ledger
 from broker.domain import JobState
 from broker.store import open_database
 from tests.builders import insert_job_in_state
+from tests.fixtures.postgres import POSTGRES_ONLY
 from tests.harness.sim import Sim
 
 
@@ -37,8 +39,9 @@ def _rows_read(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     original = admission_usage._rows
 
     def counted(s: Any, released_from: float, after_id: int | None = None,
-                reserved_after: int | None = None, skip: Any = ()) -> list[Any]:
-        rows = list(original(s, released_from, after_id, reserved_after, skip))
+                reserved_after: int | None = None, skip: Any = (),
+                window: bool = True) -> list[Any]:
+        rows = list(original(s, released_from, after_id, reserved_after, skip, window))
         read.append(len(rows))
         return rows
 
@@ -138,6 +141,44 @@ def test_a_release_written_long_after_its_timestamp_is_counted(sim: Sim) -> None
     kept, whole = _both(sim, t0 + timedelta(seconds=310))
     assert kept == pytest.approx(whole, rel=1e-9, abs=1e-9)
     assert kept[("vision", "h100-80g")] > 0
+
+
+@POSTGRES_ONLY  # entry ids are taken at insert: a lower one may commit after a higher one
+def test_a_release_committed_after_a_newer_one_was_read_waits_for_the_next_window_read(
+    sim: Sim,
+) -> None:
+    """Between two reads of the window (REREAD_S) a cycle reads the releases newer than the
+    last one it read, by entry id, without sending the window's summed releases: a release
+    whose transaction was open while a newer one was read counts as held until the next
+    read of the window, which sums its exact share."""
+    t0 = sim.clock.now
+    late = _reserve(sim, "vision", 8, t0 - timedelta(seconds=3600))
+    other = _reserve(sim, "language", 8, t0 - timedelta(seconds=3600))
+    _both(sim, t0)  # the history built, the window read
+    inserted, commit = threading.Event(), threading.Event()
+
+    def release_slowly() -> None:
+        with sim.plane.db.write() as s:
+            assert ledger.release(s, late, 1, t0)
+            inserted.set()
+            commit.wait(30)
+
+    writer = threading.Thread(target=release_slowly)
+    writer.start()
+    try:
+        assert inserted.wait(30)
+        _release(sim, other, t0 + timedelta(seconds=1))  # a newer entry id, committed first
+        kept, whole = _both(sim, t0 + timedelta(seconds=2))
+        assert kept == pytest.approx(whole, rel=1e-9)
+    finally:
+        commit.set()
+        writer.join(30)
+    vision = ("vision", "h100-80g")
+    kept, whole = _both(sim, t0 + timedelta(seconds=admission_usage.REREAD_S - 1))
+    # still held in the history (8 GPUs for seconds more), released in the ledger
+    assert kept[vision] > whole[vision] and kept[vision] != pytest.approx(whole[vision], rel=1e-9)
+    kept, whole = _both(sim, t0 + timedelta(seconds=admission_usage.REREAD_S + 1))
+    assert kept == pytest.approx(whole, rel=1e-9)
 
 
 def test_a_short_half_life_never_overflows_the_kept_sums(sim: Sim) -> None:
