@@ -369,12 +369,15 @@ def last_checkpoint(session: Session, job_id: str, before: int | None = None) ->
     return None if row is None else Checkpoint(row[0], row[1], row[2], row[3])
 
 
+_BY_TOKEN_DIGEST = sa.select(*_COLS).where(
+    ATTEMPTS.c.job_id == sa.bindparam("job_id"),
+    ATTEMPTS.c.progress_token_sha256 == sa.bindparam("digest"))
+"""Built once (a job's first progress report, and each checkpoint, reads it)."""
+
+
 def by_token_digest(session: Session, job_id: str, digest: str) -> AttemptRecord | None:
-    row = session.connection().execute(
-        sa.select(*_COLS).where(
-            ATTEMPTS.c.job_id == job_id, ATTEMPTS.c.progress_token_sha256 == digest
-        )
-    ).first()
+    row = session.connection().execute(_BY_TOKEN_DIGEST,
+                                       {"job_id": job_id, "digest": digest}).first()
     return None if row is None else _rec(row)
 
 

@@ -182,11 +182,14 @@ def set_retry_terms(
         "job_id": job_id, "v_not_before": not_before, "v_exclude": exclude_json})
 
 
+_SET_FIRST_USEFUL_WORK = (
+    sa.update(JOBS)
+    .where(JOBS.c.id == sa.bindparam("job_id"), JOBS.c.first_useful_work_at.is_(None))
+    .values(first_useful_work_at=sa.bindparam("at"))
+)
+
+
 def set_first_useful_work(session: Session, job_id: str, at: datetime) -> bool:
     """Set once: True only for the call that set it."""
-    result = session.connection().execute(
-        sa.update(JOBS)
-        .where(JOBS.c.id == job_id, JOBS.c.first_useful_work_at.is_(None))
-        .values(first_useful_work_at=at)
-    )
+    result = session.connection().execute(_SET_FIRST_USEFUL_WORK, {"job_id": job_id, "at": at})
     return bool(result.rowcount)
