@@ -54,6 +54,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
+from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobSubmissionEvent
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from broker.control.admission import run_admission
@@ -78,6 +79,11 @@ here: 0.3-0.5 s after sbatch), so the first second is sampled densely."""
 RECONCILE_WAKE_GAP_S = 0.1
 """Reconcilers may be woken this often (one backend query per pass; the follow-ups above
 would otherwise merge into the admission-sized gap and see RUNNING up to half a second late)."""
+
+
+SKIPPED_AGAIN_S = 0.05
+"""A run skipped as the pass before it returned (`Runtime._skipped`) is asked for again this
+much later (by then that run has returned; if not, it is skipped and asked for again)."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +116,7 @@ class Runtime:
         self._woken: dict[str, float] = {}  # when each job was last scheduled by a wake
         self._wake_lock = threading.Lock()  # guards the three below (`_lock`: leadership)
         self._running: set[str] = set()
-        self._rewake: set[str] = set()  # woken while running: run again when the pass ends
+        self._rewake: set[str] = set()  # woken while running: run again a gap after the pass
         self._cycles: dict[str, int] = {}  # passes started per control job (in log lines)
         self._stopping = False  # set by stop() under _scheduling: no change to the scheduler after
         self._scheduling = threading.Lock()
@@ -147,6 +153,7 @@ class Runtime:
             self._listener.start()
         self.scheduler.add_job(self.keep_lease, "interval", seconds=iv.lease_ttl / 3,
                                id="lease", next_run_time=datetime.now())
+        self.scheduler.add_listener(self._skipped, EVENT_JOB_MAX_INSTANCES)
         self.scheduler.start()
 
     def stop(self) -> None:
@@ -221,8 +228,22 @@ class Runtime:
             if self.leading:
                 self._pause()
 
+    def _skipped(self, event: JobSubmissionEvent) -> None:
+        """APScheduler skipped a run because the job's previous one still counted as running.
+        While the pass runs, `_rewake` has it (or the interval came round: that pass covers
+        it); once the pass has left `_running`, the run was a wake that came between the
+        pass's end and its return to the scheduler, lost unless it is scheduled again."""
+        job_id = event.job_id
+        with self._wake_lock:
+            if job_id in self._running or job_id not in self._loop_ids:
+                return
+            self._woken[job_id] = time.monotonic() + SKIPPED_AGAIN_S
+        self._schedule(job_id, SKIPPED_AGAIN_S)
+
     def _pause(self) -> None:
         self.leading = False
+        with self._wake_lock:
+            self._woken.clear()  # a wake once leading again runs at once
         for job_id in self._loop_ids:
             self._change_scheduler(partial(self.scheduler.pause_job, job_id),
                                    f"pause of {job_id}")

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import UTC, datetime
 
+from apscheduler.events import EVENT_JOB_MAX_INSTANCES, JobSubmissionEvent
 from fastapi.testclient import TestClient
 
 from broker.api.app import create_app
@@ -114,6 +116,27 @@ def test_a_pass_woken_while_it_ran_runs_again_one_gap_after_it_ended(threaded_si
         assert starts[1] - ends[0] >= runtime.min_wake_gap * 0.9
     finally:
         release.set()
+        runtime.stop()
+
+
+def test_a_run_skipped_as_the_pass_before_it_returned_is_asked_for_again(
+    threaded_sim: Sim,
+) -> None:
+    """A wake that lands after the pass left `_running` but before its run returned to
+    APScheduler is skipped by the scheduler (one instance at a time) and was lost: the job
+    waited for its interval. The skip is seen and the run asked for again."""
+    sim = threaded_sim
+    runtime = slow_runtime(sim)
+    passes: list[float] = []
+    runtime._add("probe", lambda _p: passes.append(time.monotonic()), SLOW.admission)
+    runtime.start()
+    try:
+        wait_until(lambda: len(passes) >= 1 and idle(runtime, "probe"), 60, "the first pass")
+        # what the scheduler reports when it skips a run of a job still counted as running
+        runtime._skipped(JobSubmissionEvent(EVENT_JOB_MAX_INSTANCES, "probe", "default",
+                                            [datetime.now(UTC)]))
+        wait_until(lambda: len(passes) >= 2, QUICK_S, "the skipped run to be asked again")
+    finally:
         runtime.stop()
 
 
