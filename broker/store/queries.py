@@ -6,10 +6,10 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import BindParameter, Select, bindparam, tuple_
+from sqlalchemy import bindparam
 from sqlmodel import Session
 
-from broker.store.in_lists import in_chunks, one_of
+from broker.store.in_lists import in_chunks, one_of, pair_params, pairs_in
 from broker.store.records import (
     EVENTS,
     JOBS,
@@ -56,42 +56,24 @@ def jobs_by_idempotency_keys(
     each)."""
     out: dict[tuple[str, str], JobRecord] = {}
     for chunk in in_chunks(list(dict.fromkeys(pairs))):
-        for row in session.connection().execute(_by_keys(len(chunk)), _key_values(chunk)):
+        for row in session.connection().execute(_BY_KEYS, _key_params(chunk)):
             job = job_from_row(row)
             if job.idempotency_key is not None:
                 out[(job.team, job.idempotency_key)] = job
     return out
 
 
-def by_idempotency_keys(pairs: Sequence[tuple[str, str]]) -> Select[Any]:
-    """The look-up of these pairs with their values bound (what `jobs_by_idempotency_keys`
-    runs, for a plan or a test)."""
-    return _by_keys(len(pairs)).params(_key_values(pairs))
+_BY_KEYS = select_jobs().where(one_of(JOBS.c.idempotency_key, "keys"),
+                               pairs_in(JOBS.c.team, JOBS.c.idempotency_key, "pairs"))
+"""The jobs of exactly the (team, Idempotency-Key) pairs bound: a team's look-up never reads
+another team's jobs. The teams and the keys as plain IN lists beside the pairs let SQLite
+search the unique index (team, key); a row-value IN list alone made it read the whole jobs
+table on every submit. Built once: built and keyed anew for each batch, the look-up was a
+quarter of the API's group commit (its CPU under the soak, 100 submits/s)."""
 
 
-def _key_values(pairs: Sequence[tuple[str, str]]) -> dict[str, str]:
-    values: dict[str, str] = {}
-    for i, (team, key) in enumerate(pairs):
-        values[f"t{i}"] = team
-        values[f"k{i}"] = key
-    return values
-
-
-@functools.lru_cache(maxsize=64)
-def _by_keys(n: int) -> Select[Any]:
-    """The jobs of exactly `n` (team, Idempotency-Key) pairs bound as t0, k0, t1, k1...: a
-    team's look-up never reads another team's jobs. The teams and the keys as plain IN lists
-    beside the pairs let SQLite search the unique index (team, key); a row-value IN list
-    alone made it read the whole jobs table on every submit. Built once per size: built and
-    keyed anew for each batch, the look-up was a quarter of the API's group commit (its CPU
-    under the soak, 100 submits/s)."""
-    team, key = JOBS.c.team, JOBS.c.idempotency_key
-    teams: list[BindParameter[str]] = [bindparam(f"t{i}", type_=team.type) for i in range(n)]
-    keys: list[BindParameter[str]] = [bindparam(f"k{i}", type_=key.type) for i in range(n)]
-    return select_jobs().where(
-        team.in_(teams), key.in_(keys),
-        tuple_(team, key).in_([tuple_(t, k) for t, k in zip(teams, keys, strict=True)]),
-    )
+def _key_params(pairs: Sequence[tuple[str, str]]) -> dict[str, list[Any]]:
+    return {"keys": sorted({k for _, k in pairs}), **pair_params("pairs", pairs)}
 
 
 def list_jobs(
