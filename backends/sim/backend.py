@@ -301,21 +301,24 @@ class SimBackend:
 
     def _progress(self) -> None:
         """Progress reports and checkpoints of the jobs that run now (progress.py)."""
-        delay = self.failures.start_delay_s
         for job in list(self._reporting.values()):
-            rep = job.report
-            if rep is None or job.started is None:
-                continue
-            worked = self._t - job.started - delay
-            if worked < 0 or job.phase is not Phase.RUNNING:
-                continue
-            step = int(job.done_before + worked)
-            report, path = rep.due(self._t, step)
-            if path is not None:
-                self.checkpoints[rep.job_id] = rep.last_checkpoint
-            if report and self.reporter is not None and rep.token is not None:
-                self.reporter.send(Report(rep.job_id, rep.token, step, path,
-                                          running=partial(_runs, job)))
+            self._progress_of(job)
+
+    def _progress_of(self, job: Job, send: bool = True) -> None:
+        """One job's report (unless not `send`) and checkpoint due now."""
+        rep = job.report
+        if rep is None or job.started is None:
+            return
+        worked = self._t - job.started - self.failures.start_delay_s
+        if worked < 0 or job.phase is not Phase.RUNNING:
+            return
+        step = int(job.done_before + worked)
+        report, path = rep.due(self._t, step)
+        if path is not None:
+            self.checkpoints[rep.job_id] = rep.last_checkpoint
+        if send and report and self.reporter is not None and rep.token is not None:
+            self.reporter.send(Report(rep.job_id, rep.token, step, path,
+                                      running=partial(_runs, job)))
 
     def drain_events(self) -> list[tuple[str, str]]:
         """(name, "start" | "end") of Isthmus jobs since the last call, in order: lets a
@@ -433,6 +436,8 @@ class SimBackend:
             self.pending[job.pool].remove(job)
         if job.ended is None:
             self._ended.append((self._t, job.seq, job.name))
+        if job.name in self._reporting:  # a checkpoint written since the last pass is kept
+            self._progress_of(job, send=False)
         job.phase, job.reason, job.message, job.ended = phase, reason, message, self._t
         self._reporting.pop(job.name, None)
         job.failure = failure

@@ -206,6 +206,23 @@ def test_the_running_jobs_are_gone_over_at_most_once_a_simulated_second(
     assert 1 <= len(passes) <= 2
 
 
+def test_a_checkpoint_written_since_the_last_pass_is_kept_when_the_job_ends() -> None:
+    """The running jobs are gone over once a simulated second: a job that crossed a
+    checkpoint since then and is cancelled (preempted) now resumes from that checkpoint."""
+    b = make(reporter=Reports(), progress_every=30)
+    b.submit(request(annotations={"isthmus.io/sim-duration": "300"},
+                     checkpoint={"dir": "/ckpt/j1", "interval": 60, "resumable": True}))
+    b.advance(0.01)
+    job = b.jobs["isthmus-j1-1"]
+    assert job.started is not None
+    work_starts = job.started + b.failures.start_delay_s
+    b.advance(work_starts + 59.5 - b._t)  # a pass at 59.5 s of work: no checkpoint yet
+    assert "j1" not in b.checkpoints
+    b.advance(0.6)  # 60.1 s of work, within the second: no pass
+    b.cancel("isthmus-j1-1", 0)
+    assert b.checkpoints["j1"] == 60
+
+
 def test_no_reports_without_a_reporter() -> None:
     b = make()
     b.submit(request(annotations={"isthmus.io/sim-duration": "100"}))
