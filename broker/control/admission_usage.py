@@ -92,7 +92,8 @@ class History:
     last_reserve: int = 0
     """The highest reservation entry id read."""
     window_at: float | None = None
-    """Epoch seconds of the last read of the window by time (PostgreSQL; `REREAD_S`)."""
+    """Epoch seconds of the last read of the window by time (`REREAD_S`; on SQLite, whose
+    reads are all by id, it only bounds what `counted` keeps)."""
 
 
 def _history(plane: ControlPlane, now: float, rate: float) -> History:
