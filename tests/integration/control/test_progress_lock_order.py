@@ -85,3 +85,34 @@ def test_a_step_report_does_not_wait_for_the_job_row_and_a_checkpoint_does(sim: 
     with sim.plane.db.read() as s:
         attempt = att.get_attempt(s, job.id, 1)
     assert attempt is not None and (attempt.last_step, attempt.checkpoint_step) == (3, 3)
+
+
+def test_a_step_report_waiting_while_a_pass_ends_the_attempt_is_refused_and_writes_nothing(
+    sim: Sim,
+) -> None:
+    """The step report's one statement waits for the attempt row a reconcile pass holds while
+    it ends the attempt; once that commits, the report's condition (attempt not ended) is
+    read again: it writes nothing and is answered 409, never a step on an ended attempt."""
+    job = submit_job(sim.plane.db, sim.plane.config, spec().flavors("h100-80g").build(), "t").job
+    run_admission(sim.plane)
+    assert run_dispatch(sim.plane) == 1
+    token = progress_token(server_secret(sim.plane.db, "progress"), job.id, 1)
+    client = TestClient(create_app(sim.plane.config, sim.plane.db))
+    auth = {"Authorization": f"Bearer {token}"}
+    url = f"/v1/jobs/{job.id}/progress"
+    assert client.post(url, json={"step": 1}, headers=auth).status_code == 200  # first work
+    answers: list[httpx.Response] = []
+    reporter = threading.Thread(target=lambda: answers.append(
+        client.post(url, json={"step": 7}, headers=auth)))
+    with sim.plane.db.write() as s:  # what a reconcile pass does: job row, then attempt row
+        assert records.lock_job(s, job.id) is not None
+        att.update(s, job.id, 1, ended_at=utcnow())
+        reporter.start()
+        wait_until(lambda: lock_waiters(sim.plane.db) >= 1, 60,
+                   "the step report to wait for the attempt row")
+    reporter.join(timeout=60)
+    assert not reporter.is_alive()
+    assert [a.status_code for a in answers] == [409], [a.text for a in answers]
+    with sim.plane.db.read() as s:
+        attempt = att.get_attempt(s, job.id, 1)
+    assert attempt is not None and attempt.last_step == 1
