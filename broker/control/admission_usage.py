@@ -74,7 +74,12 @@ class History:
     rate: float
     """ln 2 / half-life, per second."""
     read_since: float
-    """Epoch seconds: releases from here on (less WINDOW_S) are read next cycle."""
+    """Epoch seconds of the last cycle: a clock that goes back behind it starts again."""
+    window_at: float
+    """Epoch seconds of the last read of the window by time (`REREAD_S`; on SQLite, whose
+    reads are all by id, it only bounds what `counted` keeps): the next one reads the
+    releases stamped from WINDOW_S before it. At first the horizon plus WINDOW_S, so that
+    the history is built from the horizon on."""
     closed: dict[Key, float] = field(default_factory=dict)
     counted: dict[tuple[str, int], tuple[float, int]] = field(default_factory=dict)
     """Closed reservations already summed -> their release time and release entry id (dropped
@@ -91,9 +96,6 @@ class History:
     releases read (None: not read yet)."""
     last_reserve: int = 0
     """The highest reservation entry id read."""
-    window_at: float | None = None
-    """Epoch seconds of the last read of the window by time (`REREAD_S`; on SQLite, whose
-    reads are all by id, it only bounds what `counted` keeps)."""
 
 
 def _history(plane: ControlPlane, now: float, rate: float) -> History:
@@ -101,7 +103,8 @@ def _history(plane: ControlPlane, now: float, rate: float) -> History:
     if (not isinstance(h, History) or h.rate != rate or now < h.read_since
             or now - h.origin > FULL_EVERY_S or rate * (now - h.origin) > MAX_EXPONENT):
         horizon = now - HISTORY_HALF_LIVES * math.log(2) / rate
-        h = History(origin=now, rate=rate, read_since=horizon + WINDOW_S)
+        h = History(origin=now, rate=rate, read_since=horizon + WINDOW_S,
+                    window_at=horizon + WINDOW_S)
         plane.soft.usage_history = h
     return h
 
@@ -222,9 +225,10 @@ def _update(h: History, s: Session, t_now: float) -> dict[Key, float]:
     building = h.open is None
     # the window from the previous read of it: a release the reads by id since then missed
     # was stamped at most WINDOW_S before one of them
-    released_from = (h.read_since if h.window_at is None else h.window_at) - WINDOW_S
-    window = building or h.window_at is None or t_now - h.window_at >= REREAD_S
-    window_at = h.window_at = t_now if window or h.window_at is None else h.window_at
+    released_from = h.window_at - WINDOW_S
+    window = building or t_now - h.window_at >= REREAD_S
+    if window:
+        h.window_at = t_now
     open_ = h.open = {} if h.open is None else h.open
     rows = _rows(s, released_from, h.last_release, None if building else h.last_reserve,
                  (i for _, i in h.counted.values()), window)
@@ -244,7 +248,7 @@ def _update(h: History, s: Session, t_now: float) -> dict[Key, float]:
                 exp(rate * (t_end - origin)) - exp(rate * (t_start - origin)))
             h.counted[(job_id, attempt)] = (end.timestamp(), rel_id)
             heapq.heappush(h.expiry, (end.timestamp(), (job_id, attempt)))
-    _forget_counted(h, window_at - WINDOW_S)  # the next read of the window starts there
+    _forget_counted(h, h.window_at - WINDOW_S)  # the next read of the window starts there
     h.read_since = t_now
     scale = exp(-rate * (t_now - origin))
     out = {key: total * scale for key, total in h.closed.items()}

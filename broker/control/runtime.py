@@ -171,7 +171,6 @@ class Runtime:
             if not self.leading:
                 return
             self._cycles[job_id] = cycle = self._cycles.get(job_id, 0) + 1
-            ended: float | None = None
             with self._wake_lock:
                 self._running.add(job_id)
                 self._rewake.discard(job_id)
@@ -186,14 +185,15 @@ class Runtime:
                         log.exception("control job %s failed; it runs again next interval",
                                       job_id)
             finally:
+                gap = self._gap(job_id)
                 with self._wake_lock:
                     self._running.discard(job_id)
-                    if job_id in self._rewake:
+                    again = job_id in self._rewake
+                    if again:
                         self._rewake.discard(job_id)
-                        ended = time.monotonic()
-                        self._woken[job_id] = ended + self._gap(job_id)
-                if ended is not None:
-                    self._schedule(job_id, self._gap(job_id))
+                        self._woken[job_id] = time.monotonic() + gap
+                if again:
+                    self._schedule(job_id, gap)
 
         self.scheduler.add_job(run, "interval", seconds=seconds, id=job_id)
         self.scheduler.pause_job(job_id)
