@@ -16,6 +16,7 @@ from broker.domain.clock import utcnow
 from broker.orchestration.submission import submit_job
 from broker.store import attempts as att
 from broker.store import records
+from broker.store.records import JobRecord
 from broker.store.secrets import progress_token, server_secret
 from tests.builders import spec
 from tests.fixtures.postgres import POSTGRES_ONLY, lock_waiters
@@ -23,6 +24,20 @@ from tests.harness.sim import Sim
 from tests.harness.wait import wait_until
 
 pytestmark = POSTGRES_ONLY  # row-lock order matters only where rows are locked
+
+
+def _at_work(sim: Sim) -> tuple[JobRecord, TestClient, str, dict[str, str]]:
+    """A job dispatched and at work (its first report taken): the job, an API client, its
+    progress URL and the attempt's token header."""
+    job = submit_job(sim.plane.db, sim.plane.config, spec().flavors("h100-80g").build(), "t").job
+    run_admission(sim.plane)
+    assert run_dispatch(sim.plane) == 1
+    token = progress_token(server_secret(sim.plane.db, "progress"), job.id, 1)
+    client = TestClient(create_app(sim.plane.config, sim.plane.db))
+    auth = {"Authorization": f"Bearer {token}"}
+    url = f"/v1/jobs/{job.id}/progress"
+    assert client.post(url, json={"step": 1}, headers=auth).status_code == 200  # first work
+    return job, client, url, auth
 
 
 def test_a_progress_report_waits_for_a_reconcile_holding_the_job_row(sim: Sim) -> None:
@@ -56,14 +71,7 @@ def test_a_step_report_does_not_wait_for_the_job_row_and_a_checkpoint_does(sim: 
     """A step of a job already at work locks its attempt row alone (one statement, then the
     commit: nothing to deadlock with), so a pass holding the job row does not hold it up; a
     checkpoint still waits for that pass (it may be ending the attempt)."""
-    job = submit_job(sim.plane.db, sim.plane.config, spec().flavors("h100-80g").build(), "t").job
-    run_admission(sim.plane)
-    assert run_dispatch(sim.plane) == 1
-    token = progress_token(server_secret(sim.plane.db, "progress"), job.id, 1)
-    client = TestClient(create_app(sim.plane.config, sim.plane.db))
-    auth = {"Authorization": f"Bearer {token}"}
-    url = f"/v1/jobs/{job.id}/progress"
-    assert client.post(url, json={"step": 1}, headers=auth).status_code == 200  # first work
+    job, client, url, auth = _at_work(sim)
     answers: list[httpx.Response] = []
 
     def report(body: dict[str, object]) -> threading.Thread:
@@ -93,14 +101,7 @@ def test_a_step_report_waiting_while_a_pass_ends_the_attempt_is_refused_and_writ
     """The step report's one statement waits for the attempt row a reconcile pass holds while
     it ends the attempt; once that commits, the report's condition (attempt not ended) is
     read again: it writes nothing and is answered 409, never a step on an ended attempt."""
-    job = submit_job(sim.plane.db, sim.plane.config, spec().flavors("h100-80g").build(), "t").job
-    run_admission(sim.plane)
-    assert run_dispatch(sim.plane) == 1
-    token = progress_token(server_secret(sim.plane.db, "progress"), job.id, 1)
-    client = TestClient(create_app(sim.plane.config, sim.plane.db))
-    auth = {"Authorization": f"Bearer {token}"}
-    url = f"/v1/jobs/{job.id}/progress"
-    assert client.post(url, json={"step": 1}, headers=auth).status_code == 200  # first work
+    job, client, url, auth = _at_work(sim)
     answers: list[httpx.Response] = []
     reporter = threading.Thread(target=lambda: answers.append(
         client.post(url, json={"step": 7}, headers=auth)))
