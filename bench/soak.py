@@ -512,8 +512,9 @@ def pct(values: list[float], q: float) -> float:
 def progress_answers(logs: list[Path]) -> Counter[str]:
     """Progress reports the simulated jobs posted, by answer class, from the logs of the
     processes that run the simulator (backends/sim/progress.py `Reporter`): they are API calls
-    too, and 5xx among them count. Each reporter's last tally (every 30 s, so the last seconds
-    of a process may be missing: a lower bound), but the 5xx are its lines, one each. A
+    too, and 5xx among them count. Each reporter's last tally (every 30 s and at exit: final
+    for a process that stopped, a lower bound for one killed), but the 5xx are its lines, one
+    each. A
     process runs a reporter per simulated backend, each with its own tally."""
     last: dict[tuple[Path, str, str], Counter[str]] = {}
     errors = 0
@@ -777,7 +778,8 @@ async def _run(reps: list[Replica], args: argparse.Namespace, outage: Outage, db
                 else progress_answers([r.log for r in reps]))
     err5 = sum(stats.err5.values()) + progress.get("5xx", 0)
     print("progress reports posted by the jobs, by answer (5xx: each; the others: the "
-          f"simulators' last tallies, a lower bound): {dict(progress)}")
+          "simulators' last tallies, final but for a killed process's): "
+          f"{dict(progress)}")
     print(f"events (s into the run): {json.dumps({k: round(v) for k, v in events.items()})}")
     print(f"offered {n} submits at {args.rate:g}/s; answered {len(stats.acked)}; unanswered "
           f"{len(stats.unanswered)}; other 4xx {dict(stats.other)}")

@@ -14,6 +14,7 @@ answers them may be the process making that call.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import queue
@@ -86,7 +87,8 @@ class Reporter:
     reports not sent because their attempt had ended while they waited). A 5xx is logged
     at WARNING, each one (a job's report the server failed), and the counts so far at INFO at
     most every `tally_every` seconds (`TALLY`, with the process id and the reporter's `name`,
-    its backend's: a process runs one per simulated backend). bench/soak.py counts the 5xx
+    its backend's: a process runs one per simulated backend), and once more when the process
+    exits (the counts are then final, but for a process killed). bench/soak.py counts the 5xx
     lines and reads the last tally of each reporter, so a server error answering a job is
     counted as one of the soak's."""
 
@@ -108,6 +110,7 @@ class Reporter:
     def send(self, report: Report) -> None:
         with self._lock:
             if self._thread is None:
+                atexit.register(self.tally)
                 for i in range(self.senders):
                     self._thread = threading.Thread(target=self._run, name=f"sim-progress-{i}",
                                                     daemon=True)

@@ -113,3 +113,29 @@ def test_a_report_whose_attempt_ended_while_it_waited_is_not_sent() -> None:
         reporter.send(Report("runs", "t", 1, None))
         wait_until(lambda: reporter.answers.total() == 2, timeout=30)
     assert posted == ["runs"] and reporter.answers == Counter({"2xx": 1, "ended": 1})
+
+
+def test_a_process_that_exits_logs_its_final_tally(tmp_path: Path) -> None:
+    """The last tally read by the soak is the final count of a process that stopped (SIGTERM,
+    the end of a soak), not the one up to 30 s older: it is logged at exit."""
+    import subprocess
+    import sys
+
+    from tests.harness.server import free_port
+
+    script = (
+        "import time\n"
+        "from backends.sim.progress import Report, Reporter\n"
+        "from broker import logs\n"
+        "logs.configure()\n"
+        f"r = Reporter('http://127.0.0.1:{free_port()}', name='sim-x')\n"
+        "r.send(Report('job-a', 't', 1, None))\n"
+        "deadline = time.monotonic() + 30\n"
+        "while not r.idle() and time.monotonic() < deadline:\n"
+        "    time.sleep(0.01)\n"
+    )
+    log = tmp_path / "x.log"
+    with open(log, "w") as out:
+        subprocess.run([sys.executable, "-c", script], stdout=out, stderr=out, check=True,
+                       timeout=60, cwd=Path(__file__).resolve().parents[3])
+    assert progress_answers([log]) == Counter({"unreachable": 1}), log.read_text()
