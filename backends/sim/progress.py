@@ -83,8 +83,9 @@ class Reporter:
     after their attempts had ended); a full queue drops the oldest report (the next one says
     more), and a refused report (the attempt ended) is dropped.
 
-    The answers are counted by class (`answers`: 2xx, 4xx, 5xx, unreachable; and `ended`, the
-    reports not sent because their attempt had ended while they waited). A 5xx is logged
+    The answers are counted by class (`answers`: 2xx, 4xx, 5xx, unreachable; `ended`, the
+    reports not sent because their attempt had ended while they waited; `dropped`, the oldest
+    ones pushed out of a full queue): their sum is the load the jobs offered. A 5xx is logged
     at WARNING, each one (a job's report the server failed), and the counts so far at INFO at
     most every `tally_every` seconds (`TALLY`, with the process id and the reporter's `name`,
     its backend's: a process runs one per simulated backend), and once more when the process
@@ -122,6 +123,8 @@ class Reporter:
             except queue.Full:
                 with contextlib.suppress(queue.Empty):
                     self._queue.get_nowait()
+                    self._queue.task_done()
+                    self._count("dropped")
 
     def idle(self) -> bool:
         return self._queue.unfinished_tasks == 0

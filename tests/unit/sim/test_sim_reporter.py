@@ -139,3 +139,24 @@ def test_a_process_that_exits_logs_its_final_tally(tmp_path: Path) -> None:
         subprocess.run([sys.executable, "-c", script], stdout=out, stderr=out, check=True,
                        timeout=60, cwd=Path(__file__).resolve().parents[3])
     assert progress_answers([log]) == Counter({"unreachable": 1}), log.read_text()
+
+
+def test_a_report_pushed_out_of_a_full_queue_is_counted_as_dropped() -> None:
+    """The answers and the drops add up to the reports the jobs offered, so the soak can say
+    how much of its progress load was sent."""
+    arrived, release = threading.Event(), threading.Event()
+
+    def code_of(path: str) -> int:
+        arrived.set()
+        release.wait(timeout=30)
+        return 200
+
+    with answering(code_of) as url:
+        reporter = Reporter(url, capacity=1, senders=1)
+        reporter.send(Report("first", "t", 1, None))
+        assert arrived.wait(timeout=30)  # the one sender is busy with it
+        reporter.send(Report("pushed-out", "t", 1, None))
+        reporter.send(Report("last", "t", 1, None))
+        release.set()
+        wait_until(reporter.idle, timeout=30)
+    assert reporter.answers == Counter({"2xx": 2, "dropped": 1})
