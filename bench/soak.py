@@ -107,9 +107,12 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def write_config(work: Path, rate: float, outage_file: Path) -> Path:
+def write_config(work: Path, rate: float, outage_file: Path,
+                 progress_every: float = 40) -> Path:
     """examples/isthmus.yaml with its pools scaled to the rate, four teams, a quick control
-    loop and the outage drill armed on sim-slurm (off until the file exists)."""
+    loop and the outage drill armed on sim-slurm (off until the file exists); each running
+    job reports its progress every `progress_every` simulated seconds (0: the jobs report
+    nothing)."""
     cfg = yaml.safe_load((ROOT / "examples" / "isthmus.yaml").read_text())
     # jobs run 20-100 simulated s at speed 10 (~7 s with the start), ~4 GPUs each: 2x room
     nodes = max(8, math.ceil(rate * 7 * 4 * 2 / 8 / 4 / 8) * 8)
@@ -118,7 +121,10 @@ def write_config(work: Path, rate: float, outage_file: Path) -> Path:
                          "racks_per_block": 4}
         p["shared"] = True
     for b in cfg["backends"]:
-        b["settings"]["progress_interval"] = 40
+        if progress_every > 0:
+            b["settings"]["progress_interval"] = progress_every
+        else:
+            b["settings"]["progress"] = False
     cfg["backends"][0]["settings"]["outage_file"] = str(outage_file)
     cfg["control"].update({"admission_interval": 1, "dispatch_interval": 0.5,
                            "reconcile_interval": 1, "lease_ttl": 5, "lost_grace": 20})
@@ -688,6 +694,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="API replicas a, b with --no-control and the control loop in two "
                     "processes of its own, c and d (`isthmus control`); the kill drill kills "
                     "the leading one")
+    ap.add_argument("--progress-every", type=float, default=40,
+                    help="simulated seconds between a running job's progress reports (the "
+                    "simulators post them, four senders per backend); 0: no reports")
     return ap.parse_args(argv)
 
 
@@ -698,7 +707,7 @@ def main() -> None:
     pg = None if args.db else Postgres()
     db = args.db or (pg.url if pg else "")
     outage = work / "sim-slurm.outage"
-    config = write_config(work, args.rate, outage)
+    config = write_config(work, args.rate, outage, args.progress_every)
     reps = [Replica(n, config, db, work, role="api" if args.split else "server")
             for n in ("a", "b")]
     if args.split:  # the control loop in processes of their own; simulated jobs report to a
