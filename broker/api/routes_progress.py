@@ -23,7 +23,6 @@ from broker.store import attempts as att
 from broker.store import records
 from broker.store.conflicts import on_conflict
 from broker.store.db import Database
-from broker.store.records import JobRecord
 from broker.store.secrets import digest
 
 router = APIRouter(
@@ -69,24 +68,35 @@ def progress(
         raise Problem(404, "job-not-found", "Job not found", f"no job with id '{job_id}'")
     db: Database = request.app.state.db
     now = utcnow()
-    number, first, job = _record(db, job_id, digest(token), body, now)
-    if first and job is not None:  # observed once the report committed: counted once
-        TIME_TO_USEFUL_WORK.labels(job.team).observe((now - job.created_at).total_seconds())
+    number, first = _record(db, job_id, digest(token), body, now)
+    if first is not None:  # observed once the report committed: counted once
+        team, created_at = first
+        TIME_TO_USEFUL_WORK.labels(team).observe((now - created_at).total_seconds())
     return ProgressAck(job_id=job_id, attempt=number, step=body.step,
-                       first_useful_work=first, checkpoint=body.checkpoint or None)
+                       first_useful_work=first is not None,
+                       checkpoint=body.checkpoint or None)
 
 
 @on_conflict  # a deadlock victim is written again: its aborted transaction left nothing
 def _record(db: Database, job_id: str, token_digest: str, body: Progress,
-            now: datetime) -> tuple[int, bool, JobRecord | None]:
-    """The report written: the attempt's number, whether it was the job's first, the job
-    (read only when it is written: a first report or a checkpoint)."""
+            now: datetime) -> tuple[int, tuple[str, datetime] | None]:
+    """The report written: the attempt's number and, for the job's first report, the job's
+    team and creation time (its time to useful work)."""
     with db.write() as s:
         if not body.checkpoint:
             # most reports: a step of a job already at work, one statement, no job row
             number = att.report_step(s, job_id, token_digest, body.step, now)
             if number is not None:
-                return number, False, None
+                return number, None
+            # the job's first report: its first useful work (the job row locked), then the
+            # step, the same one statement now that the job is at work (three in all)
+            started = records.start_useful_work(s, job_id, token_digest, now)
+            if started is not None:
+                number = att.report_step(s, job_id, token_digest, body.step, now)
+                if number is not None:
+                    return number, started
+                # a pass ended the attempt before the job's lock was ours: answered below
+                # (409), which rolls back the first useful work set above
         # Lock order job row -> attempt row, as set_state and the reconciler take them:
         # updating the attempt first deadlocked against a reconcile pass on PostgreSQL.
         # A checkpoint waits for a pass ending the attempt, so it is not kept for an
@@ -105,4 +115,4 @@ def _record(db: Database, job_id: str, token_digest: str, body: Progress,
                           checkpoint_at=now)
         att.update(s, job_id, attempt.number, **values)
         first = records.set_first_useful_work(s, job_id, now)
-    return attempt.number, first, job
+    return attempt.number, (job.team, job.created_at) if first else None

@@ -17,6 +17,7 @@ from broker.store import batch, cause_lookups
 from broker.store.in_lists import one_of
 
 # the tables of jobs and events, named here for this module's callers
+from broker.store.tables import ATTEMPTS
 from broker.store.tables import EVENTS as EVENTS
 from broker.store.tables import JOBS as JOBS
 
@@ -193,3 +194,24 @@ def set_first_useful_work(session: Session, job_id: str, at: datetime) -> bool:
     """Set once: True only for the call that set it."""
     result = session.connection().execute(_SET_FIRST_USEFUL_WORK, {"job_id": job_id, "at": at})
     return bool(result.rowcount)
+
+
+_START_USEFUL_WORK = _SET_FIRST_USEFUL_WORK.where(
+    sa.exists().where(ATTEMPTS.c.job_id == JOBS.c.id,
+                      ATTEMPTS.c.progress_token_sha256 == sa.bindparam("digest"),
+                      ATTEMPTS.c.ended_at.is_(None))
+).returning(JOBS.c.team, JOBS.c.created_at)
+
+
+def start_useful_work(session: Session, job_id: str, digest: str,
+                      at: datetime) -> tuple[str, datetime] | None:
+    """A job's first progress report, in one statement: its first useful work set to `at` when
+    none is and an attempt with the token's `digest` has not ended; the job's team and
+    creation time, or None (nothing written). The job row is locked before any attempt row
+    (the order of set_state and the passes); its attempt is only read, so the caller writes
+    the attempt after it, and a pass may have ended that attempt before this statement got
+    the job's lock (PostgreSQL checks the attempt as of the statement's start): the write of
+    the attempt, which requires it running, then finds none."""
+    row = session.connection().execute(
+        _START_USEFUL_WORK, {"job_id": job_id, "digest": digest, "at": at}).first()
+    return None if row is None else (row[0], row[1])

@@ -146,8 +146,9 @@ def test_without_a_reported_checkpoint_the_static_dir_is_resumed(sim: Sim) -> No
 def test_a_step_report_of_a_job_at_work_is_one_statement(sim: Sim) -> None:
     """Most reports are a step of a job already at work: one UPDATE of the attempt (they were
     four statements: the job row locked, the attempt read, updated, the job's first useful work
-    tried). The first report, a checkpoint, a wrong token and an ended attempt still take the
-    locked path and answer as before."""
+    tried). The first report is three: the step tried, the job's first useful work (its row
+    locked), the step (it was five: the try and the four). A checkpoint, a wrong token and an
+    ended attempt still take the locked path and answer as before."""
     job = submit_job(sim.plane.db, sim.plane.config, spec().flavors("h100-80g").build(), "t").job
     run_admission(sim.plane)
     assert run_dispatch(sim.plane) == 1
@@ -163,7 +164,10 @@ def test_a_step_report_of_a_job_at_work_is_one_statement(sim: Sim) -> None:
         return [v for v in verbs if v != "BEGIN"]  # SQLite's (BEGIN IMMEDIATE)
 
     locked = ["SELECT", "SELECT", "UPDATE", "UPDATE"]  # job, attempt; attempt, first work
-    assert sent({"step": 10}, 200) == ["UPDATE", *locked]  # the first: no first work yet
+    assert sent({"step": 10}, 200) == ["UPDATE", "UPDATE", "UPDATE"]  # the first
+    with sim.plane.db.read() as s:
+        started = get_job(s, job.id)
+    assert started is not None and started.first_useful_work_at is not None
     assert sent({"step": 20}, 200) == ["UPDATE"]
     assert sent({"step": 30, "checkpoint": "/ckpt/30"}, 200) == locked
     assert sent({"step": 40}, 200) == ["UPDATE"]

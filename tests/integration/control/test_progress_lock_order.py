@@ -16,6 +16,7 @@ from broker.domain.clock import utcnow
 from broker.orchestration.submission import submit_job
 from broker.store import attempts as att
 from broker.store import records
+from broker.store.queries import get_job
 from broker.store.records import JobRecord
 from broker.store.secrets import progress_token, server_secret
 from tests.builders import spec
@@ -117,3 +118,35 @@ def test_a_step_report_waiting_while_a_pass_ends_the_attempt_is_refused_and_writ
     with sim.plane.db.read() as s:
         attempt = att.get_attempt(s, job.id, 1)
     assert attempt is not None and attempt.last_step == 1
+
+
+def test_a_first_report_waiting_while_a_pass_ends_the_attempt_is_refused_and_writes_nothing(
+    sim: Sim,
+) -> None:
+    """A job's first report sets its first useful work in one statement that waits for the job
+    row a pass holds; the pass ends the attempt meanwhile. PostgreSQL checks the attempt as of
+    the statement's start (running), so the job row is written; the attempt's write that
+    follows finds it ended: 409, and the first useful work is rolled back with it."""
+    job = submit_job(sim.plane.db, sim.plane.config, spec().flavors("h100-80g").build(), "t").job
+    run_admission(sim.plane)
+    assert run_dispatch(sim.plane) == 1
+    token = progress_token(server_secret(sim.plane.db, "progress"), job.id, 1)
+    client = TestClient(create_app(sim.plane.config, sim.plane.db))
+    answers: list[httpx.Response] = []
+    reporter = threading.Thread(target=lambda: answers.append(client.post(
+        f"/v1/jobs/{job.id}/progress", json={"step": 3},
+        headers={"Authorization": f"Bearer {token}"})))
+    with sim.plane.db.write() as s:  # what a reconcile pass does: job row, then attempt row
+        assert records.lock_job(s, job.id) is not None
+        reporter.start()
+        wait_until(lambda: lock_waiters(sim.plane.db) >= 1, 60,
+                   "the first report to wait for the job row")
+        att.update(s, job.id, 1, ended_at=utcnow())
+    reporter.join(timeout=60)
+    assert not reporter.is_alive()
+    assert [a.status_code for a in answers] == [409], [a.text for a in answers]
+    with sim.plane.db.read() as s:
+        attempt = att.get_attempt(s, job.id, 1)
+        row = get_job(s, job.id)
+    assert attempt is not None and attempt.last_step is None
+    assert row is not None and row.first_useful_work_at is None
