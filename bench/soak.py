@@ -9,7 +9,9 @@ control loop, the other stands by; both serve the API. Then, open loop for `--mi
   to the other: counted as a connection retry, not a 5xx);
 - mixed in: a cancel of one submit in ten (0-10 s after its answer), and per submit a 10%
   chance each of a list (`GET /v1/jobs?team=`), an explain and a job read; the simulated jobs
-  themselves post progress reports to the leader (`POST /v1/jobs/{id}/progress`);
+  themselves post progress reports (`POST /v1/jobs/{id}/progress`) every `--progress-every`
+  simulated seconds, each simulated backend's to one of the replicas (a load balancer's
+  share);
 - at 1/3 of the run the `sim-slurm` backend is unreachable for `--outage` seconds (its
   `outage_file` exists; backends/sim/live.py), at 1/2 the leader is killed with SIGKILL and
   restarted 20 s later (as a service manager would).
@@ -48,6 +50,7 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -108,11 +111,13 @@ def _free_port() -> int:
 
 
 def write_config(work: Path, rate: float, outage_file: Path,
-                 progress_every: float = 40) -> Path:
+                 progress_every: float = 400, progress_to: Sequence[str] = ()) -> Path:
     """examples/isthmus.yaml with its pools scaled to the rate, four teams, a quick control
     loop and the outage drill armed on sim-slurm (off until the file exists); each running
     job reports its progress every `progress_every` simulated seconds (0: the jobs report
-    nothing)."""
+    nothing), the jobs of each simulated backend to one of the API URLs `progress_to` in
+    turn, as pods reach the replicas through a load balancer (none given: to the process's
+    own listener)."""
     cfg = yaml.safe_load((ROOT / "examples" / "isthmus.yaml").read_text())
     # jobs run 20-100 simulated s at speed 10 (~7 s with the start), ~4 GPUs each: 2x room
     nodes = max(8, math.ceil(rate * 7 * 4 * 2 / 8 / 4 / 8) * 8)
@@ -120,7 +125,9 @@ def write_config(work: Path, rate: float, outage_file: Path,
         p["capacity"] = {"nodes": nodes, "gpus_per_node": 8, "nodes_per_rack": 8,
                          "racks_per_block": 4}
         p["shared"] = True
-    for b in cfg["backends"]:
+    for i, b in enumerate(cfg["backends"]):
+        if progress_to:
+            b["settings"]["progress_url"] = progress_to[i % len(progress_to)]
         if progress_every > 0:
             b["settings"]["progress_interval"] = progress_every
         else:
@@ -694,9 +701,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="API replicas a, b with --no-control and the control loop in two "
                     "processes of its own, c and d (`isthmus control`); the kill drill kills "
                     "the leading one")
-    ap.add_argument("--progress-every", type=float, default=40,
+    ap.add_argument("--progress-every", type=float, default=400,
                     help="simulated seconds between a running job's progress reports (the "
-                    "simulators post them, four senders per backend); 0: no reports")
+                    "simulators post them, four senders per backend; at speed 10, 400 is a "
+                    "report every 40 wall seconds, so each job's first report and few more: "
+                    "about one per job); 0: no reports")
     return ap.parse_args(argv)
 
 
@@ -707,10 +716,11 @@ def main() -> None:
     pg = None if args.db else Postgres()
     db = args.db or (pg.url if pg else "")
     outage = work / "sim-slurm.outage"
-    config = write_config(work, args.rate, outage, args.progress_every)
+    config = work / "isthmus.yaml"
     reps = [Replica(n, config, db, work, role="api" if args.split else "server")
             for n in ("a", "b")]
-    if args.split:  # the control loop in processes of their own; simulated jobs report to a
+    write_config(work, args.rate, outage, args.progress_every, [r.url for r in reps])
+    if args.split:  # the control loop in processes of their own
         reps += [Replica(n, config, db, work, role="control", api_port=reps[0].port)
                  for n in ("c", "d")]
     try:

@@ -38,3 +38,20 @@ def test_both_soaks_take_the_shared_options_alike() -> None:
 def test_the_real_soak_refuses_the_simulated_ones_own_options(flag: str) -> None:
     with pytest.raises(SystemExit):
         soak_real.parse_args([flag, "x"] if flag == "--db" else [flag])
+
+
+def test_the_jobs_progress_load_is_stated_and_spread_over_the_replicas(tmp_path: Path) -> None:
+    """Each simulated backend's jobs report to one API replica in turn (a load balancer's
+    share: they all went to one replica), every `--progress-every` simulated seconds; 0 turns
+    the reports off."""
+    import yaml
+
+    assert soak.parse_args([]).progress_every == 400
+    cfg = yaml.safe_load(soak.write_config(tmp_path, 100, tmp_path / "o", 400,
+                                           ["http://a", "http://b"]).read_text())
+    settings = [b["settings"] for b in cfg["backends"]]
+    assert [s["progress_url"] for s in settings] == ["http://a", "http://b"]
+    assert [s["progress_interval"] for s in settings] == [400, 400]
+    off = yaml.safe_load(soak.write_config(tmp_path, 100, tmp_path / "o", 0).read_text())
+    assert all(b["settings"]["progress"] is False and "progress_url" not in b["settings"]
+               for b in off["backends"])
