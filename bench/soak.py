@@ -527,8 +527,7 @@ def progress_answers(logs: list[Path]) -> Counter[str]:
     processes that run the simulator (backends/sim/progress.py `Reporter`): they are API calls
     too, and 5xx among them count. Each reporter's last tally (every 30 s and at exit: final
     for a process that stopped, a lower bound for one killed), but the 5xx are its lines, one
-    each. A
-    process runs a reporter per simulated backend, each with its own tally."""
+    each. A process runs a reporter per simulated backend, each with its own tally."""
     last: dict[tuple[Path, str, str], Counter[str]] = {}
     errors = 0
     tally = re.compile(r"progress reports answered so far \(pid (\d+), ([^)]*)\): (\{.*\})")
