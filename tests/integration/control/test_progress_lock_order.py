@@ -27,33 +27,29 @@ from tests.harness.wait import wait_until
 pytestmark = POSTGRES_ONLY  # row-lock order matters only where rows are locked
 
 
-def _at_work(sim: Sim) -> tuple[JobRecord, TestClient, str, dict[str, str]]:
-    """A job dispatched and at work (its first report taken): the job, an API client, its
-    progress URL and the attempt's token header."""
+def _dispatched(sim: Sim) -> tuple[JobRecord, TestClient, str, dict[str, str]]:
+    """A job dispatched, not yet at work: the job, an API client, its progress URL and the
+    attempt's token header."""
     job = submit_job(sim.plane.db, sim.plane.config, spec().flavors("h100-80g").build(), "t").job
     run_admission(sim.plane)
     assert run_dispatch(sim.plane) == 1
     token = progress_token(server_secret(sim.plane.db, "progress"), job.id, 1)
     client = TestClient(create_app(sim.plane.config, sim.plane.db))
-    auth = {"Authorization": f"Bearer {token}"}
-    url = f"/v1/jobs/{job.id}/progress"
+    return job, client, f"/v1/jobs/{job.id}/progress", {"Authorization": f"Bearer {token}"}
+
+
+def _at_work(sim: Sim) -> tuple[JobRecord, TestClient, str, dict[str, str]]:
+    """`_dispatched`, and at work (its first report taken)."""
+    job, client, url, auth = _dispatched(sim)
     assert client.post(url, json={"step": 1}, headers=auth).status_code == 200  # first work
     return job, client, url, auth
 
 
 def test_a_progress_report_waits_for_a_reconcile_holding_the_job_row(sim: Sim) -> None:
-    job = submit_job(sim.plane.db, sim.plane.config, spec().flavors("h100-80g").build(), "t").job
-    run_admission(sim.plane)
-    assert run_dispatch(sim.plane) == 1
-    token = progress_token(server_secret(sim.plane.db, "progress"), job.id, 1)
-    client = TestClient(create_app(sim.plane.config, sim.plane.db))
+    job, client, url, auth = _dispatched(sim)
     answers: list[httpx.Response] = []
-
-    def report() -> None:
-        answers.append(client.post(f"/v1/jobs/{job.id}/progress", json={"step": 5},
-                                   headers={"Authorization": f"Bearer {token}"}))
-
-    reporter = threading.Thread(target=report)
+    reporter = threading.Thread(target=lambda: answers.append(
+        client.post(url, json={"step": 5}, headers=auth)))
     with sim.plane.db.write() as s:  # what a reconcile pass does: job row, then attempt row
         assert records.lock_job(s, job.id) is not None
         reporter.start()
@@ -127,15 +123,10 @@ def test_a_first_report_waiting_while_a_pass_ends_the_attempt_is_refused_and_wri
     row a pass holds; the pass ends the attempt meanwhile. PostgreSQL checks the attempt as of
     the statement's start (running), so the job row is written; the attempt's write that
     follows finds it ended: 409, and the first useful work is rolled back with it."""
-    job = submit_job(sim.plane.db, sim.plane.config, spec().flavors("h100-80g").build(), "t").job
-    run_admission(sim.plane)
-    assert run_dispatch(sim.plane) == 1
-    token = progress_token(server_secret(sim.plane.db, "progress"), job.id, 1)
-    client = TestClient(create_app(sim.plane.config, sim.plane.db))
+    job, client, url, auth = _dispatched(sim)
     answers: list[httpx.Response] = []
-    reporter = threading.Thread(target=lambda: answers.append(client.post(
-        f"/v1/jobs/{job.id}/progress", json={"step": 3},
-        headers={"Authorization": f"Bearer {token}"})))
+    reporter = threading.Thread(target=lambda: answers.append(
+        client.post(url, json={"step": 3}, headers=auth)))
     with sim.plane.db.write() as s:  # what a reconcile pass does: job row, then attempt row
         assert records.lock_job(s, job.id) is not None
         reporter.start()
