@@ -160,3 +160,37 @@ def test_a_report_pushed_out_of_a_full_queue_is_counted_as_dropped() -> None:
         release.set()
         wait_until(reporter.idle, timeout=30)
     assert reporter.answers == Counter({"2xx": 2, "dropped": 1})
+
+
+def test_a_kept_alive_connection_the_server_closed_is_replaced_and_the_report_sent_once() -> None:
+    """A sender keeps its connection between reports; a server that closed it meanwhile (an
+    API replica restarted, an idle timeout) costs the next report nothing: it is sent again,
+    once, on a new connection, not counted as unreachable."""
+    received: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # the client keeps the connection
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            received.append(self.path.split("/")[3])
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            self.close_connection = True  # without saying so: the client finds out next time
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        reporter = Reporter(f"http://127.0.0.1:{server.server_address[1]}", senders=1)
+        reporter.send(Report("first", "t", 1, None))
+        wait_until(lambda: reporter.answers.total() == 1, timeout=30)
+        reporter.send(Report("second", "t", 2, None))
+        wait_until(lambda: reporter.answers.total() == 2, timeout=30)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert reporter.answers == Counter({"2xx": 2}) and received == ["first", "second"]
