@@ -223,3 +223,31 @@ def test_on_sqlite_the_cycles_read_walks_only_entries_past_what_it_read(
         "SEARCH ledger_entries USING INDEX sqlite_autoindex_ledger_entries_1 "
         "(job_id=? AND attempt=? AND kind=?)",
     ], plan
+
+
+@POSTGRES_ONLY
+def test_on_postgresql_the_window_read_of_the_releases_searches_by_time(sim: Sim) -> None:
+    """The window read (by time, REREAD_S) finds the recent releases through the ledger's
+    (kind, at) index (revision 0021), or-ed with the primary key's range for the ids, once the
+    history is longer than the window: it scanned the whole ledger, a read that grew with
+    every job the installation ran."""
+    t0 = sim.clock.now
+    with sim.plane.db.write() as s:
+        for _ in range(400):  # an old history: a day of releases, then three recent ones
+            job = insert_job_in_state(s, JobState.RUNNING)
+            ledger.reserve(s, ledger.Reservation(job, 1, "vision", "h100-80g", 8),
+                           t0 - timedelta(days=2))
+            ledger.release(s, job, 1, t0 - timedelta(days=1))
+    for i in range(3):
+        _release(sim, _reserve(sim, "vision", 8, t0 - timedelta(seconds=3600)),
+                 t0 - timedelta(seconds=60 * i))
+    with sim.plane.db.write() as s:
+        conn = s.connection()
+        conn.exec_driver_sql("ANALYZE ledger_entries")
+        sql = admission_usage._since(False, True).params(
+            since=t0 - timedelta(seconds=300), after=10_000, reserved_after=10_000,
+            counted=[1]).compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True})
+        plan = " / ".join(r[0] for r in conn.exec_driver_sql(f"EXPLAIN {sql}"))
+    assert "Seq Scan" not in plan, plan
+    assert "Bitmap Index Scan on ix_ledger_kind_at" in plan, plan
+    assert "(at >= " in plan.split("ix_ledger_kind_at", 1)[1].split(" / ", 2)[1], plan
