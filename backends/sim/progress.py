@@ -83,10 +83,11 @@ class Report:
 
 class _Poster:
     """One sender's connection to the API, kept alive between its reports (the standard
-    library's http.client: httpx cost the process running the simulator about four times the
-    CPU per report, which the soak charged to the machine the broker shares). A kept-alive
-    connection the server closed meanwhile is met at the next report, which is then sent once
-    more on a new connection (nothing of it reached the server)."""
+    library's http.client: httpx cost the process running the simulator about three times the
+    CPU per report, 1.19 against 0.40 ms, which the soak charged to the machine the broker
+    shares). A kept-alive connection the server closed meanwhile is met at the next report,
+    which is then sent once more on a new connection (a report sent twice is harmless: it sets
+    the step, it adds nothing)."""
 
     def __init__(self, url: str, timeout: float) -> None:
         parts = urllib.parse.urlsplit(url)
@@ -98,23 +99,25 @@ class _Poster:
 
     def post(self, path: str, body: str, token: str) -> tuple[int, str]:
         """(status, body) of a JSON POST to `path` with `token` as its bearer."""
-        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
-        for fresh in (self._conn is None, True):
-            if self._conn is None:
-                self._conn = self._new()
-            try:
-                self._conn.request("POST", self._prefix + path, body=body.encode(),
-                                   headers=headers)
-                resp = self._conn.getresponse()
-                return resp.status, resp.read().decode(errors="replace")
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
-                self.close()
-                if fresh:
-                    raise
-            except BaseException:
-                self.close()
+        reused = self._conn is not None
+        try:
+            return self._send(path, body, token)
+        except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+            if not reused:
                 raise
-        raise AssertionError("unreachable")  # the second try either returns or raises
+        return self._send(path, body, token)  # the kept one had been closed: a new one
+
+    def _send(self, path: str, body: str, token: str) -> tuple[int, str]:
+        if self._conn is None:
+            self._conn = self._new()
+        try:
+            self._conn.request("POST", self._prefix + path, body=body.encode(), headers={
+                "Content-Type": "application/json", "Authorization": f"Bearer {token}"})
+            resp = self._conn.getresponse()
+            return resp.status, resp.read().decode(errors="replace")
+        except BaseException:
+            self.close()
+            raise
 
     def close(self) -> None:
         if self._conn is not None:
