@@ -248,6 +248,9 @@ class Stats:
     err5: Counter[int] = field(default_factory=Counter)
     other: Counter[tuple[int, str]] = field(default_factory=Counter)
     retries: Counter[int] = field(default_factory=Counter)
+    lag: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
+    """minute -> how late (ms) the harness's own loop woke from 10 ms sleeps: a stall of the
+    harness delays the answers it times, which the server did not cause."""
     acked: dict[str, str] = field(default_factory=dict)  # name -> job id
     recent: deque[str] = field(default_factory=lambda: deque(maxlen=500))
     unanswered: list[str] = field(default_factory=list)
@@ -418,6 +421,15 @@ class Load:
         return i
 
 
+async def harness_lag(load: Load, tick: float = 0.01) -> None:
+    """How late the harness's loop wakes from `tick` sleeps, into `load.stats.lag`."""
+    loop = asyncio.get_running_loop()
+    while True:
+        t = loop.time()
+        await asyncio.sleep(tick)
+        load.stats.lag[load.minute(time.monotonic())].append((loop.time() - t - tick) * 1000)
+
+
 def _histogram(text: str, name: str) -> dict[float, float]:
     out: dict[float, float] = {}
     for line in text.splitlines():
@@ -448,67 +460,80 @@ async def monitor(load: Load, seconds: float, rows: dict[int, dict[str, Any]],
     outage_at, kill_at = (seconds / 3, seconds / 2) if drills else (math.inf, math.inf)
     killed: Replica | None = None
     next_minute = 60.0
-    while True:
-        el = time.monotonic() - load.t0
-        if el >= next_minute or el >= seconds:
-            m = int(next_minute // 60) - 1
-            cycle = None
-            for r in load.processes:
-                with contextlib.suppress(httpx.HTTPError):
-                    async with httpx.AsyncClient() as client:
+    # One client for the run (a new one loads the CA bundle, tens of ms of CPU), and the
+    # blocking reads (/proc, the lease) in a thread: the loop that sends the load and times
+    # its answers must not stall on the monitor's own work (the harness's lag, `lag`).
+    async with httpx.AsyncClient() as client:
+        while True:
+            el = time.monotonic() - load.t0
+            if el >= next_minute or el >= seconds:
+                m = int(next_minute // 60) - 1
+                cycle = None
+                for r in load.processes:
+                    with contextlib.suppress(httpx.HTTPError):
                         text = (await client.get(r.url + "/metrics", timeout=10)).text
-                    h = _histogram(text, "isthmus_admission_cycle_seconds")
-                    before = hist.get(r.name, {})
-                    if h.get(float("inf"), 0) < before.get(float("inf"), 0):
-                        before = {}  # the replica was restarted: its counters too
-                    if h.get(float("inf"), 0) > before.get(float("inf"), 0):
-                        cycle = _p95(before, h)
-                    hist[r.name] = h
-            leader = await _leader(load)
-            rows[m] = {"rss": {r.name: r.rss_mb() for r in load.processes}, "cycle_p95": cycle,
-                       "cpu": {r.name: round(r.cpu_s()) for r in load.processes},
-                       "leader": leader.name if leader else None}
-            lat = load.stats.lat.get(m, [])
-            note(f"minute {m + 1}: {len(lat)} requests p99 {pct(lat, 0.99):.0f} ms "
-                 f"5xx {load.stats.err5.get(m, 0)} rss {rows[m]['rss']} cycle p95 {_bound(cycle)}"
-                 f" cpu s so far {rows[m]['cpu']}")
-            next_minute += 60
-            if el >= seconds:
-                return
-        if "outage" not in events and el >= outage_at:
-            outage.begin()
-            events["outage"] = el
-            note("outage starts")
-        if "outage" in events and "outage_end" not in events and el >= events["outage"] + outage_s:
-            outage.end()
-            events["outage_end"] = el
-        if "kill" not in events and el >= kill_at:
-            killed = await _leader(load)
-            if killed is not None:
-                killed.kill()
-                events["kill"] = el
-                note(f"leader {killed.name} killed")
-                events["killed_" + killed.name] = el
-        if killed is not None and "restart" not in events and el >= events["kill"] + 20:
-            killed.start()
-            events["restart"] = el
-        await asyncio.sleep(1)
+                        h = _histogram(text, "isthmus_admission_cycle_seconds")
+                        before = hist.get(r.name, {})
+                        if h.get(float("inf"), 0) < before.get(float("inf"), 0):
+                            before = {}  # the replica was restarted: its counters too
+                        if h.get(float("inf"), 0) > before.get(float("inf"), 0):
+                            cycle = _p95(before, h)
+                        hist[r.name] = h
+                leader = await _leader(load, client)
+                rows[m] = await asyncio.to_thread(_sample, load.processes)
+                rows[m].update(cycle_p95=cycle, leader=leader.name if leader else None)
+                lat = load.stats.lat.get(m, [])
+                note(f"minute {m + 1}: {len(lat)} requests p99 {pct(lat, 0.99):.0f} ms "
+                     f"5xx {load.stats.err5.get(m, 0)} rss {rows[m]['rss']} cycle p95 "
+                     f"{_bound(cycle)} cpu s so far {rows[m]['cpu']}")
+                next_minute += 60
+                if el >= seconds:
+                    return
+            if "outage" not in events and el >= outage_at:
+                outage.begin()
+                events["outage"] = el
+                note("outage starts")
+            ending = "outage" in events and "outage_end" not in events
+            if ending and el >= events["outage"] + outage_s:
+                outage.end()
+                events["outage_end"] = el
+            if "kill" not in events and el >= kill_at:
+                killed = await _leader(load, client)
+                if killed is not None:
+                    killed.kill()
+                    events["kill"] = el
+                    note(f"leader {killed.name} killed")
+                    events["killed_" + killed.name] = el
+            if killed is not None and "restart" not in events and el >= events["kill"] + 20:
+                killed.start()
+                events["restart"] = el
+            await asyncio.sleep(1)
 
 
-async def _leader(load: Load) -> Replica | None:
+def _sample(processes: list[Replica]) -> dict[str, Any]:
+    """Each process's RSS and CPU seconds so far (reads of /proc)."""
+    return {"rss": {r.name: r.rss_mb() for r in processes},
+            "cpu": {r.name: round(r.cpu_s()) for r in processes}}
+
+
+async def _leader(load: Load, client: httpx.AsyncClient) -> Replica | None:
     control = [r for r in load.processes if r.role == "control"]
     if control:  # no API to ask: the lease's holder is "<host>:<pid>:<nonce>"
-        with psycopg.connect(load.db) as conn:
-            rows = conn.execute("SELECT holder FROM leader_lease WHERE expires_at > now()")
-            pids = {h.split(":")[1] for (h,) in rows}
+        pids = await asyncio.to_thread(_lease_holders, load.db)
         return next((r for r in control if r.proc and str(r.proc.pid) in pids), None)
     for r in load.replicas:
         with contextlib.suppress(httpx.HTTPError, ValueError):
-            async with httpx.AsyncClient() as client:
-                h = (await client.get(r.url + "/healthz", timeout=5)).json()
+            h = (await client.get(r.url + "/healthz", timeout=5)).json()
             if h.get("control") == "leader":
                 return r
     return None
+
+
+def _lease_holders(db: str) -> set[str]:
+    """The pids of the processes holding an unexpired lease."""
+    with psycopg.connect(db) as conn:
+        rows = conn.execute("SELECT holder FROM leader_lease WHERE expires_at > now()")
+        return {h.split(":")[1] for (h,) in rows}
 
 
 def _bound(cycle: float | None) -> str:
@@ -605,7 +630,7 @@ def report(rows: dict[int, dict[str, Any]], stats: Stats, events: dict[str, floa
            warmup: int) -> tuple[float, float]:
     names = sorted(next(iter(rows.values()))["rss"]) if rows else []
     print("min  requests  p50 ms  p99 ms  5xx  conn-retries  " +
-          "  ".join(f"rss {n} MB" for n in names) + "  admission cycle p95")
+          "  ".join(f"rss {n} MB" for n in names) + "  harness lag max ms  admission cycle p95")
     handover = int(events.get("kill", -60) // 60)
     worst = 0.0
     for m in sorted(rows):
@@ -620,7 +645,7 @@ def report(rows: dict[int, dict[str, Any]], stats: Stats, events: dict[str, floa
         print(f"{m + 1:>3}  {len(lat):>8}  {pct(lat, 0.5):6.1f}  {p99:6.1f}  "
               f"{stats.err5.get(m, 0):>3}  {stats.retries.get(m, 0):>12}  " +
               "  ".join(f"{rows[m]['rss'][n]:>9.0f}" for n in names) +
-              f"  {_bound(cyc)}{mark}")
+              f"  {max(stats.lag.get(m, [0.0])):>18.0f}  {_bound(cyc)}{mark}")
     print("p99 ms (count) per request kind and replica, per minute:")
     for m in sorted(rows):
         kinds = stats.by_kind.get(m, {})
@@ -782,7 +807,9 @@ async def _run(reps: list[Replica], args: argparse.Namespace, outage: Outage, db
     load = Load(reps, time.monotonic(), stats, args.seed, db, make_spec)
     drills = not args.no_drills
     mon = asyncio.ensure_future(monitor(load, seconds, rows, events, outage, args.outage, drills))
+    lag = asyncio.ensure_future(harness_lag(load))
     n = await load.run(args.rate, seconds)
+    lag.cancel()
     note(f"load done: {n} submits offered")
     await mon
     sent_at = time.monotonic()
