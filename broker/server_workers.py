@@ -86,6 +86,7 @@ def worker_app() -> FastAPI:
     async def lifespan(_: object) -> AsyncIterator[None]:
         if runtime is not None:
             runtime.start()
+        app.state.audit_linker.start()
         try:
             yield
         finally:
@@ -93,6 +94,9 @@ def worker_app() -> FastAPI:
                 runtime.stop()
             if app.state.wake_admission is not None:
                 app.state.wake_admission.stop()
+            # this lifespan replaces the app's startup and shutdown handlers (broker.api.app)
+            app.state.audit_writer.close()
+            app.state.audit_linker.close()  # the records this worker staged, linked
             db.dispose()
 
     app.router.lifespan_context = lifespan

@@ -13,6 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute
 
 from broker import __version__
+from broker.api.audit_linker import AuditLinker
 from broker.api.audit_trail import AuditTrail, AuditWriter
 from broker.api.auth import Authenticator
 from broker.api.group_commit import SubmitQueue
@@ -57,11 +58,14 @@ def create_app(config: IsthmusConfig, db: Database, runtime: Runtime | None = No
     app.state.wake_admission = waker = admission_waker(db, runtime)
     if waker is not None:
         app.router.on_shutdown.append(waker.stop)
-    app.state.submit_queue = SubmitQueue(db, config, on_commit=waker)
+    app.state.audit_linker = linker = AuditLinker(db)
+    app.router.on_startup.append(linker.start)  # sweeps what a process that died left staged
+    app.state.submit_queue = SubmitQueue(db, config, on_commit=waker, on_staged=linker.poke)
     app.state.runtime = runtime
     app.add_middleware(BodyLimit, max_bytes=config.server.max_body_bytes)
-    app.state.audit_writer = audit = AuditWriter(db)
+    app.state.audit_writer = audit = AuditWriter(db, on_staged=linker.poke)
     app.router.on_shutdown.append(audit.close)
+    app.router.on_shutdown.append(linker.close)  # after the writer: links its last records
     # outside BodyLimit: a refused body's 413 is recorded too
     app.add_middleware(AuditTrail, writer=audit)
     for router in ROUTERS:

@@ -8,7 +8,8 @@ authenticator), the target a route resolved (a job's id for its number), a cross
 (`read_of`). When the answer's status is known, the middleware turns the request into an
 `Entry` (action, route template, target, outcome, status) and hands it to the `AuditWriter`,
 which group-commits the entries of concurrent requests in one transaction; the answer waits
-for that commit, so an answered call has its record. A submit's record is written in the
+for that commit, so an answered call has its record (staged, then linked to the hash chain
+within moments: broker/api/audit_linker.py). A submit's record is written in the
 submit's own group commit instead (`InCommit`, broker/api/group_commit.py): the hot path
 pays no transaction of its own. A crash between a call's commit and its record's loses that
 record; the submit path has no such window.
@@ -25,7 +26,7 @@ import contextvars
 import dataclasses
 import re
 import uuid
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -209,12 +210,15 @@ def in_commit(scope: MutableMapping[str, Any]) -> InCommit | None:
 
 class AuditWriter:
     """Group commit of the records of concurrent requests: those that arrive while a write is
-    in flight share the next transaction. The write runs in one worker thread (the chain's
-    lock and the commit wait there, not on the event loop)."""
+    in flight share the next transaction, which stages them (the process's audit linker,
+    `on_staged`, links them to the chain). The write runs in one worker thread (the commit
+    waits there, not on the event loop)."""
 
-    def __init__(self, db: Database, max_batch: int = 256) -> None:
+    def __init__(self, db: Database, max_batch: int = 256,
+                 on_staged: Callable[[], None] | None = None) -> None:
         self.db = db
         self.max_batch = max_batch
+        self.on_staged = on_staged  # the process's audit linker (broker/api/audit_linker.py)
         self._pending: list[tuple[Entry, asyncio.Future[None]]] = []
         self._draining = False
         self._thread: ThreadPoolExecutor | None = None
@@ -250,6 +254,8 @@ class AuditWriter:
                         if not fut.done():
                             fut.set_exception(exc)
                     continue
+                if self.on_staged is not None:
+                    self.on_staged()
                 for _, fut in batch:
                     if not fut.done():
                         fut.set_result(None)
@@ -259,7 +265,7 @@ class AuditWriter:
     @on_conflict
     def _write(self, entries: list[Entry]) -> None:
         with self.db.write() as s:
-            audit_log.append(s, entries)
+            audit_log.stage(s, entries)
 
     def close(self) -> None:
         if self._thread is not None:

@@ -11,7 +11,8 @@ submission (an idempotency conflict, a row the database refuses, a failed commit
 to that request alone.
 
 The audit records of a batch's stored submissions (broker/api/audit_trail.py `InCommit`) are
-appended last in its transaction, so the hot path pays no transaction of its own for them;
+staged last in its transaction (one insert, no lock; the process's audit linker links them to
+the chain after the commit), so the hot path pays no transaction of its own for them;
 a request the batch did not store (a conflict, the savepoint path) is recorded by the audit
 middleware as any other call.
 """
@@ -44,8 +45,10 @@ class SubmitQueue:
     def __init__(
         self, db: Database, config: IsthmusConfig, max_batch: int = 128,
         on_commit: Callable[[], None] | None = None,
+        on_staged: Callable[[], None] | None = None,
     ) -> None:
         self.on_commit = on_commit
+        self.on_staged = on_staged  # audit records were committed (the audit linker)
         self.db = db
         self.config = config
         self.max_batch = max_batch
@@ -84,7 +87,7 @@ class SubmitQueue:
     async def _store(self, audited: list[tuple[Submission, InCommit | None]]
                      ) -> list[Submitted | Exception]:
         """The batch written on the loop with one statement per table (`_batched`), its
-        audit records appended, and committed in the worker thread; if either fails,
+        audit records staged, and committed in the worker thread; if either fails,
         `_commit` (inline: the rare path), which leaves the records to the middleware."""
         subs = [s for s, _ in audited]
         try:
@@ -102,9 +105,13 @@ class SubmitQueue:
                         "savepoints", len(subs), exc)
             return self._commit(subs)
         held.run_effects()  # the transition metrics, once the batch is committed
+        staged = False
         for (_, audit), result in zip(audited, out, strict=True):
             if audit is not None and not isinstance(result, Exception):
                 audit.written()
+                staged = True
+        if staged and self.on_staged is not None:
+            self.on_staged()
         return out
 
     def _commit(self, subs: list[Submission]) -> list[Submitted | Exception]:
@@ -151,10 +158,9 @@ class SubmitQueue:
                     except IdempotencyConflict as exc:
                         queued.cut(mark)
                         out.append(exc)
-            # appended when the stack closes, in the committer thread just before COMMIT:
-            # the chain's lock is held only for the tail read, the insert and the commit,
-            # and its round trips do not hold up the event loop
-            tx.callback(audit_log.append, s, [
+            # staged when the stack closes, in the committer thread just before COMMIT (its
+            # round trip does not hold up the event loop); the audit linker chains them
+            tx.callback(audit_log.stage, s, [
                 a.filled(201 if r.created else 200, f"job:{r.job.id}")
                 for a, r in zip(audits or [None] * len(subs), out, strict=True)
                 if a is not None and not isinstance(r, Exception)])

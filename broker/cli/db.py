@@ -111,13 +111,14 @@ def db_check(
         mismatches = list(check_all(s))
         ledger_problems = ledger.check(s) + daily_sums.mismatches(s)
         audit = audit_log.verify(s)
+        staged = audit_log.staged_count(s)  # committed, not linked yet: linked within seconds
     if as_json:
         emit_json(
             {
                 "jobs": checked,
                 "mismatches": [asdict(m) for m in mismatches],
                 "ledger": ledger_problems,
-                "audit": {"rows": audit.rows,
+                "audit": {"rows": audit.rows, "staged": staged,
                           "broken": asdict(audit.broken) if audit.broken else None},
             }
         )
@@ -136,6 +137,7 @@ def db_check(
             f"{len(ledger_problems)} ledger problems; audit log "
             + (f"{audit.rows} rows, chain intact" if audit.broken is None
                else f"chain broken at row {audit.broken.seq}")
+            + (f" ({staged} records staged, to be linked)" if staged else "")
         )
     if mismatches or ledger_problems or audit.broken is not None:
         raise typer.Exit(1)

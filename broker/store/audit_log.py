@@ -1,4 +1,5 @@
-"""The audit log (table `audit_log`): appending to its hash chain, reading it, verifying it.
+"""The audit log (table `audit_log`): staging records, linking them to its hash chain, reading
+it, verifying it.
 
 Each row stores `hash` = SHA-256 of the previous row's hash and of the row's own content
 (`row_hash`); the first row's previous hash is GENESIS. Changing, inserting or removing a row
@@ -6,12 +7,18 @@ anywhere but at the end breaks the chain at that row, which `verify` names (`ist
 check`). Cutting rows off the end leaves a shorter valid chain: a copy of the last hash kept
 elsewhere (an export) is what shows that.
 
-The chain stays linear with several writers (API workers and replicas) because `append` holds
-the chain's lock from reading the tail to its transaction's commit: on PostgreSQL a
-transaction-scoped advisory lock; on SQLite the database write lock every write transaction
-holds already (BEGIN IMMEDIATE, broker/store/db.py). Callers append as the last step of their
-transaction, so the lock covers only the tail read, the insert and the commit. `prev_hash` is
-unique besides, so two writers that skipped the lock could not fork the chain: one would fail.
+A call's record is written in two steps. `stage` inserts it into `audit_staged` in the call's
+own transaction, so it commits with what it records or not at all, and takes no lock: calls
+of every replica no longer wait in one line for each other's commits. `link` then moves staged
+records, oldest staged first, to the chain's end: it holds the chain's lock from reading the
+tail to its transaction's commit (on PostgreSQL a transaction-scoped advisory lock; on SQLite
+the write lock every write transaction holds already, BEGIN IMMEDIATE, broker/store/db.py),
+so the chain stays linear with several linkers. `prev_hash` is unique besides, so two linkers
+that skipped the lock could not fork it: one would fail. Each API process links what it staged
+moments after its commit, and sweeps for records a process that died before linking left
+(broker/api/audit_linker.py); the log's readers link first, so a call's record is listed as
+soon as the call is answered. A staged record is refused UPDATE by a trigger, like the chain's
+rows; until it is linked (milliseconds), it is not yet covered by the chain's hashes.
 """
 
 from __future__ import annotations
@@ -27,12 +34,17 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session
 
-from broker.store.db_clock import clock, clock_value
+from broker.store.conflicts import on_conflict
+from broker.store.db import Database
+from broker.store.db_clock import clock
 from broker.store.tables import AUDIT_LOG as AUDIT
+from broker.store.tables import AUDIT_STAGED as STAGED
 
 GENESIS = "0" * 64
 ALLOWED, REFUSED = "allowed", "refused"
 _PG_AUDIT_LOCK = 0x15_7A_0A  # advisory lock id of the chain's tail (migrate.py uses 0x157A05)
+LINK_BATCH = 1000
+"""Staged records a linking transaction moves at most."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,46 +104,91 @@ def row_hash(prev_hash: str, row: dict[str, Any]) -> str:
     return hashlib.sha256(f"{prev_hash}\n{text}".encode()).hexdigest()
 
 
-def _lock_tail(conn: sa.Connection) -> tuple[int, str, datetime]:
-    """The chain's last number and hash, its lock held to the transaction's end, and the
-    database's clock (read in the same statement: one round trip less under the lock)."""
+def _lock_tail(conn: sa.Connection) -> tuple[int, str]:
+    """The chain's last number and hash, its lock held to the transaction's end."""
     if conn.dialect.name != "sqlite":
         conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_AUDIT_LOCK})")
     # a statement of its own after the lock: its snapshot sees the tail the last holder wrote
-    seq, hash_, now = conn.execute(_tail_and_clock(conn.dialect.name == "sqlite")).one()
-    return (seq or 0, hash_ or GENESIS, clock_value(now))
+    row = conn.execute(_TAIL).first()
+    return (row[0], row[1]) if row is not None else (0, GENESIS)
+
+
+_TAIL = sa.select(AUDIT.c.seq, AUDIT.c.hash).order_by(AUDIT.c.seq.desc()).limit(1)
+_STAGED_CONTENT = ("actor", "actor_team", "actor_admin", "action", "method", "route",
+                   "target", "outcome", "status", "request_id", "detail_json")
 
 
 @functools.cache
-def _tail_and_clock(sqlite: bool) -> sa.Select[Any]:
-    last = sa.select(AUDIT.c.seq, AUDIT.c.hash).order_by(AUDIT.c.seq.desc()).limit(1).subquery()
-    return sa.select(last.c.seq, last.c.hash, clock(sqlite).label("now")).select_from(
-        sa.select(sa.literal(1).label("one")).subquery().outerjoin(last, sa.true()))
+def _stage_statement(sqlite: bool) -> sa.Insert:
+    # stamped by the database's clock, as every replica's records are
+    return sa.insert(STAGED).values(at=clock(sqlite))
 
 
-def append(session: Session, entries: list[Entry]) -> list[int]:
-    """Write `entries` at the end of the chain in the caller's transaction (call it last: the
-    chain's lock is held until that transaction ends); their numbers, in order."""
+def stage(session: Session, entries: list[Entry]) -> None:
+    """Write `entries` in the caller's transaction, stamped with the database's clock, for
+    `link` to add to the chain: they commit with what they record, and take no lock that
+    another call waits for."""
     if not entries:
-        return []
-    conn = session.connection()
-    seq, prev, at = _lock_tail(conn)
-    rows = []
-    for e in entries:
-        seq += 1
-        row: dict[str, Any] = {
-            "seq": seq, "at": at, "actor": e.actor[:255], "actor_team": e.actor_team,
-            "actor_admin": e.actor_admin, "action": e.action[:40], "method": e.method[:8],
-            "route": e.route[:255], "target": e.target[:255], "outcome": e.outcome,
-            "status": e.status, "request_id": e.request_id[:64],
+        return
+    session.connection().execute(_stage_statement(session.get_bind().dialect.name == "sqlite"),
+                                 [_staged(e) for e in entries])
+
+
+def _staged(e: Entry) -> dict[str, Any]:
+    return {"actor": e.actor[:255], "actor_team": e.actor_team, "actor_admin": e.actor_admin,
+            "action": e.action[:40], "method": e.method[:8], "route": e.route[:255],
+            "target": e.target[:255], "outcome": e.outcome, "status": e.status,
+            "request_id": e.request_id[:64],
             "detail_json": (json.dumps(e.detail, sort_keys=True, separators=(",", ":"))
-                            if e.detail else None),
-        }
+                            if e.detail else None)}
+
+
+def link(session: Session, limit: int = LINK_BATCH) -> int:
+    """Move up to `limit` staged records, oldest staged first, to the chain's end in the
+    caller's transaction (the chain's lock held until it ends); how many."""
+    conn = session.connection()
+    if conn.execute(_ANY_STAGED).first() is None:
+        return 0  # nothing staged: the chain's lock is not taken
+    seq, prev = _lock_tail(conn)
+    staged = conn.execute(
+        sa.select(STAGED).order_by(STAGED.c.id).limit(limit)).mappings().all()
+    if not staged:
+        return 0  # another linker moved them while this one waited for the lock
+    rows = []
+    for r in staged:
+        seq += 1
+        row: dict[str, Any] = {"seq": seq, "at": r["at"], **{k: r[k] for k in _STAGED_CONTENT}}
         row["prev_hash"] = prev
         row["hash"] = prev = row_hash(prev, row)
         rows.append(row)
     conn.execute(sa.insert(AUDIT), rows)
-    return [r["seq"] for r in rows]
+    conn.execute(sa.delete(STAGED).where(STAGED.c.id.in_([r["id"] for r in staged])))
+    return len(rows)
+
+
+_ANY_STAGED = sa.select(STAGED.c.id).limit(1)
+
+
+@on_conflict  # a deadlock victim links again: its aborted transaction moved nothing
+def _link_batch(db: Database) -> int:
+    with db.write() as s:
+        return link(s)
+
+
+def link_staged(db: Database) -> int:
+    """Every staged record linked to the chain (in transactions of LINK_BATCH); how many."""
+    total = 0
+    while True:
+        n = _link_batch(db)
+        total += n
+        if n < LINK_BATCH:
+            return total
+
+
+def staged_count(session: Session) -> int:
+    """Records staged and not linked yet."""
+    return int(session.connection().execute(
+        sa.select(sa.func.count()).select_from(STAGED)).scalar_one())
 
 
 @dataclass(frozen=True, slots=True)

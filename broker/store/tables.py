@@ -379,6 +379,31 @@ class AuditRow(SQLModel, table=True):
     hash: str = Field(max_length=64)
 
 
+class AuditStagedRow(SQLModel, table=True):
+    """Audit records written by the calls they record, waiting to be linked to the chain
+    (broker/store/audit_log.py `stage` and `link`): moved, never changed (a trigger refuses
+    UPDATE)."""
+
+    __tablename__ = "audit_staged"
+
+    # 64 bits on PostgreSQL (ids are not reused: a sequence); SQLite's rowid is 64 bits already
+    id: int | None = Field(default=None, sa_column=sa.Column(
+        sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True,
+        autoincrement=True))
+    at: datetime = Field(sa_type=UTCDateTime)
+    actor: str = Field(max_length=255)
+    actor_team: str | None = Field(default=None, max_length=63)
+    actor_admin: bool
+    action: str = Field(max_length=40)
+    method: str = Field(max_length=8)
+    route: str = Field(max_length=255)
+    target: str = Field(max_length=255)
+    outcome: str = Field(max_length=8)
+    status: int
+    request_id: str = Field(max_length=64)
+    detail_json: str | None = Field(default=None, sa_type=sa.Text)
+
+
 def _core(model: type[SQLModel]) -> sa.Table:
     """The Core table SQLModel declared for `model`. The tables are declared with SQLModel
     (columns, types and defaults in one place, read by the migrations' tests) and queried with
@@ -409,3 +434,4 @@ SERVER_SECRETS = _core(ServerSecretRow)
 JOB_HOLDS = _core(JobHoldRow)
 JOB_REQUEUES = _core(JobRequeueRow)
 AUDIT_LOG = _core(AuditRow)
+AUDIT_STAGED = _core(AuditStagedRow)

@@ -7,6 +7,8 @@ from broker.store import Database, audit_log
 
 
 def records(db: Database) -> list[audit_log.Record]:
+    """As the log's readers see it: the records staged so far linked first."""
+    audit_log.link_staged(db)
     with db.read() as s:
         return audit_log.oldest_first(s, audit_log.Filters(), 0, 100_000)
 
@@ -17,5 +19,6 @@ def lines(db: Database) -> list[tuple[str, str, str, int]]:
 
 
 def intact(db: Database) -> bool:
+    audit_log.link_staged(db)
     with db.read() as s:
         return audit_log.verify(s).broken is None
