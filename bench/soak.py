@@ -16,7 +16,8 @@ control loop, the other stands by; both serve the API. Then, open loop for `--mi
   `outage_file` exists; backends/sim/live.py), at 1/2 the leader is killed with SIGKILL and
   restarted 20 s later (as a service manager would).
 Latency is counted from the moment a request was due (open loop: a slow answer delays nothing
-else but is charged in full). Per minute: API p50/p99, 5xx, requests, each replica's RSS, and
+else but is charged in full). Per minute: API p50/p99, 5xx, requests, each replica's RSS, the
+harness's own worst loop lag (a stall of the harness delays the answers it times), and
 the admission cycle p95 (from the leader's `isthmus_admission_cycle_seconds` histogram, so it is
 a bucket bound). After the run, load stops; the harness waits up to `--drain` seconds for every
 job to end, then counts: lost (an answered submit whose job is not in the database),
