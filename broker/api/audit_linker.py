@@ -6,10 +6,12 @@ which starts GATHER_S later: the records of the calls that commit meanwhile are 
 one pass (one chain lock, one commit) instead of one pass each; a poke during a pass schedules
 the next. A pass links every staged record, whoever staged it, so the records of a process
 that died between its commit and its linking are linked by the next pass of any replica,
-and by the pass each process runs when it starts (`start`). A failed pass is logged; the
-records stay staged and committed for the next. `close` (the server's shutdown) waits for
-the pass in flight and links what is left. No thread polls: between passes the worker waits
-for work.
+and by the pass each process runs when it starts (`start`). A failed pass (the database
+unreachable) is logged and tried again RETRY_S later, then at twice that, up to RETRIES
+times (about a minute in all); after that the next poke, reader or start links them. The
+records stay staged and committed meanwhile. `close` (the server's shutdown) waits for the
+pass in flight and links what is left. No thread polls: between passes the worker waits for
+work.
 """
 
 from __future__ import annotations
@@ -25,43 +27,66 @@ log = get_logger(__name__)
 
 GATHER_S = 0.05
 """How long a scheduled pass lets records gather before it links them."""
+RETRY_S = 2.0
+"""How long after a failed pass the next one starts (doubling with each failure)."""
+RETRIES = 5
+"""Passes tried again after failures in a row, at most: the linker of a process whose
+database is gone does not try for ever."""
 
 
 class AuditLinker:
-    def __init__(self, db: Database, gather_s: float = GATHER_S) -> None:
+    def __init__(self, db: Database, gather_s: float = GATHER_S,
+                 retry_s: float = RETRY_S) -> None:
         self.db = db
-        self.gather_s = gather_s
+        self.gather_s, self.retry_s = gather_s, retry_s
         self._lock = threading.Lock()
         self._scheduled = False
+        self._failures = 0  # failed passes in a row
         self._closed = threading.Event()
         self._worker: ThreadPoolExecutor | None = None
 
     def start(self) -> None:
         """A pass now: what a process that died left staged."""
-        self._schedule(gather=False)
+        self._schedule(0.0)
 
     def poke(self) -> None:
-        """Records were staged and committed: a pass soon, if none is scheduled."""
-        self._schedule(gather=True)
+        """Records were staged and committed: a pass soon, if none is scheduled. Never
+        raises: the caller's requests are answered whatever becomes of the pass."""
+        self._schedule(self.gather_s)
 
-    def _schedule(self, gather: bool) -> None:
-        with self._lock:
-            if self._scheduled or self._closed.is_set():
-                return
-            self._scheduled = True
-            if self._worker is None:
-                self._worker = ThreadPoolExecutor(1, thread_name_prefix="isthmus-audit-link")
-            self._worker.submit(self._pass, gather)
+    def _schedule(self, delay: float) -> None:
+        try:
+            with self._lock:
+                if self._scheduled or self._closed.is_set():
+                    return
+                if self._worker is None:
+                    self._worker = ThreadPoolExecutor(1,
+                                                      thread_name_prefix="isthmus-audit-link")
+                self._worker.submit(self._pass, delay)
+                self._scheduled = True  # once submitted: a failed submit leaves it unset
+        except Exception:  # no thread to be had (the interpreter stopping): a reader links
+            log.exception("audit linking pass not scheduled")
 
-    def _pass(self, gather: bool) -> None:
-        if gather:
-            self._closed.wait(self.gather_s)  # cut short by close, which links what is left
+    def _pass(self, delay: float) -> None:
+        if delay:
+            self._closed.wait(delay)  # cut short by close, which links what is left
         with self._lock:
             self._scheduled = False  # a poke from now on is for records this pass may miss
         try:
             audit_log.link_staged(self.db)
-        except Exception:  # they stay staged and committed: the next pass links them
-            log.exception("staged audit records not linked to the chain yet")
+        except Exception:  # they stay staged and committed: a pass again, later
+            self._failures += 1
+            if self._failures > RETRIES:
+                self._failures = 0
+                log.exception("staged audit records not linked to the chain; left for the "
+                              "next call, read of the log or start")
+                return
+            delay = self.retry_s * 2 ** (self._failures - 1)
+            log.exception("staged audit records not linked to the chain yet; again in %.0f s",
+                          delay)
+            self._schedule(delay)
+        else:
+            self._failures = 0
 
     def close(self) -> None:
         """The pass in flight finished, then every staged record linked."""

@@ -112,7 +112,7 @@ def audit(
                       [{"field": "until", "message": "must be after since"}])
     filters = audit_log.Filters(actor, action, target, t0, t1)
     db: Database = request.app.state.db
-    audit_log.link_staged(db)  # every answered call's record is listed, linked
+    audit_log.link_before_reading(db)  # every answered call's record is listed
     accept = request.headers.get("accept", "")
     if format == "jsonl" or (format is None and any(t in accept for t in _JSONL_TYPES)):
         return StreamingResponse(_export(db, filters), media_type=JSONL)

@@ -17,8 +17,9 @@ so the chain stays linear with several linkers. `prev_hash` is unique besides, s
 that skipped the lock could not fork it: one would fail. Each API process links what it staged
 moments after its commit, and sweeps for records a process that died before linking left
 (broker/api/audit_linker.py); the log's readers link first, so a call's record is listed as
-soon as the call is answered. A staged record is refused UPDATE by a trigger, like the chain's
-rows; until it is linked (milliseconds), it is not yet covered by the chain's hashes.
+soon as the call is answered. A staged record is refused UPDATE by a trigger; it can be
+deleted (linking moves it so), and until it is linked (tens of milliseconds) the chain's
+hashes do not cover it: a record deleted then leaves no trace in the chain.
 """
 
 from __future__ import annotations
@@ -34,11 +35,14 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from broker.logs import get_logger
 from broker.store.conflicts import on_conflict
 from broker.store.db import Database
 from broker.store.db_clock import clock
 from broker.store.tables import AUDIT_LOG as AUDIT
 from broker.store.tables import AUDIT_STAGED as STAGED
+
+log = get_logger(__name__)
 
 GENESIS = "0" * 64
 ALLOWED, REFUSED = "allowed", "refused"
@@ -166,7 +170,7 @@ def link(session: Session, limit: int = LINK_BATCH) -> int:
     return len(rows)
 
 
-_ANY_STAGED = sa.select(STAGED.c.id).limit(1)
+_ANY_STAGED = sa.select(STAGED.c.id).order_by(STAGED.c.id).limit(1)  # the key's first entry
 
 
 @on_conflict  # a deadlock victim links again: its aborted transaction moved nothing
@@ -183,6 +187,19 @@ def link_staged(db: Database) -> int:
         total += n
         if n < LINK_BATCH:
             return total
+
+
+def link_before_reading(db: Database) -> None:
+    """What is staged linked, before a read of the log: the records of the calls answered so
+    far are then listed. A read with nothing staged writes nothing; a failed link is logged,
+    and the read goes on with what is linked (the process's linker tries again)."""
+    try:
+        with db.read() as s:
+            if s.connection().execute(_ANY_STAGED).first() is None:
+                return
+        link_staged(db)
+    except Exception:
+        log.exception("staged audit records not linked before a read of the log")
 
 
 def staged_count(session: Session) -> int:

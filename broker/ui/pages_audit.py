@@ -33,7 +33,7 @@ def audit_page(
                     status=403)
     audit_trail.read_of(caller, None)  # the log spans every team: an admin's read
     filters = audit_log.Filters(actor or None, action or None, target or None)
-    audit_log.link_staged(request.app.state.db)  # every answered call's record, linked
+    audit_log.link_before_reading(request.app.state.db)  # every answered call's record
     with request.app.state.db.read() as s:
         records = audit_log.listing(s, filters, PAGE, before)
     older = records[-1].seq if len(records) == PAGE else None

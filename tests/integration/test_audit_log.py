@@ -367,6 +367,51 @@ def test_calls_are_answered_while_the_chain_is_locked_and_linked_after(db: Datab
                                                           ("job.cancel", "bob", 200)]
 
 
+def test_a_failed_linking_pass_is_tried_again(db: Database,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The database unreachable for the process's pass: the records stay staged and the
+    linker tries again by itself (no new call pokes it), until a pass succeeds."""
+    real = audit_log.link_staged
+    failures: list[int] = []
+
+    def flaky(database: Database) -> int:
+        if not failures:
+            failures.append(1)
+            raise sa.exc.OperationalError("SELECT 1", {}, Exception("server closed"))
+        return real(database)
+
+    monkeypatch.setattr(audit_log, "link_staged", flaky)
+    _stage(db, 2, "blip")
+    linker = AuditLinker(db, gather_s=0.0, retry_s=0.05)
+    linker.poke()
+    deadline = time.monotonic() + 10
+    while _staged(db) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert failures == [1] and _staged(db) == 0  # before close, which links what is left
+    linker.close()
+    assert [r.request_id for r in records(db)] == ["blip0", "blip1"]
+
+
+def test_a_read_of_the_log_links_first_and_still_answers_if_it_cannot(
+        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The log's readers link what is staged (the records of calls just answered are
+    listed); when linking fails, the read answers with what is linked."""
+    client = TestClient(create_app(_config(), db))
+    client.post("/v1/admin/pools/slurm-h100/drain", json={"reason": "x"}, headers=_as("ada"))
+    _stage(db, 1, "just-answered")
+    page = client.get("/v1/admin/audit", headers=_as("ada")).json()
+    assert "just-answered0" in [i["request_id"] for i in page["items"]]
+
+    def down(database: Database) -> int:
+        raise sa.exc.OperationalError("SELECT 1", {}, Exception("server closed"))
+
+    monkeypatch.setattr(audit_log, "link_staged", down)
+    _stage(db, 1, "later")
+    r = client.get("/v1/admin/audit", headers=_as("ada"))
+    assert r.status_code == 200, r.text
+    assert "later0" not in [i["request_id"] for i in r.json()["items"]]
+
+
 def test_the_log_is_listed_filtered_paged_and_exported_to_admins_only(db: Database) -> None:
     client = TestClient(create_app(_config(), db))
     jobs = [_job(client, "vision", "bob", f"j{i}") for i in range(3)]

@@ -7,7 +7,8 @@ for the commits before it: in the 100/s soak a submit's commit waited 5 ms on av
 lock, an audited read's record 15-19 ms (median). A call now inserts its record here, in its
 own transaction (the record commits with what it records, or not at all); a linker
 (broker/api/audit_linker.py) moves staged records to the chain's end in transactions of its
-own. Triggers refuse UPDATE: a staged record is moved, never changed.
+own. Triggers refuse UPDATE: a staged record is moved, never changed (DELETE is allowed:
+linking moves a record by deleting it here; until then the chain does not cover it).
 
 Downgrade refuses while records wait here (start a server: it links them), then drops the
 table.
@@ -67,6 +68,8 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     """Refuses while records are staged (they would be lost); drops the table."""
+    if op.get_bind().dialect.name != "sqlite":  # no server still running stages one meanwhile
+        op.execute("LOCK TABLE audit_staged IN ACCESS EXCLUSIVE MODE")
     waiting = op.get_bind().execute(sa.text("SELECT count(*) FROM audit_staged")).scalar_one()
     if waiting:
         raise RuntimeError(
