@@ -74,7 +74,7 @@ class AuditLinker:
             self._scheduled = False  # a poke from now on is for records this pass may miss
         try:
             audit_log.link_staged(self.db)
-        except Exception:  # they stay staged and committed: a pass again, later
+        except Exception as exc:  # they stay staged and committed: a pass again, later
             self._failures += 1
             if self._failures > RETRIES:
                 self._failures = 0
@@ -82,8 +82,8 @@ class AuditLinker:
                               "next call, read of the log or start")
                 return
             delay = self.retry_s * 2 ** (self._failures - 1)
-            log.exception("staged audit records not linked to the chain yet; again in %.0f s",
-                          delay)
+            log.warning("staged audit records not linked to the chain yet (%s); again in "
+                        "%.0f s", type(exc).__name__, delay)
             self._schedule(delay)
         else:
             self._failures = 0
