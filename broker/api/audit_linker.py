@@ -10,14 +10,14 @@ and by the pass each process runs when it starts (`start`). A failed pass (the d
 unreachable) is logged and tried again RETRY_S later, then at twice that, up to RETRIES
 times (about a minute in all); after that the next poke, reader or start links them. The
 records stay staged and committed meanwhile. `close` (the server's shutdown) waits for the
-pass in flight and links what is left. No thread polls: between passes the worker waits for
-work.
+pass in flight and links what is left. The worker is a daemon thread, so an exit without
+`close` does not wait for it; between passes it waits for work, it does not poll.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
-from concurrent.futures import ThreadPoolExecutor
 
 from broker.logs import get_logger
 from broker.store import audit_log
@@ -43,7 +43,8 @@ class AuditLinker:
         self._scheduled = False
         self._failures = 0  # failed passes in a row
         self._closed = threading.Event()
-        self._worker: ThreadPoolExecutor | None = None
+        self._passes: queue.SimpleQueue[float | None] = queue.SimpleQueue()  # their delays
+        self._worker: threading.Thread | None = None
 
     def start(self) -> None:
         """A pass now: what a process that died left staged."""
@@ -60,12 +61,19 @@ class AuditLinker:
                 if self._scheduled or self._closed.is_set():
                     return
                 if self._worker is None:
-                    self._worker = ThreadPoolExecutor(1,
-                                                      thread_name_prefix="isthmus-audit-link")
-                self._worker.submit(self._pass, delay)
-                self._scheduled = True  # once submitted: a failed submit leaves it unset
-        except Exception:  # no thread to be had (the interpreter stopping): a reader links
+                    # a daemon: the interpreter's exit does not wait out a pass's delay (a
+                    # pass cut off rolls back; its records stay staged for the next)
+                    self._worker = threading.Thread(target=self._work, daemon=True,
+                                                    name="isthmus-audit-link")
+                    self._worker.start()
+                self._passes.put(delay)
+                self._scheduled = True
+        except Exception:  # no thread to be had: the next poke, a reader or a start links
             log.exception("audit linking pass not scheduled")
+
+    def _work(self) -> None:
+        while (delay := self._passes.get()) is not None:
+            self._pass(delay)
 
     def _pass(self, delay: float) -> None:
         if delay:
@@ -94,7 +102,8 @@ class AuditLinker:
         with self._lock:
             worker, self._worker = self._worker, None
         if worker is not None:
-            worker.shutdown(wait=True)
+            self._passes.put(None)
+            worker.join(timeout=60)
         try:
             audit_log.link_staged(self.db)
         except Exception:
