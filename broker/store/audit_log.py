@@ -15,9 +15,10 @@ tail to its transaction's commit (on PostgreSQL a transaction-scoped advisory lo
 the write lock every write transaction holds already, BEGIN IMMEDIATE, broker/store/db.py),
 so the chain stays linear with several linkers. `prev_hash` is unique besides, so two linkers
 that skipped the lock could not fork it: one would fail. Each API process links what it staged
-moments after its commit, and sweeps for records a process that died before linking left
-(broker/api/audit_linker.py); the log's readers link first, so a call's record is listed as
-soon as the call is answered. A staged record is refused UPDATE by a trigger; it can be
+moments after its commit (broker/api/audit_linker.py); a pass links every staged record, so
+what a process that died before linking left is linked by the next pass of any replica, and
+by each server's start. The log's readers link first, so a call's record is listed as soon
+as the call is answered. A staged record is refused UPDATE by a trigger; it can be
 deleted (linking moves it so), and until it is linked (tens of milliseconds) the chain's
 hashes do not cover it: a record deleted then leaves no trace in the chain.
 """
