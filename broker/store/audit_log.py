@@ -97,8 +97,11 @@ class Record:
         return out
 
 
-_CONTENT = ("seq", "at", "actor", "actor_team", "actor_admin", "action", "method", "route",
-            "target", "outcome", "status", "request_id", "detail_json")
+_STAGED_CONTENT = ("actor", "actor_team", "actor_admin", "action", "method", "route",
+                   "target", "outcome", "status", "request_id", "detail_json")
+"""What a call writes of its record (`stage`); the chain adds the number and the time."""
+_CONTENT = ("seq", "at", *_STAGED_CONTENT)
+"""What a chained row's hash covers."""
 
 
 def row_hash(prev_hash: str, row: dict[str, Any]) -> str:
@@ -119,8 +122,6 @@ def _lock_tail(conn: sa.Connection) -> tuple[int, str]:
 
 
 _TAIL = sa.select(AUDIT.c.seq, AUDIT.c.hash).order_by(AUDIT.c.seq.desc()).limit(1)
-_STAGED_CONTENT = ("actor", "actor_team", "actor_admin", "action", "method", "route",
-                   "target", "outcome", "status", "request_id", "detail_json")
 
 
 @functools.cache
