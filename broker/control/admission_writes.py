@@ -22,7 +22,7 @@ from broker.domain.attempts import RunSnapshot, backend_object_name
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
 from broker.store import attempts as att
-from broker.store import batch, records, user_holds
+from broker.store import batch, queries, records, user_holds
 from broker.store.conflicts import on_conflict
 from broker.store.records import JobRecord
 from policies import eta
@@ -112,7 +112,12 @@ def persist(plane: ControlPlane, chunk: list[Decision], by_id: dict[str, JobReco
     is done again job by job."""
     if BATCH and len(chunk) > 1:
         try:
-            _persist_batched(plane, chunk, by_id, now, estimates)
+            try:
+                _persist_batched(plane, chunk, by_id, now, estimates, lock_first=False)
+            except records.JobsMoved as moved:
+                log.debug("admission persist: %s; chunk of %d written again, locked first",
+                          moved, len(chunk))
+                _persist_batched(plane, chunk, by_id, now, estimates, lock_first=True)
             return
         except SYSTEMIC:
             raise  # no job is to blame (database gone, deposed leader): the pass ends
@@ -124,15 +129,21 @@ def persist(plane: ControlPlane, chunk: list[Decision], by_id: dict[str, JobReco
 
 @on_conflict  # a deadlock victim's chunk is written again: the abort undid all of it
 def _persist_batched(plane: ControlPlane, chunk: list[Decision], by_id: dict[str, JobRecord],
-                     now: datetime, estimates: dict[str, eta.Estimate]) -> None:
-    """The chunk's jobs locked in one statement, their writes queued (broker.store.batch)
-    and sent as one executemany per statement. A job whose step fails is cut out of the batch
-    (its queued writes dropped, as its savepoint would have been) and marked after it. The
-    transition metrics are counted once the chunk committed: a chunk that fails here and is
-    done again job by job counts each transition once."""
+                     now: datetime, estimates: dict[str, eta.Estimate], *,
+                     lock_first: bool) -> None:
+    """The chunk's jobs read (`lock_first`: locked in one statement; else read without a lock
+    and locked in one statement once every write is queued, `records.lock_unmoved`: a cancel
+    or a hold of one of them waits for the chunk's statements and commit, not for the Python
+    that decides them; JobsMoved if one changed meanwhile), their writes queued
+    (broker.store.batch) and sent as one executemany per statement. A job whose step fails is
+    cut out of the batch (its queued writes dropped, as its savepoint would have been) and
+    marked after it. The transition metrics are counted once the chunk committed: a chunk that
+    fails here and is done again job by job counts each transition once."""
     incidents: list[Incident] = []
+    ids = [d.job_id for d in chunk]
     with plane.db.write() as s:
-        locked = records.lock_jobs(s, [d.job_id for d in chunk])
+        locked = records.lock_jobs(s, ids) if lock_first else queries.jobs_by_ids(s, ids)
+        seen = {job.id: job.last_seq for job in locked.values()}
         chunk = _not_held(s, chunk)
         with batch.deferred(s, effects=False) as queued:
             for i, d in enumerate(chunk):
@@ -145,6 +156,8 @@ def _persist_batched(plane: ControlPlane, chunk: list[Decision], by_id: dict[str
                 if guard.incident is not None:
                     queued.cut(mark)
                     incidents.append(guard.incident)
+            if not lock_first:
+                records.lock_unmoved(s, seen)  # before the queued writes are sent
         mark_all(s, incidents, now)
     queued.run_effects()  # the transition metrics, once the chunk is committed
 
@@ -164,9 +177,11 @@ def _persist_each(plane: ControlPlane, chunk: list[Decision], by_id: dict[str, J
 
 
 def _not_held(s: Session, chunk: list[Decision]) -> list[Decision]:
-    """The chunk without admissions of jobs a user held after the cycle read them (read once
-    the jobs are locked: a hold that committed first is seen; one that waits for the lock
-    then finds them ADMITTED and is refused). The next cycle gives those JobHeldUser."""
+    """The chunk without admissions of jobs a user held after the cycle read them (read in
+    the chunk's transaction: a hold that committed first is seen; one that commits before the
+    chunk locks its jobs moves its job, and the chunk is written again, locked first; one that
+    waits for the lock then finds them ADMITTED and is refused). The next cycle gives those
+    JobHeldUser."""
     admitted = [d.job_id for d in chunk if d.admitted]
     held = user_holds.held(s, admitted) if admitted else {}
     return [d for d in chunk if d.job_id not in held] if held else chunk

@@ -2,24 +2,25 @@
 attempt's fact stored, its transitions through set_state, its ending booked in the ledger.
 
 The changed attempts of a pass are applied in chunks of APPLY_CHUNK, one transaction each (one
-commit and one fence check per chunk instead of two per attempt), every attempt in its own
-savepoint inside its own JobGuard: an attempt that fails is rolled back alone and marked
-InternalError after the chunk, the others stand. A chunk locks its jobs first, in one
-statement in id order, and applies its attempts in the order of the quota counters they
-release; a chunk PostgreSQL aborted as a deadlock victim is written again (on_conflict)
-instead of ending the pass. The chunk holds its jobs' rows for as few statements as it can:
-the ledger entries its attempts look up are read in one statement once the jobs are locked
-(broker.store.ledger_lookups), and its writes that nothing in the chunk reads back (events,
-job states, ledger entries, attempt rows) are queued and sent as one executemany per
-statement at its end (broker.store.batch); an attempt that fails has its savepoint rolled
-back and its queued writes cut, and a chunk whose queued writes fail when sent is written
-again attempt by attempt, as one that fails at its commit. The metrics of the chunk's
-transitions and endings are counted once it committed (broker.store.batch.deferred with
-effects=False), those of a rolled-back attempt never: a chunk that fails counts nothing,
-and the next pass counts each once. The retry decision of an attempt that ended in a
-failure or a preemption (broker.control.requeue.retry) is taken inside its savepoint and
-recorded on the attempt: the failure, its retry (FAILED -> RETRYING -> QUEUED, or FAILED for
-good) and the attempt's ending commit together, so no crash can cut between them.
+commit and one fence check per chunk instead of two per attempt), with no savepoint per
+attempt: an attempt that fails fails its chunk's transaction, and the chunk is written again
+attempt by attempt, each in a transaction of its own under its JobGuard, so the one that fails
+is marked InternalError and the others stand. A chunk reads its jobs, decides every attempt's
+writes, and only then locks its jobs, in one statement in id order, checking that none changed
+since it read them (records.lock_unmoved; if one did, a cancel say, the chunk is rolled back
+and written again with its jobs locked first); it applies its attempts in the order of the
+quota counters they release; a chunk PostgreSQL aborted as a deadlock victim is written again
+(on_conflict) instead of ending the pass. So the chunk holds its jobs' rows only for its
+statements and its commit: the ledger entries its attempts look up are read in one statement
+(broker.store.ledger_lookups), and its writes that nothing in the chunk reads back (events, job
+states, ledger entries, attempt rows) are queued and sent as one executemany per statement at
+its end, after the lock (broker.store.batch). The metrics of the chunk's transitions and
+endings are counted once it committed (broker.store.batch.deferred with effects=False): a chunk
+that fails counts nothing, and the one-by-one writing or the next pass counts each once. The
+retry decision of an attempt that ended in a failure or a preemption
+(broker.control.requeue.retry) is taken in a savepoint of its own and recorded on the attempt:
+the failure, its retry (FAILED -> RETRYING -> QUEUED, or FAILED for good) and the attempt's
+ending commit together, so no crash can cut between them.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from broker.domain.facts import ENDED_PHASES, Fact, Phase
 from broker.orchestration.rules import Cause
 from broker.orchestration.transitions import set_state
 from broker.store import attempts as att
-from broker.store import batch, cause_lookups, ledger_lookups, records
+from broker.store import batch, cause_lookups, ledger_lookups, queries, records
 from broker.store.conflicts import on_conflict
 
 RECONCILER = "system:reconciler"
@@ -254,25 +255,44 @@ def _written_one_by_one(plane: ControlPlane, chunk: list[tuple[att.AttemptRecord
     return out
 
 
-@on_conflict  # a deadlock victim's chunk is written again: its aborted transaction left nothing
 def _write_chunk(plane: ControlPlane, chunk: list[tuple[att.AttemptRecord, Fact]],
                  now: datetime) -> _Written:
-    """The chunk's transaction: its jobs locked first in one statement (in id order, as every
-    multi-row lock here is), then each attempt, in the order of the quota
+    """The chunk's transaction, its jobs read without a lock and locked only once its writes
+    are decided (`records.lock_unmoved`, just before they are sent): a cancel or a progress
+    report on one of its jobs waits for the chunk's statements and commit, not for the Python
+    that decides them. If a job changed in between (a cancel committed first, say), that
+    transaction is rolled back and the chunk written again, its jobs locked first."""
+    try:
+        return _written(plane, chunk, now, lock_first=False)
+    except records.JobsMoved as moved:
+        log.debug("reconcile: %s; chunk of %d written again, locked first", moved, len(chunk))
+        return _written(plane, chunk, now, lock_first=True)
+
+
+@on_conflict  # a deadlock victim's chunk is written again: its aborted transaction left nothing
+def _written(plane: ControlPlane, chunk: list[tuple[att.AttemptRecord, Fact]],
+             now: datetime, *, lock_first: bool) -> _Written:
+    """The chunk's transaction: its jobs read (`lock_first`: locked, in one statement in id
+    order, as every multi-row lock here is; else read without a lock and locked in one
+    statement once every write is queued), then each attempt, in the order of the quota
     counter its ending releases (team, flavor): the counters' row locks are taken in the order
     the admission's batch takes them (broker.store.batch.additive), not in job order (in job
     order a reconcile chunk and an admission chunk deadlocked on two counters under the soak)."""
     out = _Written()
     crash_point("before-fact-persist")
+    ids = [a.job_id for a, _ in chunk]
     with plane.db.write() as s:
-        locked = records.lock_jobs(s, [a.job_id for a, _ in chunk])
+        jobs = records.lock_jobs(s, ids) if lock_first else queries.jobs_by_ids(s, ids)
+        seen = {job.id: job.last_seq for job in jobs.values()}
         keys = {(a.job_id, a.number) for a, _ in chunk} | {(j.id, j.attempt)
-                                                          for j in locked.values()}
+                                                          for j in jobs.values()}
         with ledger_lookups.read_ahead(s, sorted(keys)), \
                 batch.deferred(s, effects=False) as effects:
-            _write_locked(s, plane, chunk, now, locked, effects, out)
+            _write_locked(s, plane, chunk, now, jobs, effects, out)
+            if not lock_first:
+                records.lock_unmoved(s, seen)  # before the queued writes are sent
     effects.run_effects()  # metrics of the chunk's transitions and endings, once committed
-    plane.forget_specs(locked.values())  # the jobs it ended are not read again
+    plane.forget_specs(jobs.values())  # the jobs it ended are not read again
     return out
 
 

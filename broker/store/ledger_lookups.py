@@ -8,13 +8,17 @@ what it read and from what it wrote since (`learn`), so a look-up still sees the
 same transaction queued a moment before (broker.store.batch may not have sent it yet). Keys
 not read ahead are looked up in the database, as outside the block.
 
-What makes this safe: the caller holds the keys' job rows locked before it reads ahead, and
-every path that writes a job's ledger entries holds its job's row lock (set_state's ledger
-rules, `charge` of the reconciler and of the preemption, the cancel; on SQLite every writer
-holds the database's write lock): nobody else can add an entry for these keys until the
-caller commits. A savepoint the caller rolls back takes its entries with it while this block
-still knows them: the caller must not look that job's keys up again in the block (a reconcile
-chunk meets each job once: broker.control.reconcile_apply).
+What makes this safe: every path that writes a job's ledger entries holds its job's row lock
+and moves the job's `last_seq` in the same transaction (set_state's ledger rules, `charge` of
+the reconciler and of the preemption with their transitions, the cancel; on SQLite every writer
+holds the database's write lock), but for the reconcile pass of the job's own backend (a
+cancelled job's attempt booked, broker.control.reconcile), which is the caller or runs before
+or after it. The caller either holds the keys' job rows locked before it reads ahead, or locks
+them before its writes are sent and gives up if any moved meanwhile (records.lock_unmoved):
+nobody else adds an entry for these keys that it does not see. A savepoint the caller rolls
+back takes its entries with it while this block still knows them: the caller must not look that
+job's keys up again in the block (a reconcile chunk meets each job once:
+broker.control.reconcile_apply).
 """
 
 from __future__ import annotations
@@ -43,7 +47,8 @@ _ENTRIES_OF = sa.select(ENTRIES).where(
 @contextlib.contextmanager
 def read_ahead(session: Session, keys: list[tuple[str, int]]) -> Iterator[None]:
     """Read the looked-up entries of `keys` (job id, attempt) in one statement per 500 keys
-    and answer their look-ups from them in this block (the keys' jobs locked by the caller)."""
+    and answer their look-ups from them in this block (the keys' jobs locked by the caller, or
+    locked and checked unmoved before its writes are sent)."""
     if _KEY in session.info:
         raise RuntimeError("ledger read-ahead does not nest")
     known: _Known = {key: {} for key in keys}

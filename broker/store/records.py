@@ -107,6 +107,8 @@ _SAVE_STATE = (
 )
 _LOCK_JOBS = (select_jobs().where(one_of(JOBS.c.id, "ids"))
               .order_by(JOBS.c.id).with_for_update())
+_LOCK_SEQS = (sa.select(JOBS.c.id, JOBS.c.last_seq).where(one_of(JOBS.c.id, "ids"))
+              .order_by(JOBS.c.id).with_for_update())  # lock_unmoved: the rows were read
 _EVENT_FOR_CAUSE = select_events().where(
     EVENTS.c.job_id == sa.bindparam("job_id"), EVENTS.c.cause_key == sa.bindparam("key")
 )
@@ -139,6 +141,31 @@ def lock_jobs(session: Session, job_ids: list[str]) -> dict[str, JobRecord]:
     that two lockers cannot deadlock); the ones that exist, by id."""
     rows = session.connection().execute(_LOCK_JOBS, {"ids": sorted(job_ids)})
     return {job.id: job for job in map(job_from_row, rows)}
+
+
+class JobsMoved(Exception):
+    """Jobs read without a lock changed before `lock_unmoved` locked them: what was decided
+    from that read is void (the caller's transaction rolls back and decides again, its jobs
+    locked first)."""
+
+    def __init__(self, job_ids: list[str]) -> None:
+        super().__init__(f"{len(job_ids)} job(s) changed since they were read: "
+                         f"{', '.join(job_ids[:5])}")
+        self.job_ids = job_ids
+
+
+def lock_unmoved(session: Session, seen: dict[str, int]) -> None:
+    """Lock the jobs `seen` (id -> the `last_seq` read earlier in this transaction, without a
+    lock) as `lock_jobs` does, reading only their `last_seq`; JobsMoved if one of them changed
+    since, or is gone. A job's `last_seq` moves with every change of its state (set_state
+    writes both, with its event); the job row's only other writes are the retry terms
+    (`set_retry_terms`, written with the transition to RETRYING or QUEUED that uses them) and
+    `first_useful_work_at` (a progress report's; nothing that decides from a job reads it)."""
+    rows = session.connection().execute(_LOCK_SEQS, {"ids": sorted(seen)})
+    now = {job_id: seq for job_id, seq in rows}
+    moved = sorted(job_id for job_id, seq in seen.items() if now.get(job_id) != seq)
+    if moved:
+        raise JobsMoved(moved)
 
 
 def save_state(session: Session, job: JobRecord) -> None:

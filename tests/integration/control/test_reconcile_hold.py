@@ -83,15 +83,16 @@ def test_a_chunks_ledger_lookups_and_writes_are_sent_once_not_per_attempt(sim: S
 
 def test_a_pass_reads_its_jobs_rows_once_under_their_locks(sim: Sim) -> None:
     """The decision what to apply takes the jobs' state and reason from the pass's narrow
-    read (att.dispatched_brief); their full rows are read once, locked by the chunk (they were
-    read a first time before, in the read of the changed attempts). A cancelled job's row is
-    still read there: its object is cancelled and charged by the pass (it needs the spec)."""
+    read (att.dispatched_brief); their full rows are read once, by the chunk (they were read a
+    first time before, in the read of the changed attempts), which then locks them reading
+    only their last_seq (records.lock_unmoved). A cancelled job's row is still read there: its
+    object is cancelled and charged by the pass (it needs the spec)."""
     jobs = _running(sim, ENDED)
     sim.advance(120)
     sent = _statements(sim)
     assert [state(sim, j)[0] for j in jobs] == ["SUCCEEDED"] * ENDED
     rows = [sql for sql, _ in sent if sql.startswith("SELECT jobs.id, jobs.name")]
-    assert len(rows) == 1, rows  # the chunk's lock (records.lock_jobs)
+    assert len(rows) == 1, rows  # the chunk's read (queries.jobs_by_ids)
     more = _running(sim, 2)
     assert cancel_job(sim.plane.db, more[0], "tester", by_admin=False).accepted
     sent = _statements(sim)
