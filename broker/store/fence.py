@@ -4,11 +4,13 @@ epoch it was given when it took the lease.
 A leader that is paused (SIGSTOP, a long GC, a frozen VM) past its lease's expiry does not
 know it was deposed; when it wakes up, its scheduled passes carry on where they stopped. Each
 of their transactions ends with a look at the lease row under a row lock (`SELECT ... FOR
-UPDATE` on PostgreSQL; SQLite's write lock, taken at BEGIN IMMEDIATE, serialises it there):
+SHARE` on PostgreSQL; SQLite's write lock, taken at BEGIN IMMEDIATE, serialises it there):
 if the epoch moved on, the transaction is rolled back and `Deposed` raised, which the runtime
-turns into stepping down. The lock is held from the check to the commit, so a take-over either
-commits before the check (and is seen) or waits for the commit (and the write was the last
-one of the old epoch, made while it still led).
+turns into stepping down. The lock is held from the check to the commit, so a take-over (an
+UPDATE of the row, which waits for every share of it) either commits before the check (and
+is seen) or waits for the commit (and the write was the last one of the old epoch, made while
+it still led). The lock is shared so that the loop's own transactions (the passes run in
+threads of their own) do not wait for each other's commits at their fence.
 
 What a fence cannot stop: a backend call made before the refused write (a dispatch's submit,
 a preemption's signal). The dispatcher's lookup-by-name before create makes the new leader
@@ -40,13 +42,13 @@ class Deposed(RuntimeError):
 
 
 _EPOCH = (sa.select(LEASES.c.epoch).where(LEASES.c.name == sa.bindparam("lease"))
-          .with_for_update())
+          .with_for_update(read=True))  # FOR SHARE
 """Built once (its compiled form reused): every write of the control loop ends with it."""
 
 
 def check_epoch(session: Session, lease: str, epoch: int) -> None:
-    """Raise Deposed unless the lease `lease` is at `epoch`; locks the lease row until the
-    transaction ends."""
+    """Raise Deposed unless the lease `lease` is at `epoch`; holds a share of the lease row's
+    lock until the transaction ends (a take-over's update of the row waits for it)."""
     current = session.connection().execute(_EPOCH, {"lease": lease}).scalar()
     if current != epoch:
         raise Deposed(lease, epoch, current)

@@ -4,7 +4,9 @@ is judged by the database's clock."""
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, timedelta
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -20,6 +22,7 @@ from broker.store.db_clock import db_now
 from broker.store.fence import Deposed, FencedDatabase
 from broker.store.queries import get_job, job_events
 from tests.builders import spec
+from tests.fixtures.postgres import POSTGRES_ONLY, lock_waiters
 from tests.harness.sim import Sim
 from tests.harness.wait import wait_until
 
@@ -95,3 +98,51 @@ def test_lease_time_is_the_databases_clock(db: Database) -> None:
     assert lease.try_acquire()
     _, _, expires = lease.current() or ("", 0, now)
     assert timedelta(seconds=29) < expires - now < timedelta(seconds=60)
+
+
+def _fenced_write(fenced: FencedDatabase, paused: threading.Event | None = None,
+                  go: threading.Event | None = None) -> None:
+    """A control-loop write; with `paused`/`go`: held between its fence and its commit."""
+    with fenced.write() as s:
+        s.connection().execute(sa.select(sa.literal(1)))
+        if paused is not None and go is not None:
+            def hold(_: Any) -> None:
+                paused.set()
+                assert go.wait(60)
+            sa.event.listen(s, "before_commit", hold)  # after the fence's check
+
+
+@POSTGRES_ONLY  # SQLite serialises every writer on its write lock
+def test_the_leaders_writes_share_the_fence_and_a_take_over_waits_for_them(
+    db: Database,
+) -> None:
+    """Issue 27: the fence locked the lease row FOR UPDATE, so the loop's passes (threads of
+    their own) waited for each other's commits at it. It is a share now; a take-over still
+    waits for a write that passed the fence, and that write is the old epoch's last."""
+    old = LeaderLease(db, holder="old", ttl=10)
+    t0 = utcnow()
+    assert old.try_acquire(t0)
+    fenced = FencedDatabase.over(db, old.name, lambda: old.epoch)
+    paused, go = threading.Event(), threading.Event()
+    first = threading.Thread(target=_fenced_write, args=(fenced, paused, go))
+    first.start()
+    out: dict[str, Any] = {}
+    new = LeaderLease(db, holder="new", ttl=10)
+    take_over = threading.Thread(
+        target=lambda: out.update(took=new.try_acquire(t0 + timedelta(seconds=11))))
+    try:
+        assert paused.wait(60)
+        second = threading.Thread(target=_fenced_write, args=(fenced,))
+        second.start()
+        second.join(20)  # with the row locked FOR UPDATE it waits for `go`: never set
+        assert not second.is_alive(), "a write of the leader waited for another's commit"
+        take_over.start()
+        wait_until(lambda: lock_waiters(db) >= 1, 30, "the take-over waiting")
+        assert take_over.is_alive() and "took" not in out
+    finally:
+        go.set()
+        first.join(60)
+    take_over.join(60)
+    assert out["took"] and new.epoch == old.epoch + 1
+    with pytest.raises(Deposed):
+        _fenced_write(fenced)
