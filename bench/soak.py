@@ -29,6 +29,13 @@ minute but the hand-over minute; rss growth: from the end of warm-up to the end,
 the processes that ran throughout, counted apart for each stretch in which a process kept one
 role, leader or standby: `rss_growth`). `--split` runs the API replicas with `--no-control` and
 the control loop in two `isthmus control` processes; the kill drill then kills the leading one.
+
+Each process's database sessions carry its name (a, b, c, d) as their `application_name`, so
+the private server's logs say which process waited for which; `SOAK_PGOPTS` adds options to
+that server's command line, e.g. `SOAK_PGOPTS="-c log_lock_waits=on -c deadlock_timeout=25ms
+-c logging_collector=on -c log_directory=/tmp/pglog -c log_connections=on
+-c log_line_prefix=%m_[%p]_%a_"`, then `python -m bench.lock_waits /tmp/pglog/*.log` (how the
+lock waits in the benchmarks page were counted).
 """
 
 from __future__ import annotations
@@ -86,7 +93,8 @@ class Postgres:
         self.port = _free_port()
         self.proc = subprocess.Popen(
             [*run_as, str(bindir / "postgres"), "-D", str(data), "-h", "127.0.0.1", "-p",
-             str(self.port), "-k", str(self.base), "-c", "max_connections=200"],
+             str(self.port), "-k", str(self.base), "-c", "max_connections=200",
+             *os.environ.get("SOAK_PGOPTS", "").split()],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 30
@@ -194,7 +202,7 @@ class Replica:
                 [sys.executable, "-m", "broker.cli.main", args[0], "--config", str(self.config),
                  "--db", self.db, *args[1:]],
                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                env={**os.environ, "PYTHONPATH": str(ROOT), "PGAPPNAME": self.name},
             )
 
     def alive(self) -> bool:
