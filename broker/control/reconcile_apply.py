@@ -143,8 +143,9 @@ def _resolve_once(s: Session, plane: ControlPlane, a: att.AttemptRecord, fact: F
 def _apply_in(s: Session, plane: ControlPlane, a: att.AttemptRecord, now: datetime,
               job: records.JobRecord, ref: str, derived: tuple[Fact, Derived]) -> int:
     """One attempt's fact, transitions, ending and retry decision, in the caller's transaction,
-    its job locked by the caller: the transitions made. The attempt's row is written once,
-    last. `ref`: the fact as the caller stored it; `derived`: `_derived` of it."""
+    every write queued (the caller locks the job before they are sent, or held it locked
+    before): the transitions made. The attempt's row is written once, last. `ref`: the fact as
+    the caller stored it; `derived`: `_derived` of it."""
     fact, d = derived
     keys = _cause_keys(ref, d, job.state)
     row: dict[str, object] = {"phase": fact.phase.value, "last_seen_at": now,
@@ -299,8 +300,9 @@ def _written(plane: ControlPlane, chunk: list[tuple[att.AttemptRecord, Fact]],
 def _write_locked(s: Session, plane: ControlPlane, chunk: list[tuple[att.AttemptRecord, Fact]],
                   now: datetime, locked: dict[str, records.JobRecord], effects: batch.Deferred,
                   out: _Written) -> None:
-    """The chunk's attempts, its jobs locked, their writes queued; any failure is the chunk's
-    (raised: the caller writes the attempts again one by one, each alone).
+    """The chunk's attempts, from its jobs as read (`locked`: locked, or to be locked before
+    the writes are sent), their writes queued; any failure is the chunk's (raised: the caller
+    writes the attempts again one by one, each alone).
 
     Each job is met once: a pass's attempts are the live dispatched ones of one read
     (att.dispatched_brief), each once, and a job never has two live attempts: its next one is

@@ -206,7 +206,9 @@ _SET_RETRY_TERMS = (sa.update(JOBS).where(JOBS.c.id == sa.bindparam("job_id"))
 def set_retry_terms(
     session: Session, job_id: str, not_before: datetime | None, exclude_json: str
 ) -> None:
-    session.connection().execute(_SET_RETRY_TERMS, {
+    """Queued inside a batch of deferred writes (at once outside one): a chunk that decides a
+    retry before it locks its jobs (`lock_unmoved`) writes the job's row only after."""
+    batch.write(session, _SET_RETRY_TERMS, {
         "job_id": job_id, "v_not_before": not_before, "v_exclude": exclude_json})
 
 

@@ -21,7 +21,7 @@ from broker.store import attempts as att
 from broker.store import records
 from tests.builders import spec
 from tests.fixtures.postgres import POSTGRES_ONLY
-from tests.harness.sim import Sim, consistent, state, submit
+from tests.harness.sim import Sim, attempts_of, consistent, state, submit
 from tests.integration.control.poison import events
 
 
@@ -214,4 +214,50 @@ def test_a_cancel_is_answered_while_a_chunk_decides_and_the_chunk_is_written_aga
         assert state(sim, j) == ("RUNNING", "Running")
     assert out["r"].transitions == 2  # the cancelled job's RUNNING was not applied
     assert "RUNNING" not in [e[0] for e in events(sim, jobs[0])]
+    consistent(sim)
+
+
+@POSTGRES_ONLY
+def test_a_cancel_is_answered_while_a_chunk_decides_retries(
+    sim: Sim, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A chunk whose attempts failed decides their retries before it locks its jobs; the
+    retry's terms (when the job may go again, the nodes it avoids) were written to the job's
+    row at once, in the middle of that deciding, so a cancel of a job being retried waited for
+    the chunk again (found in review). They are queued with the chunk's other writes."""
+    jobs = _running(sim, 2)
+    sim.advance(30)
+    run_reconcile(sim.plane, "sim-k8s")
+    assert [state(sim, j)[0] for j in jobs] == ["RUNNING"] * 2
+    k8s = sim.backends["sim-k8s"]
+    for node in sorted({k8s.jobs[attempts_of(sim, j)[-1].backend_name].nodes[0]
+                        for j in jobs}):
+        k8s.fail_node(node)
+    sim.advance(10)
+    original = reconcile_apply._write_locked
+    decided, go = threading.Event(), threading.Event()
+
+    def paused_once(*args: Any) -> None:
+        original(*args)
+        if not decided.is_set():  # the first try, its retries decided, nothing sent
+            decided.set()
+            assert go.wait(60)
+
+    monkeypatch.setattr(reconcile_apply, "_write_locked", paused_once)
+    out: dict[str, Any] = {}
+    chunk = threading.Thread(target=lambda: out.update(r=run_reconcile(sim.plane, "sim-k8s")))
+    chunk.start()
+    try:
+        assert decided.wait(60)
+        cancelled = threading.Thread(
+            target=lambda: out.update(c=cancel_job(sim.plane.db, jobs[0], "tester", False)))
+        cancelled.start()
+        cancelled.join(30)  # with the terms written at once, it waits for `go`: never set
+        assert not cancelled.is_alive(), "the cancel waited for the chunk's retry decision"
+    finally:
+        go.set()
+        chunk.join(60)
+    assert out["c"].job.state == "CANCELLED"
+    assert state(sim, jobs[0])[0] == "CANCELLED"
+    assert state(sim, jobs[1]) == ("QUEUED", "BackoffAfterFailure")
     consistent(sim)
