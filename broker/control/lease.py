@@ -49,11 +49,13 @@ class LeaderLease:
         try:
             with self.db.write() as s:
                 conn = s.connection()
-                now = now or db_now(conn)
-                expires = now + timedelta(seconds=self.ttl)
                 row = conn.execute(
                     sa.select(LEASES).where(LEASES.c.name == self.name).with_for_update()
                 ).first()
+                # the clock read once the row is ours: a wait for the lock (the fenced writes
+                # in flight share it, broker.store.fence) does not shorten the renewed lease
+                now = now or db_now(conn)
+                expires = now + timedelta(seconds=self.ttl)
                 if row is None:
                     conn.execute(
                         sa.insert(LEASES).values(
