@@ -5,6 +5,7 @@ is judged by the database's clock."""
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, timedelta
 from typing import Any
 
@@ -146,3 +147,31 @@ def test_the_leaders_writes_share_the_fence_and_a_take_over_waits_for_them(
     assert out["took"] and new.epoch == old.epoch + 1
     with pytest.raises(Deposed):
         _fenced_write(fenced)
+
+
+@POSTGRES_ONLY
+def test_a_renewal_that_waits_for_the_fenced_writes_keeps_its_whole_term(db: Database) -> None:
+    """The renewal locks the lease row, which the fenced writes in flight share: its new
+    expiry is counted from the database's clock once the row is its own, not from before the
+    wait (which would shorten the term by the wait; found in review)."""
+    lease = LeaderLease(db, holder="old", ttl=10)
+    assert lease.try_acquire()
+    fenced = FencedDatabase.over(db, lease.name, lambda: lease.epoch)
+    paused, go = threading.Event(), threading.Event()
+    first = threading.Thread(target=_fenced_write, args=(fenced, paused, go))
+    first.start()
+    out: dict[str, Any] = {}
+    renewal = threading.Thread(target=lambda: out.update(renewed=lease.try_acquire()))
+    try:
+        assert paused.wait(60)
+        renewal.start()
+        wait_until(lambda: lock_waiters(db) >= 1, 30, "the renewal waiting")
+        time.sleep(3)  # the write holds the share this long (the scenario, not a wait)
+    finally:
+        go.set()
+        first.join(60)
+    renewal.join(60)
+    assert out["renewed"]
+    _, _, expires = lease.current() or ("", 0, utcnow())
+    left = (expires - db_now_utc(db)).total_seconds()
+    assert left > 8, f"the renewed lease has {left:.1f} s of its 10 left"
