@@ -6,7 +6,6 @@ job."""
 from __future__ import annotations
 
 import logging
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +15,14 @@ import sqlalchemy as sa
 from broker import ledger
 from broker.config import IsthmusConfig
 from broker.control import admission, admission_writes
-from broker.orchestration.submission import cancel_job
-from broker.store import Database, open_database, records
+from broker.store import Database, open_database
 from broker.store import attempts as att
 from broker.store.records import EVENTS, JOBS
 from broker.store.tables import LEDGER_ENTRIES as ENTRIES
 from tests.builders import spec
 from tests.fixtures.postgres import POSTGRES_ONLY
 from tests.harness.sim import Sim, consistent, make_sim, mixed_backlog, state, submit
+from tests.integration.control.chunk_hold import ChunkHold
 from tests.integration.control.poison import events
 
 
@@ -205,46 +204,15 @@ def test_a_cancel_is_answered_while_a_chunk_is_written_and_the_chunk_is_written_
     once, and the chunk, finding its job moved, is written again under the locks."""
     jobs = [submit(sim, spec().name(f"c{i}").flavors("a100-80g").replicas(1).gpus(1)
                    .topology(None).backend("k8s"), 60) for i in range(3)]
-    original = admission_writes._persist_one
-    decided, go = threading.Event(), threading.Event()
-    calls: list[str] = []
-
-    def paused_after_the_last(*args: Any, **kwargs: Any) -> None:
-        original(*args, **kwargs)
-        calls.append("decided")
-        if calls == ["decided"] * len(jobs):  # the first try's writes decided, not sent
-            decided.set()
-            assert go.wait(60)
-
-    locking, checking = records.lock_jobs, records.lock_unmoved
-
-    def locked(session: Any, job_ids: list[str]) -> Any:
-        calls.append("locked")
-        return locking(session, job_ids)
-
-    def checked(session: Any, seen: dict[str, int]) -> None:
-        calls.append("checked")
-        checking(session, seen)
-
-    monkeypatch.setattr(admission_writes, "_persist_one", paused_after_the_last)
-    monkeypatch.setattr(records, "lock_jobs", locked)
-    monkeypatch.setattr(records, "lock_unmoved", checked)
-    out: dict[str, Any] = {}
-    cycle = threading.Thread(target=lambda: out.update(r=admission.run_admission(sim.plane)))
-    cycle.start()
-    try:
-        assert decided.wait(60)
-        cancelled = threading.Thread(
-            target=lambda: out.update(c=cancel_job(sim.plane.db, jobs[0], "tester", False)))
-        cancelled.start()
-        cancelled.join(30)  # locked first (the old order), it waits for `go`: never set
-        assert not cancelled.is_alive(), "the cancel waited for the chunk being decided"
-    finally:
-        go.set()
-        cycle.join(60)
+    hold = ChunkHold(monkeypatch)
+    hold.after(admission_writes, "_persist_one",  # the first try's writes all decided
+               lambda calls: calls.count("decided") == len(jobs))
+    hold.record_locks()
+    out = hold.cancel_meanwhile(sim, lambda: admission.run_admission(sim.plane), jobs[0],
+                                "the cancel waited for the chunk being decided")
     assert out["c"].job.state == "CANCELLED"
     # decided, then locked and found moved; written again, its jobs locked first
-    assert calls == ["decided"] * 3 + ["checked", "locked"] + ["decided"] * 3
+    assert hold.calls == ["decided"] * 3 + ["checked", "locked"] + ["decided"] * 3
     assert state(sim, jobs[0]) == ("CANCELLED", "CancelledByUser")
     for j in jobs[1:]:
         assert state(sim, j) == ("ADMITTED", "Admitted")

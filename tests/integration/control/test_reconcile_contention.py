@@ -6,7 +6,6 @@ written again; and it locks its jobs in one statement, in id order, as the admis
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
 import pytest
@@ -16,12 +15,12 @@ from broker.control import reconcile_apply
 from broker.control.admission import run_admission
 from broker.control.dispatch import run_dispatch
 from broker.control.reconcile import run_reconcile
-from broker.orchestration.submission import cancel_job
 from broker.store import attempts as att
 from broker.store import records
 from tests.builders import spec
 from tests.fixtures.postgres import POSTGRES_ONLY
 from tests.harness.sim import Sim, attempts_of, consistent, state, submit
+from tests.integration.control.chunk_hold import ChunkHold
 from tests.integration.control.poison import events
 
 
@@ -169,46 +168,14 @@ def test_a_cancel_is_answered_while_a_chunk_decides_and_the_chunk_is_written_aga
     written again under the locks, the cancel kept."""
     jobs = _running(sim, 3)
     sim.advance(30)  # the three have started: one chunk of three RUNNING transitions
-    original = reconcile_apply._write_locked
-    decided, go = threading.Event(), threading.Event()
-    calls: list[str] = []
-
-    def paused_once(*args: Any) -> None:
-        original(*args)
-        calls.append("decided")
-        if calls == ["decided"]:  # the first try: hold it here, its writes decided, not sent
-            decided.set()
-            assert go.wait(60)
-
-    locking, checking = records.lock_jobs, records.lock_unmoved
-
-    def locked(session: Any, job_ids: list[str]) -> Any:
-        calls.append("locked")
-        return locking(session, job_ids)
-
-    def checked(session: Any, seen: dict[str, int]) -> None:
-        calls.append("checked")
-        checking(session, seen)
-
-    monkeypatch.setattr(reconcile_apply, "_write_locked", paused_once)
-    monkeypatch.setattr(records, "lock_jobs", locked)
-    monkeypatch.setattr(records, "lock_unmoved", checked)
-    out: dict[str, Any] = {}
-    chunk = threading.Thread(target=lambda: out.update(r=run_reconcile(sim.plane, "sim-k8s")))
-    chunk.start()
-    try:
-        assert decided.wait(60)
-        cancelled = threading.Thread(
-            target=lambda: out.update(c=cancel_job(sim.plane.db, jobs[0], "tester", False)))
-        cancelled.start()
-        cancelled.join(30)  # locked first (the old order), it waits for `go`: never set
-        assert not cancelled.is_alive(), "the cancel waited for the chunk that was deciding"
-    finally:
-        go.set()
-        chunk.join(60)
+    hold = ChunkHold(monkeypatch)
+    hold.after(reconcile_apply, "_write_locked", lambda calls: True)  # the first try
+    hold.record_locks()
+    out = hold.cancel_meanwhile(sim, lambda: run_reconcile(sim.plane, "sim-k8s"), jobs[0],
+                                "the cancel waited for the chunk that was deciding")
     assert out["c"].job.state == "CANCELLED"
     # decided, then locked and found moved; written again, its jobs locked first
-    assert calls == ["decided", "checked", "locked", "decided"]
+    assert hold.calls == ["decided", "checked", "locked", "decided"]
     assert state(sim, jobs[0]) == ("CANCELLED", "CancelledByUser")
     for j in jobs[1:]:
         assert state(sim, j) == ("RUNNING", "Running")
@@ -234,29 +201,10 @@ def test_a_cancel_is_answered_while_a_chunk_decides_retries(
                         for j in jobs}):
         k8s.fail_node(node)
     sim.advance(10)
-    original = reconcile_apply._write_locked
-    decided, go = threading.Event(), threading.Event()
-
-    def paused_once(*args: Any) -> None:
-        original(*args)
-        if not decided.is_set():  # the first try, its retries decided, nothing sent
-            decided.set()
-            assert go.wait(60)
-
-    monkeypatch.setattr(reconcile_apply, "_write_locked", paused_once)
-    out: dict[str, Any] = {}
-    chunk = threading.Thread(target=lambda: out.update(r=run_reconcile(sim.plane, "sim-k8s")))
-    chunk.start()
-    try:
-        assert decided.wait(60)
-        cancelled = threading.Thread(
-            target=lambda: out.update(c=cancel_job(sim.plane.db, jobs[0], "tester", False)))
-        cancelled.start()
-        cancelled.join(30)  # with the terms written at once, it waits for `go`: never set
-        assert not cancelled.is_alive(), "the cancel waited for the chunk's retry decision"
-    finally:
-        go.set()
-        chunk.join(60)
+    hold = ChunkHold(monkeypatch)
+    hold.after(reconcile_apply, "_write_locked", lambda calls: True)  # its retries decided
+    out = hold.cancel_meanwhile(sim, lambda: run_reconcile(sim.plane, "sim-k8s"), jobs[0],
+                                "the cancel waited for the chunk's retry decision")
     assert out["c"].job.state == "CANCELLED"
     assert state(sim, jobs[0])[0] == "CANCELLED"
     assert state(sim, jobs[1]) == ("QUEUED", "BackoffAfterFailure")
