@@ -112,12 +112,8 @@ def persist(plane: ControlPlane, chunk: list[Decision], by_id: dict[str, JobReco
     is done again job by job."""
     if BATCH and len(chunk) > 1:
         try:
-            try:
-                _persist_batched(plane, chunk, by_id, now, estimates, lock_first=False)
-            except records.JobsMoved as moved:
-                log.debug("admission persist: %s; chunk of %d written again, locked first",
-                          moved, len(chunk))
-                _persist_batched(plane, chunk, by_id, now, estimates, lock_first=True)
+            records.with_late_locks(lambda lock_first: _persist_batched(
+                plane, chunk, by_id, now, estimates, lock_first=lock_first))
             return
         except SYSTEMIC:
             raise  # no job is to blame (database gone, deposed leader): the pass ends

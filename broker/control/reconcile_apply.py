@@ -263,11 +263,8 @@ def _write_chunk(plane: ControlPlane, chunk: list[tuple[att.AttemptRecord, Fact]
     report on one of its jobs waits for the chunk's statements and commit, not for the Python
     that decides them. If a job changed in between (a cancel committed first, say), that
     transaction is rolled back and the chunk written again, its jobs locked first."""
-    try:
-        return _written(plane, chunk, now, lock_first=False)
-    except records.JobsMoved as moved:
-        log.debug("reconcile: %s; chunk of %d written again, locked first", moved, len(chunk))
-        return _written(plane, chunk, now, lock_first=True)
+    return records.with_late_locks(
+        lambda lock_first: _written(plane, chunk, now, lock_first=lock_first))
 
 
 @on_conflict  # a deadlock victim's chunk is written again: its aborted transaction left nothing

@@ -6,13 +6,15 @@ SQLAlchemy Core, which costs a fraction of ORM unit-of-work bookkeeping per stat
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from broker.logs import get_logger
 from broker.store import batch, cause_lookups
 from broker.store.in_lists import one_of
 
@@ -20,6 +22,8 @@ from broker.store.in_lists import one_of
 from broker.store.tables import ATTEMPTS
 from broker.store.tables import EVENTS as EVENTS
 from broker.store.tables import JOBS as JOBS
+
+log = get_logger(__name__)
 
 
 @dataclass(slots=True)
@@ -166,6 +170,21 @@ def lock_unmoved(session: Session, seen: dict[str, int]) -> None:
     moved = sorted(job_id for job_id, seq in seen.items() if now.get(job_id) != seq)
     if moved:
         raise JobsMoved(moved)
+
+
+T = TypeVar("T")
+
+
+def with_late_locks(write: Callable[[bool], T]) -> T:
+    """`write(lock_first)`, a chunk's transaction: first with lock_first=False (its jobs read
+    without a lock, `lock_unmoved` before its writes are sent); if one moved meanwhile
+    (JobsMoved, the transaction rolled back), again with lock_first=True, its jobs locked
+    before it decides (nothing can move them then)."""
+    try:
+        return write(False)
+    except JobsMoved as moved:
+        log.debug("%s; the chunk is written again, its jobs locked first", moved)
+        return write(True)
 
 
 def save_state(session: Session, job: JobRecord) -> None:
