@@ -265,7 +265,8 @@ echo after-step
                and ready.exists(), DEADLINE, "the job runs and its step is ready")
     assert iscancel.run(["-v", "--signal=SIGUSR1", job_id], env) == 0
     assert f"Signal USR1 to job {job_id}" in capsys.readouterr().err
-    wait_until(got.exists, 60, "the step's trap to run")
+    # the trap's `echo USR1 > got` makes the file before it writes: wait for what it wrote
+    wait_until(lambda: got.exists() and got.read_text().strip(), 60, "the step's trap to run")
     assert got.read_text().strip() == "USR1"
     done = wait_until(lambda: _acct_when(env, job_id, capsys, lambda st: st not in ENDLESS),
                       DEADLINE, "isacct shows the job ended")
