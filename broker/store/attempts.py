@@ -477,6 +477,7 @@ _UPSERT_EXPLANATION = sa.text(
     "INSERT INTO explanations (job_id, at, payload_json) VALUES (:jid, :at, :payload) "
     "ON CONFLICT (job_id) DO UPDATE SET at = excluded.at, payload_json = excluded.payload_json"
 ).bindparams(sa.bindparam("at", type_=EXPLANATIONS.c.at.type))
+batch.upsert_rows(_UPSERT_EXPLANATION, EXPLANATIONS, keys=("jid",), last_wins=True)
 
 
 def save_explanation(session: Session, job_id: str, at: datetime, payload_json: str) -> None:

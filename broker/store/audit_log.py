@@ -37,6 +37,7 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 from broker.logs import get_logger
+from broker.store import batch
 from broker.store.conflicts import on_conflict
 from broker.store.db import Database
 from broker.store.db_clock import clock
@@ -167,11 +168,12 @@ def link(session: Session, limit: int = LINK_BATCH) -> int:
         row["prev_hash"] = prev
         row["hash"] = prev = row_hash(prev, row)
         rows.append(row)
-    conn.execute(sa.insert(AUDIT), rows)
+    batch.execute_many(conn, _INSERT_LINKED, rows)  # one statement, in seq order
     conn.execute(sa.delete(STAGED).where(STAGED.c.id.in_([r["id"] for r in staged])))
     return len(rows)
 
 
+_INSERT_LINKED = sa.insert(AUDIT)
 _ANY_STAGED = sa.select(STAGED.c.id).order_by(STAGED.c.id).limit(1)  # the key's first entry
 
 

@@ -30,12 +30,15 @@ savepoint it rolls back (`mark` / `cut`) and runs the rest once it committed.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
 import psycopg
 import pydantic_core
 import sqlalchemy as sa
+from sqlalchemy.sql import operators
+from sqlalchemy.sql.elements import BindParameter, Null
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Session
 
@@ -206,9 +209,10 @@ def _executemany_plain(conn: Any, stmt: Any, many: list[dict[str, Any]]) -> bool
     """Send `stmt` with `many` as the driver's executemany, each parameter converted by its
     column's own bind processor: what SQLAlchemy sends, without its per-row, per-column
     bookkeeping (most of the flush's time for wide rows such as the attempts'). Tuples on
-    SQLite (qmark), dictionaries on PostgreSQL (pyformat), there a plain insert's rows as one
-    JSON array (`_json_insert`). False (nothing sent) when the
-    plain path does not apply; the caller then executes through SQLAlchemy as before."""
+    SQLite (qmark), dictionaries on PostgreSQL (pyformat), there a plain insert's or a keyed
+    update's rows as one JSON array (`_json_insert_text`, `_json_update`). False (nothing
+    sent) when the plain path does not apply; the caller then executes through SQLAlchemy as
+    before."""
     plain = _converted(conn, stmt, many)
     if plain is None:
         return False
@@ -226,7 +230,7 @@ def _executemany_plain(conn: Any, stmt: Any, many: list[dict[str, Any]]) -> bool
 
 def insert_returning(conn: Any, stmt: Any, many: list[dict[str, Any]]) -> Any | None:
     """On PostgreSQL, `stmt` (an insert ... RETURNING) with `many` as one statement taking
-    its rows as one JSON array (`_json_insert`), the same text for any number of rows: its
+    its rows as one JSON array (`_json_insert_text`), the same text for any number of rows: its
     result. None elsewhere, or where that does not apply: the caller executes `stmt` through
     SQLAlchemy (whose insertmanyvalues renders a VALUES list as long as the batch, which the
     driver parses anew for every length)."""
@@ -242,17 +246,156 @@ def insert_returning(conn: Any, stmt: Any, many: list[dict[str, Any]]) -> Any | 
 
 def _as_json(stmt: Any, names: tuple[str, ...], rows: list[tuple[Any, ...]],
              dialect: Any) -> tuple[str, str] | None:
-    """`stmt`'s one-statement text for columns `names` (`_json_insert`) and `rows` as its JSON
-    parameter (`_json_rows`), or None where either does not apply."""
-    sql = _json_insert(stmt, names, dialect)
-    doc = _json_rows(rows) if sql is not None else None
-    return None if sql is None or doc is None else (sql, doc)
+    """`stmt`'s one-statement text for parameters `names` (`_json_insert_text`, `_json_update`)
+    and `rows` as its JSON parameter (`_json_rows`), or None where either does not apply."""
+    plan = _json_plan(stmt, names, dialect)
+    if plan is None:
+        return None
+    sql, keys, last_wins = plan
+    if keys:
+        rows = _one_per_key(rows, keys, last_wins)
+    doc = _json_rows(rows) if rows else None
+    return None if doc is None else (sql, doc)
 
 
-_JSON_INSERTS: dict[tuple[int, tuple[str, ...]], tuple[Any, str | None]] = {}
+def _one_per_key(rows: list[tuple[Any, ...]], keys: tuple[int, ...], last_wins: bool
+                 ) -> list[tuple[Any, ...]]:
+    """An update's rows, one per key (the values at `keys`), in key order. A key given twice:
+    its last row, as an executemany would leave the row when the update sets plain values
+    and matches on its keys alone (`last_wins`); else no rows (an executemany sends them:
+    a row that matched only until the first of them wrote it, say)."""
+    one: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    for row in rows:
+        one[tuple(row[i] for i in keys)] = row
+    if len(one) < len(rows) and not last_wins:
+        return []
+    try:
+        return [one[k] for k in sorted(one)]  # the rows locked in key order, as a lock_jobs
+    except TypeError:  # keys that do not compare (a None): in the order given
+        return list(one.values())
 
 
-def _json_insert(stmt: Any, names: tuple[str, ...], dialect: Any) -> str | None:
+_JsonPlan = tuple[str, tuple[int, ...], bool]
+"""A statement's one-statement text, the positions of an update's keys among its parameters
+(none for an insert) and whether a key given twice leaves the last row's values."""
+_JSON_PLANS: dict[tuple[int, tuple[str, ...]], tuple[Any, _JsonPlan | None]] = {}
+
+
+def _json_plan(stmt: Any, names: tuple[str, ...], dialect: Any) -> _JsonPlan | None:
+    key = (id(stmt), names)
+    kept = _JSON_PLANS.get(key)
+    if kept is not None and kept[0] is stmt:
+        return kept[1]
+    plan: _JsonPlan | None = None
+    if isinstance(stmt, sa.Insert):
+        sql = _json_insert_text(stmt, names, dialect)
+        plan = None if sql is None else (sql, (), False)
+    elif isinstance(stmt, sa.Update):
+        plan = _json_update(stmt, names, dialect)
+    elif (upsert := _UPSERTS.get(id(stmt))) is not None and upsert[0] is stmt:
+        plan = _json_upsert(upsert, names, dialect)
+    _JSON_PLANS[key] = (stmt, plan)
+    return plan
+
+
+_Upsert = tuple[Any, sa.Table, dict[str, str], str, tuple[str, ...], bool]
+_UPSERTS: dict[int, _Upsert] = {}
+_UPSERT_TEXT = re.compile(
+    r"INSERT INTO (\w+) \(([\w, ]+)\) VALUES \(([:\w, ]+)\) (ON CONFLICT .+)", re.S)
+
+
+def upsert_rows(stmt: Any, table: sa.Table, keys: tuple[str, ...], last_wins: bool) -> None:
+    """Declare that a text upsert of `table` (`INSERT INTO t (columns) VALUES (:params) ON
+    CONFLICT ...`, written out for both databases) may take its rows as one JSON array on
+    PostgreSQL, as the plain inserts do (`_json_insert_text`), its ON CONFLICT clause as it
+    is. `keys`: the parameters of its conflict key; a key given twice in one batch is sent
+    once, with its last row when `last_wins` (the clause sets the new values: the row ends as
+    the executemany left it), else the batch goes by executemany (one statement may not
+    update a row twice)."""
+    m = _UPSERT_TEXT.fullmatch(" ".join(stmt.text.split()))
+    if m is None or m.group(1) != table.name:
+        raise ValueError(f"not an upsert of {table.name}: {stmt.text}")
+    columns = [c.strip() for c in m.group(2).split(",")]
+    params = [p.strip().removeprefix(":") for p in m.group(3).split(",")]
+    if len(columns) != len(params) or not set(keys) <= set(params) or not all(
+            c in table.c for c in columns):
+        raise ValueError(f"columns and parameters do not pair up: {stmt.text}")
+    _UPSERTS[id(stmt)] = (stmt, table, dict(zip(params, columns, strict=True)), m.group(4),
+                          keys, last_wins)
+
+
+def _json_upsert(upsert: _Upsert, names: tuple[str, ...], dialect: Any) -> _JsonPlan | None:
+    _, table, column_of, clause, keys, last_wins = upsert
+    if set(names) != set(column_of):
+        return None
+    cols = [table.c[column_of[n]] for n in names]
+    kinds = [_stored_type(c.type, dialect) for c in cols]
+    if any(isinstance(k, sa.LargeBinary) for k in kinds):
+        return None
+    quote = dialect.identifier_preparer.quote
+    values = [_cell(f"given.r->>{i}", col, kind, dialect)
+              for i, (col, kind) in enumerate(zip(cols, kinds, strict=True))]
+    # the table's and columns' names from its metadata, the clause as declared; every value is
+    # in the one parameter
+    sql = (f"INSERT INTO {quote(table.name)} "  # noqa: S608
+           f"({', '.join(quote(c.name) for c in cols)}) SELECT {', '.join(values)} "
+           "FROM jsonb_array_elements(CAST(%(rows)s AS JSONB)) WITH ORDINALITY AS given(r, n) "
+           f"ORDER BY given.n {clause}")
+    return sql, tuple(names.index(k) for k in keys), last_wins
+
+
+def _json_update(stmt: Any, names: tuple[str, ...], dialect: Any) -> _JsonPlan | None:
+    """On PostgreSQL, an update by key that sets each column to a parameter (`WHERE key =
+    :k AND ... [AND column IS NULL ...]`, `SET column = :v, ...`) as one statement for all its
+    rows, taken as one JSON array as the inserts take theirs (`_json_insert_text`): `UPDATE ...
+    FROM` the array, each value cast as an insert casts it. The same text for any number of
+    rows; PostgreSQL runs one statement instead of one per row (a job's transitions and its
+    attempt's phases were most of the loop's statements). None where it does not apply."""
+    if (stmt._returning or stmt._ordered_values or not stmt._values
+            or not isinstance(stmt.table, sa.Table)):
+        return None
+    table, quote = stmt.table, dialect.identifier_preparer.quote
+    at = {name: i for i, name in enumerate(names)}
+
+    def cell(col: Any, param: Any) -> str | None:
+        kind = _stored_type(col.type, dialect)
+        if not isinstance(param, BindParameter) or param.key not in at or isinstance(
+                kind, sa.LargeBinary):
+            return None
+        return _cell(f"given.r->>{at[param.key]}", col, kind, dialect)
+
+    sets = []
+    for target, param in stmt._values.items():
+        name = target if isinstance(target, str) else str(getattr(target, "key", ""))
+        value = cell(table.c[name], param) if name in table.c else None
+        if value is None:
+            return None
+        sets.append(f"{quote(table.c[name].name)} = {value}")
+    where, keys, keys_only = [], [], True
+    for crit in stmt._where_criteria:
+        col, op, right = (getattr(crit, n, None) for n in ("left", "operator", "right"))
+        if not isinstance(col, sa.Column) or col.table is not table:
+            return None
+        column = f"{quote(table.name)}.{quote(col.name)}"
+        if (op is operators.eq and isinstance(right, BindParameter)
+                and (value := cell(col, right)) is not None):
+            where.append(f"{column} = {value}")
+            keys.append(at[right.key])
+        elif op is operators.is_ and isinstance(right, Null):
+            where.append(f"{column} IS NULL")
+            keys_only = False
+        else:
+            return None
+    if not keys:
+        return None
+    # identifiers from the table's metadata, quoted; every value is in the one parameter
+    sql = (f"UPDATE {quote(table.name)} SET {', '.join(sets)} "  # noqa: S608
+           "FROM jsonb_array_elements(CAST(%(rows)s AS JSONB)) AS given(r) "
+           f"WHERE {' AND '.join(where)}")
+    return sql, tuple(keys), keys_only
+
+
+def _json_insert_text(stmt: Any, names: tuple[str, ...], dialect: Any) -> str | None:
     """On PostgreSQL, a plain insert of columns `names` (no ON CONFLICT, no values of its
     own; its RETURNING kept) as one statement taking all its rows as one JSON array: `INSERT ...
     SELECT` of each row's values, cast to their columns' types, in the order given (WITH
@@ -260,17 +403,10 @@ def _json_insert(stmt: Any, names: tuple[str, ...], dialect: Any) -> str | None:
     text for any number of rows: the driver encodes nothing per row (an executemany's
     binding of each row was most of a flush's client CPU). None where it does not apply.
     Text goes uncast into its column, whose length is checked on assignment as for any
-    insert (an explicit cast to VARCHAR(n) would cut a longer value instead)."""
-    key = (id(stmt), names)
-    kept = _JSON_INSERTS.get(key)
-    if kept is not None and kept[0] is stmt:
-        return kept[1]
-    sql = _json_insert_text(stmt, names, dialect)
-    _JSON_INSERTS[key] = (stmt, sql)
-    return sql
-
-
-def _json_insert_text(stmt: Any, names: tuple[str, ...], dialect: Any) -> str | None:
+    insert (an explicit cast to VARCHAR(n) would cut a longer value instead). The array is
+    JSONB, parsed once: as JSON, every `->>` parsed its row's text again from the row's start,
+    so a row cost its width times its columns (an attempt's, with its spec snapshot, the
+    most)."""
     if not (isinstance(stmt, sa.Insert) and stmt._post_values_clause is None and not stmt._values
             and not stmt._multi_values and all(n in stmt.table.c for n in names)):
         return None
@@ -288,7 +424,7 @@ def _json_insert_text(stmt: Any, names: tuple[str, ...], dialect: Any) -> str | 
     # identifiers from the table's metadata, quoted; every value is in the one parameter
     return (f"INSERT INTO {quote(stmt.table.name)} "  # noqa: S608
             f"({', '.join(quote(c.name) for c in cols)}) SELECT {', '.join(values)} "
-            "FROM json_array_elements(CAST(%(rows)s AS JSON)) WITH ORDINALITY AS given(r, n) "
+            "FROM jsonb_array_elements(CAST(%(rows)s AS JSONB)) WITH ORDINALITY AS given(r, n) "
             f"ORDER BY given.n{returning}")
 
 

@@ -47,6 +47,8 @@ UPSERT = sa.text(
     "unpriced_gpu_hours = ledger_daily.unpriced_gpu_hours + excluded.unpriced_gpu_hours, "
     "entries = ledger_daily.entries + excluded.entries"
 ).bindparams(sa.bindparam("day", type_=sa.Date))
+# a key's sums are added: two rows of one key are never sent as one (apply sends one a key)
+batch.upsert_rows(UPSERT, DAILY, keys=("dim", "day", "team", "value", "kind"), last_wins=False)
 
 
 def note(session: Session, *, team: str, flavor: str, kind: str, at: datetime,

@@ -14,6 +14,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlmodel import Session
 
+from broker.store import batch
 from broker.store.attempts import CYCLES
 from broker.store.db import Database
 from broker.store.tables import DECISIONS as DECISIONS  # named here for its callers
@@ -50,10 +51,15 @@ class JobDecisionRecord:
     payload_json: str
 
 
+_INSERT_DECISION = sa.insert(DECISIONS)
+
+
 def insert_decisions(session: Session, cycle_id: int, rows: Sequence[LoggedDecision]) -> None:
+    """A cycle's decisions, one statement (broker.store.batch's plain path: on PostgreSQL its
+    rows as one JSON array, not one insert per job)."""
     if not rows:
         return
-    session.connection().execute(sa.insert(DECISIONS), [
+    batch.execute_many(session.connection(), _INSERT_DECISION, [
         {"cycle_id": cycle_id, "job_id": r.job_id, "team": r.team, "admitted": r.admitted,
          "reason": r.reason, "digest": r.digest, "payload_json": r.payload_json}
         for r in rows

@@ -33,7 +33,7 @@ def rows_of(statement: str, params: Any, many: bool) -> int:
     """The rows a statement carried: its parameter sets (1 unless an executemany), or for an
     insert that takes its rows as one JSON array (broker.store.batch on PostgreSQL) that
     array's length."""
-    if "json_array_elements(CAST(%(rows)s AS JSON))" in statement:
+    if "jsonb_array_elements(CAST(%(rows)s AS JSONB))" in statement:
         sets = params if many else [params]
         return sum(len(json.loads(p["rows"])) for p in sets)
     return len(params) if many else 1

@@ -224,7 +224,7 @@ def test_on_postgresql_a_flushed_insert_is_one_statement_of_json_rows(probe: Dat
         for params in given:
             batch.write(s, INSERT_TYPED, params)
     typed = [(sql, n) for sql, n in sent if "batch_probe_typed" in sql]
-    assert len(typed) == 1 and "json_array_elements" in typed[0][0] and typed[0][1] == 3
+    assert len(typed) == 1 and "jsonb_array_elements" in typed[0][0] and typed[0][1] == 3
     rows = _typed_rows(probe)  # by id: in the order given
     assert [r[1:] for r in rows] == [
         ("ab", True, 0.1 + 0.2, date(2026, 12, 6), at.astimezone(UTC)),
@@ -292,3 +292,142 @@ def test_a_whole_float_in_an_integer_column_is_stored_as_alone(db: Database) -> 
     with db.read() as s:
         seqs = s.connection().execute(sa.select(NOTICES.c.event_seq)).scalars().all()
     assert seqs == [2]
+
+
+UPDATE_TYPED = (sa.update(TYPED).where(TYPED.c.id == sa.bindparam("k"))
+                .values(s=sa.bindparam("v_s"), flag=sa.bindparam("v_flag"),
+                        x=sa.bindparam("v_x"), day=sa.bindparam("v_day"),
+                        at=sa.bindparam("v_at")))
+UPDATE_UNSET = (sa.update(TYPED).where(TYPED.c.id == sa.bindparam("k"), TYPED.c.s.is_(None))
+                .values(s=sa.bindparam("v_s")))
+
+
+def _typed_with(probe: Database, n: int) -> None:
+    with probe.write() as s:
+        for i in range(n):
+            s.connection().execute(INSERT_TYPED, {"id": i, "s": None, "flag": False, "x": 0.0,
+                                                  "day": None, "at": None})
+
+
+def _updates(probe: Database, stmt: Any, given: list[dict[str, Any]], batched: bool
+             ) -> list[tuple[str, int]]:
+    with statements_sent(probe.writer) as sent, probe.write() as s, \
+            (batch.deferred(s) if batched else contextlib.nullcontext()):
+        for params in given:
+            batch.write(s, stmt, params)
+    return [(sql, n) for sql, n in sent if "batch_probe_typed" in sql]
+
+
+@POSTGRES_ONLY
+def test_on_postgresql_a_flushed_update_by_key_is_one_statement_and_the_last_write_wins(
+        probe: Database) -> None:
+    """Updates by key go as one statement of JSON rows and leave every row as the same
+    updates one by one do: each type as written, NULLs, and a key written twice with the
+    values of its last write."""
+    at = datetime(2026, 12, 7, 12, 0, 0, 654321, tzinfo=timezone(timedelta(hours=-5)))
+    given: list[dict[str, Any]] = [
+        {"k": 2, "v_s": "ab", "v_flag": True, "v_x": 0.1 + 0.2, "v_day": date(2026, 12, 7),
+         "v_at": at},
+        {"k": 0, "v_s": "\u00e9\"\\'", "v_flag": True, "v_x": -1e-300, "v_day": None,
+         "v_at": None},
+        {"k": 2, "v_s": "cd", "v_flag": False, "v_x": 3.0, "v_day": date(2027, 1, 1),
+         "v_at": at},
+        {"k": 9, "v_s": "no", "v_flag": True, "v_x": 1.0, "v_day": None, "v_at": None}]
+    ends = []
+    for batched in (False, True):
+        _typed_with(probe, 3)
+        sent = _updates(probe, UPDATE_TYPED, given, batched)
+        ends.append(_typed_rows(probe))
+        with probe.write() as s:
+            s.connection().execute(sa.delete(TYPED))
+    assert len(sent) == 1 and sent[0][0].startswith("UPDATE") and "jsonb_array_elements" in \
+        sent[0][0] and sent[0][1] == 3, sent  # the key given twice: once
+    assert ends[1] == ends[0] == [
+        (0, "\u00e9\"\\'", True, -1e-300, None, None), (1, None, False, 0.0, None, None),
+        (2, "cd", False, 3.0, date(2027, 1, 1), at.astimezone(UTC))]
+
+
+@POSTGRES_ONLY
+def test_an_update_that_also_asks_a_column_is_null_goes_by_executemany_when_a_key_repeats(
+        probe: Database) -> None:
+    """Such an update matches a row only until the first of two writes to it sets the column:
+    one statement would keep the last write, one by one keep the first. With each key once it
+    is one statement still."""
+    once = [{"k": 0, "v_s": "a"}, {"k": 1, "v_s": "b"}]
+    twice = [{"k": 0, "v_s": "a"}, {"k": 0, "v_s": "z"}]
+    _typed_with(probe, 2)
+    [(sql, n)] = _updates(probe, UPDATE_UNSET, once, batched=True)
+    assert "jsonb_array_elements" in sql and "IS NULL" in sql and n == 2
+    assert [r[1] for r in _typed_rows(probe)] == ["a", "b"]
+    with probe.write() as s:
+        s.connection().execute(sa.update(TYPED).values(s=None))
+    [(sql, n)] = _updates(probe, UPDATE_UNSET, twice, batched=True)
+    assert "jsonb_array_elements" not in sql and n == 2
+    assert [r[1] for r in _typed_rows(probe)] == ["a", None]
+
+
+@POSTGRES_ONLY
+def test_on_postgresql_an_update_with_a_value_too_long_is_refused_not_cut(
+        probe: Database) -> None:
+    _typed_with(probe, 1)
+    with pytest.raises(sa.exc.DBAPIError, match="too long"), probe.write() as s, \
+            batch.deferred(s):
+        batch.write(s, UPDATE_UNSET, {"k": 0, "v_s": "abcde"})
+    assert [r[1] for r in _typed_rows(probe)] == [None]
+
+
+UPSERT_PROBE = sa.text("INSERT INTO batch_probe (id, a, b) VALUES (:i, :a, :b) "
+                       "ON CONFLICT (id) DO UPDATE SET a = excluded.a, b = excluded.b")
+batch.upsert_rows(UPSERT_PROBE, PROBE, keys=("i",), last_wins=True)
+APPEND_PROBE = sa.text("INSERT INTO batch_probe (id, a) VALUES (:i, :a) "
+                       "ON CONFLICT (id) DO UPDATE SET a = batch_probe.a || excluded.a")
+batch.upsert_rows(APPEND_PROBE, PROBE, keys=("i",), last_wins=False)
+
+
+def _probe_rows(probe: Database) -> list[tuple[Any, ...]]:
+    with probe.read() as s:
+        return [tuple(r) for r in s.connection().execute(
+            sa.select(PROBE.c.id, PROBE.c.a, PROBE.c.b).order_by(PROBE.c.id))]
+
+
+def _upserted(probe: Database, stmt: Any, given: list[dict[str, Any]], batched: bool
+              ) -> tuple[list[tuple[str, int]], list[tuple[Any, ...]]]:
+    with probe.write() as s:
+        s.connection().execute(sa.delete(PROBE))
+        s.connection().execute(INSERT, {"id": 1, "a": "x", "b": "old"})
+    with statements_sent(probe.writer) as sent, probe.write() as s, \
+            (batch.deferred(s) if batched else contextlib.nullcontext()):
+        for params in given:
+            batch.write(s, stmt, params)
+    return [(sql, n) for sql, n in sent if "batch_probe" in sql], _probe_rows(probe)
+
+
+@POSTGRES_ONLY
+def test_on_postgresql_a_declared_upsert_is_one_statement_and_a_key_given_twice_keeps_its_last(
+        probe: Database) -> None:
+    given = [{"i": 2, "a": "p", "b": None}, {"i": 1, "a": "q", "b": "r"},
+             {"i": 2, "a": "s", "b": "t"}]
+    _, alone = _upserted(probe, UPSERT_PROBE, given, batched=False)
+    sent, batched = _upserted(probe, UPSERT_PROBE, given, batched=True)
+    assert batched == alone == [(1, "q", "r"), (2, "s", "t")]
+    assert len(sent) == 1 and "jsonb_array_elements" in sent[0][0] and sent[0][1] == 2, sent
+
+
+@POSTGRES_ONLY
+def test_an_upsert_that_adds_to_a_key_given_twice_goes_by_executemany(probe: Database) -> None:
+    """One statement may not change a row twice (PostgreSQL refuses it), and keeping one of
+    the two rows would lose the other's addition."""
+    given = [{"i": 1, "a": "y"}, {"i": 1, "a": "z"}]
+    _, alone = _upserted(probe, APPEND_PROBE, given, batched=False)
+    sent, batched = _upserted(probe, APPEND_PROBE, given, batched=True)
+    assert batched == alone == [(1, "xyz", "old")]
+    assert len(sent) == 1 and "jsonb_array_elements" not in sent[0][0] and sent[0][1] == 2
+
+
+def test_only_an_upsert_of_the_table_named_with_its_columns_paired_is_declared() -> None:
+    with pytest.raises(ValueError, match="not an upsert of batch_probe"):
+        batch.upsert_rows(sa.text("INSERT INTO other (id) VALUES (:i) ON CONFLICT DO NOTHING"),
+                          PROBE, keys=("i",), last_wins=True)
+    with pytest.raises(ValueError, match="do not pair up"):
+        batch.upsert_rows(sa.text("INSERT INTO batch_probe (id, a) VALUES (:i) "
+                                  "ON CONFLICT DO NOTHING"), PROBE, keys=("i",), last_wins=True)

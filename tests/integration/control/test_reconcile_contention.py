@@ -20,6 +20,7 @@ from broker.store import records
 from tests.builders import spec
 from tests.fixtures.postgres import POSTGRES_ONLY
 from tests.harness.sim import Sim, attempts_of, consistent, state, submit
+from tests.harness.statements import rows_of
 from tests.integration.control.chunk_hold import ChunkHold
 from tests.integration.control.poison import events
 
@@ -82,9 +83,11 @@ def test_other_database_errors_still_end_the_pass(
 def test_a_chunk_locks_its_jobs_in_one_statement_in_id_order(sim: Sim) -> None:
     jobs = _running(sim, 6)
     sent: list[tuple[str, str, Any]] = []
+    rows: dict[int, int] = {}
 
     def seen(conn: Any, cursor: Any, statement: str, params: Any, context: Any,
              many: bool) -> None:
+        rows[len(sent)] = rows_of(statement, params, many)
         sent.append((conn.dialect.name, statement, params))
 
     sim.advance(30)
@@ -100,10 +103,10 @@ def test_a_chunk_locks_its_jobs_in_one_statement_in_id_order(sim: Sim) -> None:
         values = locks[0].values() if isinstance(locks[0], dict) else locks[0]
         flat = [x for v in values for x in (v if isinstance(v, list | tuple) else [v])]
         assert [v for v in flat if v in jobs] == sorted(jobs)
-    writes = [p for _, sql, p in sent if sql.startswith("UPDATE attempts SET")
-              and "resolved_json" not in sql]
-    assert len(writes) == 1  # the chunk's attempt rows in one executemany
-    assert len(writes[0]) == len(jobs)  # each attempt's row written once, not per field group
+    writes = [rows[i] for i, (_, sql, _) in enumerate(sent)
+              if sql.startswith("UPDATE attempts SET") and "resolved_json IS NULL" not in sql]
+    assert len(writes) == 1  # the chunk's attempt rows in one statement (an executemany)
+    assert writes[0] == len(jobs)  # each attempt's row written once, not per field group
     with sim.plane.db.read() as s:
         for j in jobs:
             a = att.attempts_of(s, j)[-1]
