@@ -1,10 +1,11 @@
 """Group commit for submissions: requests that arrive while a commit is in flight share the
 next transaction, so durable submits cost one fsync per batch instead of one each.
 
-A batch's statements run on the event loop (short calls); its COMMIT, which waits for the
-disk (and on SQLite may run a WAL checkpoint), runs in one worker thread, so the loop keeps
-reading and validating the next requests meanwhile. The thread makes a single driver call
-that releases the GIL, so it does not fight the loop for it statement by statement.
+A batch's statements and its COMMIT (which waits for the disk, and on SQLite may run a WAL
+checkpoint) run in one worker thread, so the loop keeps reading, validating and answering
+other requests meanwhile: each statement is a round trip the database may be slow to answer
+on a busy machine, and on the loop every request of the replica waited for them (the soak's
+tail, 100 submits/s). Requests that arrive meanwhile make the next batch.
 
 A request still gets its answer only after its own job is committed; a failure of one
 submission (an idempotency conflict, a row the database refuses, a failed commit) is reported
@@ -39,6 +40,10 @@ from broker.store import audit_log, batch
 from broker.store.db import Database
 
 log = get_logger(__name__)
+
+
+class _Unbatched(Exception):
+    """The batch's statements failed (its cause), before its commit."""
 
 
 class SubmitQueue:
@@ -86,24 +91,25 @@ class SubmitQueue:
 
     async def _store(self, audited: list[tuple[Submission, InCommit | None]]
                      ) -> list[Submitted | Exception]:
-        """The batch written on the loop with one statement per table (`_batched`), its
-        audit records staged, and committed in the worker thread; if either fails,
-        `_commit` (inline: the rare path), which leaves the records to the middleware."""
+        """The batch written with one statement per table (`_batched`), its audit records
+        staged, and committed, all in the worker thread (`_written`); if either fails,
+        `_commit` (the rare path, in that thread too), which leaves the records to the
+        middleware."""
         subs = [s for s, _ in audited]
-        try:
-            tx, out, held = self._batched(subs, [a for _, a in audited])
-        except Exception as exc:
-            log.info("a batch of %d submissions failed as one (%r); with savepoints now",
-                     len(subs), exc)
-            return self._commit(subs)
         if self._committer is None:
             self._committer = ThreadPoolExecutor(1, thread_name_prefix="isthmus-commit")
+        loop = asyncio.get_running_loop()
         try:
-            await asyncio.get_running_loop().run_in_executor(self._committer, tx.close)
+            out, held = await loop.run_in_executor(
+                self._committer, self._written, subs, [a for _, a in audited])
+        except _Unbatched as exc:
+            log.info("a batch of %d submissions failed as one (%r); with savepoints now",
+                     len(subs), exc.__cause__)
+            return await loop.run_in_executor(self._committer, self._commit, subs)
         except Exception as exc:
             log.warning("the commit of a batch of %d submissions failed (%r); again with "
                         "savepoints", len(subs), exc)
-            return self._commit(subs)
+            return await loop.run_in_executor(self._committer, self._commit, subs)
         held.run_effects()  # the transition metrics, once the batch is committed
         staged = False
         for (_, audit), result in zip(audited, out, strict=True):
@@ -113,6 +119,17 @@ class SubmitQueue:
         if staged and self.on_staged is not None:
             self.on_staged()
         return out
+
+    def _written(self, subs: list[Submission], audits: list[InCommit | None]
+                 ) -> tuple[list[Submitted | Exception], batch.Deferred]:
+        """`_batched` and its commit, in the worker thread: the loop goes on reading and
+        answering requests through the batch's round trips, not only through its COMMIT."""
+        try:
+            tx, out, held = self._batched(subs, audits)
+        except Exception as exc:
+            raise _Unbatched from exc
+        tx.close()
+        return out, held
 
     def _commit(self, subs: list[Submission]) -> list[Submitted | Exception]:
         """The batch again after its batched write failed, in one transaction through

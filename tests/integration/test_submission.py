@@ -216,6 +216,43 @@ def test_the_event_loop_runs_while_a_batch_commits(
         assert [j.id for j in list_jobs(s, limit=10)] == [result.job.id]
 
 
+def test_the_event_loop_runs_while_a_batchs_statements_wait(
+    db: Database, example_config: IsthmusConfig
+) -> None:
+    """A batch's statements run in the worker thread too: while one waits on the database
+    (a lock another transaction holds, a server that is slow to answer), the loop keeps
+    serving other requests. Written on the loop, every request of the replica waited for the
+    batch's round trips (the soak's tail)."""
+    in_insert, released = threading.Event(), threading.Event()
+    waited: list[bool] = []
+
+    def hold(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("INSERT INTO JOBS"):
+            in_insert.set()
+            waited.append(released.wait(timeout=10))
+
+    async def run() -> tuple[Submitted, bool]:
+        queue = SubmitQueue(db, example_config)
+        task = asyncio.create_task(queue.submit(Submission(spec().name("held").build(), "a")))
+        deadline = time.monotonic() + 30
+        while not in_insert.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)  # the loop is free while the insert waits
+        answered_early = task.done()
+        released.set()
+        result = await task
+        return result, answered_early
+
+    event.listen(db.writer, "before_cursor_execute", hold)
+    try:
+        result, answered_early = asyncio.run(run())
+    finally:
+        event.remove(db.writer, "before_cursor_execute", hold)
+    assert waited == [True], "the loop was blocked while the batch's insert waited"
+    assert not answered_early, "answered before its insert"
+    with db.read() as s:
+        assert [j.id for j in list_jobs(s, limit=10)] == [result.job.id]
+
+
 def test_a_failed_commit_is_done_again_with_savepoints(
     db: Database, example_config: IsthmusConfig
 ) -> None:
