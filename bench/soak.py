@@ -16,7 +16,8 @@ control loop, the other stands by; both serve the API. Then, open loop for `--mi
   `outage_file` exists; backends/sim/live.py), at 1/2 the leader is killed with SIGKILL and
   restarted 20 s later (as a service manager would).
 Latency is counted from the moment a request was due (open loop: a slow answer delays nothing
-else but is charged in full). Per minute: API p50/p99, 5xx, requests, each replica's RSS, the
+else but is charged in full). Per minute: API p50/p99, 5xx, requests, each replica's RSS and
+CPU seconds so far (with the private PostgreSQL's as `pg`: its sessions and workers), the
 harness's own worst loop lag (a stall of the harness delays the answers it times), and
 the admission cycle p95 (from the leader's `isthmus_admission_cycle_seconds` histogram, so it is
 a bucket bound). After the run, load stops; the harness waits up to `--drain` seconds for every
@@ -58,7 +59,7 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -106,11 +107,34 @@ class Postgres:
             time.sleep(0.3)
         self.url = f"postgresql://isthmus@127.0.0.1:{self.port}/soak"
 
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system) the server used so far: its postmaster's, with the
+        processes it reaped (ended sessions, autovacuum workers), and those still running."""
+        tick = os.sysconf("SC_CLK_TCK")
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            pid = int((self.base / "data" / "postmaster.pid").read_text().split()[0])
+            total = sum(_stat(pid)[11:15])
+            for entry in Path("/proc").iterdir():
+                if entry.name.isdigit():
+                    with contextlib.suppress(OSError, IndexError, ValueError):
+                        fields = _stat(int(entry.name))
+                        if fields[1] == pid:
+                            total += fields[11] + fields[12]
+            return total / tick
+        return 0.0
+
     def stop(self) -> None:
         self.proc.terminate()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=30)
         shutil.rmtree(self.base, ignore_errors=True)
+
+
+def _stat(pid: int) -> list[int]:
+    """/proc/<pid>/stat's numeric fields after the command name (state as 0): [1] the parent,
+    [11] utime, [12] stime, [13] cutime, [14] cstime (clock ticks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return [0, *(int(f) for f in fields[1:])]
 
 
 def _free_port() -> int:
@@ -222,8 +246,8 @@ class Replica:
         if not self.alive() or self.proc is None:
             return 0.0
         with contextlib.suppress(OSError, IndexError, ValueError):
-            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            fields = _stat(self.proc.pid)
+            return (fields[11] + fields[12]) / os.sysconf("SC_CLK_TCK")
         return 0.0
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
@@ -342,8 +366,11 @@ def request_kind(method: str, path: str) -> str:
 
 class Load:
     def __init__(self, processes: list[Replica], t0: float, stats: Stats, seed: int,
-                 db: str = "", make_spec: Any = None) -> None:
+                 db: str = "", make_spec: Any = None,
+                 server_cpu: Callable[[], float] | None = None) -> None:
         self.processes, self.db = processes, db
+        self.server_cpu = server_cpu
+        """The database server's CPU seconds so far (a private server's), if known."""
         self.make_spec = make_spec or spec
         """(name, team, rng) -> the job spec of one submit."""
         replicas = [r for r in processes if r.role != "control"]
@@ -491,7 +518,7 @@ async def monitor(load: Load, seconds: float, rows: dict[int, dict[str, Any]],
                             cycle = _p95(before, h)
                         hist[r.name] = h
                 leader = await _leader(load, client)
-                rows[m] = await asyncio.to_thread(_sample, load.processes)
+                rows[m] = await asyncio.to_thread(_sample, load.processes, load.server_cpu)
                 rows[m].update(cycle_p95=cycle, leader=leader.name if leader else None)
                 lat = load.stats.lat.get(m, [])
                 note(f"minute {m + 1}: {len(lat)} requests p99 {pct(lat, 0.99):.0f} ms "
@@ -521,10 +548,14 @@ async def monitor(load: Load, seconds: float, rows: dict[int, dict[str, Any]],
             await asyncio.sleep(1)
 
 
-def _sample(processes: list[Replica]) -> dict[str, Any]:
-    """Each process's RSS and CPU seconds so far (reads of /proc)."""
-    return {"rss": {r.name: r.rss_mb() for r in processes},
-            "cpu": {r.name: round(r.cpu_s()) for r in processes}}
+def _sample(processes: list[Replica], server_cpu: Callable[[], float] | None = None
+            ) -> dict[str, Any]:
+    """Each process's RSS and CPU seconds so far (reads of /proc), and the database server's
+    CPU seconds as `pg` when known (`Postgres.cpu_s`)."""
+    cpu = {r.name: round(r.cpu_s()) for r in processes}
+    if server_cpu is not None:
+        cpu["pg"] = round(server_cpu())
+    return {"rss": {r.name: r.rss_mb() for r in processes}, "cpu": cpu}
 
 
 async def _leader(load: Load, client: httpx.AsyncClient) -> Replica | None:
@@ -763,7 +794,8 @@ def main() -> None:
             r.start()
             _wait_healthy(r)
         note(f"replicas: {({r.name: r.proc.pid for r in reps if r.proc})}; work dir {work}")
-        result = asyncio.run(_run(reps, args, FileOutage(outage), db))
+        result = asyncio.run(_run(reps, args, FileOutage(outage), db,
+                                  server_cpu=pg.cpu_s if pg is not None else None))
         for r in reps:
             r.kill(signal.SIGTERM)
         db_check(db, "after the replicas stopped")
@@ -806,16 +838,18 @@ def _wait_logged(r: Replica, text: str) -> None:
 
 
 async def _run(reps: list[Replica], args: argparse.Namespace, outage: Outage, db: str,
-               make_spec: Any = None, progress_of: Any = None) -> str:
+               make_spec: Any = None, progress_of: Any = None,
+               server_cpu: Callable[[], float] | None = None) -> str:
     """The run, the drain and the report; its last line. `make_spec` (default `spec`) makes a
     submit's job; `progress_of` (default: the replicas' logs, `progress_answers`) counts the
-    jobs' progress reports by answer class."""
+    jobs' progress reports by answer class; `server_cpu`: the database server's CPU seconds
+    so far (a private server's, `Postgres.cpu_s`), shown with the processes'."""
     seconds = args.minutes * 60
     stats = Stats()
     rows: dict[int, dict[str, Any]] = {}
     events: dict[str, float] = {}
     wall0 = time.time()
-    load = Load(reps, time.monotonic(), stats, args.seed, db, make_spec)
+    load = Load(reps, time.monotonic(), stats, args.seed, db, make_spec, server_cpu)
     drills = not args.no_drills
     mon = asyncio.ensure_future(monitor(load, seconds, rows, events, outage, args.outage, drills))
     lag = asyncio.ensure_future(harness_lag(load))

@@ -273,7 +273,7 @@ def main() -> None:
              f"namespace {namespace}")
         make = real_spec([r.url for r in reps], codes)
         result = asyncio.run(_run(reps, args, outage, pg.url, make,
-                                  lambda: Counter(status_classes(codes))))
+                                  lambda: Counter(status_classes(codes)), pg.cpu_s))
         for r in reps:
             r.kill(signal.SIGTERM)
         db_check(pg.url, "after the replicas stopped")
