@@ -6,7 +6,10 @@ save_explanation) queue their statement and parameters instead of executing them
 end (or `flush`) executes each distinct statement once with all its parameter sets (once
 per set of parameter names), in the order the statements were first queued (those only
 SQLAlchemy can send, with a default computed in Python say, after the others). Everything else
-(reads, other writes) runs at once.
+(reads, other writes) runs at once. On PostgreSQL an insert, an update by key or a declared
+upsert is one statement for all its rows (`_as_json`), an update's or upsert's key given twice
+sent once with its last row where that leaves the row as the executemany did (an earlier
+write of that key that the database would refuse is then not sent, and fails nothing).
 
 What makes this safe for the batched admission (broker.control.admission):
 - the queued statements are inserts, updates by primary key and additive upserts of different
@@ -270,7 +273,7 @@ def _one_per_key(rows: list[tuple[Any, ...]], keys: tuple[int, ...], last_wins: 
     if len(one) < len(rows) and not last_wins:
         return []
     try:
-        return [one[k] for k in sorted(one)]  # the rows locked in key order, as a lock_jobs
+        return [one[k] for k in sorted(one)]  # in key order (the callers hold their jobs' locks)
     except TypeError:  # keys that do not compare (a None): in the order given
         return list(one.values())
 
@@ -316,10 +319,18 @@ def upsert_rows(stmt: Any, table: sa.Table, keys: tuple[str, ...], last_wins: bo
     if m is None or m.group(1) != table.name:
         raise ValueError(f"not an upsert of {table.name}: {stmt.text}")
     columns = [c.strip() for c in m.group(2).split(",")]
-    params = [p.strip().removeprefix(":") for p in m.group(3).split(",")]
-    if len(columns) != len(params) or not set(keys) <= set(params) or not all(
-            c in table.c for c in columns):
+    given = [p.strip() for p in m.group(3).split(",")]
+    params = [p.removeprefix(":") for p in given]
+    if (len(columns) != len(params) or len(set(params)) != len(params)
+            or not all(p.startswith(":") for p in given) or not set(keys) <= set(params)
+            or not all(c in table.c for c in columns)):
         raise ValueError(f"columns and parameters do not pair up: {stmt.text}")
+    if "%" in m.group(4) or "'" in m.group(4):
+        raise ValueError(f"a clause with literals is sent as written only by SQLAlchemy: "
+                         f"{stmt.text}")
+    if last_wins and "DO UPDATE" not in m.group(4):
+        raise ValueError(f"only an upsert that sets the new values keeps the last row of a "
+                         f"key: {stmt.text}")
     _UPSERTS[id(stmt)] = (stmt, table, dict(zip(params, columns, strict=True)), m.group(4),
                           keys, last_wins)
 
@@ -352,8 +363,9 @@ def _json_update(stmt: Any, names: tuple[str, ...], dialect: Any) -> _JsonPlan |
     rows; PostgreSQL runs one statement instead of one per row (a job's transitions and its
     attempt's phases were most of the loop's statements). None where it does not apply."""
     if (stmt._returning or stmt._ordered_values or not stmt._values
-            or not isinstance(stmt.table, sa.Table)):
-        return None
+            or not isinstance(stmt.table, sa.Table)
+            or any(c.onupdate is not None for c in stmt.table.c)):
+        return None  # a value of SQLAlchemy's own (`onupdate`) is not in the rows
     table, quote = stmt.table, dialect.identifier_preparer.quote
     at = {name: i for i, name in enumerate(names)}
 
@@ -364,22 +376,29 @@ def _json_update(stmt: Any, names: tuple[str, ...], dialect: Any) -> _JsonPlan |
             return None
         return _cell(f"given.r->>{at[param.key]}", col, kind, dialect)
 
-    sets = []
+    sets, set_names = [], set()
     for target, param in stmt._values.items():
         name = target if isinstance(target, str) else str(getattr(target, "key", ""))
         value = cell(table.c[name], param) if name in table.c else None
         if value is None:
             return None
         sets.append(f"{quote(table.c[name].name)} = {value}")
+        set_names.add(table.c[name].key)
     where, keys, keys_only = [], [], True
     for crit in stmt._where_criteria:
         col, op, right = (getattr(crit, n, None) for n in ("left", "operator", "right"))
         if not isinstance(col, sa.Column) or col.table is not table:
             return None
         column = f"{quote(table.name)}.{quote(col.name)}"
-        if (op is operators.eq and isinstance(right, BindParameter)
-                and (value := cell(col, right)) is not None):
-            where.append(f"{column} = {value}")
+        kind = _stored_type(col.type, dialect)
+        if (op is operators.eq and isinstance(right, BindParameter) and right.key in at
+                and col.key not in set_names and not isinstance(kind, sa.LargeBinary)):
+            # the key as the column's type, not rounded as a stored value is (`_cell`); a
+            # column both matched and set is not a key (its second write would not match)
+            cast = f"given.r->>{at[right.key]}"
+            where.append(f"{column} = " + (cast if isinstance(kind, sa.String) and not
+                                           isinstance(kind, sa.Enum) else
+                                           f"CAST({cast} AS {kind.compile(dialect=dialect)})"))
             keys.append(at[right.key])
         elif op is operators.is_ and isinstance(right, Null):
             where.append(f"{column} IS NULL")

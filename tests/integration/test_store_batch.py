@@ -370,10 +370,30 @@ def test_an_update_that_also_asks_a_column_is_null_goes_by_executemany_when_a_ke
 def test_on_postgresql_an_update_with_a_value_too_long_is_refused_not_cut(
         probe: Database) -> None:
     _typed_with(probe, 1)
-    with pytest.raises(sa.exc.DBAPIError, match="too long"), probe.write() as s, \
-            batch.deferred(s):
+    with statements_sent(probe.writer) as sent, pytest.raises(sa.exc.DBAPIError,
+                                                              match="too long"), \
+            probe.write() as s, batch.deferred(s):
         batch.write(s, UPDATE_UNSET, {"k": 0, "v_s": "abcde"})
+    assert any("jsonb_array_elements" in sql for sql, _ in sent)  # the one-statement path
     assert [r[1] for r in _typed_rows(probe)] == [None]
+
+
+UPDATE_FROM = (sa.update(TYPED).where(TYPED.c.id == sa.bindparam("k"),
+                                      TYPED.c.s == sa.bindparam("old"))
+               .values(s=sa.bindparam("new")))
+
+
+@POSTGRES_ONLY
+def test_an_update_that_matches_on_a_column_it_sets_writes_each_row_in_turn(
+        probe: Database) -> None:
+    """A -> B, then B -> C: one by one the second write matches what the first wrote. As
+    one statement both would be matched against A, and the row would end at B."""
+    _typed_with(probe, 1)
+    with probe.write() as s:
+        s.connection().execute(sa.update(TYPED).values(s="A"))
+    _updates(probe, UPDATE_FROM, [{"k": 0, "old": "A", "new": "B"},
+                                  {"k": 0, "old": "B", "new": "C"}], batched=True)
+    assert [r[1] for r in _typed_rows(probe)] == ["C"]
 
 
 UPSERT_PROBE = sa.text("INSERT INTO batch_probe (id, a, b) VALUES (:i, :a, :b) "
@@ -428,6 +448,16 @@ def test_only_an_upsert_of_the_table_named_with_its_columns_paired_is_declared()
     with pytest.raises(ValueError, match="not an upsert of batch_probe"):
         batch.upsert_rows(sa.text("INSERT INTO other (id) VALUES (:i) ON CONFLICT DO NOTHING"),
                           PROBE, keys=("i",), last_wins=True)
-    with pytest.raises(ValueError, match="do not pair up"):
-        batch.upsert_rows(sa.text("INSERT INTO batch_probe (id, a) VALUES (:i) "
-                                  "ON CONFLICT DO NOTHING"), PROBE, keys=("i",), last_wins=True)
+    for values in ("(:i)", "(:i, :i)", "(:i, a)"):
+        with pytest.raises(ValueError, match="do not pair up"):
+            batch.upsert_rows(sa.text(f"INSERT INTO batch_probe (id, a) VALUES {values} "
+                                      "ON CONFLICT (id) DO UPDATE SET a = excluded.a"),
+                              PROBE, keys=("i",), last_wins=True)
+    with pytest.raises(ValueError, match="literals"):
+        batch.upsert_rows(sa.text("INSERT INTO batch_probe (id, a) VALUES (:i, :a) "
+                                  "ON CONFLICT (id) DO UPDATE SET a = excluded.a || '%'"),
+                          PROBE, keys=("i",), last_wins=True)
+    with pytest.raises(ValueError, match="sets the new values"):
+        batch.upsert_rows(sa.text("INSERT INTO batch_probe (id, a) VALUES (:i, :a) "
+                                  "ON CONFLICT (id) DO NOTHING"), PROBE, keys=("i",),
+                          last_wins=True)
