@@ -339,20 +339,9 @@ def _json_upsert(upsert: _Upsert, names: tuple[str, ...], dialect: Any) -> _Json
     _, table, column_of, clause, keys, last_wins = upsert
     if set(names) != set(column_of):
         return None
-    cols = [table.c[column_of[n]] for n in names]
-    kinds = [_stored_type(c.type, dialect) for c in cols]
-    if any(isinstance(k, sa.LargeBinary) for k in kinds):
-        return None
-    quote = dialect.identifier_preparer.quote
-    values = [_cell(f"given.r->>{i}", col, kind, dialect)
-              for i, (col, kind) in enumerate(zip(cols, kinds, strict=True))]
-    # the table's and columns' names from its metadata, the clause as declared; every value is
-    # in the one parameter
-    sql = (f"INSERT INTO {quote(table.name)} "  # noqa: S608
-           f"({', '.join(quote(c.name) for c in cols)}) SELECT {', '.join(values)} "
-           "FROM jsonb_array_elements(CAST(%(rows)s AS JSONB)) WITH ORDINALITY AS given(r, n) "
-           f"ORDER BY given.n {clause}")
-    return sql, tuple(names.index(k) for k in keys), last_wins
+    # the clause as declared (upsert_rows refuses one with literals)
+    sql = _insert_select(table, [table.c[column_of[n]] for n in names], dialect, f" {clause}")
+    return None if sql is None else (sql, tuple(names.index(k) for k in keys), last_wins)
 
 
 def _json_update(stmt: Any, names: tuple[str, ...], dialect: Any) -> _JsonPlan | None:
@@ -393,12 +382,9 @@ def _json_update(stmt: Any, names: tuple[str, ...], dialect: Any) -> _JsonPlan |
         kind = _stored_type(col.type, dialect)
         if (op is operators.eq and isinstance(right, BindParameter) and right.key in at
                 and col.key not in set_names and not isinstance(kind, sa.LargeBinary)):
-            # the key as the column's type, not rounded as a stored value is (`_cell`); a
-            # column both matched and set is not a key (its second write would not match)
-            cast = f"given.r->>{at[right.key]}"
-            where.append(f"{column} = " + (cast if isinstance(kind, sa.String) and not
-                                           isinstance(kind, sa.Enum) else
-                                           f"CAST({cast} AS {kind.compile(dialect=dialect)})"))
+            # a column both matched and set is not a key (its second write would not match)
+            where.append(f"{column} = "
+                         + _cell(f"given.r->>{at[right.key]}", col, kind, dialect, key=True))
             keys.append(at[right.key])
         elif op is operators.is_ and isinstance(right, Null):
             where.append(f"{column} IS NULL")
@@ -429,22 +415,29 @@ def _json_insert_text(stmt: Any, names: tuple[str, ...], dialect: Any) -> str | 
     if not (isinstance(stmt, sa.Insert) and stmt._post_values_clause is None and not stmt._values
             and not stmt._multi_values and all(n in stmt.table.c for n in names)):
         return None
-    cols = [stmt.table.c[n] for n in names]
-    kinds = [_stored_type(c.type, dialect) for c in cols]
-    if any(isinstance(k, sa.LargeBinary) for k in kinds):
-        return None  # bytes have no JSON form: an executemany sends them
-    values = [_cell(f"given.r->>{i}", col, kind, dialect)
-              for i, (col, kind) in enumerate(zip(cols, kinds, strict=True))]
     quote = dialect.identifier_preparer.quote
     returned = [c for c in stmt._returning if isinstance(c, sa.Column)]
     if len(returned) != len(stmt._returning):
         return None  # RETURNING an expression: SQLAlchemy's path
     returning = " RETURNING " + ", ".join(quote(c.name) for c in returned) if returned else ""
+    return _insert_select(stmt.table, [stmt.table.c[n] for n in names], dialect, returning)
+
+
+def _insert_select(table: Any, cols: list[Any], dialect: Any, tail: str) -> str | None:
+    """`INSERT INTO table (cols) SELECT` each row's values (`_cell`) from the one JSONB
+    parameter, in the order given, then `tail` (a RETURNING, an ON CONFLICT clause); None
+    when a column stores bytes (no JSON form: an executemany sends them)."""
+    kinds = [_stored_type(c.type, dialect) for c in cols]
+    if any(isinstance(k, sa.LargeBinary) for k in kinds):
+        return None
+    values = [_cell(f"given.r->>{i}", col, kind, dialect)
+              for i, (col, kind) in enumerate(zip(cols, kinds, strict=True))]
+    quote = dialect.identifier_preparer.quote
     # identifiers from the table's metadata, quoted; every value is in the one parameter
-    return (f"INSERT INTO {quote(stmt.table.name)} "  # noqa: S608
+    return (f"INSERT INTO {quote(table.name)} "  # noqa: S608
             f"({', '.join(quote(c.name) for c in cols)}) SELECT {', '.join(values)} "
             "FROM jsonb_array_elements(CAST(%(rows)s AS JSONB)) WITH ORDINALITY AS given(r, n) "
-            f"ORDER BY given.n{returning}")
+            f"ORDER BY given.n{tail}")
 
 
 def _stored_type(kind: Any, dialect: Any) -> Any:
@@ -456,14 +449,15 @@ def _stored_type(kind: Any, dialect: Any) -> Any:
     return kind
 
 
-def _cell(text: str, col: Any, kind: Any, dialect: Any) -> str:
+def _cell(text: str, col: Any, kind: Any, dialect: Any, *, key: bool = False) -> str:
     """A row's value for `col` as the insert takes it: a string uncast (its column checks its
     length on assignment and refuses a longer value, where an explicit cast to VARCHAR(n)
     would cut it); an integer through NUMERIC (a float such as 2.0 is rounded, as an
-    executemany's assignment did, not refused); anything else cast to the column's type."""
+    executemany's assignment did, not refused); anything else cast to the column's type. A
+    `key` an update compares is cast as it is, never rounded (1.5 must not match row 2)."""
     if isinstance(kind, sa.String) and not isinstance(kind, sa.Enum):
         return text
-    if isinstance(kind, sa.Integer):
+    if isinstance(kind, sa.Integer) and not key:
         return f"CAST(CAST({text} AS NUMERIC) AS {kind.compile(dialect=dialect)})"
     return f"CAST({text} AS {kind.compile(dialect=dialect)})"
 
