@@ -182,34 +182,45 @@ def test_a_group_commit_batch_is_written_batched_with_submit_manys_answers(
         assert list(check_all(s)) == []
 
 
+def _held_submit(db: Database, config: IsthmusConfig, hook: str, holds: Any
+                 ) -> tuple[Submitted, bool, list[bool]]:
+    """One submission through a SubmitQueue while the engine's `hook` (an event of db.writer)
+    holds the batch where `holds(*event args)` says, until the loop has seen the hold: the
+    result, whether it was answered during the hold, and whether each hold was released
+    (False: it timed out, the loop never ran meanwhile)."""
+    held, released = threading.Event(), threading.Event()
+    waited: list[bool] = []
+
+    def hold(*args: Any) -> None:  # runs where the batch's work runs
+        if holds(*args):
+            held.set()
+            waited.append(released.wait(timeout=10))
+
+    async def run() -> tuple[Submitted, bool]:
+        queue = SubmitQueue(db, config)
+        task = asyncio.create_task(queue.submit(Submission(spec().name("held").build(), "a")))
+        deadline = time.monotonic() + 30
+        while not held.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)  # the loop is free while the batch is held
+        answered_early = task.done()
+        released.set()
+        return await task, answered_early
+
+    event.listen(db.writer, hook, hold)
+    try:
+        result, answered_early = asyncio.run(run())
+    finally:
+        event.remove(db.writer, hook, hold)
+    return result, answered_early, waited
+
+
 def test_the_event_loop_runs_while_a_batch_commits(
     db: Database, example_config: IsthmusConfig
 ) -> None:
     """Issue 17: a batch's COMMIT (the fsync) waits in a worker thread, so the event loop
     keeps serving other work meanwhile; the submission is answered only after its commit."""
-    in_commit, released = threading.Event(), threading.Event()
-    waited: list[bool] = []
-
-    def hold(conn: Any) -> None:  # the engine's commit hook: runs where the COMMIT runs
-        in_commit.set()
-        waited.append(released.wait(timeout=10))
-
-    async def run() -> tuple[Submitted, bool]:
-        queue = SubmitQueue(db, example_config)
-        task = asyncio.create_task(queue.submit(Submission(spec().name("slow").build(), "a")))
-        deadline = time.monotonic() + 30
-        while not in_commit.is_set() and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)  # the loop is free while the commit waits
-        answered_early = task.done()
-        released.set()
-        result = await task
-        return result, answered_early
-
-    event.listen(db.writer, "commit", hold)
-    try:
-        result, answered_early = asyncio.run(run())
-    finally:
-        event.remove(db.writer, "commit", hold)
+    result, answered_early, waited = _held_submit(
+        db, example_config, "commit", lambda conn: True)  # the engine's commit hook
     assert waited == [True], "the loop was blocked while the batch committed"
     assert not answered_early, "answered before its commit"
     with db.read() as s:
@@ -223,30 +234,10 @@ def test_the_event_loop_runs_while_a_batchs_statements_wait(
     (a lock another transaction holds, a server that is slow to answer), the loop keeps
     serving other requests. Written on the loop, every request of the replica waited for the
     batch's round trips (the soak's tail)."""
-    in_insert, released = threading.Event(), threading.Event()
-    waited: list[bool] = []
-
-    def hold(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
-        if statement.lstrip().upper().startswith("INSERT INTO JOBS"):
-            in_insert.set()
-            waited.append(released.wait(timeout=10))
-
-    async def run() -> tuple[Submitted, bool]:
-        queue = SubmitQueue(db, example_config)
-        task = asyncio.create_task(queue.submit(Submission(spec().name("held").build(), "a")))
-        deadline = time.monotonic() + 30
-        while not in_insert.is_set() and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)  # the loop is free while the insert waits
-        answered_early = task.done()
-        released.set()
-        result = await task
-        return result, answered_early
-
-    event.listen(db.writer, "before_cursor_execute", hold)
-    try:
-        result, answered_early = asyncio.run(run())
-    finally:
-        event.remove(db.writer, "before_cursor_execute", hold)
+    result, answered_early, waited = _held_submit(
+        db, example_config, "before_cursor_execute",
+        lambda conn, cursor, statement, *_: statement.lstrip().upper().startswith(
+            "INSERT INTO JOBS"))
     assert waited == [True], "the loop was blocked while the batch's insert waited"
     assert not answered_early, "answered before its insert"
     with db.read() as s:
