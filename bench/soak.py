@@ -489,63 +489,85 @@ def _p95(before: dict[float, float], after: dict[float, float]) -> float | None:
     return None
 
 
+class Scrapes:
+    """The monitor's reads of the processes' /metrics: the admission cycle histogram of each,
+    as last read. One client for the run (a new one loads the CA bundle, tens of ms of CPU);
+    `start` reads them all once before the load, so that minute 1 counts from there and the
+    client's first request, which imports what it needs (anyio's event: 30-60 ms of the loop,
+    in minute 2 of every run when it came with the first minute's scrape), is not timed."""
+
+    def __init__(self, processes: list[Replica]) -> None:
+        self.processes = processes
+        self.client = httpx.AsyncClient()
+        self.hist: dict[str, dict[float, float]] = {}
+
+    async def start(self) -> None:
+        await self.cycle_p95()
+
+    async def cycle_p95(self) -> float | None:
+        """The admission cycle p95 bound since the last read (a process that led meanwhile)."""
+        cycle = None
+        for r in self.processes:
+            with contextlib.suppress(httpx.HTTPError):
+                text = (await self.client.get(r.url + "/metrics", timeout=10)).text
+                h = _histogram(text, "isthmus_admission_cycle_seconds")
+                before = self.hist.get(r.name, {})
+                if h.get(float("inf"), 0) < before.get(float("inf"), 0):
+                    before = {}  # the replica was restarted: its counters too
+                if h.get(float("inf"), 0) > before.get(float("inf"), 0):
+                    cycle = _p95(before, h)
+                self.hist[r.name] = h
+        return cycle
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+
 async def monitor(load: Load, seconds: float, rows: dict[int, dict[str, Any]],
                   events: dict[str, float], outage: Outage, outage_s: float,
-                  drills: bool = True) -> None:
+                  scrapes: Scrapes, drills: bool = True) -> None:
     """Once a minute: RSS and the admission cycle p95; drives the outage and the kill (unless
     `drills` is off)."""
-    hist: dict[str, dict[float, float]] = {}
     outage_at, kill_at = (seconds / 3, seconds / 2) if drills else (math.inf, math.inf)
     killed: Replica | None = None
     next_minute = 60.0
-    # One client for the run (a new one loads the CA bundle, tens of ms of CPU), and the
-    # blocking reads (/proc, the lease) in a thread: the loop that sends the load and times
-    # its answers must not stall on the monitor's own work (the harness's lag, `lag`).
-    async with httpx.AsyncClient() as client:
-        while True:
-            el = time.monotonic() - load.t0
-            if el >= next_minute or el >= seconds:
-                m = int(next_minute // 60) - 1
-                cycle = None
-                for r in load.processes:
-                    with contextlib.suppress(httpx.HTTPError):
-                        text = (await client.get(r.url + "/metrics", timeout=10)).text
-                        h = _histogram(text, "isthmus_admission_cycle_seconds")
-                        before = hist.get(r.name, {})
-                        if h.get(float("inf"), 0) < before.get(float("inf"), 0):
-                            before = {}  # the replica was restarted: its counters too
-                        if h.get(float("inf"), 0) > before.get(float("inf"), 0):
-                            cycle = _p95(before, h)
-                        hist[r.name] = h
-                leader = await _leader(load, client)
-                rows[m] = await asyncio.to_thread(_sample, load.processes, load.server_cpu)
-                rows[m].update(cycle_p95=cycle, leader=leader.name if leader else None)
-                lat = load.stats.lat.get(m, [])
-                note(f"minute {m + 1}: {len(lat)} requests p99 {pct(lat, 0.99):.0f} ms "
-                     f"5xx {load.stats.err5.get(m, 0)} rss {rows[m]['rss']} cycle p95 "
-                     f"{_bound(cycle)} cpu s so far {rows[m]['cpu']}")
-                next_minute += 60
-                if el >= seconds:
-                    return
-            if "outage" not in events and el >= outage_at:
-                outage.begin()
-                events["outage"] = el
-                note("outage starts")
-            ending = "outage" in events and "outage_end" not in events
-            if ending and el >= events["outage"] + outage_s:
-                outage.end()
-                events["outage_end"] = el
-            if "kill" not in events and el >= kill_at:
-                killed = await _leader(load, client)
-                if killed is not None:
-                    killed.kill()
-                    events["kill"] = el
-                    note(f"leader {killed.name} killed")
-                    events["killed_" + killed.name] = el
-            if killed is not None and "restart" not in events and el >= events["kill"] + 20:
-                killed.start()
-                events["restart"] = el
-            await asyncio.sleep(1)
+    # The blocking reads (/proc, the lease) in a thread: the loop that sends the load and
+    # times its answers must not stall on the monitor's own work (the harness's lag, `lag`).
+    client = scrapes.client
+    while True:
+        el = time.monotonic() - load.t0
+        if el >= next_minute or el >= seconds:
+            m = int(next_minute // 60) - 1
+            cycle = await scrapes.cycle_p95()
+            leader = await _leader(load, client)
+            rows[m] = await asyncio.to_thread(_sample, load.processes, load.server_cpu)
+            rows[m].update(cycle_p95=cycle, leader=leader.name if leader else None)
+            lat = load.stats.lat.get(m, [])
+            note(f"minute {m + 1}: {len(lat)} requests p99 {pct(lat, 0.99):.0f} ms "
+                 f"5xx {load.stats.err5.get(m, 0)} rss {rows[m]['rss']} cycle p95 "
+                 f"{_bound(cycle)} cpu s so far {rows[m]['cpu']}")
+            next_minute += 60
+            if el >= seconds:
+                return
+        if "outage" not in events and el >= outage_at:
+            outage.begin()
+            events["outage"] = el
+            note("outage starts")
+        ending = "outage" in events and "outage_end" not in events
+        if ending and el >= events["outage"] + outage_s:
+            outage.end()
+            events["outage_end"] = el
+        if "kill" not in events and el >= kill_at:
+            killed = await _leader(load, client)
+            if killed is not None:
+                killed.kill()
+                events["kill"] = el
+                note(f"leader {killed.name} killed")
+                events["killed_" + killed.name] = el
+        if killed is not None and "restart" not in events and el >= events["kill"] + 20:
+            killed.start()
+            events["restart"] = el
+        await asyncio.sleep(1)
 
 
 def _sample(processes: list[Replica], server_cpu: Callable[[], float] | None = None
@@ -849,9 +871,12 @@ async def _run(reps: list[Replica], args: argparse.Namespace, outage: Outage, db
     rows: dict[int, dict[str, Any]] = {}
     events: dict[str, float] = {}
     wall0 = time.time()
+    scrapes = Scrapes(reps)
+    await scrapes.start()
     load = Load(reps, time.monotonic(), stats, args.seed, db, make_spec, server_cpu)
     drills = not args.no_drills
-    mon = asyncio.ensure_future(monitor(load, seconds, rows, events, outage, args.outage, drills))
+    mon = asyncio.ensure_future(monitor(load, seconds, rows, events, outage, args.outage,
+                                        scrapes, drills))
     lag = asyncio.ensure_future(harness_lag(load))
     # the harness's collector as the broker's processes set theirs: its first full collection
     # walked every object of its start-up (httpx, psycopg, yaml) and stalled the load for
@@ -861,6 +886,7 @@ async def _run(reps: list[Replica], args: argparse.Namespace, outage: Outage, db
     lag.cancel()
     note(f"load done: {n} submits offered")
     await mon
+    await scrapes.close()
     sent_at = time.monotonic()
     await drain(db, args.drain)
     drained_s = time.monotonic() - sent_at
