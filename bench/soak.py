@@ -208,8 +208,11 @@ class Replica:
     (`server --no-control`) or `control` (`isthmus control`, no API; `--split`)."""
 
     def __init__(self, name: str, config: Path, db: str, work: Path, role: str = "server",
-                 api_port: int = 0) -> None:
+                 api_port: int = 0, nice: int = 0) -> None:
         self.name, self.config, self.db, self.role = name, config, db, role
+        self.nice = nice
+        """Started under `nice -n` this (0: as the harness): its CPU weight against the
+        others' on a shared machine, as a deployment's CPU requests set it per pod."""
         self.port = api_port if role == "control" else _free_port()
         self.metrics_port = _free_port() if role == "control" else self.port
         self.url = f"http://127.0.0.1:{self.metrics_port}"  # control: its metrics only
@@ -222,9 +225,10 @@ class Replica:
                      str(self.metrics_port)] if self.role == "control" else
                     ["server", "--port", str(self.port)]
                     + (["--no-control"] if self.role == "api" else []))
+            nice = ["nice", "-n", str(self.nice)] if self.nice else []  # exec'd: same pid
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "broker.cli.main", args[0], "--config", str(self.config),
-                 "--db", self.db, *args[1:]],
+                [*nice, sys.executable, "-m", "broker.cli.main", args[0], "--config",
+                 str(self.config), "--db", self.db, *args[1:]],
                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                 env={**os.environ, "PYTHONPATH": str(ROOT), "PGAPPNAME": self.name},
             )
@@ -789,6 +793,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="API replicas a, b with --no-control and the control loop in two "
                     "processes of its own, c and d (`isthmus control`); the kill drill kills "
                     "the leading one")
+    ap.add_argument("--control-nice", type=int, default=0,
+                    help="with --split: start the control processes under `nice -n` this, "
+                    "so the API replicas take a shared core first, as a deployment that "
+                    "gives the loop's pod a smaller CPU request than the API's (default 0: "
+                    "equal weight)")
     ap.add_argument("--progress-every", type=float, default=400,
                     help="simulated seconds between a running job's progress reports (the "
                     "simulators post them, four senders per backend; at speed 10, 400 is a "
@@ -809,8 +818,8 @@ def main() -> None:
             for n in ("a", "b")]
     write_config(work, args.rate, outage, args.progress_every, [r.url for r in reps])
     if args.split:  # the control loop in processes of their own
-        reps += [Replica(n, config, db, work, role="control", api_port=reps[0].port)
-                 for n in ("c", "d")]
+        reps += [Replica(n, config, db, work, role="control", api_port=reps[0].port,
+                         nice=args.control_nice) for n in ("c", "d")]
     try:
         for r in reps:
             r.start()

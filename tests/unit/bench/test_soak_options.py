@@ -4,6 +4,8 @@ and rate, and each its own extra options."""
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -55,3 +57,29 @@ def test_the_jobs_progress_load_is_stated_and_spread_over_the_replicas(tmp_path:
     off = yaml.safe_load(soak.write_config(tmp_path, 100, tmp_path / "o", 0).read_text())
     assert all(b["settings"]["progress"] is False and "progress_url" not in b["settings"]
                for b in off["backends"])
+
+
+def test_the_control_processes_start_under_the_nice_asked(tmp_path: Path) -> None:
+    """`--control-nice 5`: a control process runs at the harness's niceness plus 5 (its pid the
+    one the soak measures and kills), an API replica at the harness's own."""
+    config = tmp_path / "isthmus.yaml"
+    os.mkfifo(config)  # the process blocks on reading its configuration: alive until killed
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    for role, nice, expected in (("control", 5, base + 5), ("api", 0, base)):
+        r = soak.Replica("c", config, "sqlite:///x", tmp_path, role=role, nice=nice)
+        r.start()
+        try:
+            assert r.proc is not None
+            comm = Path(f"/proc/{r.proc.pid}/comm")
+            deadline = time.monotonic() + 30
+            while comm.read_text().strip() == "nice":  # until nice has exec'd python
+                assert r.alive() and time.monotonic() < deadline, r.log.read_text()
+                time.sleep(0.01)
+            assert os.getpriority(os.PRIO_PROCESS, r.proc.pid) == expected
+        finally:
+            r.kill()
+
+
+def test_the_control_nice_option_defaults_to_equal_weight() -> None:
+    assert soak.parse_args([]).control_nice == 0
+    assert soak.parse_args(["--split", "--control-nice", "5"]).control_nice == 5
