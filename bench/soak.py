@@ -803,7 +803,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     "simulators post them, four senders per backend; at speed 10, 400 is a "
                     "report every 40 wall seconds, so each job's first report and few more: "
                     "about one per job); 0: no reports")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.control_nice and not args.split:
+        ap.error("--control-nice needs --split: without it the control loop runs in the API "
+                 "replicas' own processes")
+    return args
 
 
 def main() -> None:
@@ -881,21 +885,23 @@ async def _run(reps: list[Replica], args: argparse.Namespace, outage: Outage, db
     events: dict[str, float] = {}
     wall0 = time.time()
     scrapes = Scrapes(reps)
-    await scrapes.start()
-    load = Load(reps, time.monotonic(), stats, args.seed, db, make_spec, server_cpu)
-    drills = not args.no_drills
-    mon = asyncio.ensure_future(monitor(load, seconds, rows, events, outage, args.outage,
-                                        scrapes, drills))
-    lag = asyncio.ensure_future(harness_lag(load))
-    # the harness's collector as the broker's processes set theirs: its first full collection
-    # walked every object of its start-up (httpx, psycopg, yaml) and stalled the load for
-    # 44 ms in minute 2 of every run, charged to the requests it was timing
-    with gc_settings.settled():
-        n = await load.run(args.rate, seconds)
-    lag.cancel()
-    note(f"load done: {n} submits offered")
-    await mon
-    await scrapes.close()
+    try:
+        await scrapes.start()
+        load = Load(reps, time.monotonic(), stats, args.seed, db, make_spec, server_cpu)
+        drills = not args.no_drills
+        mon = asyncio.ensure_future(monitor(load, seconds, rows, events, outage, args.outage,
+                                            scrapes, drills))
+        lag = asyncio.ensure_future(harness_lag(load))
+        # the harness's collector as the broker's processes set theirs: its first full
+        # collection walked every object of its start-up (httpx, psycopg, yaml) and stalled
+        # the load for 44 ms in minute 2 of every run, charged to the requests it was timing
+        with gc_settings.settled():
+            n = await load.run(args.rate, seconds)
+        lag.cancel()
+        note(f"load done: {n} submits offered")
+        await mon
+    finally:
+        await scrapes.close()
     sent_at = time.monotonic()
     await drain(db, args.drain)
     drained_s = time.monotonic() - sent_at

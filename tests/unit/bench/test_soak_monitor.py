@@ -5,10 +5,15 @@ requests it was timing in minute 2 of every run), is made before any request is 
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+import pytest
+
+from bench import soak
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -70,3 +75,34 @@ def test_without_the_start_the_first_scrape_imports_and_counts_everything() -> N
     p95, imported = _run("none")
     assert imported != "[]"
     assert p95 == "0.1"  # the process's cycles since it started
+
+
+def test_the_run_reads_the_metrics_before_the_load_and_closes_its_client_whatever_happens(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`_run` starts its Scrapes before the load is made (and so before any request is timed),
+    and closes its client also when the run fails."""
+    order: list[str] = []
+
+    class Recorder:
+        def __init__(self, processes: object) -> None:
+            order.append("scrapes")
+
+        async def start(self) -> None:
+            order.append("start")
+
+        async def close(self) -> None:
+            order.append("close")
+
+    class Failed(Exception):
+        pass
+
+    def load(*args: object) -> None:
+        order.append("load")
+        raise Failed
+
+    monkeypatch.setattr(soak, "Scrapes", Recorder)
+    monkeypatch.setattr(soak, "Load", load)
+    args = soak.parse_args(["--minutes", "1", "--no-drills"])
+    with pytest.raises(Failed):
+        asyncio.run(soak._run([], args, soak.FileOutage(Path("/nonexistent")), "db"))
+    assert order == ["scrapes", "start", "load", "close"]
