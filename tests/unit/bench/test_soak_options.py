@@ -5,12 +5,12 @@ and rate, and each its own extra options."""
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
 
 from bench import soak, soak_real
+from tests.harness.wait import wait_until
 
 SHARED = ["--minutes", "4", "--rate", "50", "--outage", "5", "--warmup", "1", "--drain", "30",
           "--seed", "3", "--keep", "--no-drills"]
@@ -71,10 +71,12 @@ def test_the_control_processes_start_under_the_nice_asked(tmp_path: Path) -> Non
         try:
             assert r.proc is not None
             comm = Path(f"/proc/{r.proc.pid}/comm")
-            deadline = time.monotonic() + 30
-            while comm.read_text().strip() == "nice":  # until nice has exec'd python
-                assert r.alive() and time.monotonic() < deadline, r.log.read_text()
-                time.sleep(0.01)
+
+            def execd() -> bool:  # nice has exec'd python (the process waits on its config)
+                assert r.alive(), r.log.read_text()
+                return comm.read_text().strip() != "nice"
+
+            wait_until(execd, 30, "nice to exec the broker", interval=0.01)
             assert os.getpriority(os.PRIO_PROCESS, r.proc.pid) == expected
         finally:
             r.kill()
