@@ -10,18 +10,24 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, Request
+from starlette.concurrency import run_in_threadpool
 
 from broker.domain.ids import is_job_id
 from broker.store import job_numbers
 from broker.store.db import Database
 
 
-def canonical_job_id(job_id: str, request: Request) -> str:
+async def canonical_job_id(job_id: str, request: Request) -> str:
+    """Async on purpose: an id (most requests) is answered on the event loop; only a number
+    is looked up, in a worker thread (a sync dependency costs every request that hop)."""
     if is_job_id(job_id) or job_numbers.parse_ref(job_id) is None:
         return job_id
-    db: Database = request.app.state.db
+    return await run_in_threadpool(_resolve, request.app.state.db, job_id)
+
+
+def _resolve(db: Database, ref: str) -> str:
     with db.read() as s:
-        return job_numbers.resolve(s, job_id) or job_id
+        return job_numbers.resolve(s, ref) or ref
 
 
 JobRef = Annotated[str, Depends(canonical_job_id)]

@@ -45,11 +45,12 @@ class ProgressAck(BaseModel):
     checkpoint: str | None = None
 
 
-def _bearer(
+async def _bearer(
     authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> str:
     """The report's bearer token, or 401: a dependency, so it is asked for before the body is
-    read and validated (an unauthenticated caller learns nothing of what a body must be)."""
+    read and validated (an unauthenticated caller learns nothing of what a body must be).
+    Async on purpose: a sync dependency would cost every report a worker-thread hop."""
     if not authorization or not authorization.lower().startswith("bearer "):
         raise Problem(401, "unauthenticated", "Progress token required",
                       "send 'Authorization: Bearer $ISTHMUS_PROGRESS_TOKEN'",
