@@ -2,8 +2,8 @@
 
 The soak's p99 is set by the CPU of its processes: this says where an API replica's goes.
 Starts a throwaway PostgreSQL (or uses `--db`) and one `isthmus server --no-control` with the
-soak's configuration (bench/soak.py: the simulated federation, four teams, no auth: the caller
-is an admin, so its reads of a team's jobs are recorded in the audit log, as in the soak).
+soak's configuration (bench/soak.py: the simulated federation, four teams, each calling with its
+own token, as in the soak).
 Then, closed loop with `--concurrency` keep-alive connections, in turn: `--requests` submits
 (the soak's specs), health checks (`GET /healthz`: the framework's floor, one trivial read),
 job reads, explains, a quarter as many list pages (`?team=&limit=50`) and a tenth as many
@@ -26,14 +26,24 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.soak import TEAMS, Conns, Postgres, Replica, _wait_healthy, spec, write_config
+from bench.soak import (
+    TEAMS,
+    Conns,
+    Postgres,
+    Replica,
+    _wait_healthy,
+    as_team,
+    spec,
+    write_config,
+)
 
 Request = tuple[str, str, Any, dict[str, str]]
 
 
 async def _phase(conns: Conns, make: Callable[[int], Request], n: int, concurrency: int,
-                 ids: list[str]) -> list[float]:
-    """`n` requests made by `make`, `concurrency` at a time; their latencies (s)."""
+                 ids: list[tuple[str, str]]) -> list[float]:
+    """`n` requests made by `make`, `concurrency` at a time; their latencies (s). The jobs
+    submitted are added to `ids` (id, team)."""
     todo = list(range(n))
     latencies: list[float] = []
 
@@ -49,7 +59,8 @@ async def _phase(conns: Conns, make: Callable[[int], Request], n: int, concurren
             if answer.status >= 300:
                 raise RuntimeError(f"{method} {path}: {answer.status} {answer.json()}")
             if method == "POST" and path == "/v1/jobs":
-                ids.append(answer.json()["id"])
+                job = answer.json()
+                ids.append((job["id"], job["team"]))
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     return latencies
@@ -58,22 +69,28 @@ async def _phase(conns: Conns, make: Callable[[int], Request], n: int, concurren
 async def _run(replica: Replica, n: int, concurrency: int, seed: int) -> dict[str, float]:
     conns = Conns(replica.port, concurrency)
     rng = random.Random(seed)
-    ids: list[str] = []
+    ids: list[tuple[str, str]] = []
 
     def submit(prefix: str) -> Callable[[int], Request]:
         def make(i: int) -> Request:
             name = f"{prefix}-{i:07d}"
-            return "POST", "/v1/jobs", spec(name, TEAMS[i % 4], rng), {"Idempotency-Key": name}
+            team = TEAMS[i % 4]
+            return ("POST", "/v1/jobs", spec(name, team, rng),
+                    {"Idempotency-Key": name, **as_team(team)})
         return make
+
+    def job_call(method: str, job: tuple[str, str], tail: str) -> Request:
+        return method, f"/v1/jobs/{job[0]}{tail}", None, as_team(job[1])
 
     kinds: list[tuple[str, Callable[[int], Request], int]] = [
         ("submit", submit("cost"), n),
         ("healthz", lambda i: ("GET", "/healthz", None, {}), n),
-        ("read", lambda i: ("GET", f"/v1/jobs/{ids[i % len(ids)]}", None, {}), n),
-        ("explain", lambda i: ("GET", f"/v1/jobs/{ids[i % len(ids)]}/explain", None, {}), n),
-        ("list", lambda i: ("GET", f"/v1/jobs?team={TEAMS[i % 4]}&limit=50", None, {}),
+        ("read", lambda i: job_call("GET", ids[i % len(ids)], ""), n),
+        ("explain", lambda i: job_call("GET", ids[i % len(ids)], "/explain"), n),
+        ("list", lambda i: ("GET", f"/v1/jobs?team={TEAMS[i % 4]}&limit=50", None,
+                            as_team(TEAMS[i % 4])),
          max(1, n // 4)),
-        ("cancel", lambda i: ("POST", f"/v1/jobs/{ids[i]}/cancel", None, {}), max(1, n // 10)),
+        ("cancel", lambda i: job_call("POST", ids[i], "/cancel"), max(1, n // 10)),
     ]
     await _phase(conns, submit("warm"), 50, concurrency, ids)  # connections, caches, JIT-free
     out: dict[str, float] = {}

@@ -2,16 +2,19 @@
 
 Starts a private PostgreSQL (or uses `--db`), writes a configuration derived from
 examples/isthmus.yaml (the simulated federation, `kind: sim`, its pools scaled to the offered
-rate; four teams in one cohort) and runs two `isthmus server` processes on it: one leads the
+rate; four teams in one cohort, each calling with its own bearer token, as production
+authenticates every call) and runs two `isthmus server` processes on it: one leads the
 control loop, the other stands by; both serve the API. Then, open loop for `--minutes`:
 - `--rate` submits per second, round robin over the four teams and both replicas, each with
   its own name and Idempotency-Key (a request that meets a dead replica is sent again, same key,
   to the other: counted as a connection retry, not a 5xx);
 - mixed in: a cancel of one submit in ten (0-10 s after its answer), and per submit a 10%
-  chance each of a list (`GET /v1/jobs?team=`), an explain and a job read; the simulated jobs
-  themselves post progress reports (`POST /v1/jobs/{id}/progress`) every `--progress-every`
-  simulated seconds, each simulated backend's to one of the replicas (a load balancer's
-  share);
+  chance each of a list (`GET /v1/jobs?team=`), an explain and a job read, each call made as
+  the team whose job or list it is (`TOKENS`: a user's read of its own team's jobs, which the
+  audit log does not record; until 2026-12-07 the calls were the open API's admin's); the
+  simulated jobs themselves post progress reports (`POST /v1/jobs/{id}/progress`) every
+  `--progress-every` simulated seconds, each simulated backend's to one of the replicas (a
+  load balancer's share);
 - at 1/3 of the run the `sim-slurm` backend is unreachable for `--outage` seconds (its
   `outage_file` exists; backends/sim/live.py), at 1/2 the leader is killed with SIGKILL and
   restarted 20 s later (as a service manager would).
@@ -46,12 +49,14 @@ import ast
 import asyncio
 import contextlib
 import faulthandler
+import hashlib
 import json
 import math
 import os
 import pwd
 import random
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -72,6 +77,9 @@ from broker import gc_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 TEAMS = ("vision", "language", "speech", "robotics")
+TOKENS = {team: secrets.token_urlsafe(24) for team in TEAMS}
+"""Each team's bearer token (this process's, drawn at start): the servers of `write_config`
+authenticate every call, and the load calls as the team whose job it is, as users do."""
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "REJECTED"}
 
 
@@ -175,6 +183,11 @@ def write_config(work: Path, rate: float, outage_file: Path,
                      "quotas": {f: {"nominal": share} for f in ("h100-80g", "a100-80g")}}
                     for t in TEAMS]
     cfg["tenancy"]["mounts"] = {}
+    # as production runs: every call authenticated, each team with its own token (`TOKENS`),
+    # so a user's read of their own team's jobs is not an admin's audited read
+    cfg["auth"] = {"mode": "token", "tokens": [
+        {"name": f"soak-{t}", "team": t, "role": "user",
+         "token_sha256": hashlib.sha256(TOKENS[t].encode()).hexdigest()} for t in TEAMS]}
     cfg["slurm_compat"]["accounts"] = {t: t for t in TEAMS}
     path = work / "isthmus.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -291,7 +304,8 @@ class Stats:
     """minute -> how late (ms) the harness's own loop woke from 10 ms sleeps: a stall of the
     harness delays the answers it times, which the server did not cause."""
     acked: dict[str, str] = field(default_factory=dict)  # name -> job id
-    recent: deque[str] = field(default_factory=lambda: deque(maxlen=500))
+    recent: deque[tuple[str, str]] = field(default_factory=lambda: deque(maxlen=500))
+    """The last answered submits' (job id, team)."""
     unanswered: list[str] = field(default_factory=list)
 
 
@@ -358,6 +372,11 @@ class Conns:
             if line.lower().startswith(b"content-length:"):
                 length = int(line.split(b":")[1])
         return status, await asyncio.wait_for(reader.readexactly(length), 60)
+
+
+def as_team(team: str) -> dict[str, str]:
+    """The headers of a call made by one of `team`'s users (its token, `TOKENS`)."""
+    return {"Authorization": f"Bearer {TOKENS[team]}"}
 
 
 def request_kind(method: str, path: str) -> str:
@@ -427,26 +446,31 @@ class Load:
         team = TEAMS[i % len(TEAMS)]
         name = f"soak-{i:07d}"
         body = self.make_spec(name, team, self.rng)
-        resp = await self.call("POST", "/v1/jobs", due, body, {"Idempotency-Key": name})
+        resp = await self.call("POST", "/v1/jobs", due, body,
+                               {"Idempotency-Key": name, **as_team(team)})
         if resp is None or resp.status not in (200, 201):
             self.stats.unanswered.append(name)
             return
         job_id = resp.json()["id"]
         self.stats.acked[name] = job_id
-        self.stats.recent.append(job_id)
+        self.stats.recent.append((job_id, team))
         if self.rng.random() < 0.1:
             await asyncio.sleep(self.rng.uniform(0, 10))
-            await self.call("POST", f"/v1/jobs/{job_id}/cancel", time.monotonic())
+            await self.call("POST", f"/v1/jobs/{job_id}/cancel", time.monotonic(),
+                            headers=as_team(team))
 
     async def read(self, i: int, due: float) -> None:
         x = self.rng.random()
-        ids = self.stats.recent
+        recent = self.stats.recent
         if x < 0.1:
-            await self.call("GET", f"/v1/jobs?team={TEAMS[i % 4]}&limit=50", due)
-        elif x < 0.2 and ids:
-            await self.call("GET", f"/v1/jobs/{self.rng.choice(ids)}/explain", due)
-        elif x < 0.3 and ids:
-            await self.call("GET", f"/v1/jobs/{self.rng.choice(ids)}", due)
+            team = TEAMS[i % 4]
+            await self.call("GET", f"/v1/jobs?team={team}&limit=50", due, headers=as_team(team))
+        elif x < 0.2 and recent:
+            job_id, team = self.rng.choice(recent)
+            await self.call("GET", f"/v1/jobs/{job_id}/explain", due, headers=as_team(team))
+        elif x < 0.3 and recent:
+            job_id, team = self.rng.choice(recent)
+            await self.call("GET", f"/v1/jobs/{job_id}", due, headers=as_team(team))
 
     async def run(self, rate: float, seconds: float) -> int:
         i = 0
