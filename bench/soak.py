@@ -183,11 +183,7 @@ def write_config(work: Path, rate: float, outage_file: Path,
                      "quotas": {f: {"nominal": share} for f in ("h100-80g", "a100-80g")}}
                     for t in TEAMS]
     cfg["tenancy"]["mounts"] = {}
-    # as production runs: every call authenticated, each team with its own token (`TOKENS`),
-    # so a user's read of their own team's jobs is not an admin's audited read
-    cfg["auth"] = {"mode": "token", "tokens": [
-        {"name": f"soak-{t}", "team": t, "role": "user",
-         "token_sha256": hashlib.sha256(TOKENS[t].encode()).hexdigest()} for t in TEAMS]}
+    cfg["auth"] = team_auth()
     cfg["slurm_compat"]["accounts"] = {t: t for t in TEAMS}
     path = work / "isthmus.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -372,6 +368,15 @@ class Conns:
             if line.lower().startswith(b"content-length:"):
                 length = int(line.split(b":")[1])
         return status, await asyncio.wait_for(reader.readexactly(length), 60)
+
+
+def team_auth() -> dict[str, Any]:
+    """The `auth` of the soaks' servers: as production runs, every call authenticated, each
+    team with its own token (`TOKENS`), so a user's read of its own team's jobs is not an
+    admin's audited read."""
+    return {"mode": "token", "tokens": [
+        {"name": f"soak-{t}", "team": t, "role": "user",
+         "token_sha256": hashlib.sha256(TOKENS[t].encode()).hexdigest()} for t in TEAMS]}
 
 
 def as_team(team: str) -> dict[str, str]:

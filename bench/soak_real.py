@@ -61,6 +61,7 @@ from bench.soak import (
     db_check,
     note,
     soak_options,
+    team_auth,
 )
 
 SLURM_UP = ROOT / "deploy" / "testenv" / "slurm" / "up"
@@ -97,7 +98,7 @@ def config_for(slurm: dict[str, str], k8s: dict[str, str], namespace: str,
                jobs_dir: Path) -> dict[str, Any]:
     """examples/isthmus-local.yaml pointed at these clusters: pool sizes from their env, four
     teams with an equal share of each flavor's GPUs, the fake-pod annotations allowed, a quick
-    control loop (as bench/soak.py)."""
+    control loop and each team calling with its own token (as bench/soak.py)."""
     cfg: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "isthmus-local.yaml").read_text())
     cfg.pop("server", None)
     cfg.pop("database", None)
@@ -121,6 +122,7 @@ def config_for(slurm: dict[str, str], k8s: dict[str, str], namespace: str,
                       "reconcile_interval": 1, "lease_ttl": 5, "lost_grace": 20}
     cfg["tenancy"] = {"mounts": {}, "exempt_key_prefixes": [FAKE]}
     cfg["cohorts"] = [{"name": "research"}]
+    cfg["auth"] = team_auth()  # the load calls as the teams (bench.soak.Load)
     cfg["teams"] = [{"name": t, "cohort": "research",
                      "quotas": {f: {"nominal": gpus // len(TEAMS)}
                                 for f, gpus in sorted(per_flavor.items())}}

@@ -37,13 +37,14 @@ def test_the_soak_servers_authenticate_each_team_by_its_own_token(tmp_path: Path
             # another team's token does not see it (team scoping, as for any user)
             assert client.get(f"/v1/jobs/{job}", headers=as_team("speech")).status_code == 404
         with db.read() as s:
-            actions = [r[0] for r in s.connection().execute(text(
-                "SELECT action FROM audit_log UNION ALL SELECT action FROM audit_staged"))]
+            actions = [(r[0], r[1]) for r in s.connection().execute(text(
+                "SELECT action, outcome FROM audit_log UNION ALL "
+                "SELECT action, outcome FROM audit_staged"))]
     finally:
         db.dispose()
     # the submit is recorded; a team's reads of its own job are not (an admin's were)
-    assert "job.submit" in actions
-    assert not [a for a in actions if a.startswith("read")], actions
+    assert ("job.submit", "allowed") in actions
+    assert not [a for a, _ in actions if a.startswith("read")], actions
 
 
 class _Rng:

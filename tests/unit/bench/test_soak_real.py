@@ -67,6 +67,10 @@ def test_config_points_at_the_clusters_and_shares_their_gpus(tmp_path: Path) -> 
     for team in parsed.teams:
         assert {f: q.nominal for f, q in team.quotas.items()} == {"a100-80g": 22, "h100-80g": 22}
     assert parsed.tenancy.exempt_key_prefixes == ["isthmus.io/fake-"]
+    # every call authenticated, each team by its own token, as the load makes them
+    assert parsed.auth.mode == "token"
+    assert [(t.team, t.role.value) for t in parsed.auth.tokens] == [
+        (t, "user") for t in ["vision", "language", "speech", "robotics"]]
 
 
 def test_specs_are_valid_short_jobs_of_the_soaks_shapes(tmp_path: Path) -> None:
