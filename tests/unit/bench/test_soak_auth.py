@@ -62,9 +62,6 @@ class _Rng:
     def choice(self, seq: Any) -> Any:
         return seq[-1]
 
-    def randrange(self, n: int) -> int:
-        return 0
-
 
 def test_the_load_calls_as_the_team_whose_job_it_is() -> None:
     load = Load([SimpleNamespace(name="a", port=1, role="api")], 0.0, Stats(), 1)  # type: ignore[list-item]
