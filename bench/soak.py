@@ -30,9 +30,10 @@ runs `isthmus db check` twice, printing its mismatch lines: while the replicas s
 backlog not drained is still being written), and once they stopped. Last line:
 `soak: <minutes> min <N> jobs 5xx <k> lost <l> p99 <T> ms rss growth <g>%` (p99: the worst
 minute but the hand-over minute; rss growth: from the end of warm-up to the end, the largest of
-the processes that ran throughout, counted apart for each stretch in which a process kept one
-role, leader or standby: `rss_growth`). `--split` runs the API replicas with `--no-control` and
-the control loop in two `isthmus control` processes; the kill drill then kills the leading one.
+the processes, counted apart for each stretch in which a process kept one role, leader or
+standby, a killed one up to its kill: `rss_growth`). `--split` runs the API replicas with
+`--no-control` and the control loop in two `isthmus control` processes; the kill drill then
+kills the leading one.
 
 Each process's database sessions carry its name (a, b, c, d) as their `application_name`, so
 the private server's logs say which process waited for which; `SOAK_PGOPTS` adds options to
@@ -753,27 +754,32 @@ def report(rows: dict[int, dict[str, Any]], stats: Stats, events: dict[str, floa
 
 def rss_growth(rows: dict[int, dict[str, Any]], names: list[str], events: dict[str, float],
                warmup: int) -> float:
-    """The largest RSS growth (%) of a process that ran throughout (not killed), from the end
-    of warm-up to the end of each stretch of minutes in which it kept one role (leading the
-    control loop or not): a standby that takes over holds the leader's caches from then on,
-    which is a new role, not growth over time. A stretch's first `warmup` minutes do not
-    count (the first stretch starts at minute 0, as before); minutes without a known leader
-    keep the role before them."""
+    """The largest RSS growth (%) of any process, from the end of warm-up to the end of each
+    stretch of minutes in which one process kept one role (leading the control loop or not):
+    a standby that takes over holds the leader's caches from then on, which is a new role,
+    not growth over time. A killed process counts up to its last sample before the kill
+    (`killed_<name>` in `events`, seconds; minute m is sampled at (m + 1) * 60), and the one
+    restarted in its place is a new process. A stretch's first `warmup` minutes do not count
+    (the first stretch starts at minute 0, as before); minutes without a known leader keep
+    the role before them, and a minute in which the process was down is left out."""
     growth = 0.0
-    for n in [n for n in names if f"killed_{n}" not in events] or names[:1]:
+    for n in names:
+        killed = events.get(f"killed_{n}", math.inf)
         stretches: list[list[float]] = []
-        role: bool | None = None
+        key: tuple[bool, bool] | None = None
         start = 0
         for m in sorted(rows):
             leader = rows[m].get("leader")
-            now = role if leader is None and role is not None else leader == n
-            if now != role:
-                role, start = now, m
+            role = key[1] if leader is None and key is not None else leader == n
+            now = ((m + 1) * 60 > killed, role)
+            if now != key:
+                key, start = now, m
                 stretches.append([])
-            if m - start >= warmup:
-                stretches[-1].append(rows[m]["rss"].get(n, 0.0))
+            rss = rows[m]["rss"].get(n, 0.0)
+            if m - start >= warmup and rss:
+                stretches[-1].append(rss)
         for after in stretches:
-            if len(after) > 1 and after[0]:
+            if len(after) > 1:
                 growth = max(growth, (after[-1] / after[0] - 1) * 100)
     return growth
 

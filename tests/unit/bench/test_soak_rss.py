@@ -10,7 +10,7 @@ from typing import Any
 from bench.soak import rss_growth
 
 # the real-cluster soak of 2026-12-02 06:02 (branch k8s-forget), replica b: a standby for five
-# minutes, the leader after a was killed (a: restarted, a standby, excluded as killed)
+# minutes, the leader after a was killed (a: restarted, a new process)
 B = [121.6, 122.3, 122.5, 122.5, 122.7, 213.8, 214.2, 214.8, 215.0, 215.2]
 LEADERS = ["a"] * 5 + ["b"] * 5
 
@@ -36,3 +36,20 @@ def test_a_minute_without_a_known_leader_keeps_the_role_before_it() -> None:
     rss = [*B[:5], 122.9, *B[6:]]
     growth = rss_growth(_rows(rss, leaders), ["a", "b"], {"killed_a": 300}, warmup=2)
     assert 0.1 < growth < 0.4, growth  # minute 6 stays a standby one: 122.5 -> 122.9
+
+
+def test_a_killed_leader_counts_up_to_its_kill_and_its_restart_is_a_new_process() -> None:
+    # a leads, grows 100 -> 140 by minute 5 and is killed at 300 s (after minute 5's sample);
+    # restarted as a standby at 200 MB; b takes over with its own flat stretch
+    a = [100.0, 110.0, 120.0, 130.0, 140.0, 200.0, 201.0, 202.0, 202.0, 202.0]
+    rows = {m: {"rss": {"a": a[m], "b": B[m]}, "leader": LEADERS[m]} for m in range(10)}
+    growth = rss_growth(rows, ["a", "b"], {"killed_a": 300}, warmup=2)
+    assert round(growth, 1) == round((140 / 120 - 1) * 100, 1), growth  # minutes 3-5 of a
+
+
+def test_a_minute_a_process_was_down_is_left_out() -> None:
+    # down at the last sample (it died without a drill): its growth up to then still counts
+    rows = {m: {"rss": {"a": v, "b": 150.0}, "leader": "a"}
+            for m, v in enumerate([100.0, 100.0, 100.0, 0.0, 110.0, 0.0])}
+    growth = rss_growth(rows, ["a", "b"], {}, warmup=2)
+    assert round(growth) == 10, growth
