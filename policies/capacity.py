@@ -75,30 +75,50 @@ class PoolIndex:
         self.total = 0
         self.unschedulable = 0
         self.has_releases = False
+        # once per pool and cycle over every node: plain branches, no max/min calls (this
+        # loop was a few per cent of the control loop, bench/loop_cost.py)
+        buckets, slots = self.buckets, self.nodes
+        pool_free = pool_total = unschedulable = 0
+        has_releases = False
+        largest = [0, 0, 0]  # GPUs, CPUs, memory of the largest schedulable node
         for n in snap.nodes:
-            key = (n.topology.block, n.topology.rack)
+            topo = n.topology
+            key = (topo.block, topo.rack)
             rack = racks.get(key)
             if rack is None:
                 rack = racks[key] = Rack(key[0], key[1], width)
-            free = min(n.free_gpus, n.total_gpus) if n.schedulable else 0
-            total = n.total_gpus if n.schedulable else 0
-            if not n.schedulable:
-                self.unschedulable += 1
-            cpus = n.free_cpus if n.cpus else None
-            mem = n.free_memory_bytes if n.memory_bytes else None
-            releases = n.releases if n.schedulable else ()
-            if releases:
-                self.has_releases = True
-            slot = NodeSlot(n.name, total, free, cpus, mem, rack, releases)
+            if n.schedulable:
+                total = n.total_gpus
+                free = n.free_gpus
+                if free > total:
+                    free = total
+                releases = n.releases
+                if releases:
+                    has_releases = True
+                if total > largest[0]:
+                    largest[0] = total
+                if n.cpus > largest[1]:
+                    largest[1] = n.cpus
+                if n.memory_bytes > largest[2]:
+                    largest[2] = n.memory_bytes
+            else:
+                total = free = 0
+                releases = ()
+                unschedulable += 1
+            slot = NodeSlot(n.name, total, free, n.free_cpus if n.cpus else None,
+                            n.free_memory_bytes if n.memory_bytes else None, rack, releases)
             rack.nodes.append(slot)
             rack.buckets[free] += 1
             rack.free += free
             rack.total += total
-            rack.max_free = max(rack.max_free, free)
-            self.buckets[free] += 1
-            self.free += free
-            self.total += total
-            self.nodes[n.name] = slot
+            if free > rack.max_free:
+                rack.max_free = free
+            buckets[free] += 1
+            pool_free += free
+            pool_total += total
+            slots[n.name] = slot
+        self.free, self.total = pool_free, pool_total
+        self.unschedulable, self.has_releases = unschedulable, has_releases
         self.racks = sorted(racks.values(), key=lambda r: r.key)
         self.blocks: dict[str, list[Rack]] = {}
         for r in self.racks:
@@ -106,11 +126,8 @@ class PoolIndex:
         self.start_free = self.free
         self.fail_memo: dict[tuple[int, int], int] = {}
         self._static: dict[tuple[int, int], int] = {}
-        self.max_node_total = max((s.total for s in self.nodes.values()), default=0)
-        # the largest node's CPUs and memory, 0 when the backend does not report them
-        usable = [n for n in snap.nodes if n.schedulable]
-        self.max_node_cpus = max((n.cpus for n in usable), default=0)
-        self.max_node_memory = max((n.memory_bytes for n in usable), default=0)
+        # the largest schedulable node's GPUs, CPUs and memory (0: not reported)
+        self.max_node_total, self.max_node_cpus, self.max_node_memory = largest
         # bookkeeping of this cycle, read by admission for reasons and caps
         self.admitted = 0
         self.admitted_max_priority: int | None = None
