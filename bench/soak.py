@@ -759,24 +759,29 @@ def rss_growth(rows: dict[int, dict[str, Any]], names: list[str], events: dict[s
     a standby that takes over holds the leader's caches from then on, which is a new role,
     not growth over time. A killed process counts up to its last sample before the kill
     (`killed_<name>` in `events`, seconds; minute m is sampled at (m + 1) * 60), and the one
-    restarted in its place is a new process. A stretch's first `warmup` minutes do not count
-    (the first stretch starts at minute 0, as before); minutes without a known leader keep
-    the role before them, and a minute in which the process was down is left out."""
+    restarted in its place is a new process, as is one seen again after a minute it was down
+    (such a minute is left out). A stretch's first `warmup` minutes do not count (the first
+    stretch starts at minute 0, as before); a minute without a known leader keeps the role
+    before it, but for a new process's first (a standby then)."""
     growth = 0.0
     for n in names:
         killed = events.get(f"killed_{n}", math.inf)
         stretches: list[list[float]] = []
-        key: tuple[bool, bool] | None = None
-        start = 0
+        key: tuple[tuple[bool, int], bool] | None = None
+        start = downs = 0
         for m in sorted(rows):
-            leader = rows[m].get("leader")
-            role = key[1] if leader is None and key is not None else leader == n
-            now = ((m + 1) * 60 > killed, role)
-            if now != key:
-                key, start = now, m
-                stretches.append([])
             rss = rows[m]["rss"].get(n, 0.0)
-            if m - start >= warmup and rss:
+            if not rss:  # down: what runs under this name next is another process
+                downs += 1
+                continue
+            life = ((m + 1) * 60 > killed, downs)
+            leader = rows[m].get("leader")
+            same = key is not None and key[0] == life
+            role = key[1] if leader is None and key is not None and same else leader == n
+            if (life, role) != key:
+                key, start = (life, role), m
+                stretches.append([])
+            if m - start >= warmup:
                 stretches[-1].append(rss)
         for after in stretches:
             if len(after) > 1:

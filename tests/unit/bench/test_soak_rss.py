@@ -50,6 +50,16 @@ def test_a_killed_leader_counts_up_to_its_kill_and_its_restart_is_a_new_process(
 def test_a_minute_a_process_was_down_is_left_out() -> None:
     # down at the last sample (it died without a drill): its growth up to then still counts
     rows = {m: {"rss": {"a": v, "b": 150.0}, "leader": "a"}
-            for m, v in enumerate([100.0, 100.0, 100.0, 0.0, 110.0, 0.0])}
+            for m, v in enumerate([100.0, 100.0, 100.0, 105.0, 110.0, 0.0])}
     growth = rss_growth(rows, ["a", "b"], {}, warmup=2)
     assert round(growth) == 10, growth
+
+
+def test_a_restarted_process_is_a_standby_until_a_leader_is_known() -> None:
+    # a leads and is killed at 300 s; in the next minute no leader is known: the restarted a
+    # (200 -> 230 MB there and after, as a standby) is not a's leading stretch carried on
+    a = [100.0, 100.0, 100.0, 100.0, 100.0, 200.0, 210.0, 220.0, 230.0]
+    leaders = ["a"] * 5 + [None] + ["b"] * 3
+    rows = {m: {"rss": {"a": a[m], "b": 150.0}, "leader": leaders[m]} for m in range(9)}
+    growth = rss_growth(rows, ["a", "b"], {"killed_a": 300}, warmup=2)
+    assert round(growth, 1) == round((230 / 220 - 1) * 100, 1), growth  # minutes 8-9 of a
