@@ -80,7 +80,7 @@ class PoolIndex:
         buckets, slots = self.buckets, self.nodes
         pool_free = pool_total = unschedulable = 0
         has_releases = False
-        largest = [0, 0, 0]  # GPUs, CPUs, memory of the largest schedulable node
+        most_gpus = most_cpus = most_memory = 0  # of the largest schedulable node
         for n in snap.nodes:
             topo = n.topology
             key = (topo.block, topo.rack)
@@ -95,12 +95,12 @@ class PoolIndex:
                 releases = n.releases
                 if releases:
                     has_releases = True
-                if total > largest[0]:
-                    largest[0] = total
-                if n.cpus > largest[1]:
-                    largest[1] = n.cpus
-                if n.memory_bytes > largest[2]:
-                    largest[2] = n.memory_bytes
+                if total > most_gpus:
+                    most_gpus = total
+                if n.cpus > most_cpus:
+                    most_cpus = n.cpus
+                if n.memory_bytes > most_memory:
+                    most_memory = n.memory_bytes
             else:
                 total = free = 0
                 releases = ()
@@ -127,7 +127,8 @@ class PoolIndex:
         self.fail_memo: dict[tuple[int, int], int] = {}
         self._static: dict[tuple[int, int], int] = {}
         # the largest schedulable node's GPUs, CPUs and memory (0: not reported)
-        self.max_node_total, self.max_node_cpus, self.max_node_memory = largest
+        self.max_node_total, self.max_node_cpus, self.max_node_memory = \
+            most_gpus, most_cpus, most_memory
         # bookkeeping of this cycle, read by admission for reasons and caps
         self.admitted = 0
         self.admitted_max_priority: int | None = None
